@@ -1,0 +1,25 @@
+"""mpigrad: MPI-native data-parallel training with a PyTorch-style autograd.
+
+The public names mirror torch's: tensors and their factories here, `mpigrad.autograd`,
+`mpigrad.nn`, `mpigrad.optim`, `mpigrad.data` (torch.utils.data's role) and
+`mpigrad.distributed`.
+"""
+from .dtypes import (float16, half, float32, float64, double, int8, uint8, int16, short,  # noqa: F401
+                     int32, int64, long, bool, get_default_dtype, set_default_dtype,
+                     is_floating_point)
+from .tensor import Tensor  # noqa: F401
+from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401
+                       zeros_like, ones_like, empty_like, full_like, arange, linspace, eye,
+                       randn, rand, randint, randperm)
+from .random import (Generator, manual_seed, seed, initial_seed, get_rng_state,  # noqa: F401
+                     set_rng_state, default_generator)
+from .autograd import no_grad, enable_grad, set_grad_enabled, is_grad_enabled  # noqa: F401
+from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos, tanh,  # noqa: F401
+                  abs, sign, sigmoid, relu, erf, clamp, maximum, minimum, where, sum, mean,
+                  var, std, norm, amax, amin, max, min, argmax, argmin, softmax, log_softmax,
+                  logsumexp, take_along_dim, reshape, flatten, permute, transpose, squeeze,
+                  unsqueeze, cat, concat, stack, split, chunk, eq, ne, lt, le, gt, ge,
+                  isnan, isfinite, clone, masked_fill)
+from . import autograd, ops, utils  # noqa: F401
+
+clip = clamp

@@ -1,0 +1,36 @@
+"""Anomaly detection: name the op whose backward produced NaN or Inf, and where it was created."""
+import traceback
+
+
+class _State:
+    enabled = False
+
+
+def is_anomaly_enabled():
+    return _State.enabled
+
+
+class detect_anomaly:
+    """Context manager: record each op's creation stack and check every backward result."""
+
+    def __init__(self, check_nan=True):
+        self.check_nan = check_nan
+
+    def __enter__(self):
+        self._prev = _State.enabled
+        _State.enabled = self.check_nan
+        return self
+
+    def __exit__(self, *exc):
+        _State.enabled = self._prev
+        return False
+
+
+class set_detect_anomaly(detect_anomaly):
+    def __init__(self, mode):
+        super().__init__(check_nan=mode)
+        self.__enter__()
+
+
+def creation_stack():
+    return "".join(traceback.format_stack()[:-3])

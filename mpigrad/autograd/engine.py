@@ -1,0 +1,175 @@
+"""The backward engine.
+
+It counts, for every node reachable from the roots, how many edges point at it, then runs
+nodes from a ready queue: a node becomes ready once every consumer has sent its gradient, so
+each node runs exactly once with the full sum. Among ready nodes the most recently created
+goes first, and a leaf's AccumulateGrad goes before anything else, so leaves finish (and
+their post-accumulate hooks fire) as early as the graph allows.
+"""
+import heapq
+import itertools
+
+import numpy as np
+
+from . import anomaly, grad_mode
+from .graph import AccumulateGrad
+
+_callback_stacks = []
+
+
+def queue_callback(callback):
+    """Run `callback()` once, when the backward pass that is running now finishes."""
+    if not _callback_stacks:
+        raise RuntimeError("queue_callback() can only be called while a backward pass is "
+                           "running, e.g. from a tensor hook.")
+    _callback_stacks[-1].append(callback)
+
+
+def _reachable(root_nodes):
+    seen = set(root_nodes)
+    stack = list(root_nodes)
+    while stack:
+        for edge in stack.pop().next_edges:
+            if edge is not None and edge[0] not in seen:
+                seen.add(edge[0])
+                stack.append(edge[0])
+    return seen
+
+
+def _needed_for(nodes, targets):
+    """The nodes from which some target can be reached (children always precede parents in seq)."""
+    needed = set()
+    for node in sorted(nodes, key=lambda n: n.seq):
+        if node in targets or any(e is not None and e[0] in needed for e in node.next_edges):
+            needed.add(node)
+    return needed
+
+
+def _dependencies(active):
+    deps = dict.fromkeys(active, 0)
+    for node in active:
+        for edge in node.next_edges:
+            if edge is not None and edge[0] in deps:
+                deps[edge[0]] += 1
+    return deps
+
+
+def _run_tensor_hooks(hooks, grad):
+    for hook in list(hooks.values()):
+        result = hook(grad)
+        if result is not None:
+            grad = result
+    return grad
+
+
+def _accumulate_into_leaf(variable, grad, create_graph, owned):
+    if variable._hooks:
+        replaced = _run_tensor_hooks(variable._hooks, grad)
+        owned = owned and replaced is grad
+        grad = replaced
+    current = variable.grad
+    if current is None:
+        # Take the incoming buffer when nothing else can see it; copy otherwise so two
+        # leaves never share (and later corrupt) one .grad array.
+        variable.grad = grad if owned else grad.clone() if create_graph else grad.detach().clone()
+    elif create_graph or current.requires_grad:
+        variable.grad = current + grad
+    else:
+        np.add(current.data, grad.data, out=current.data)
+        current._bump_version()
+    if variable._post_accumulate_hooks:
+        for hook in list(variable._post_accumulate_hooks.values()):
+            hook(variable)
+
+
+def _check_finite(node, grads):
+    for i, g in enumerate(grads):
+        if g is not None and not np.isfinite(g.data).all():
+            where = node.creation_stack or "(no forward trace was recorded)\n"
+            raise RuntimeError(f"Function '{node.name()}' returned nan or inf values in its "
+                               f"{i}th output (the gradient for its input {i}). The forward "
+                               f"call that created it:\n{where}")
+
+
+def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edges=None):
+    """Propagate `root_grads` from `root_edges` through the graph.
+
+    With `capture_edges` None, gradients accumulate into leaves' `.grad`. Otherwise the total
+    gradient reaching each captured edge is returned, in order, and no `.grad` is touched.
+    """
+    accumulate = capture_edges is None
+    buffers = {}
+    borrowed = {id(g) for g in root_grads}  # the caller may still hold these
+    for (node, nr), grad in zip(root_edges, root_grads):
+        buf = buffers.setdefault(node, [None] * node.num_outputs)
+        buf[nr] = grad if buf[nr] is None else buf[nr] + grad
+
+    nodes = _reachable(list(buffers))
+    captures = {}
+    if not accumulate:
+        for pos, (node, nr) in enumerate(capture_edges):
+            captures.setdefault(node, []).append((nr, pos))
+        nodes = _needed_for(nodes, captures)
+    deps = _dependencies(nodes)
+    results = [None] * (len(capture_edges) if capture_edges else 0)
+
+    tiebreak = itertools.count()
+    ready = [(-n.priority, next(tiebreak), n) for n in buffers if n in deps and deps[n] == 0]
+    heapq.heapify(ready)
+    executed = []
+    check_anomaly = anomaly.is_anomaly_enabled()
+    callbacks = []
+    _callback_stacks.append(callbacks)
+    previous_mode = grad_mode._State.enabled
+    grad_mode._State.enabled = create_graph
+    try:
+        while ready:
+            node = heapq.heappop(ready)[2]
+            grads = buffers.pop(node, None)
+            if grads is not None and node.pre_hooks:
+                for nr, hooks in node.pre_hooks.items():
+                    if grads[nr] is not None:
+                        grads[nr] = _run_tensor_hooks(hooks, grads[nr])
+            if node in captures and grads is not None:
+                for nr, pos in captures[node]:
+                    g = grads[nr]
+                    if g is not None and type(node) is AccumulateGrad and node.variable._hooks:
+                        g = _run_tensor_hooks(node.variable._hooks, g)
+                    results[pos] = g
+            if type(node) is AccumulateGrad:
+                if accumulate and grads is not None and grads[0] is not None:
+                    _accumulate_into_leaf(node.variable, grads[0], create_graph,
+                                          id(grads[0]) not in borrowed)
+                continue
+            input_grads = None
+            if grads is not None and any(g is not None for g in grads):
+                input_grads = node.apply(grads)
+                executed.append(node)
+                if check_anomaly:
+                    _check_finite(node, input_grads)
+            for i, edge in enumerate(node.next_edges):
+                if edge is None or edge[0] not in deps:
+                    continue
+                child, nr = edge
+                g = input_grads[i] if input_grads is not None else None
+                if g is not None:
+                    if (g.data.base is not None or any(g is x for x in grads)
+                            or any(g is x for x in input_grads[:i])):
+                        borrowed.add(id(g))
+                    buf = buffers.get(child)
+                    if buf is None:
+                        buf = buffers[child] = [None] * child.num_outputs
+                    buf[nr] = g if buf[nr] is None else buf[nr] + g
+                deps[child] -= 1
+                if deps[child] == 0:
+                    heapq.heappush(ready, (-child.priority, next(tiebreak), child))
+        grad_mode._State.enabled = previous_mode
+        while callbacks:
+            callbacks.pop(0)()
+    finally:
+        grad_mode._State.enabled = previous_mode
+        _callback_stacks.pop()
+    if not retain_graph:
+        for node in executed:
+            node.release()
+    return results

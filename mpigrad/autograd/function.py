@@ -1,0 +1,148 @@
+"""Custom differentiable functions: subclass Function, write forward and backward."""
+import numpy as np
+
+from . import grad_mode
+from .graph import Node, gradient_edge
+
+
+class FunctionCtx:
+    """The `ctx` that forward and backward share. For the Function's node, it is the node."""
+
+    def save_for_backward(self, *tensors):
+        from ..tensor import Tensor
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward can only save tensors (or None), got "
+                                f"{type(t).__name__}; store other values as ctx attributes")
+        self._saved = tuple(tensors)
+        self._saved_versions = tuple(None if t is None else t._vc[0] for t in tensors)
+
+    @property
+    def saved_tensors(self):
+        self.check_not_freed()
+        for i, (t, expected) in enumerate(zip(self._saved, self._saved_versions)):
+            if t is not None and t._vc[0] != expected:
+                raise RuntimeError(
+                    f"one of the tensors needed for gradient computation has been modified by "
+                    f"an in-place operation: saved tensor {i} of {self.name()} is at version "
+                    f"{t._vc[0]}; expected version {expected}. Clone it before changing it, or "
+                    "use an out-of-place op.")
+        return self._saved
+
+    def mark_non_differentiable(self, *tensors):
+        self._non_differentiable = {id(t) for t in tensors}
+
+    def set_materialize_grads(self, value):
+        self._materialize_grads = bool(value)
+
+
+class BackwardFunction(Node, FunctionCtx):
+    """The node recorded for one `Function.apply` call; also its `ctx`."""
+
+    def __init__(self, function, next_edges, needs_input_grad, input_metas):
+        Node.__init__(self, next_edges)
+        self._function = function
+        self.needs_input_grad = needs_input_grad
+        self._input_metas = input_metas
+        self._output_metas = ()
+        self._saved = ()
+        self._saved_versions = ()
+        self._non_differentiable = set()
+        self._materialize_grads = True
+
+    def name(self):
+        return f"{self._function.__name__}Backward"
+
+    @property
+    def num_outputs(self):
+        return len(self._output_metas)
+
+    def apply(self, grad_outputs):
+        from ..ops import reduce_to
+        from ..tensor import Tensor
+        self.check_not_freed()
+        if self._materialize_grads:
+            grad_outputs = [Tensor._make(np.zeros(shape, dtype)) if g is None else g
+                            for g, (shape, dtype) in zip(grad_outputs, self._output_metas)]
+        grads = self._function.backward(self, *grad_outputs)
+        if not isinstance(grads, tuple):
+            grads = (grads,)
+        n_inputs = len(self._input_metas)
+        if len(grads) < n_inputs or any(g is not None for g in grads[n_inputs:]):
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients "
+                               f"(expected {n_inputs}, got {len(grads)})")
+        out = []
+        for i, (g, meta, edge) in enumerate(zip(grads, self._input_metas, self.next_edges)):
+            if g is None or edge is None:
+                out.append(None)
+                continue
+            if not isinstance(g, Tensor):
+                raise TypeError(f"function {self.name()} returned a {type(g).__name__} as the "
+                                f"gradient of input {i}; expected a Tensor or None")
+            out.append(reduce_to(g, meta))
+        return out
+
+    def release(self):
+        if self._saved:
+            self._saved = ()
+            self._freed = True
+
+
+class _InputMeta:
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+class Function:
+    """Subclass with `@staticmethod forward(ctx, *args)` and `backward(ctx, *grad_outputs)`,
+    then call `MyFunction.apply(*args)`. forward sees plain values (no graph is recorded
+    inside it); backward returns one gradient (or None) per forward argument."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("a Function subclass must implement forward")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("a Function subclass must implement backward to be "
+                                  "differentiated")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        from ..tensor import Tensor
+        is_tensor = [isinstance(a, Tensor) for a in args]
+        needs = tuple(t and a.requires_grad for t, a in zip(is_tensor, args))
+        record = grad_mode.is_grad_enabled() and any(needs)
+        edges = tuple(gradient_edge(a) if n else None for a, n in zip(args, needs))
+        metas = tuple(_InputMeta(a.shape, a.dtype) if t else _InputMeta((), None)
+                      for t, a in zip(is_tensor, args))
+        ctx = BackwardFunction(cls, edges, needs, metas)
+        with grad_mode.no_grad():
+            outputs = cls.forward(ctx, *args, **kwargs)
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        if not record:
+            return outputs[0] if single else outputs
+        results = []
+        metas_out = []
+        for nr, out in enumerate(outputs):
+            if not isinstance(out, Tensor):
+                results.append(out)
+                metas_out.append(((), np.float64))
+                continue
+            differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
+            if any(out is a for a in args):
+                # An input returned as-is becomes a new tensor so the input keeps its history.
+                alias = Tensor._make(out.data)
+                alias._vc = out._vc
+                out = alias
+            metas_out.append((out.shape, out.dtype))
+            if differentiable:
+                out.grad_fn = ctx
+                out._output_nr = nr
+                out.requires_grad = True
+            results.append(out)
+        ctx._output_metas = tuple(metas_out)
+        return results[0] if single else tuple(results)

@@ -1,0 +1,130 @@
+"""Higher-level derivatives of a function: vjp, jvp, jacobian, hessian, hvp, vhp.
+
+Every function takes `func(*inputs)` and works on detached copies of `inputs`, so the
+caller's tensors are never part of the graph built here (as torch.autograd.functional does).
+"""
+import numpy as np
+
+from . import grad as _grad
+from . import grad_mode
+
+
+def _as_tuple(x):
+    return (tuple(x), True) if isinstance(x, (tuple, list)) else ((x,), False)
+
+
+def _prepare(inputs):
+    return tuple(x.detach().requires_grad_(True) for x in inputs)
+
+
+def _fill(grads, like):
+    from ..tensor import Tensor
+    return tuple(Tensor._make(np.zeros(x.shape, x.dtype)) if g is None else g
+                 for g, x in zip(grads, like))
+
+
+def _unpack(values, was_tuple):
+    return values if was_tuple else values[0]
+
+
+def _finish(t, create_graph):
+    return t if create_graph else t.detach()
+
+
+def vjp(func, inputs, v=None, create_graph=False):
+    """(func(inputs), v^T J)."""
+    inputs, inputs_tuple = _as_tuple(inputs)
+    with grad_mode.enable_grad():
+        xs = _prepare(inputs)
+        outputs, outputs_tuple = _as_tuple(func(*xs))
+        v = _as_tuple(v)[0] if v is not None else None
+        grads = _grad(outputs, xs, v, create_graph=create_graph, allow_unused=True)
+    grads = _fill(grads, xs)
+    return (_unpack(tuple(_finish(o, create_graph) for o in outputs), outputs_tuple),
+            _unpack(tuple(_finish(g, create_graph) for g in grads), inputs_tuple))
+
+
+def jvp(func, inputs, v=None, create_graph=False):
+    """(func(inputs), J v), by differentiating the vjp with respect to its cotangent."""
+    from ..tensor import Tensor
+    inputs, inputs_tuple = _as_tuple(inputs)
+    with grad_mode.enable_grad():
+        xs = _prepare(inputs)
+        outputs, outputs_tuple = _as_tuple(func(*xs))
+        if v is None:
+            if any(x.data.size != 1 for x in xs):
+                raise RuntimeError("jvp: v may be omitted only when every input has one element")
+            v = tuple(Tensor._make(np.ones(x.shape, x.dtype)) for x in xs)
+        v = _as_tuple(v)[0]
+        cotangents = tuple(Tensor._make(np.zeros(o.shape, o.dtype)).requires_grad_(True)
+                           for o in outputs)
+        grads = _grad(outputs, xs, cotangents, create_graph=True, allow_unused=True)
+        used = [(g, vi) for g, vi in zip(grads, v) if g is not None]
+        if not used:
+            jv = tuple(Tensor._make(np.zeros(o.shape, o.dtype)) for o in outputs)
+        else:
+            jv = _grad([g for g, _ in used], cotangents, [vi for _, vi in used],
+                       create_graph=create_graph, allow_unused=True)
+            jv = _fill(jv, outputs)
+    return (_unpack(tuple(_finish(o, create_graph) for o in outputs), outputs_tuple),
+            _unpack(tuple(_finish(j, create_graph) for j in jv), outputs_tuple))
+
+
+def jacobian(func, inputs, create_graph=False):
+    """J[i][j] of shape outputs[i].shape + inputs[j].shape (unnested where func and inputs are
+    single tensors)."""
+    from ..tensor import Tensor
+    inputs, inputs_tuple = _as_tuple(inputs)
+    with grad_mode.enable_grad():
+        xs = _prepare(inputs)
+        outputs, outputs_tuple = _as_tuple(func(*xs))
+        rows = []
+        for out in outputs:
+            per_input = [[] for _ in xs]
+            for k in range(out.data.size):
+                seed = np.zeros(out.data.size, out.dtype)
+                seed[k] = 1
+                grads = _grad(out, xs, Tensor._make(seed.reshape(out.shape)), retain_graph=True,
+                              create_graph=create_graph, allow_unused=True)
+                for j, g in enumerate(_fill(grads, xs)):
+                    per_input[j].append(g)
+            from ..ops import stack
+            rows.append(tuple(_finish(stack(gs).reshape(out.shape + x.shape), create_graph)
+                              if gs else Tensor._make(np.zeros(out.shape + x.shape, x.dtype))
+                              for gs, x in zip(per_input, xs)))
+    rows = tuple(_unpack(r, inputs_tuple) for r in rows)
+    return _unpack(rows, outputs_tuple)
+
+
+def hessian(func, inputs, create_graph=False):
+    """The Jacobian of the gradient of a scalar function."""
+    inputs, inputs_tuple = _as_tuple(inputs)
+
+    def gradient(*xs):
+        out = func(*xs)
+        if out.data.size != 1:
+            raise RuntimeError(f"hessian: func must return a single-element tensor, got shape "
+                               f"{tuple(out.shape)}")
+        return _fill(_grad(out, xs, create_graph=True, allow_unused=True), xs)
+
+    jac = jacobian(gradient, inputs if inputs_tuple else inputs[0], create_graph=create_graph)
+    return jac if inputs_tuple else jac[0]
+
+
+def hvp(func, inputs, v, create_graph=False):
+    """(func(inputs), H v) for a scalar func; H is symmetric, so this is also v^T H."""
+    inputs, inputs_tuple = _as_tuple(inputs)
+    v, _ = _as_tuple(v)
+    with grad_mode.enable_grad():
+        xs = _prepare(inputs)
+        out = func(*xs)
+        grads = _fill(_grad(out, xs, create_graph=True, allow_unused=True), xs)
+        pairs = [(g, vi) for g, vi in zip(grads, v) if g.requires_grad]
+        hv = _grad([g for g, _ in pairs], xs, [vi for _, vi in pairs],
+                   create_graph=create_graph, allow_unused=True) if pairs else (None,) * len(xs)
+    hv = _fill(hv, xs)
+    return (_finish(out, create_graph),
+            _unpack(tuple(_finish(h, create_graph) for h in hv), inputs_tuple))
+
+
+vhp = hvp

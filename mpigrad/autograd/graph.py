@@ -1,0 +1,128 @@
+"""Graph nodes: what backward walks.
+
+Every differentiable result points at the Node that made it (`grad_fn`), and every Node
+keeps `next_edges`, one per input: `(node, output_nr)` or None for an input that needs
+no gradient. Leaves that require grad are reached through their AccumulateGrad node.
+"""
+import itertools
+import weakref
+
+from . import anomaly
+
+_sequence = itertools.count()
+
+
+class RemovableHandle:
+    """Returned by every hook registration; `remove()` unregisters it."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks_dict):
+        self.id = next(RemovableHandle._ids)
+        self._hooks_ref = weakref.ref(hooks_dict)
+
+    def remove(self):
+        hooks = self._hooks_ref()
+        if hooks is not None:
+            hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def add_hook(hooks, fn):
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = fn
+    return handle
+
+
+class Node:
+    """A step of the backward pass. Subclasses implement `apply(grad_outputs) -> input grads`."""
+
+    __slots__ = ("next_edges", "seq", "pre_hooks", "creation_stack", "_freed", "__weakref__")
+
+    def __init__(self, next_edges):
+        self.next_edges = next_edges
+        self.seq = next(_sequence)
+        self.pre_hooks = None
+        self._freed = False
+        self.creation_stack = anomaly.creation_stack() if anomaly.is_anomaly_enabled() else None
+
+    def name(self):
+        return type(self).__name__
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    @property
+    def num_outputs(self):
+        return 1
+
+    # Priority in the ready queue: later-created nodes first, as in a reversed tape.
+    @property
+    def priority(self):
+        return self.seq
+
+    def apply(self, grad_outputs):
+        raise NotImplementedError
+
+    def release(self):
+        """Drop saved values once backward has used them (retain_graph=False)."""
+
+    def register_prehook(self, fn, output_nr=0):
+        if self.pre_hooks is None:
+            self.pre_hooks = {}
+        return add_hook(self.pre_hooks.setdefault(output_nr, {}), fn)
+
+    def check_not_freed(self):
+        if self._freed:
+            raise RuntimeError(
+                f"{self.name()}: backward is going through this part of the graph a second "
+                "time, but its saved tensors were freed after the first backward. Pass "
+                "retain_graph=True to the first backward() or autograd.grad() call if you "
+                "need to backward through the graph again.")
+
+
+class AccumulateGrad(Node):
+    """Sink for a leaf: runs the leaf's hooks, accumulates into `.grad`, then post-accumulate hooks.
+
+    It runs as soon as every consumer of the leaf has contributed, so a post-accumulate hook
+    (DistributedDataParallel's) sees a finished gradient while the rest of backward goes on.
+    """
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        super().__init__(())
+        self.variable = variable
+
+    @property
+    def priority(self):
+        return float("inf")
+
+    def name(self):
+        return "AccumulateGrad"
+
+    def apply(self, grad_outputs):
+        raise AssertionError("the engine accumulates leaves itself")
+
+
+def accumulator_for(tensor):
+    """The one AccumulateGrad of a leaf while a graph uses it, so all uses meet in one node."""
+    ref = tensor._accumulator
+    acc = ref() if ref is not None else None
+    if acc is None:
+        acc = AccumulateGrad(tensor)
+        tensor._accumulator = weakref.ref(acc)
+    return acc
+
+
+def gradient_edge(tensor):
+    if tensor.grad_fn is not None:
+        return (tensor.grad_fn, tensor._output_nr)
+    if tensor.requires_grad:
+        return (accumulator_for(tensor), 0)
+    return None

@@ -1,0 +1,134 @@
+"""Arithmetic, matrix products, casts and comparisons."""
+import numpy as np
+
+from ..autograd import grad_mode
+from ..tensor import Tensor
+from .core import Op
+
+
+def _inplace_ufunc(ufunc):
+    def run(target, other):
+        ufunc(target, other, out=target, casting="same_kind")
+    return run
+
+
+add = Op("add", np.add,
+         (lambda g, ans, a, b: g,
+          lambda g, ans, a, b: g),
+         inplace_fast=_inplace_ufunc(np.add))
+
+sub = Op("sub", np.subtract,
+         (lambda g, ans, a, b: g,
+          lambda g, ans, a, b: -g),
+         inplace_fast=_inplace_ufunc(np.subtract))
+
+mul = Op("mul", np.multiply,
+         (lambda g, ans, a, b: g * b,
+          lambda g, ans, a, b: g * a),
+         saves="a b", inplace_fast=_inplace_ufunc(np.multiply))
+
+div = Op("div", np.true_divide,
+         (lambda g, ans, a, b: g / b,
+          lambda g, ans, a, b: -g * a / (b * b)),
+         saves="a b", inplace_fast=_inplace_ufunc(np.true_divide))
+
+neg = Op("neg", np.negative,
+         (lambda g, ans, x: -g,))
+
+
+def _pow_exponent_grad(g, ans, a, b):
+    # d(a^b)/db = a^b log a, defined only for a > 0; torch uses 0 elsewhere.
+    positive = a > 0
+    return where(positive, g * ans * log(where(positive, a, 1.0)), 0.0)
+
+
+pow = Op("pow", np.power,
+         (lambda g, ans, a, b: g * b * a ** (b - 1),
+          _pow_exponent_grad),
+         saves="a b ans")
+
+_matmul = Op("matmul", np.matmul,
+             (lambda g, ans, a, b: g @ b.mT,
+              lambda g, ans, a, b: a.mT @ g),
+             saves="a b")
+
+
+def matmul(a, b):
+    """torch.matmul: 1-D operands are promoted to matrices and the added dimension removed."""
+    a = a if isinstance(a, Tensor) else Tensor(a)
+    b = b if isinstance(b, Tensor) else Tensor(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError("both arguments to matmul need to be at least 1-D, got "
+                           f"{a.ndim}-D and {b.ndim}-D")
+    if a.ndim == 1 and b.ndim == 1:
+        if a.shape != b.shape:
+            raise RuntimeError(f"inconsistent tensor size: {a.shape} @ {b.shape}")
+        return sum((a * b), None, False, None)
+    if a.ndim == 1:
+        return _matmul(a.unsqueeze(0), b).squeeze(-2)
+    if b.ndim == 1:
+        return _matmul(a, b.unsqueeze(-1)).squeeze(-1)
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape} and {b.shape})")
+    return _matmul(a, b)
+
+
+def _linear_forward(x, weight, bias):
+    out = np.matmul(x, weight.T)
+    if bias is not None:
+        out += bias
+    return out
+
+
+def _linear_weight_grad(g, ans, x, weight, bias):
+    return g.reshape(-1, g.shape[-1]).mT @ x.reshape(-1, x.shape[-1])
+
+
+# y = x W^T + b as one node: its weight gradient comes out C-contiguous in W's layout, which a
+# transpose-then-matmul composition would not give.
+linear = Op("linear", _linear_forward,
+            (lambda g, ans, x, weight, bias: g @ weight,
+             _linear_weight_grad,
+             lambda g, ans, x, weight, bias: g),
+            saves="x weight")
+
+
+_cast = Op("cast", lambda x, dtype: x.astype(dtype),
+           (lambda g, ans, x, dtype: g,))
+
+
+def cast(x, dtype):
+    if np.dtype(dtype).kind not in "fc":
+        # Integer and bool results carry no gradient, as in torch.
+        with grad_mode.no_grad():
+            return _cast(x, dtype=dtype)
+    return _cast(x, dtype=dtype)
+
+
+clone = Op("clone", np.copy, (lambda g, ans, x: g,))
+
+
+def _constant(forward):
+    """A function whose result never requires grad (comparisons, logic)."""
+    def run(*args):
+        return Tensor._make(np.asarray(forward(*[a.data if isinstance(a, Tensor) else a
+                                                  for a in args])))
+    run.__name__ = forward.__name__
+    return run
+
+
+eq = _constant(np.equal)
+ne = _constant(np.not_equal)
+lt = _constant(np.less)
+le = _constant(np.less_equal)
+gt = _constant(np.greater)
+ge = _constant(np.greater_equal)
+logical_and = _constant(np.logical_and)
+logical_or = _constant(np.logical_or)
+logical_not = _constant(np.logical_not)
+isnan = _constant(np.isnan)
+isfinite = _constant(np.isfinite)
+
+
+from .elementwise import log, where  # noqa: E402
+from .reduction import sum  # noqa: E402

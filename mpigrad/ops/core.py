@@ -1,0 +1,231 @@
+"""How an op runs and records itself. The rules themselves live in the sibling modules.
+
+An `Op` is a numpy forward plus one vector-Jacobian product per input, written with Tensor
+operations so that a gradient is itself differentiable (`create_graph=True`). Each VJP is
+called as `vjp(g, ans, *inputs, **params)`; inputs the op does not declare in `saves` arrive as
+`Meta` (shape and dtype only), so a rule cannot silently read a value that was not saved.
+Broadcasting and dtype are undone once, in `reduce_to`, never inside the rules.
+"""
+import inspect
+
+import numpy as np
+
+from ..autograd import grad_mode
+from ..autograd.graph import Node, gradient_edge
+from ..tensor import Tensor
+
+
+class Meta:
+    """What a VJP may know about an input whose value was not saved."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+class Op:
+    """A differentiable primitive.
+
+    `vjps` is a tuple with one rule per positional input (None where no gradient flows), or,
+    for variadic ops, one callable taking the input's position first. `saves` names the
+    forward's parameters (and/or "ans", the output) whose values the rules read; backward
+    checks that none of them changed in place since. `view=True` marks ops whose output may
+    share storage with input 0, so both share one version counter. `inplace_fast(target,
+    *others, **params)` writes the result straight into target's array when no graph is
+    recorded (the optimizer path); without it, the result is computed and copied in.
+    """
+
+    def __init__(self, name, forward, vjps=None, saves="", view=False, inplace_fast=None):
+        self.name = name
+        self.node_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+        self.forward = forward
+        self.vjps = vjps
+        names = saves.split()
+        params = _input_names(vjps) if names else []
+        unknown = set(names) - set(params) - {"ans"}
+        if unknown:
+            raise ValueError(f"op {name}: saves names {unknown} that are not inputs")
+        self.saved_positions = frozenset(params.index(n) for n in names if n != "ans")
+        self.saves_ans = "ans" in names
+        self.view = view
+        self.inplace_fast = inplace_fast
+
+    def __call__(self, *args, **params):
+        return apply(self, args, params)
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+def _input_names(vjps):
+    """Inputs are named by the rules' own parameters: `(g, ans, *inputs, **params)`."""
+    rule = next(r for r in vjps if r is not None)
+    return [p.name for p in inspect.signature(rule).parameters.values()
+            if p.kind == p.POSITIONAL_OR_KEYWORD][2:]
+
+
+def apply(op, args, params):
+    arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+    out = op.forward(*arrays, **params)
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)
+    result = Tensor._make(out)
+    if op.view and out.base is not None:
+        source = args[0]
+        result._vc = source._vc
+        result._base = source._base if source._base is not None else source
+    if not grad_mode._State.enabled:
+        return result
+    needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+    if True in needs:
+        result.grad_fn = OpNode(op, args, params, needs, result)
+        result.requires_grad = True
+    return result
+
+
+class OpNode(Node):
+    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans")
+
+    def __init__(self, op, args, params, needs, result):
+        super().__init__(tuple(gradient_edge(a) if need else None
+                               for a, need in zip(args, needs)))
+        self.op = op
+        self.params = params
+        self.needs = needs
+        inputs = []
+        versions = []
+        for i, a in enumerate(args):
+            if not isinstance(a, Tensor):
+                inputs.append(a)
+            elif i in op.saved_positions:
+                inputs.append(a)
+                versions.append((a._vc, a._vc[0], i))
+            else:
+                inputs.append(Meta(a.data.shape, a.data.dtype))
+        self.inputs = inputs
+        self.versions = versions
+        self.ans = [result.data, result._vc, result._vc[0]] if op.saves_ans else None
+
+    def name(self):
+        return self.op.node_name
+
+    def rebind_output(self, tensor):
+        """After an in-place op, the saved output is the modified tensor itself."""
+        if self.ans is not None:
+            self.ans = [tensor.data, tensor._vc, tensor._vc[0]]
+
+    def _stale(self, what, shape, dtype, version, expected):
+        return RuntimeError(
+            f"one of the tensors needed for gradient computation has been modified by an "
+            f"in-place operation: {what} of {self.name()} (op '{self.op.name}', a {dtype} "
+            f"tensor of shape {tuple(shape)}) is at version {version}; expected version "
+            f"{expected}. Use an out-of-place op (x = x + y instead of x += y) or clone() "
+            "the tensor before changing it.")
+
+    def apply(self, grad_outputs):
+        self.check_not_freed()
+        inputs = self.inputs
+        for vc, expected, i in self.versions:
+            if vc[0] != expected:
+                raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
+        ans = None
+        if self.ans is not None:
+            data, vc, expected = self.ans
+            if vc[0] != expected:
+                raise self._stale("the output", data.shape, data.dtype, vc[0], expected)
+            ans = Tensor._make(data)
+            ans._vc = vc
+            ans.grad_fn = self
+            ans.requires_grad = True
+        g = grad_outputs[0]
+        vjps = self.op.vjps
+        per_input = type(vjps) is tuple
+        grads = []
+        for i, need in enumerate(self.needs):
+            if not need:
+                grads.append(None)
+                continue
+            if per_input:
+                rule = vjps[i]
+                gi = None if rule is None else rule(g, ans, *inputs, **self.params)
+            else:
+                gi = vjps(i, g, ans, *inputs, **self.params)
+            grads.append(None if gi is None else reduce_to(gi, inputs[i]))
+        return grads
+
+    def release(self):
+        if self.versions or self.ans is not None:
+            self.inputs = None
+            self.ans = None
+            self._freed = True
+
+
+def reduce_to(grad, like):
+    """Sum a gradient over broadcast dimensions and cast it, so it matches its input."""
+    shape = like.shape
+    if grad.shape != shape:
+        lead = grad.ndim - len(shape)
+        if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, grad.shape[lead:])):
+            raise RuntimeError(f"a gradient of shape {tuple(grad.shape)} cannot be summed to "
+                               f"its input's shape {tuple(shape)}")
+        axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                          if s == 1 and grad.shape[lead + i] != 1)
+        grad = grad.sum(axes, keepdim=True) if axes else grad
+        if lead:
+            grad = grad.reshape(shape)
+    if grad.dtype != like.dtype:
+        grad = grad.to(like.dtype)
+    return grad
+
+
+def _check_inplace_allowed(target):
+    if target.grad_fn is None and target.requires_grad:
+        raise RuntimeError("a leaf tensor that requires grad is being used in an in-place "
+                           "operation; do it under `with mpigrad.no_grad():` (as optimizers "
+                           "do) or on a clone.")
+    base = target._base
+    if base is not None and (base.requires_grad or base.grad_fn is not None):
+        raise RuntimeError("in-place operation on a view of a tensor that requires grad is not "
+                           "supported; clone() the view or use an out-of-place op.")
+
+
+def inplace(op, target, *others, **params):
+    """Run `op(target, *others)` and write the result into `target`'s storage.
+
+    When the graph is being recorded, `target` is rebased onto the new node (as in torch); if
+    the rule needs target's old value, that value is kept in a copy first.
+    """
+    record = grad_mode._State.enabled and (
+        target.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))
+    if not record:
+        arrays = [o.data if isinstance(o, Tensor) else o for o in others]
+        if op.inplace_fast is not None:
+            op.inplace_fast(target.data, *arrays, **params)
+        else:
+            np.copyto(target.data, op.forward(target.data, *arrays, **params), casting="same_kind")
+        target._vc[0] += 1
+        return target
+    _check_inplace_allowed(target)
+    source = target
+    if 0 in op.saved_positions:
+        source = Tensor._make(target.data.copy())
+        source.grad_fn = target.grad_fn
+        source._output_nr = target._output_nr
+        source.requires_grad = target.requires_grad
+    result = apply(op, (source,) + others, params)
+    if result.shape != target.shape:
+        raise RuntimeError(f"in-place {op.name}: the result's shape {tuple(result.shape)} "
+                           f"doesn't match the tensor's shape {tuple(target.shape)}")
+    np.copyto(target.data, result.data, casting="same_kind")
+    target._vc[0] += 1
+    target.grad_fn = result.grad_fn
+    target._output_nr = 0
+    target.requires_grad = True
+    result.grad_fn.rebind_output(target)
+    return target

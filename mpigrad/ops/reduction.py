@@ -1,0 +1,254 @@
+"""Reductions and the softmax family."""
+import builtins
+import collections
+
+import numpy as np
+
+from ..tensor import Tensor
+from .core import Op
+
+
+def normalize_dims(dim, ndim):
+    """`dim` as a sorted tuple of non-negative axes (None means all)."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    # This module defines its own max/min/sum (torch's names), hence builtins here.
+    rank = builtins.max(ndim, 1)
+    out = []
+    for d in dims:
+        if not -rank <= d < rank:
+            raise IndexError(f"dimension out of range (expected to be in range of "
+                             f"[{-rank}, {rank - 1}], but got {d})")
+        out.append(d % rank)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"dim {dim} appears multiple times in the list of dims")
+    return tuple(sorted(out))
+
+
+def _axis(dim, ndim):
+    return None if dim is None else normalize_dims(dim, ndim)
+
+
+def expand_reduced(g, shape, dim, keepdim):
+    """Broadcast the gradient of a reduction back over the reduced dimensions."""
+    if not keepdim and len(shape):
+        g = g.reshape(tuple(1 if d in normalize_dims(dim, len(shape)) else s
+                            for d, s in enumerate(shape)))
+    return g.expand(shape)
+
+
+_sum = Op("sum", lambda x, dim, keepdim, dtype: np.sum(x, axis=_axis(dim, x.ndim),
+                                                       keepdims=keepdim, dtype=dtype),
+          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),))
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):
+    return _sum(x, dim=dim, keepdim=keepdim, dtype=dtype)
+
+
+def _count(shape, dim):
+    return int(np.prod([shape[d] for d in normalize_dims(dim, len(shape))]))
+
+
+_mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
+           (lambda g, ans, x, dim, keepdim:
+            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),)
+
+
+def mean(x, dim=None, keepdim=False):
+    if x.dtype.kind not in "fc":
+        raise RuntimeError(f"mean() needs a floating point tensor, got {x.dtype}; "
+                           "convert with .float() first")
+    return _mean(x, dim=dim, keepdim=keepdim)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 0 if unbiased is False else 1
+
+
+_var = Op("var", lambda x, dim, keepdim, correction:
+          np.var(x, axis=_axis(dim, x.ndim), ddof=correction, keepdims=keepdim),
+          (lambda g, ans, x, dim, keepdim, correction:
+           expand_reduced(g, x.shape, dim, keepdim) * 2 * (x - x.mean(dim, keepdim=True))
+           / (_count(x.shape, dim) - correction),),
+          saves="x")
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return _var(x, dim=dim, keepdim=keepdim, correction=_correction(unbiased, correction))
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return var(x, dim, unbiased, keepdim, correction).sqrt()
+
+
+def _norm_grad(g, ans, x, p, dim, keepdim):
+    if p == 1:
+        return expand_reduced(g, x.shape, dim, keepdim) * x.sign()
+    full = expand_reduced(ans, x.shape, dim, keepdim)
+    # The 2-norm's gradient x/|x| is taken as 0 at |x| = 0, as torch does.
+    return expand_reduced(g, x.shape, dim, keepdim) * where(full == 0, 0.0, x / where(full == 0, 1.0, full))
+
+
+def _norm_forward(x, p, dim, keepdim):
+    axis = _axis(dim, x.ndim)
+    if p == 1:
+        return np.sum(np.abs(x), axis=axis, keepdims=keepdim)
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdim))
+
+
+_norm = Op("norm", _norm_forward, (_norm_grad,), saves="x ans")
+
+
+def norm(x, p=2, dim=None, keepdim=False):
+    if p == "fro":
+        p = 2
+    if p not in (1, 2):
+        raise ValueError(f"norm supports p=1, p=2 and 'fro', got {p!r}")
+    return _norm(x, p=p, dim=dim, keepdim=keepdim)
+
+
+def _extreme_grad(g, ans, x, dim, keepdim):
+    # Ties share the gradient equally (torch's amax/amin and full max/min).
+    hit = x == expand_reduced(ans, x.shape, dim, keepdim)
+    return expand_reduced(g, x.shape, dim, keepdim) * hit / hit.sum(dim, keepdim=True)
+
+
+_amax = Op("amax", lambda x, dim, keepdim: np.max(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
+           (_extreme_grad,), saves="x ans")
+_amin = Op("amin", lambda x, dim, keepdim: np.min(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
+           (_extreme_grad,), saves="x ans")
+
+
+def amax(x, dim=None, keepdim=False):
+    return _amax(x, dim=dim, keepdim=keepdim)
+
+
+def amin(x, dim=None, keepdim=False):
+    return _amin(x, dim=dim, keepdim=keepdim)
+
+
+def _check_nonempty(x, what):
+    if x.data.size == 0:
+        raise RuntimeError(f"{what}(): expected a non-empty tensor")
+
+
+def argmax(x, dim=None, keepdim=False):
+    _check_nonempty(x, "argmax")
+    return Tensor._make(np.asarray(np.argmax(x.data, axis=dim, keepdims=keepdim)))
+
+
+def argmin(x, dim=None, keepdim=False):
+    _check_nonempty(x, "argmin")
+    return Tensor._make(np.asarray(np.argmin(x.data, axis=dim, keepdims=keepdim)))
+
+
+MinMax = collections.namedtuple("MinMax", ["values", "indices"])
+
+
+def _with_indices(x, dim, keepdim, pick):
+    _check_nonempty(x, "max" if pick is argmax else "min")
+    indices = pick(x, dim, keepdim=True)
+    values = take_along_dim(x, indices, dim)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return MinMax(values, indices)
+
+
+def max(x, dim=None, keepdim=False):
+    """Full reduction without `dim`; with it, (values, indices) as in torch."""
+    if dim is None:
+        _check_nonempty(x, "max")
+        return amax(x)
+    return _with_indices(x, dim, keepdim, argmax)
+
+
+def min(x, dim=None, keepdim=False):
+    if dim is None:
+        _check_nonempty(x, "min")
+        return amin(x)
+    return _with_indices(x, dim, keepdim, argmin)
+
+
+def _softmax(x, dim):
+    shifted = x - np.max(x, axis=dim, keepdims=True)
+    e = np.exp(shifted)
+    e /= np.sum(e, axis=dim, keepdims=True)
+    return e
+
+
+def _log_softmax(x, dim):
+    shifted = x - np.max(x, axis=dim, keepdims=True)
+    shifted -= np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
+    return shifted
+
+
+_softmax_op = Op("softmax", _softmax,
+             (lambda g, ans, x, dim: ans * (g - (g * ans).sum(dim, keepdim=True)),),
+             saves="ans")
+
+_log_softmax_op = Op("log_softmax", _log_softmax,
+                 (lambda g, ans, x, dim: g - ans.exp() * g.sum(dim, keepdim=True),),
+                 saves="ans")
+
+
+def _logsumexp(x, dim, keepdim):
+    axis = _axis(dim, x.ndim)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdim else np.squeeze(out, axis=axis)
+
+
+_logsumexp_op = Op("logsumexp", _logsumexp,
+                   (lambda g, ans, x, dim, keepdim: expand_reduced(g, x.shape, dim, keepdim)
+                    * (x - expand_reduced(ans, x.shape, dim, keepdim)).exp(),),
+                   saves="x ans")
+
+
+def logsumexp(x, dim, keepdim=False):
+    return _logsumexp_op(x, dim=dim, keepdim=keepdim)
+
+
+def softmax(x, dim):
+    return _softmax_op(x, dim=dim)
+
+
+def log_softmax(x, dim):
+    return _log_softmax_op(x, dim=dim)
+
+
+def _scatter_along(g, indices, dim, shape):
+    out = np.zeros(shape, dtype=g.dtype)
+    if indices.shape[dim] == 1:
+        np.put_along_axis(out, indices, g, axis=dim)
+    else:
+        # Repeated indices within a row must add up.
+        grid = list(np.ogrid[tuple(slice(n) for n in indices.shape)])
+        grid[dim] = indices
+        np.add.at(out, tuple(grid), g)
+    return out
+
+
+scatter_along = Op("scatter_along", _scatter_along,
+                   (lambda g, ans, grad, indices, dim, shape: take_along_dim(g, indices, dim),
+                    None),
+                   saves="indices")
+
+_take_along = Op("take_along_dim",
+                 lambda x, indices, dim: np.take_along_axis(x, indices, axis=dim),
+                 (lambda g, ans, x, indices, dim: scatter_along(g, indices, dim=dim, shape=x.shape),
+                  None),
+                 saves="indices")
+
+
+def take_along_dim(x, indices, dim):
+    if isinstance(indices, Tensor) and indices.dtype.kind not in "iu":
+        raise TypeError(f"take_along_dim: indices must be an integer tensor, got {indices.dtype}")
+    return _take_along(x, indices, dim=dim)
+
+
+from .elementwise import where  # noqa: E402

@@ -1,0 +1,249 @@
+"""Shape, indexing and joining ops. Most return numpy views that share the input's storage."""
+import numpy as np
+
+from ..tensor import Tensor
+from .core import Op, inplace
+from .reduction import normalize_dims
+
+
+def _dim(d, ndim):
+    return normalize_dims(d, ndim)[0]
+
+
+_reshape = Op("reshape", lambda x, shape: np.reshape(x, shape),
+              (lambda g, ans, x, shape: g.reshape(x.shape),), view=True)
+
+
+def reshape(x, shape):
+    try:
+        return _reshape(x, shape=tuple(int(s) for s in shape))
+    except ValueError:
+        raise RuntimeError(f"shape {tuple(shape)} is invalid for a tensor of size "
+                           f"{x.data.size} (shape {x.shape})") from None
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start, end = _dim(start_dim, x.ndim), _dim(end_dim, x.ndim)
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1:])
+
+
+def _inverse(perm):
+    return tuple(np.argsort(perm))
+
+
+_permute = Op("permute", lambda x, dims: np.transpose(x, dims),
+              (lambda g, ans, x, dims: permute(g, _inverse(dims)),), view=True)
+
+
+def permute(x, dims):
+    dims = tuple(d % max(x.ndim, 1) for d in dims)
+    if sorted(dims) != list(range(x.ndim)):
+        raise RuntimeError(f"permute: dims {dims} are not a permutation of the {x.ndim} "
+                           "dimensions of the tensor")
+    return _permute(x, dims=dims)
+
+
+def transpose(x, dim0, dim1):
+    dims = list(range(x.ndim))
+    a, b = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+    dims[a], dims[b] = dims[b], dims[a]
+    return _permute(x, dims=tuple(dims))
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        shape = tuple(s for s in x.shape if s != 1)
+    else:
+        dims = normalize_dims(dim, x.ndim)
+        shape = tuple(s for d, s in enumerate(x.shape) if not (d in dims and s == 1))
+    return reshape(x, shape)
+
+
+def unsqueeze(x, dim):
+    ndim = x.ndim + 1
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"unsqueeze: dim {dim} out of range for a {x.ndim}-d tensor")
+    d = dim % ndim
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+_expand = Op("expand", lambda x, shape: np.broadcast_to(x, shape),
+             (lambda g, ans, x, shape: g,), view=True)
+
+
+def expand(x, sizes):
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise RuntimeError(f"expand: the number of sizes ({len(sizes)}) must be at least the "
+                           f"tensor's number of dimensions ({x.ndim})")
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    for i, s in enumerate(x.shape):
+        if s != 1 and s != shape[lead + i]:
+            raise RuntimeError(f"expand: the size of dimension {i} ({s}) must match the "
+                               f"expanded size ({shape[lead + i]}) or be 1")
+    return _expand(x, shape=shape)
+
+
+# ----------------------------------------------------------------------------- indexing
+def _index_array(i):
+    if isinstance(i, Tensor):
+        return i.data
+    if isinstance(i, list):
+        return np.asarray(i)
+    return i
+
+
+def normalize_index(index):
+    if isinstance(index, tuple):
+        return tuple(_index_array(i) for i in index)
+    return _index_array(index)
+
+
+def _is_advanced(index):
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, np.ndarray) for p in parts)
+
+
+def _scatter(g, index, shape):
+    out = np.zeros(shape, dtype=g.dtype)
+    if _is_advanced(index):
+        # Integer-array indexing may repeat an element; every occurrence adds its gradient.
+        np.add.at(out, index, g)
+    else:
+        out[index] = g
+    return out
+
+
+index_scatter = Op("index_scatter", _scatter,
+                   (lambda g, ans, grad, index, shape: getitem(g, index),))
+
+_getitem = Op("getitem", lambda x, index: x[index],
+              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),), view=True)
+
+
+def getitem(x, index):
+    return _getitem(x, index=normalize_index(index))
+
+
+def _index_put(x, value, index):
+    out = x.copy()
+    out[index] = value
+    return out
+
+
+def _index_put_fast(target, value, index):
+    target[index] = value
+
+
+index_put = Op("index_put", _index_put,
+               (lambda g, ans, x, value, index: index_put(g, 0.0, index=index),
+                lambda g, ans, x, value, index: getitem(g, index)),
+               inplace_fast=_index_put_fast)
+
+
+def setitem_(x, index, value):
+    return inplace(index_put, x, value, index=normalize_index(index))
+
+
+copy_from = Op("copy", lambda x, src: np.broadcast_to(src, x.shape).astype(x.dtype),
+               (None, lambda g, ans, x, src: g),
+               inplace_fast=lambda target, src: np.copyto(target, src, casting="unsafe"))
+
+fill_with = Op("fill", lambda x, value: np.full_like(x, value),
+               (None,), inplace_fast=lambda target, value: target.fill(value))
+
+
+# ----------------------------------------------------------------------------- joining
+def _cat_grad(i, g, ans, *xs, dim):
+    start = int(np.sum([x.shape[dim] for x in xs[:i]], dtype=np.int64))
+    index = (slice(None),) * dim + (slice(start, start + xs[i].shape[dim]),)
+    return getitem(g, index)
+
+
+_cat = Op("cat", lambda *xs, dim: np.concatenate(xs, axis=dim), _cat_grad)
+
+
+def _as_tensors(tensors, what):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{what}() expects a non-empty list of tensors")
+    return [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
+
+
+def cat(tensors, dim=0):
+    tensors = _as_tensors(tensors, "cat")
+    return _cat(*tensors, dim=_dim(dim, tensors[0].ndim))
+
+
+concat = cat
+
+_stack = Op("stack", lambda *xs, dim: np.stack(xs, axis=dim),
+            lambda i, g, ans, *xs, dim: getitem(g, (slice(None),) * dim + (i,)))
+
+
+def stack(tensors, dim=0):
+    tensors = _as_tensors(tensors, "stack")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise RuntimeError(f"stack expects each tensor to be equal size, got shapes {sorted(shapes)}")
+    ndim = tensors[0].ndim + 1
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"stack: dim {dim} out of range for {ndim - 1}-d tensors")
+    return _stack(*tensors, dim=dim % ndim)
+
+
+def split(x, split_size_or_sections, dim=0):
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        if split_size_or_sections <= 0:
+            raise ValueError(f"split: split_size must be positive, got {split_size_or_sections}")
+        sizes = [split_size_or_sections] * (n // split_size_or_sections)
+        if n % split_size_or_sections:
+            sizes.append(n % split_size_or_sections)
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise RuntimeError(f"split: sections {sizes} add up to {sum(sizes)}, but dimension "
+                               f"{dim} has size {n}")
+    out, start = [], 0
+    for size in sizes:
+        out.append(getitem(x, (slice(None),) * d + (slice(start, start + size),)))
+        start += size
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    if chunks <= 0:
+        raise ValueError(f"chunk: the number of chunks must be positive, got {chunks}")
+    n = x.shape[_dim(dim, x.ndim)]
+    return split(x, max(-(-n // chunks), 1), dim)
+
+
+def _pad_widths(ndim, pad):
+    if len(pad) % 2 or len(pad) // 2 > ndim:
+        raise ValueError(f"pad: expected an even number of values covering at most {ndim} "
+                         f"dimensions, got {len(pad)}")
+    if any(p < 0 for p in pad):
+        raise ValueError(f"pad: negative padding {pad} is not supported")
+    widths = [(0, 0)] * ndim
+    for i in range(len(pad) // 2):
+        widths[ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return tuple(widths)
+
+
+_pad = Op("pad", lambda x, widths, value: np.pad(x, widths, constant_values=value),
+          (lambda g, ans, x, widths, value:
+           getitem(g, tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, x.shape))),))
+
+
+def pad(x, pad, mode="constant", value=0.0):
+    """torch.nn.functional.pad with mode='constant': `pad` lists (left, right) pairs starting
+    from the last dimension."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: only mode='constant' is supported, got {mode!r}")
+    return _pad(x, widths=_pad_widths(x.ndim, tuple(pad)), value=value)

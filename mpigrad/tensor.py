@@ -1,0 +1,636 @@
+"""Tensor: a numpy array plus the links autograd needs.
+
+Storage is `data` (an ndarray). Graph links: `grad_fn` (the Node that produced it) and
+`_output_nr`; leaves that require grad are reached through an AccumulateGrad node. Every
+in-place write bumps a version counter shared by all tensors that alias the same storage, so
+backward can tell when a saved tensor was changed after it was saved.
+"""
+import numpy as np
+
+from . import dtypes
+from .autograd import grad_mode
+from .autograd.graph import add_hook
+
+
+class Tensor:
+    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
+                 "_hooks", "_post_accumulate_hooks", "_accumulator", "_retains_grad",
+                 "__weakref__")
+    # Make numpy defer to Tensor's reflected operators (ndarray * Tensor -> Tensor).
+    __array_priority__ = 1000
+
+    def __init__(self, data, dtype=None, requires_grad=False):
+        """Wraps `data` without copying when it already is an ndarray of the right dtype."""
+        array = _as_array(data, dtype)
+        _init(self, array)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _make(cls, array):
+        t = object.__new__(cls)
+        _init(t, array)
+        return t
+
+    # ----------------------------------------------------------------- metadata
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def device(self):
+        return "cpu"
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    @property
+    def _version(self):
+        return self._vc[0]
+
+    @property
+    def T(self):
+        return ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self):
+        return ops.transpose(self, -2, -1)
+
+    def size(self, dim=None):
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    def dim(self):
+        return self.data.ndim
+
+    def numel(self):
+        return self.data.size
+
+    def element_size(self):
+        return self.data.itemsize
+
+    def is_floating_point(self):
+        return self.data.dtype.kind == "f"
+
+    def is_contiguous(self):
+        return self.data.flags.c_contiguous
+
+    def __len__(self):
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    def __iter__(self):
+        if self.data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.data.shape[0]))
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        body = np.array2string(self.data, separator=", ", prefix="tensor(")
+        extra = ""
+        if self.data.dtype not in (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool):
+            extra += f", dtype={self.data.dtype}"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{self.grad_fn.name()}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    # ----------------------------------------------------------------- conversion
+    def numpy(self):
+        """The underlying array, shared. Like torch, refuses a tensor that requires grad."""
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on a tensor that requires grad; use "
+                               "tensor.detach().numpy() instead.")
+        return self.data
+
+    def __array__(self, dtype=None, copy=None):
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def item(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"a tensor with {self.data.size} elements cannot be converted "
+                               "to a Python number")
+        return self.data.item()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.data.dtype.kind not in "iu":
+            raise TypeError("only integer tensors of a single element can be used as an index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements "
+                               "is ambiguous")
+        return bool(self.data.item())
+
+    def to(self, dtype=None, *args, **kwargs):
+        """`to(dtype)`; device strings ('cpu') are accepted and ignored: mpigrad runs on the CPU."""
+        if isinstance(dtype, str) and dtype == "cpu":
+            dtype = kwargs.get("dtype")
+        if dtype is None or np.dtype(dtype) == self.data.dtype:
+            return self
+        return ops.cast(self, dtype=np.dtype(dtype))
+
+    def cpu(self):
+        return self
+
+    def float(self):
+        return self.to(dtypes.float32)
+
+    def double(self):
+        return self.to(dtypes.float64)
+
+    def half(self):
+        return self.to(dtypes.float16)
+
+    def long(self):
+        return self.to(dtypes.int64)
+
+    def int(self):
+        return self.to(dtypes.int32)
+
+    def bool(self):
+        return self.to(dtypes.bool)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    # ----------------------------------------------------------------- autograd
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad and self.data.dtype.kind not in "fc":
+            raise RuntimeError(f"only floating point tensors can require gradients, got "
+                               f"{self.data.dtype}")
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError("requires_grad can only be switched off on a leaf; use "
+                               "detach() to get a tensor outside the graph.")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def detach(self):
+        """A tensor on the same storage (and version counter) with no graph history."""
+        t = Tensor._make(self.data)
+        t._vc = self._vc
+        t._base = self._base if self._base is not None else self
+        return t
+
+    def detach_(self):
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    def retain_grad(self):
+        if self.grad_fn is None:
+            return
+        if not self._retains_grad:
+            import weakref
+            ref = weakref.ref(self)
+
+            def store(grad):
+                t = ref()
+                if t is not None:
+                    t.grad = grad.detach().clone() if t.grad is None else t.grad + grad
+            self.grad_fn.register_prehook(store, self._output_nr)
+            self._retains_grad = True
+
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
+    def register_hook(self, hook):
+        """`hook(grad) -> Tensor or None` runs when this tensor's gradient is computed; a
+        returned tensor replaces the gradient."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require grad")
+        if self.grad_fn is not None:
+            return self.grad_fn.register_prehook(hook, self._output_nr)
+        if self._hooks is None:
+            self._hooks = {}
+        return add_hook(self._hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """`hook(tensor)` runs on a leaf right after its `.grad` has been updated."""
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks can only be registered on leaf "
+                               "tensors")
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require grad")
+        if self._post_accumulate_hooks is None:
+            self._post_accumulate_hooks = {}
+        return add_hook(self._post_accumulate_hooks, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from . import autograd
+        autograd.backward(self, gradient, retain_graph=retain_graph,
+                          create_graph=create_graph, inputs=inputs)
+
+    def _bump_version(self):
+        self._vc[0] += 1
+
+    # ----------------------------------------------------------------- arithmetic
+    def __add__(self, other):
+        return ops.add(self, other)
+
+    def __radd__(self, other):
+        return ops.add(other, self)
+
+    def __sub__(self, other):
+        return ops.sub(self, other)
+
+    def __rsub__(self, other):
+        return ops.sub(other, self)
+
+    def __mul__(self, other):
+        return ops.mul(self, other)
+
+    def __rmul__(self, other):
+        return ops.mul(other, self)
+
+    def __truediv__(self, other):
+        return ops.div(self, other)
+
+    def __rtruediv__(self, other):
+        return ops.div(other, self)
+
+    def __pow__(self, exponent):
+        return ops.pow(self, exponent)
+
+    def __rpow__(self, base):
+        return ops.pow(base, self)
+
+    def __neg__(self):
+        return ops.neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return ops.abs(self)
+
+    def __matmul__(self, other):
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return ops.matmul(other, self)
+
+    def __eq__(self, other):
+        return ops.eq(self, other)
+
+    def __ne__(self, other):
+        return ops.ne(self, other)
+
+    def __lt__(self, other):
+        return ops.lt(self, other)
+
+    def __le__(self, other):
+        return ops.le(self, other)
+
+    def __gt__(self, other):
+        return ops.gt(self, other)
+
+    def __ge__(self, other):
+        return ops.ge(self, other)
+
+    def __and__(self, other):
+        return ops.logical_and(self, other)
+
+    def __or__(self, other):
+        return ops.logical_or(self, other)
+
+    def __invert__(self):
+        return ops.logical_not(self)
+
+    def __getitem__(self, index):
+        return ops.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        ops.setitem_(self, index, value)
+
+    # In-place arithmetic: ops.inplace bumps the version and records the op in the graph.
+    def __iadd__(self, other):
+        return ops.inplace(ops.add, self, other)
+
+    def __isub__(self, other):
+        return ops.inplace(ops.sub, self, other)
+
+    def __imul__(self, other):
+        return ops.inplace(ops.mul, self, other)
+
+    def __itruediv__(self, other):
+        return ops.inplace(ops.div, self, other)
+
+    def add_(self, other, alpha=1):
+        return ops.inplace(ops.add, self, other if alpha == 1 else other * alpha)
+
+    def sub_(self, other, alpha=1):
+        return ops.inplace(ops.sub, self, other if alpha == 1 else other * alpha)
+
+    def mul_(self, other):
+        return ops.inplace(ops.mul, self, other)
+
+    def div_(self, other):
+        return ops.inplace(ops.div, self, other)
+
+    def pow_(self, exponent):
+        return ops.inplace(ops.pow, self, exponent)
+
+    def neg_(self):
+        return ops.inplace(ops.neg, self)
+
+    def exp_(self):
+        return ops.inplace(ops.exp, self)
+
+    def sqrt_(self):
+        return ops.inplace(ops.sqrt, self)
+
+    def relu_(self):
+        return ops.inplace(ops.relu, self)
+
+    def sigmoid_(self):
+        return ops.inplace(ops.sigmoid, self)
+
+    def tanh_(self):
+        return ops.inplace(ops.tanh, self)
+
+    def clamp_(self, min=None, max=None):
+        return ops.inplace(ops.clamp_op, self, min=min, max=max)
+
+    def addcmul_(self, tensor1, tensor2, value=1):
+        return self.add_(tensor1 * tensor2, alpha=value)
+
+    def addcdiv_(self, tensor1, tensor2, value=1):
+        return self.add_(tensor1 / tensor2, alpha=value)
+
+    def lerp_(self, end, weight):
+        return self.add_((end - self) * weight)
+
+    def copy_(self, src):
+        return ops.inplace(ops.copy_from, self, src)
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        return ops.inplace(ops.fill_with, self, value=value)
+
+    def masked_fill_(self, mask, value):
+        return ops.inplace(ops.masked_fill, self, mask, value=value)
+
+    def normal_(self, mean=0.0, std=1.0, generator=None):
+        from . import random
+        return self.copy_(random.normal_array(self.shape, mean, std, self.dtype, generator))
+
+    def uniform_(self, a=0.0, b=1.0, generator=None):
+        from . import random
+        return self.copy_(random.uniform_array(self.shape, a, b, self.dtype, generator))
+
+    # ----------------------------------------------------------------- math methods
+    def exp(self):
+        return ops.exp(self)
+
+    def log(self):
+        return ops.log(self)
+
+    def sqrt(self):
+        return ops.sqrt(self)
+
+    def rsqrt(self):
+        return ops.pow(self, -0.5)
+
+    def square(self):
+        return ops.mul(self, self)
+
+    def abs(self):
+        return ops.abs(self)
+
+    def sign(self):
+        return ops.sign(self)
+
+    def tanh(self):
+        return ops.tanh(self)
+
+    def sigmoid(self):
+        return ops.sigmoid(self)
+
+    def relu(self):
+        return ops.relu(self)
+
+    def sin(self):
+        return ops.sin(self)
+
+    def cos(self):
+        return ops.cos(self)
+
+    def pow(self, exponent):
+        return ops.pow(self, exponent)
+
+    def clamp(self, min=None, max=None):
+        return ops.clamp(self, min, max)
+
+    clip = clamp
+
+    def maximum(self, other):
+        return ops.maximum(self, other)
+
+    def minimum(self, other):
+        return ops.minimum(self, other)
+
+    def masked_fill(self, mask, value):
+        return ops.masked_fill(self, mask, value=value)
+
+    def matmul(self, other):
+        return ops.matmul(self, other)
+
+    mm = matmul
+
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        return ops.sum(self, dim, keepdim, dtype)
+
+    def mean(self, dim=None, keepdim=False):
+        return ops.mean(self, dim, keepdim)
+
+    def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        return ops.var(self, dim, unbiased, keepdim, correction)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
+        return ops.std(self, dim, unbiased, keepdim, correction)
+
+    def norm(self, p=2, dim=None, keepdim=False):
+        return ops.norm(self, p, dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        return ops.max(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        return ops.min(self, dim, keepdim)
+
+    def amax(self, dim=None, keepdim=False):
+        return ops.amax(self, dim, keepdim)
+
+    def amin(self, dim=None, keepdim=False):
+        return ops.amin(self, dim, keepdim)
+
+    def argmax(self, dim=None, keepdim=False):
+        return ops.argmax(self, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return ops.argmin(self, dim, keepdim)
+
+    def softmax(self, dim):
+        return ops.softmax(self, dim)
+
+    def log_softmax(self, dim):
+        return ops.log_softmax(self, dim)
+
+    def logsumexp(self, dim, keepdim=False):
+        return ops.logsumexp(self, dim, keepdim)
+
+    def eq(self, other):
+        return ops.eq(self, other)
+
+    def ne(self, other):
+        return ops.ne(self, other)
+
+    def lt(self, other):
+        return ops.lt(self, other)
+
+    def le(self, other):
+        return ops.le(self, other)
+
+    def gt(self, other):
+        return ops.gt(self, other)
+
+    def ge(self, other):
+        return ops.ge(self, other)
+
+    def all(self):
+        return Tensor._make(np.asarray(self.data.all()))
+
+    def any(self):
+        return Tensor._make(np.asarray(self.data.any()))
+
+    # ----------------------------------------------------------------- shape
+    def reshape(self, *shape):
+        return ops.reshape(self, _shape_arg(shape))
+
+    def view(self, *shape):
+        if isinstance(shape[0], np.dtype) or shape[0] in (float, int):
+            raise TypeError("view(dtype) is not supported; use .to(dtype)")
+        if not self.data.flags.c_contiguous:
+            raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                               "(the tensor is not contiguous); use .reshape(...) instead.")
+        return ops.reshape(self, _shape_arg(shape))
+
+    def view_as(self, other):
+        return self.view(other.shape)
+
+    def reshape_as(self, other):
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        return ops.flatten(self, start_dim, end_dim)
+
+    def transpose(self, dim0, dim1):
+        return ops.transpose(self, dim0, dim1)
+
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError("t() expects a tensor with <= 2 dimensions; use transpose()")
+        return self.T
+
+    def permute(self, *dims):
+        return ops.permute(self, _shape_arg(dims))
+
+    def squeeze(self, dim=None):
+        return ops.squeeze(self, dim)
+
+    def unsqueeze(self, dim):
+        return ops.unsqueeze(self, dim)
+
+    def expand(self, *sizes):
+        return ops.expand(self, _shape_arg(sizes))
+
+    def expand_as(self, other):
+        return ops.expand(self, other.shape)
+
+    def split(self, split_size_or_sections, dim=0):
+        return ops.split(self, split_size_or_sections, dim)
+
+    def chunk(self, chunks, dim=0):
+        return ops.chunk(self, chunks, dim)
+
+    def clone(self):
+        return ops.clone(self)
+
+    def contiguous(self):
+        return self if self.data.flags.c_contiguous else ops.clone(self)
+
+
+def _init(t, array):
+    t.data = array
+    t.requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._vc = [0]
+    t._base = None
+    t._hooks = None
+    t._post_accumulate_hooks = None
+    t._accumulator = None
+    t._retains_grad = False
+
+
+def _as_array(data, dtype):
+    """torch.tensor's dtype rules: arrays keep theirs, Python floats take the default dtype."""
+    dtype = dtypes.to_dtype(dtype)
+    if isinstance(data, Tensor):
+        data = data.data
+    if isinstance(data, np.ndarray):
+        return data if dtype is None or data.dtype == dtype else data.astype(dtype)
+    if isinstance(data, np.generic):
+        return np.asarray(data, dtype=dtype)
+    array = np.asarray(_unwrap_nested(data))
+    if dtype is None and array.dtype.kind == "f":
+        dtype = dtypes.get_default_dtype()
+    if array.dtype.kind in "OUS":
+        raise TypeError(f"can't make a tensor from {type(data).__name__} holding "
+                        f"{array.dtype} values; expected numbers, bools or nested lists of them")
+    return array if dtype is None or array.dtype == dtype else array.astype(dtype)
+
+
+def _unwrap_nested(data):
+    if isinstance(data, Tensor):
+        return data.data
+    if isinstance(data, (list, tuple)):
+        return [_unwrap_nested(d) for d in data]
+    return data
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+from . import ops  # noqa: E402  (ops needs the Tensor class defined above)

@@ -1,0 +1,2 @@
+"""Utilities: activation checkpointing."""
+from .checkpoint import checkpoint  # noqa: F401
