@@ -1,0 +1,291 @@
+"""Module: the base of every layer. Holds parameters, buffers and submodules by name."""
+import collections
+import itertools
+
+import numpy as np
+
+from ..autograd import grad_mode
+from ..autograd.graph import add_hook
+from ..tensor import Tensor
+from .parameter import Buffer, Parameter
+
+IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class Module:
+    """torch.nn.Module's contract: assign Parameters and Modules as attributes, implement
+    `forward`, call the module."""
+
+    def __init__(self):
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", collections.OrderedDict())
+        object.__setattr__(self, "_buffers", collections.OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_modules", collections.OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_forward_hooks", collections.OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must implement forward()")
+
+    def __call__(self, *args, **kwargs):
+        for hook in list(self._forward_pre_hooks.values()):
+            result = hook(self, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+        output = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            result = hook(self, args, output)
+            if result is not None:
+                output = result
+        return output
+
+    def register_forward_pre_hook(self, hook):
+        return add_hook(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook):
+        return add_hook(self._forward_hooks, hook)
+
+    # ------------------------------------------------------------- registration
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign attributes before Module.__init__() is called; "
+                                 "call super().__init__() first")
+        if value is None and name in self._parameters:
+            self._parameters[name] = None  # e.g. `self.bias = None` keeps the slot, as in torch
+            return
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Buffer):
+            self._buffers[name] = Tensor._make(value.data)
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+            return
+        self.__dict__.pop(name, None)
+
+    def __getattr__(self, name):
+        for store in ("_parameters", "_buffers", "_modules"):
+            values = self.__dict__.get(store)
+            if values is not None and name in values:
+                return values[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign {type(param).__name__} as parameter '{name}' "
+                            "(a Parameter or None is required)")
+        self.__dict__.pop(name, None)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign {type(tensor).__name__} as buffer '{name}' "
+                            "(a Tensor or None is required)")
+        self.__dict__.pop(name, None)
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers.discard(name)
+        else:
+            self._non_persistent_buffers.add(name)
+
+    def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        self.__dict__.pop(name, None)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # ------------------------------------------------------------- traversal
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        memo = set() if memo is None else memo
+        if remove_duplicate:
+            if self in memo:
+                return
+            memo.add(self)
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is not None:
+                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name,
+                                                remove_duplicate)
+
+    def modules(self):
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self):
+        seen = set()
+        for name, module in self._modules.items():
+            if module is not None and module not in seen:
+                seen.add(module)
+                yield name, module
+
+    def children(self):
+        for _, module in self.named_children():
+            yield module
+
+    def _named_members(self, store, prefix, recurse, remove_duplicate=True):
+        seen = set()
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
+            for name, value in getattr(module, store).items():
+                if value is None or (remove_duplicate and id(value) in seen):
+                    continue
+                seen.add(id(value))
+                yield (f"{module_prefix}.{name}" if module_prefix else name), value
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def get_parameter(self, target):
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if name not in module._parameters:
+            raise AttributeError(f"{type(module).__name__} has no parameter '{name}'")
+        return module._parameters[name]
+
+    def get_submodule(self, target):
+        module = self
+        for part in filter(None, target.split(".")):
+            if part not in module._modules:
+                raise AttributeError(f"{type(module).__name__} has no submodule '{part}'")
+            module = module._modules[part]
+        return module
+
+    # ------------------------------------------------------------- modes and utilities
+    def train(self, mode=True):
+        if not isinstance(mode, bool):
+            raise ValueError(f"training mode is expected to be a bool, got {type(mode).__name__}")
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.data[...] = 0
+                p.grad._bump_version()
+
+    def apply(self, fn):
+        for module in self.children():
+            module.apply(fn)
+        fn(self)
+        return self
+
+    def _convert(self, dtype):
+        dtype = np.dtype(dtype)
+        with grad_mode.no_grad():
+            for t in itertools.chain(self.parameters(), self.buffers()):
+                if t.dtype.kind == "f" and t.dtype != dtype:
+                    t.data = t.data.astype(dtype)
+                    if t.grad is not None:
+                        t.grad.data = t.grad.data.astype(dtype)
+        return self
+
+    def to(self, dtype=None, *args, **kwargs):
+        """Casts floating parameters and buffers in place; device strings are ignored (CPU)."""
+        if isinstance(dtype, str):
+            dtype = kwargs.get("dtype")
+        return self if dtype is None else self._convert(dtype)
+
+    def double(self):
+        return self._convert(np.float64)
+
+    def float(self):
+        return self._convert(np.float32)
+
+    def cpu(self):
+        return self
+
+    # ------------------------------------------------------------- state
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        destination = collections.OrderedDict() if destination is None else destination
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers:
+                destination[prefix + name] = b if keep_vars else b.detach()
+        for name, module in self._modules.items():
+            if module is not None:
+                module.state_dict(destination, prefix + name + ".", keep_vars)
+        return destination
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies values into the existing tensors. With strict, any missing, unexpected or
+        mis-shaped key is an error that lists them all."""
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        mismatched = []
+        for key, target in own.items():
+            if key in state_dict:
+                value = state_dict[key]
+                shape = tuple(np.shape(value.data if isinstance(value, Tensor) else value))
+                if shape != tuple(target.shape):
+                    mismatched.append(f"size mismatch for {key}: the checkpoint has shape "
+                                      f"{shape}, the model has {tuple(target.shape)}")
+        problems = list(mismatched)
+        if strict and missing:
+            problems.append(f"Missing key(s) in state_dict: {', '.join(missing)}")
+        if strict and unexpected:
+            problems.append(f"Unexpected key(s) in state_dict: {', '.join(unexpected)}")
+        if problems:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                               + "\n\t".join(problems))
+        with grad_mode.no_grad():
+            for key, target in own.items():
+                if key in state_dict:
+                    value = state_dict[key]
+                    target.copy_(value.data if isinstance(value, Tensor) else np.asarray(value))
+        return IncompatibleKeys(missing, unexpected)
+
+    # ------------------------------------------------------------- printing
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"({name}): " + repr(m).replace("\n", "\n  ")
+                 for name, m in self._modules.items()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not lines:
+            return head + ")"
+        return head + "\n  " + "\n  ".join(lines) + "\n)"
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
+                      | set(self._modules))
