@@ -19,12 +19,10 @@ class RemovableHandle:
 
     def __init__(self, hooks_dict):
         self.id = next(RemovableHandle._ids)
-        self._hooks_ref = weakref.ref(hooks_dict)
+        self._hooks = hooks_dict
 
     def remove(self):
-        hooks = self._hooks_ref()
-        if hooks is not None:
-            hooks.pop(self.id, None)
+        self._hooks.pop(self.id, None)
 
     def __enter__(self):
         return self

@@ -1,0 +1,186 @@
+"""The backward engine: ordering, accumulation, retain_graph, grad(), create_graph."""
+import numpy as np
+import pytest
+
+import mpigrad as mg
+from mpigrad import autograd
+from mpigrad.autograd import Function
+
+
+class Counting(Function):
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        Counting.calls += 1
+        return g
+
+
+def test_each_node_runs_once_after_all_its_consumers():
+    x = mg.randn(4, requires_grad=True)
+    Counting.calls = 0
+    shared = Counting.apply(x)
+    # Three consumers of `shared` on paths of different length.
+    loss = (shared * 2).sum() + (shared.exp() * 3).tanh().sum() + shared.sum()
+    loss.backward()
+    assert Counting.calls == 1
+    expected = 2 + 3 * np.exp(x.data) * (1 - np.tanh(3 * np.exp(x.data)) ** 2) + 1
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-5)
+
+
+def test_gradients_accumulate_across_backward_calls():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    (x * 3).sum().backward()
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3 + 2, 3 + 4])
+
+
+def test_two_leaves_never_share_a_grad_array():
+    a = mg.randn(3, requires_grad=True)
+    b = mg.randn(3, requires_grad=True)
+    (a + b).sum().backward()  # add passes the same gradient object to both inputs
+    assert not np.shares_memory(a.grad.data, b.grad.data)
+    a.grad.data += 1
+    np.testing.assert_array_equal(b.grad.numpy(), np.ones(3, np.float32))
+
+
+def test_expanded_gradient_is_stored_as_a_writable_copy():
+    x = mg.randn(3, requires_grad=True)
+    x.sum().backward()
+    assert x.grad.data.flags.writeable and x.grad.data.flags.c_contiguous
+
+
+def test_second_backward_through_freed_graph_says_to_retain_graph():
+    x = mg.randn(3, requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        y.backward()
+
+
+def test_retain_graph_allows_a_second_backward():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 8.0])
+
+
+def test_non_scalar_backward_needs_a_gradient():
+    x = mg.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        (x * 2).backward()
+    (x * 2).backward(mg.tensor([1.0, 0.0, 2.0]))
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 0.0, 4.0])
+
+
+def test_backward_on_tensor_without_graph_raises():
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        mg.ones(2).sum().backward()
+
+
+def test_grad_returns_without_touching_dot_grad():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    w = mg.tensor([3.0, 4.0], requires_grad=True)
+    (gx,) = autograd.grad((x * w).sum(), x)
+    np.testing.assert_allclose(gx.numpy(), [3.0, 4.0])
+    assert x.grad is None and w.grad is None
+
+
+def test_grad_of_a_non_leaf_input():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2
+    (gh,) = autograd.grad((h * h).sum(), h)
+    np.testing.assert_allclose(gh.numpy(), 2 * h.data)
+
+
+def test_grad_unused_input():
+    x = mg.randn(2, requires_grad=True)
+    y = mg.randn(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="allow_unused=True"):
+        autograd.grad((x * 2).sum(), [x, y])
+    gx, gy = autograd.grad((x * 2).sum(), [x, y], allow_unused=True)
+    assert gy is None
+    gx, gy = autograd.grad((x * 2).sum(), [x, y], materialize_grads=True)
+    np.testing.assert_array_equal(gy.numpy(), 0)
+
+
+def test_create_graph_gives_second_derivatives(float64):
+    x = mg.tensor([0.3, -1.2, 2.0], requires_grad=True)
+    y = (x.sin() * x ** 2).sum()
+    (g,) = autograd.grad(y, x, create_graph=True)
+    (h,) = autograd.grad(g.sum(), x)
+    xs = x.data
+    expected = -xs ** 2 * np.sin(xs) + 4 * xs * np.cos(xs) + 2 * np.sin(xs)
+    np.testing.assert_allclose(h.numpy(), expected, rtol=1e-12)
+
+
+def test_hessian_vector_product_matches_explicit_hessian(float64, rng):
+    from mpigrad.autograd.functional import hessian, hvp
+    a = mg.tensor(rng.standard_normal((4, 4)))
+
+    def f(x):
+        return (x @ a @ x).tanh() + (x ** 3).sum()
+
+    x = mg.tensor(rng.standard_normal(4))
+    v = mg.tensor(rng.standard_normal(4))
+    H = hessian(f, x)
+    _, hv = hvp(f, x, v)
+    np.testing.assert_allclose(hv.numpy(), H.numpy() @ v.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(H.numpy(), H.numpy().T, rtol=1e-10)
+
+
+def test_jacobian_and_jvp_vjp_agree(float64, rng):
+    from mpigrad.autograd.functional import jacobian, jvp, vjp
+    w = mg.tensor(rng.standard_normal((3, 4)))
+
+    def f(x):
+        return (w @ x).sigmoid()
+
+    x = mg.tensor(rng.standard_normal(4))
+    J = jacobian(f, x).numpy()
+    v = rng.standard_normal(4)
+    u = rng.standard_normal(3)
+    np.testing.assert_allclose(jvp(f, x, mg.tensor(v))[1].numpy(), J @ v, rtol=1e-10)
+    np.testing.assert_allclose(vjp(f, x, mg.tensor(u))[1].numpy(), u @ J, rtol=1e-10)
+    assert not x.requires_grad
+
+
+def test_maml_style_gradient_through_an_inner_update(float64, rng):
+    # Inner step w' = w - lr * dL_train/dw; outer loss on w'. The outer gradient includes the
+    # second-order term, which we check against finite differences of the whole procedure.
+    xtr, ytr = rng.standard_normal((5, 3)), rng.standard_normal(5)
+    xte, yte = rng.standard_normal((4, 3)), rng.standard_normal(4)
+    lr = 0.1
+
+    def outer(w):
+        inner = ((mg.tensor(xtr) @ w - mg.tensor(ytr)) ** 2).mean()
+        (gw,) = autograd.grad(inner, w, create_graph=True)
+        adapted = w - lr * gw
+        return ((mg.tensor(xte) @ adapted - mg.tensor(yte)) ** 2).mean()
+
+    w = mg.tensor(rng.standard_normal(3), requires_grad=True)
+    outer(w).backward()
+    numerical = np.zeros(3)
+    for i in range(3):
+        for sign in (1, -1):
+            shifted = w.detach().clone()
+            shifted.data[i] += sign * 1e-6
+            shifted.requires_grad_()
+            numerical[i] += sign * outer(shifted).item() / 2e-6
+    np.testing.assert_allclose(w.grad.numpy(), numerical, rtol=1e-6)
+
+
+def test_engine_runs_most_recent_ready_node_first():
+    order = []
+    x = mg.randn(2, requires_grad=True)
+    a = x * 2
+    b = x * 3
+    a.register_hook(lambda g: order.append("a"))
+    b.register_hook(lambda g: order.append("b"))
+    (a.sum() + b.sum()).backward()
+    assert order == ["b", "a"]

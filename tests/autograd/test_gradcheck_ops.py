@@ -1,0 +1,168 @@
+"""Every differentiable op against finite differences (float64), first and second order."""
+import numpy as np
+import pytest
+
+import mpigrad as mg
+from mpigrad.autograd import Function, gradcheck, gradgradcheck
+from mpigrad.autograd.gradcheck import GradcheckError
+
+F = mg.ops
+
+
+def _positive(shape, rng):
+    return rng.uniform(0.5, 2.0, shape)
+
+
+def _spread(shape, rng):
+    # Distinct values, away from kinks, so max/relu/abs/clamp are differentiable where sampled.
+    n = int(np.prod(shape))
+    values = rng.permutation(n).reshape(shape) / n * 4 - 2 + 0.01
+    return values + rng.uniform(-0.004, 0.004, shape)
+
+
+def _normal(shape, rng):
+    return rng.standard_normal(shape)
+
+
+# (name, function, [(shape, sampler), ...]) -- shapes include broadcasting pairs.
+CASES = [
+    ("add", lambda a, b: a + b, [((3, 4), _normal), ((4,), _normal)]),
+    ("add_scalar", lambda a: 2.5 + a, [((2, 3), _normal)]),
+    ("sub", lambda a, b: a - b, [((2, 1, 4), _normal), ((3, 1), _normal)]),
+    ("rsub", lambda a: 1.0 - a, [((3,), _normal)]),
+    ("mul", lambda a, b: a * b, [((3, 4), _normal), ((3, 1), _normal)]),
+    ("div", lambda a, b: a / b, [((3, 4), _normal), ((4,), _positive)]),
+    ("rdiv", lambda a: 2.0 / a, [((3,), _positive)]),
+    ("pow_scalar", lambda a: a ** 3, [((3, 2), _normal)]),
+    ("pow_tensor", lambda a, b: a ** b, [((3, 2), _positive), ((2,), _normal)]),
+    ("rpow", lambda a: 2.0 ** a, [((4,), _normal)]),
+    ("neg", lambda a: -a, [((2, 3), _normal)]),
+    ("matmul_2d", lambda a, b: a @ b, [((3, 4), _normal), ((4, 2), _normal)]),
+    ("matmul_batched_broadcast", lambda a, b: a @ b, [((2, 3, 4), _normal), ((4, 5), _normal)]),
+    ("matmul_vec", lambda a, b: a @ b, [((3, 4), _normal), ((4,), _normal)]),
+    ("matmul_vec_left", lambda a, b: a @ b, [((4,), _normal), ((2, 4, 3), _normal)]),
+    ("dot", lambda a, b: a @ b, [((5,), _normal), ((5,), _normal)]),
+    ("linear", lambda x, w, b: F.linear(x, w, b), [((2, 3, 4), _normal), ((5, 4), _normal),
+                                                  ((5,), _normal)]),
+    ("exp", lambda a: a.exp(), [((3, 4), _normal)]),
+    ("log", lambda a: a.log(), [((3, 4), _positive)]),
+    ("sqrt", lambda a: a.sqrt(), [((3, 4), _positive)]),
+    ("abs", lambda a: a.abs(), [((3, 4), _spread)]),
+    ("tanh", lambda a: a.tanh(), [((3, 4), _normal)]),
+    ("sigmoid", lambda a: a.sigmoid(), [((3, 4), _normal)]),
+    ("relu", lambda a: a.relu(), [((3, 4), _spread)]),
+    ("gelu", lambda a: F.gelu(a), [((3, 4), _normal)]),
+    ("gelu_tanh", lambda a: F.gelu(a, approximate="tanh"), [((3, 4), _normal)]),
+    ("sin_cos", lambda a: a.sin() * a.cos(), [((5,), _normal)]),
+    ("clamp", lambda a: a.clamp(-0.5, 0.7), [((3, 4), _spread)]),
+    ("clamp_min", lambda a: a.clamp(min=0.1), [((3, 4), _spread)]),
+    ("maximum", lambda a, b: mg.maximum(a, b), [((3, 4), _spread), ((4,), _spread)]),
+    ("minimum", lambda a, b: mg.minimum(a, b), [((3, 4), _spread), ((3, 1), _spread)]),
+    ("where", lambda a, b: mg.where(a > 0, a, b), [((3, 4), _spread), ((4,), _normal)]),
+    ("masked_fill", lambda a: a.masked_fill(a > 0.3, 2.0), [((3, 4), _spread)]),
+    ("sum_all", lambda a: a.sum(), [((3, 4), _normal)]),
+    ("sum_dim", lambda a: a.sum(1), [((3, 4, 2), _normal)]),
+    ("sum_dims_keepdim", lambda a: a.sum((0, 2), keepdim=True), [((3, 4, 2), _normal)]),
+    ("mean_dim", lambda a: a.mean(-1), [((3, 4), _normal)]),
+    ("mean_all", lambda a: a.mean(), [((3, 4), _normal)]),
+    ("var", lambda a: a.var(1), [((3, 5), _normal)]),
+    ("var_biased_keepdim", lambda a: a.var(0, unbiased=False, keepdim=True), [((4, 3), _normal)]),
+    ("std", lambda a: a.std(), [((3, 4), _normal)]),
+    ("norm", lambda a: a.norm(dim=1), [((3, 4), _normal)]),
+    ("max_all", lambda a: a.max(), [((3, 4), _spread)]),
+    ("min_all", lambda a: a.min(), [((3, 4), _spread)]),
+    ("max_dim", lambda a: a.max(1).values, [((3, 4), _spread)]),
+    ("min_dim_keepdim", lambda a: a.min(0, keepdim=True).values, [((3, 4), _spread)]),
+    ("amax", lambda a: a.amax((0, 1)), [((3, 4, 2), _spread)]),
+    ("softmax", lambda a: a.softmax(1), [((3, 4), _normal)]),
+    ("log_softmax", lambda a: a.log_softmax(0), [((3, 4), _normal)]),
+    ("logsumexp", lambda a: a.logsumexp(1), [((3, 4), _normal)]),
+    ("logsumexp_keepdim", lambda a: a.logsumexp(0, keepdim=True), [((3, 4), _normal)]),
+    ("reshape", lambda a: a.reshape(6, 2) * 1.0, [((3, 4), _normal)]),
+    ("view", lambda a: a.view(-1), [((3, 4), _normal)]),
+    ("flatten", lambda a: a.flatten(1), [((2, 3, 4), _normal)]),
+    ("transpose", lambda a: a.transpose(0, 2), [((2, 3, 4), _normal)]),
+    ("T", lambda a: a.T, [((2, 3), _normal)]),
+    ("permute", lambda a: a.permute(2, 0, 1), [((2, 3, 4), _normal)]),
+    ("squeeze", lambda a: a.squeeze(1), [((3, 1, 4), _normal)]),
+    ("unsqueeze", lambda a: a.unsqueeze(-1), [((3, 4), _normal)]),
+    ("expand", lambda a: a.expand(2, 3, 4), [((3, 1), _normal)]),
+    ("index_basic", lambda a: a[1:, ::2], [((4, 5), _normal)]),
+    ("index_int", lambda a: a[2], [((4, 5), _normal)]),
+    ("index_array_repeated", lambda a: a[[0, 2, 0, 3]], [((4, 5), _normal)]),
+    ("index_mixed", lambda a: a[:, [1, 1, 4]], [((4, 5), _normal)]),
+    ("index_bool", lambda a: a[a > 0], [((4, 5), _spread)]),
+    ("index_tensor", lambda a: a[mg.tensor([3, 0, 3])], [((4, 2), _normal)]),
+    ("take_along_dim", lambda a: mg.take_along_dim(a, mg.tensor([[0, 2, 0], [1, 1, 3]]), 1),
+     [((2, 4), _normal)]),
+    ("cat", lambda a, b: mg.cat([a, b, a], dim=1), [((2, 3), _normal), ((2, 1), _normal)]),
+    ("stack", lambda a, b: mg.stack([a, b], dim=1), [((2, 3), _normal), ((2, 3), _normal)]),
+    ("split", lambda a: a.split([1, 3], dim=1)[1] * a.split(2)[0].sum(), [((4, 4), _normal)]),
+    ("chunk", lambda a: a.chunk(3, dim=0)[2], [((5, 2), _normal)]),
+    ("pad", lambda a: F.pad(a, (1, 2, 0, 1), value=0.5), [((2, 3, 4), _normal)]),
+    ("clone", lambda a: a.clone(), [((3,), _normal)]),
+]
+
+
+def _inputs(specs, rng):
+    return tuple(mg.tensor(sampler(shape, rng), requires_grad=True) for shape, sampler in specs)
+
+
+@pytest.mark.parametrize("name,fn,specs", CASES, ids=[c[0] for c in CASES])
+def test_gradcheck(name, fn, specs, float64, rng):
+    assert gradcheck(fn, _inputs(specs, rng))
+
+
+@pytest.mark.parametrize("name,fn,specs", CASES, ids=[c[0] for c in CASES])
+def test_gradgradcheck(name, fn, specs, float64, rng):
+    assert gradgradcheck(fn, _inputs(specs, rng))
+
+
+def test_cast_gradient_comes_back_in_the_input_dtype(float64):
+    # Finite differences through float32 are too coarse for gradcheck; check exactly instead.
+    x = mg.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = x.float() * mg.tensor([1.0, 2.0, 3.0], dtype=mg.float32)
+    y.sum().backward()
+    assert y.dtype == mg.float32
+    assert x.grad.dtype == mg.float64
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 3.0])
+    assert not x.long().requires_grad
+
+
+class _WrongSquare(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x  # should be 2 * g * x
+
+
+def test_gradcheck_catches_a_wrong_backward(float64, rng):
+    x = mg.tensor(rng.standard_normal(4), requires_grad=True)
+    with pytest.raises(GradcheckError, match="numerical .* analytical"):
+        gradcheck(_WrongSquare.apply, (x,))
+    assert gradcheck(_WrongSquare.apply, (x,), raise_exception=False) is False
+
+
+def test_gradgradcheck_catches_a_wrong_second_derivative(float64, rng):
+    class FirstOrderOnly(Function):
+        # Correct first derivative of x^3, but computed from a detached value: the second
+        # derivative it implies is wrong.
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x.detach() ** 2
+
+    x = mg.tensor(rng.standard_normal(3) + 1.5, requires_grad=True)
+    assert gradcheck(FirstOrderOnly.apply, (x,))
+    with pytest.raises(GradcheckError):
+        gradgradcheck(FirstOrderOnly.apply, (x,))
