@@ -54,6 +54,19 @@ def _dependencies(active):
     return deps
 
 
+def _add_to_buffer(buffers, owned, node, nr, grad, fresh):
+    buf = buffers.get(node)
+    if buf is None:
+        buf = buffers[node] = [None] * node.num_outputs
+        owned[node] = [False] * node.num_outputs
+    if buf[nr] is None:
+        buf[nr] = grad
+        owned[node][nr] = fresh
+    else:
+        buf[nr] = buf[nr] + grad
+        owned[node][nr] = True
+
+
 def _run_tensor_hooks(hooks, grad):
     for hook in list(hooks.values()):
         result = hook(grad)
@@ -98,11 +111,11 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     gradient reaching each captured edge is returned, in order, and no `.grad` is touched.
     """
     accumulate = capture_edges is None
-    buffers = {}
-    borrowed = {id(g) for g in root_grads}  # the caller may still hold these
+    # buffers[node][nr] is the gradient summed so far for that output; owned[node][nr] says
+    # whether nothing else can see its array (so a leaf may keep it as .grad without a copy).
+    buffers, owned = {}, {}
     for (node, nr), grad in zip(root_edges, root_grads):
-        buf = buffers.setdefault(node, [None] * node.num_outputs)
-        buf[nr] = grad if buf[nr] is None else buf[nr] + grad
+        _add_to_buffer(buffers, owned, node, nr, grad, False)  # the caller may hold these
 
     nodes = _reachable(list(buffers))
     captures = {}
@@ -126,6 +139,7 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
         while ready:
             node = heapq.heappop(ready)[2]
             grads = buffers.pop(node, None)
+            grads_owned = owned.pop(node, None)
             if grads is not None and node.pre_hooks:
                 for nr, hooks in node.pre_hooks.items():
                     if grads[nr] is not None:
@@ -139,7 +153,7 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
             if type(node) is AccumulateGrad:
                 if accumulate and grads is not None and grads[0] is not None:
                     _accumulate_into_leaf(node.variable, grads[0], create_graph,
-                                          id(grads[0]) not in borrowed)
+                                          grads_owned[0])
                 continue
             input_grads = None
             if grads is not None and any(g is not None for g in grads):
@@ -153,13 +167,9 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
                 child, nr = edge
                 g = input_grads[i] if input_grads is not None else None
                 if g is not None:
-                    if (g.data.base is not None or any(g is x for x in grads)
-                            or any(g is x for x in input_grads[:i])):
-                        borrowed.add(id(g))
-                    buf = buffers.get(child)
-                    if buf is None:
-                        buf = buffers[child] = [None] * child.num_outputs
-                    buf[nr] = g if buf[nr] is None else buf[nr] + g
+                    fresh = (g.data.base is None and not any(g is x for x in grads)
+                             and not any(g is x for x in input_grads[:i]))
+                    _add_to_buffer(buffers, owned, child, nr, g, fresh)
                 deps[child] -= 1
                 if deps[child] == 0:
                     heapq.heappush(ready, (-child.priority, next(tiebreak), child))

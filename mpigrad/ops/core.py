@@ -174,11 +174,11 @@ def reduce_to(grad, like):
         if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, grad.shape[lead:])):
             raise RuntimeError(f"a gradient of shape {tuple(grad.shape)} cannot be summed to "
                                f"its input's shape {tuple(shape)}")
-        axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                          if s == 1 and grad.shape[lead + i] != 1)
-        grad = grad.sum(axes, keepdim=True) if axes else grad
         if lead:
-            grad = grad.reshape(shape)
+            grad = grad.sum(tuple(range(lead)))
+        ones = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
+        if ones:
+            grad = grad.sum(ones, keepdim=True)
     if grad.dtype != like.dtype:
         grad = grad.to(like.dtype)
     return grad
