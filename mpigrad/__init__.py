@@ -20,6 +20,8 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   logsumexp, take_along_dim, reshape, flatten, permute, transpose, squeeze,
                   unsqueeze, cat, concat, stack, split, chunk, eq, ne, lt, le, gt, ge,
                   isnan, isfinite, clone, masked_fill)
-from . import autograd, ops, utils  # noqa: F401
+from .serialization import save, load  # noqa: F401
+from . import autograd, ops, utils, nn, optim, data  # noqa: F401
+# mpigrad.distributed is imported explicitly: importing it initialises MPI.
 
 clip = clamp

@@ -1,0 +1,208 @@
+"""DistributedDataParallel step time against PyTorch DDP (gloo) and against no communication.
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 2 python jobs/bench_ddp.py
+
+Model: the 4-layer MLP 784-1024-1024-1024-10 (float32, ReLU, cross-entropy), batch 64 per rank,
+SGD with momentum, one BLAS thread per rank. Configurations are run in alternating rounds (the
+machine may be shared) and each reports the median over rounds of the slowest rank's mean
+step time:
+
+  mpigrad, no communication     the same training step without DDP
+  mpigrad DDP                   DistributedDataParallel (bucket_cap_mb as given)
+  PyTorch DDP (gloo)            torch.nn.parallel.DistributedDataParallel, same model and sizes
+
+Then: the bucketed allreduce (DDP's bucket layout, one Iallreduce per bucket, in order, then
+Waitall) against one MPI Allreduce of the same total bytes; the cost of the end-of-backward
+agreement (a 16-byte Allreduce on the control communicator); and, from DDP's timeline, how
+much of the communication time was hidden behind backward.
+"""
+import argparse
+import os
+import socket
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import mpigrad as mg  # noqa: E402
+import mpigrad.distributed as dist  # noqa: E402
+import mpigrad.nn as nn  # noqa: E402
+import mpigrad.nn.functional as F  # noqa: E402
+from mpigrad.distributed.timeline import summarize  # noqa: E402
+from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from mpigrad.optim import SGD  # noqa: E402
+
+SIZES = (784, 1024, 1024, 1024, 10)
+BATCH = 64
+
+
+def mpigrad_mlp():
+    layers = []
+    for k in range(len(SIZES) - 1):
+        layers.append(nn.Linear(SIZES[k], SIZES[k + 1]))
+        if k < len(SIZES) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def torch_mlp(torch):
+    layers = []
+    for k in range(len(SIZES) - 1):
+        layers.append(torch.nn.Linear(SIZES[k], SIZES[k + 1]))
+        if k < len(SIZES) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def batch(rank):
+    rng = np.random.default_rng(rank)
+    return (rng.standard_normal((BATCH, SIZES[0])).astype(np.float32),
+            rng.integers(0, SIZES[-1], BATCH).astype(np.int64))
+
+
+def timed(comm, step, steps):
+    """Seconds per step, the slowest rank's mean over `steps`."""
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return comm.allreduce((time.perf_counter() - start) / steps, op=MPI.MAX)
+
+
+class MpigradRun:
+    def __init__(self, rank, ddp, bucket_cap_mb):
+        model = mpigrad_mlp()
+        self.model = DDP(model, bucket_cap_mb=bucket_cap_mb) if ddp else model
+        self.opt = SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        x, y = batch(rank)
+        self.x, self.y = mg.tensor(x), mg.tensor(y)
+
+    def step(self):
+        self.opt.zero_grad()
+        F.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+
+class TorchRun:
+    def __init__(self, torch, rank):
+        self.torch = torch
+        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        x, y = batch(rank)
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step(self):
+        self.opt.zero_grad()
+        self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+
+def init_torch(comm):
+    import torch
+    import torch.distributed as tdist
+    torch.set_num_threads(1)
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                             rank=comm.Get_rank(), world_size=comm.Get_size())
+    return torch
+
+
+def bench_bucketed_allreduce(comm, reducer, repeats):
+    """Seconds for DDP's buckets reduced one Iallreduce each (in order, then Waitall), and for
+    one Allreduce of the same total bytes."""
+    buffers = [b.buffer for b in reducer.buckets]
+    flat = np.ones(sum(b.size for b in buffers), buffers[0].dtype)
+    data_comm = reducer.comm
+
+    def bucketed():
+        MPI.Request.Waitall([data_comm.Iallreduce(MPI.IN_PLACE, [b, MPI.FLOAT], MPI.SUM)
+                             for b in buffers])
+
+    def raw():
+        data_comm.Allreduce(MPI.IN_PLACE, [flat, MPI.FLOAT], MPI.SUM)
+
+    bucketed()
+    raw()
+    results = {}
+    for name, fn in (("bucketed", bucketed), ("raw", raw)) * 2:
+        results.setdefault(name, []).append(timed(comm, fn, repeats))
+    return min(results["bucketed"]), min(results["raw"]), flat.nbytes, len(buffers)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    parser.add_argument("--no-torch", action="store_true")
+    args = parser.parse_args()
+
+    dist.init_process_group()
+    comm = MPI.COMM_WORLD.Dup()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    torch = None if args.no_torch else init_torch(comm)
+
+    runs = {"mpigrad, no communication": MpigradRun(rank, False, args.bucket_cap_mb),
+            "mpigrad DDP": MpigradRun(rank, True, args.bucket_cap_mb)}
+    if torch is not None:
+        runs["PyTorch DDP (gloo)"] = TorchRun(torch, rank)
+    ddp = runs["mpigrad DDP"].model
+    timeline = ddp.enable_timeline(None)
+    for run in runs.values():  # warm-up (and DDP's bucket rebuild after step 1)
+        for _ in range(3):
+            run.step()
+    timeline.events.clear()
+    times = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, run in runs.items():
+            times[name].append(timed(comm, run.step, args.steps))
+    step_time = {name: statistics.median(t) for name, t in times.items()}
+
+    bucketed, raw, nbytes, nbuckets = bench_bucketed_allreduce(comm, ddp.reducer, 20)
+    control = ddp.reducer.control
+    probe = np.zeros(2, np.int64)
+    agreement = timed(comm, lambda: control.Allreduce(MPI.IN_PLACE, [probe, MPI.INT64_T],
+                                                      MPI.MAX), 200)
+    steps = summarize(timeline.events)
+    hidden = comm.allreduce(statistics.mean(s["hidden_fraction"] for s in steps)) / size
+    comm_ms = comm.allreduce(statistics.mean(s["comm_ms"] for s in steps)) / size
+    wait_ms = comm.allreduce(statistics.mean(s["wait_ms"] for s in steps)) / size
+    backward_ms = comm.allreduce(statistics.mean(s["backward_ms"] for s in steps)) / size
+
+    if rank == 0:
+        print(f"DDP benchmark: MLP {'-'.join(map(str, SIZES))}, float32, batch {BATCH}/rank, "
+              f"{size} ranks, {args.steps} steps x {args.rounds} rounds, "
+              f"bucket_cap_mb={args.bucket_cap_mb:g}, "
+              f"OMP/OPENBLAS threads {os.environ['OPENBLAS_NUM_THREADS']}")
+        print(f"{'configuration':32s} {'step ms':>9s}")
+        for name, t in step_time.items():
+            print(f"{name:32s} {t * 1e3:9.2f}")
+        ddp_t = step_time["mpigrad DDP"]
+        print(f"mpigrad DDP / no communication: {ddp_t / step_time['mpigrad, no communication']:.3f}"
+              f"  (target <= 1.2)")
+        if torch is not None:
+            print(f"mpigrad DDP / PyTorch DDP:      {ddp_t / step_time['PyTorch DDP (gloo)']:.3f}"
+                  f"  (target <= 0.6)")
+        print(f"allreduce of {nbytes / 2**20:.1f} MB: {nbuckets} buckets {bucketed * 1e3:.2f} ms "
+              f"({nbytes / bucketed / 1e9:.2f} GB/s), one raw Allreduce {raw * 1e3:.2f} ms "
+              f"({nbytes / raw / 1e9:.2f} GB/s), ratio {raw / bucketed:.3f} (target >= 0.9)")
+        print(f"end-of-backward agreement (16-byte Allreduce): {agreement * 1e6:.1f} us per step")
+        print(f"timeline, mean over {len(steps)} DDP steps: backward {backward_ms:.2f} ms, "
+              f"communication {comm_ms:.2f} ms, hidden behind backward {hidden:.1%}, "
+              f"waited at end of backward {wait_ms:.2f} ms")
+    if torch is not None:
+        torch.distributed.destroy_process_group()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""DistributedDataParallel: a thin Module wrapper; the Reducer (reducer.py) does the work.
+
+    model = DistributedDataParallel(MyNet())   # same model built on every rank
+    loss = loss_fn(model(x_local), y_local)     # each rank its own slice of the batch
+    loss.backward()                             # gradients are averaged across ranks here
+    opt.step()                                  # every rank takes the same step
+
+Construction checks that every rank has the same parameters (count, shapes, dtypes) and
+buffers, raising the same error on every rank naming the first difference, then broadcasts
+parameters and buffers from rank 0. Each forward re-broadcasts buffers from rank 0
+(`broadcast_buffers=True`) and arms the reducer for the backward that follows, unless inside
+`no_sync()`.
+
+DDP runs its MPI traffic on communicators of its own (duplicates of the process group's), so
+it never matches the user's collectives: one for the gradient reductions, one for small
+control messages (the construction check, the end-of-backward agreement, bucket rebuild and
+buffer broadcasts).
+"""
+import contextlib
+import os
+import zlib
+
+import numpy as np
+from mpi4py import MPI
+
+from ..autograd import grad_mode
+from ..nn.module import Module
+from .algorithms.join import Join, JoinHook, Joinable
+from .process_group import _get_default_group
+from .reducer import Reducer
+from .timeline import ENV as TIMELINE_ENV
+from .timeline import Timeline, timeline_path
+
+__all__ = ["DistributedDataParallel"]
+
+
+class DistributedDataParallel(Module, Joinable):
+    """Data parallelism across the ranks of `process_group` (the default group if None).
+
+    bucket_cap_mb           size cap of the gradient buckets after the first (about 1 MB)
+    broadcast_buffers       re-broadcast buffers from rank 0 at every forward
+    find_unused_parameters  allow parameters that get no gradient in an iteration (they are
+                            found by walking the graph from the outputs, and reduced as zeros)
+    gradient_as_bucket_view leave `.grad` as views into the buckets (saves a copy and memory)
+    timeline                path of a Chrome-trace timeline (see timeline.py); default: the
+                            MPIGRAD_TIMELINE environment variable, if set
+    """
+
+    def __init__(self, module, bucket_cap_mb=25, broadcast_buffers=True,
+                 find_unused_parameters=False, gradient_as_bucket_view=False,
+                 process_group=None, timeline=None):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"DistributedDataParallel wraps an mpigrad.nn.Module, got "
+                            f"{type(module).__name__}")
+        pg = process_group if process_group is not None else \
+            _get_default_group("DistributedDataParallel")
+        self.module = module
+        self.process_group = pg
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.require_backward_grad_sync = True
+        self._comm = pg.comm.Dup()
+        self._control = pg.comm.Dup()
+        self.rank = self._comm.Get_rank()
+        self.world_size = self._comm.Get_size()
+        named_params = list(module.named_parameters())
+        named_buffers = list(module.named_buffers())
+        verify_same_model(self._control, named_params, named_buffers)
+        with grad_mode.no_grad():
+            broadcast_arrays(self._control, [p.data for _, p in named_params] +
+                             [b.data for _, b in named_buffers], root=0)
+        trainable = [(name, p) for name, p in named_params if p.requires_grad]
+        if not trainable:
+            raise RuntimeError("DistributedDataParallel: the module has no parameter that "
+                               "requires a gradient; there is nothing to synchronize")
+        template = timeline if timeline is not None else os.environ.get(TIMELINE_ENV)
+        self.timeline = Timeline(timeline_path(template, self.rank), self.rank) \
+            if template else None
+        self.reducer = Reducer([p for _, p in trainable], [n for n, _ in trainable],
+                               self._comm, self._control, int(bucket_cap_mb * (1 << 20)),
+                               find_unused_parameters=find_unused_parameters,
+                               gradient_as_bucket_view=gradient_as_bucket_view,
+                               timeline=self.timeline)
+        self._join_config = None
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, *inputs, **kwargs):
+        root = 0
+        if self._join_config is not None and self._join_config.enable:
+            active = Join.notify_join_context(self)
+            root = int(np.flatnonzero(active)[-1])
+        if self.broadcast_buffers:
+            self._sync_buffers(root)
+        output = self.module(*inputs, **kwargs)
+        if grad_mode.is_grad_enabled() and self.require_backward_grad_sync:
+            self.reducer.prepare_for_backward(output)
+        return output
+
+    def _sync_buffers(self, root):
+        buffers = [b.data for b in self.module.buffers()]
+        if buffers and self.world_size > 1:
+            broadcast_arrays(self._control, buffers, root)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Inside, backward only accumulates gradients locally; the first backward after it
+        averages the accumulated gradients across ranks."""
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    def register_comm_hook(self, state, hook):
+        """Reduce each bucket with `hook(state, bucket) -> Future` (see
+        algorithms/ddp_comm_hooks.py). Call once, before the first backward."""
+        self.reducer.register_comm_hook(state, hook)
+
+    def enable_timeline(self, path):
+        """Start recording a Chrome-trace timeline; `path` may contain `{rank}` (see
+        timeline.py). With `path` None the events are only kept in memory
+        (`ddp.timeline.events`, `timeline.summarize`)."""
+        resolved = None if path is None else timeline_path(path, self.rank)
+        self.timeline = self.reducer.timeline = Timeline(resolved, self.rank)
+        return self.timeline
+
+    # ------------------------------------------------------------------ join
+    def join_hook(self, **kwargs):
+        return _DDPJoinHook(self)
+
+    @property
+    def join_device(self):
+        return "cpu"
+
+    @property
+    def join_process_group(self):
+        return self.process_group
+
+    def _sync_final_model(self, is_last_joiner):
+        """After Join: every rank takes parameters and buffers from a rank that trained to
+        the end (the highest such rank)."""
+        candidate = np.array([self.rank if is_last_joiner else -1], np.int64)
+        self._control.Allreduce(MPI.IN_PLACE, [candidate, MPI.INT64_T], MPI.MAX)
+        arrays = [p.data for p in self.module.parameters()] + \
+            [b.data for b in self.module.buffers()]
+        broadcast_arrays(self._control, arrays, int(candidate[0]))
+
+
+class _DDPJoinHook(JoinHook):
+    def __init__(self, ddp):
+        self.ddp = ddp
+
+    def main_hook(self):
+        ddp = self.ddp
+        if ddp.broadcast_buffers:
+            ddp._sync_buffers(int(np.flatnonzero(ddp._join_config.active)[-1]))
+        ddp.reducer.shadow_iteration()
+
+    def post_hook(self, is_last_joiner):
+        self.ddp._sync_final_model(is_last_joiner)
+
+
+def broadcast_arrays(comm, arrays, root):
+    """Broadcast `arrays` from `root` in place, as one message of bytes."""
+    arrays = [a for a in arrays if a.size]
+    if not arrays or comm.Get_size() == 1:
+        return
+    total = sum(a.nbytes for a in arrays)
+    packed = np.empty(total, np.uint8)
+    if comm.Get_rank() == root:
+        offset = 0
+        for a in arrays:
+            packed[offset:offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            offset += a.nbytes
+    comm.Bcast([packed, MPI.BYTE], root=root)
+    if comm.Get_rank() != root:
+        offset = 0
+        for a in arrays:
+            chunk = packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(a, chunk)
+            offset += a.nbytes
+
+
+def _signature(named_params, named_buffers):
+    entries = [("param", n, tuple(p.shape), str(p.dtype), bool(p.requires_grad))
+               for n, p in named_params]
+    entries += [("buffer", n, tuple(b.shape), str(b.dtype), False) for n, b in named_buffers]
+    return entries
+
+
+def verify_same_model(comm, named_params, named_buffers):
+    """Raise on every rank, naming the first difference, if the ranks' models differ in the
+    number, shapes, dtypes or requires_grad of parameters, or in buffers."""
+    entries = _signature(named_params, named_buffers)
+    # Names are left out of the checksum: ranks may legitimately name modules differently.
+    described = repr([(kind, shape, dtype, rg) for kind, _, shape, dtype, rg in entries])
+    mine = np.array([len(named_params), len(named_buffers),
+                     zlib.crc32(described.encode())], np.int64)
+    everyone = np.empty((comm.Get_size(), 3), np.int64)
+    comm.Allgather([mine, MPI.INT64_T], [everyone, MPI.INT64_T])
+    if (everyone == everyone[0]).all():
+        return
+    # Small metadata: pickled objects are fine here.
+    all_entries = comm.allgather(entries)
+    raise RuntimeError(_mismatch_message(all_entries))
+
+
+def _mismatch_message(all_entries):
+    world = len(all_entries)
+    head = "DistributedDataParallel: the model differs across ranks; every rank must build " \
+           "the same model before wrapping it.\n"
+    for kind in ("param", "buffer"):
+        per_rank = [[e for e in entries if e[0] == kind] for entries in all_entries]
+        counts = [len(x) for x in per_rank]
+        for i in range(max(counts)):
+            seen = {}
+            for r in range(world):
+                desc = "missing" if i >= counts[r] else \
+                    f"shape {per_rank[r][i][2]} dtype {per_rank[r][i][3]}" + \
+                    ("" if kind == "buffer" or per_rank[r][i][4] else " (frozen)")
+                seen.setdefault(desc, []).append(r)
+            if len(seen) > 1:
+                name = next(per_rank[r][i][1] for r in range(world) if i < counts[r])
+                what = "parameter" if kind == "param" else "buffer"
+                lines = [f"  {desc} on rank(s) {ranks}" for desc, ranks in seen.items()]
+                count_note = ""
+                if len(set(counts)) > 1:
+                    count_note = f"The ranks have {counts} {what}s (rank order).\n"
+                return (head + count_note + f"The first difference is at {what} {i} "
+                        f"('{name}'):\n" + "\n".join(lines))
+    return head

@@ -1,0 +1,138 @@
+"""A Chrome-trace timeline of DistributedDataParallel's gradient reduction.
+
+Open the file in https://ui.perfetto.dev or chrome://tracing. Each rank is a process
+(`pid` = rank); track 0 shows every backward pass and a "step" summary, track i+1 shows
+bucket i: when its gradients became ready (first to last) and when its reduction was launched
+and completed. Completion is observed when the reducer tests the request (at the next
+gradient hook, or while waiting at the end of backward), so it is an upper bound.
+
+Turn it on for every DDP model with the environment variable
+
+    MPIGRAD_TIMELINE=/path/trace.json      -> /path/trace.rank0.json, /path/trace.rank1.json ...
+    MPIGRAD_TIMELINE=/path/trace.{rank}.json   ({rank} is replaced by the rank)
+
+or per model with `DistributedDataParallel(..., timeline=path)` / `ddp.enable_timeline(path)`.
+Events are kept in memory and written by `flush()` (also called at interpreter exit).
+
+The per-step summary event carries `backward_ms` (first gradient hook to the end-of-backward
+callback), `comm_ms` (the time during which at least one bucket's reduction was in flight),
+`hidden_fraction` (the part of comm_ms that fell inside backward) and `wait_ms` (what the
+end-of-backward callback spent waiting). `summarize(events)` reads them back.
+"""
+import atexit
+import json
+import os
+import time
+import weakref
+
+ENV = "MPIGRAD_TIMELINE"
+
+__all__ = ["Timeline", "timeline_path", "summarize", "hidden_fraction", "ENV"]
+
+
+def timeline_path(template, rank):
+    """`template` with `{rank}` replaced, or with `.rank{rank}` inserted before the extension."""
+    if "{rank}" in template:
+        return template.replace("{rank}", str(rank))
+    root, ext = os.path.splitext(template)
+    return f"{root}.rank{rank}{ext or '.json'}"
+
+
+def _union(intervals):
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def hidden_fraction(backward, intervals):
+    """(comm seconds, fraction of it inside `backward`=(start, end)) for the union of the
+    communication `intervals`."""
+    merged = _union(intervals)
+    total = sum(end - start for start, end in merged)
+    if total <= 0:
+        return 0.0, 1.0
+    b0, b1 = backward
+    inside = sum(max(0.0, min(end, b1) - max(start, b0)) for start, end in merged)
+    return total, inside / total
+
+
+class Timeline:
+    """Collects trace events for one rank; `flush()` writes them to `path` (already per rank)."""
+
+    _live = weakref.WeakSet()
+
+    def __init__(self, path, rank):
+        self.path = path
+        self.rank = rank
+        self.origin = time.perf_counter()
+        self.events = [
+            {"name": "process_name", "ph": "M", "pid": rank, "tid": 0,
+             "args": {"name": f"rank {rank}"}},
+            {"name": "thread_name", "ph": "M", "pid": rank, "tid": 0,
+             "args": {"name": "backward / step"}},
+        ]
+        self._named_tracks = set()
+        Timeline._live.add(self)
+
+    def _us(self, t):
+        return round((t - self.origin) * 1e6, 3)
+
+    def _span(self, name, tid, start, end, args=None):
+        event = {"name": name, "ph": "X", "pid": self.rank, "tid": tid,
+                 "ts": self._us(start), "dur": round(max(0.0, end - start) * 1e6, 3)}
+        if args:
+            event["args"] = args
+        self.events.append(event)
+
+    def record_step(self, step, backward, buckets, finalize_end, wait_seconds):
+        """`backward` = (start, end) perf_counter seconds; `buckets` = dicts with index,
+        nbytes, params (names), ready=(first, last), launched, completed."""
+        for b in buckets:
+            tid = b["index"] + 1
+            if tid not in self._named_tracks:
+                self._named_tracks.add(tid)
+                self.events.append({"name": "thread_name", "ph": "M", "pid": self.rank,
+                                    "tid": tid, "args": {"name": f"bucket {b['index']}"}})
+            self._span(f"bucket {b['index']} ready", tid, *b["ready"],
+                       {"step": step, "params": b["params"]})
+            self._span(f"bucket {b['index']} allreduce", tid, b["launched"], b["completed"],
+                       {"step": step, "bytes": b["nbytes"]})
+        comm, hidden = hidden_fraction(backward, [(b["launched"], b["completed"])
+                                                  for b in buckets])
+        self._span("backward", 0, *backward, {"step": step})
+        self._span("step", 0, backward[0], finalize_end,
+                   {"step": step, "backward_ms": (backward[1] - backward[0]) * 1e3,
+                    "comm_ms": comm * 1e3, "hidden_fraction": hidden,
+                    "wait_ms": wait_seconds * 1e3})
+
+    def flush(self):
+        if self.path is None:
+            return
+        directory = os.path.dirname(self.path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"traceEvents": self.events, "displayTimeUnit": "ms"}, f)
+        os.replace(tmp, self.path)
+
+
+def summarize(events):
+    """The per-step summaries (dicts with step, backward_ms, comm_ms, hidden_fraction,
+    wait_ms) from a list of trace events or a loaded trace dict."""
+    if isinstance(events, dict):
+        events = events["traceEvents"]
+    return [dict(e["args"]) for e in events if e.get("ph") == "X" and e.get("name") == "step"]
+
+
+@atexit.register
+def _flush_all():
+    for timeline in list(Timeline._live):
+        try:
+            timeline.flush()
+        except OSError:
+            pass

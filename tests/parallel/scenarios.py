@@ -1,0 +1,79 @@
+"""Situations that hang without DDP's safeguards, as standalone MPI jobs.
+
+    mpiexec -n 2 python tests/parallel/scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
+
+Each rank prints "OK <scenario>" when the expected outcome happened. test_errors.py runs them
+under a timeout, so a regression shows up as a failure rather than a stuck test run.
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mpigrad as mg  # noqa: E402
+import mpigrad.distributed as dist  # noqa: E402
+from mpigrad.distributed.algorithms import Join  # noqa: E402
+from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from mpigrad.optim import SGD  # noqa: E402
+from parallel._models import MLP, mse, regression_data  # noqa: E402
+
+
+def expect_error(fn, *needles):
+    try:
+        fn()
+    except RuntimeError as exc:
+        missing = [n for n in needles if n not in str(exc)]
+        if missing:
+            raise AssertionError(f"error lacks {missing}: {exc}") from exc
+        return
+    raise AssertionError("no error was raised")
+
+
+def backward(model, rank):
+    x, y = regression_data(4, seed=rank)
+    mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+
+
+def unused_one_rank(rank):
+    model = DDP(MLP(extra=True))
+    model.module.use_extra = rank != 0
+    expect_error(lambda: backward(model, rank), "'extra'", "rank(s) [0]")
+
+
+def unused_all_ranks(rank):
+    model = DDP(MLP(extra=True))
+    model.module.use_extra = False
+    expect_error(lambda: backward(model, rank), "'extra'", "all ranks")
+
+
+def mismatch(rank):
+    expect_error(lambda: DDP(MLP(sizes=(5, 7 + rank, 3))), "'w0'", "rank(s) [1]")
+
+
+def join_uneven(rank):
+    model = DDP(MLP(seed=rank))
+    opt = SGD(model.parameters(), lr=0.1)
+    with Join([model]):
+        for s in range(1 + 2 * rank):
+            opt.zero_grad()
+            x, y = regression_data(4, seed=10 * s + rank)
+            mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+            opt.step()
+    flat = np.concatenate([p.data.ravel() for p in model.parameters()])
+    everyone = dist.group.WORLD.comm.allgather(flat)
+    assert all(np.array_equal(f, flat) for f in everyone), "parameters differ after Join"
+
+
+def main():
+    scenario = sys.argv[1]
+    dist.init_process_group()
+    rank = dist.get_rank()
+    globals()[scenario](rank)
+    print(f"OK {scenario}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""DistributedDataParallel against a single-process oracle, in float64.
+
+Each rank starts from a different random model (DDP must broadcast rank 0's), takes its slice
+of a global batch, and after a few SGD-with-momentum steps must hold the parameters one
+process gets from the whole batch, to 1e-10, bit-identical on every rank.
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpigrad as mg
+import mpigrad.distributed as dist
+from mpigrad.nn.parallel import DistributedDataParallel as DDP
+from mpigrad.optim import SGD
+
+from ._models import MLP, mse, params_of, regression_data
+
+PER_RANK = 4
+STEPS = 3
+
+
+def oracle(batches, seed=0, lr=0.1, momentum=0.9, **mlp):
+    """One process, rank 0's initial model, each step on the whole global batch."""
+    model = MLP(seed=seed, **mlp)
+    opt = SGD(model.parameters(), lr=lr, momentum=momentum)
+    for x, y in batches:
+        opt.zero_grad()
+        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+        opt.step()
+    return params_of(model)
+
+
+def global_batches(size, steps=STEPS, per_rank=PER_RANK):
+    return [regression_data(per_rank * size, seed=100 + s) for s in range(steps)]
+
+
+def local(batch, rank, per_rank=PER_RANK):
+    x, y = batch
+    return x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+
+
+def assert_identical_across_ranks(arrays):
+    comm = MPI.COMM_WORLD
+    flat = np.concatenate([a.ravel() for a in arrays])
+    everyone = np.empty((comm.Get_size(), flat.size), flat.dtype)
+    comm.Allgather(flat, everyone)
+    for r in range(comm.Get_size()):
+        assert np.array_equal(everyone[r], flat), f"rank {r}'s parameters differ from this rank's"
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("bucket_cap_mb", [0, 300 / 2**20, 25], ids=["one-per-bucket", "300B",
+                                                                     "whole-model"])
+@pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
+def test_matches_single_process_oracle(rank, size, bucket_cap_mb, as_view):
+    batches = global_batches(size)
+    model = DDP(MLP(seed=rank), bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=as_view)
+    n_params = len(list(model.parameters()))
+    if bucket_cap_mb == 0:
+        assert len(model.reducer.buckets) == n_params
+    if bucket_cap_mb == 25:
+        assert len(model.reducer.buckets) == 1
+    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for batch in batches:
+        x, y = local(batch, rank)
+        opt.zero_grad()
+        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+        opt.step()
+    mine = params_of(model)
+    for got, want in zip(mine, oracle(batches)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert_identical_across_ranks(mine)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_construction_broadcasts_rank0_parameters(rank):
+    model = DDP(MLP(seed=rank))
+    for got, want in zip(params_of(model), params_of(MLP(seed=0))):
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_grad_is_average_and_view_mode_keeps_views(rank, size):
+    model = DDP(MLP(seed=0), bucket_cap_mb=0, gradient_as_bucket_view=True)
+    x, y = regression_data(PER_RANK * size, seed=5)
+    mse(model(mg.tensor(x[rank * PER_RANK:(rank + 1) * PER_RANK])),
+        mg.tensor(y[rank * PER_RANK:(rank + 1) * PER_RANK])).backward()
+    ref = MLP(seed=0)
+    mse(ref(mg.tensor(x)), mg.tensor(y)).backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.grad.data, q.grad.data, atol=1e-12)
+        assert any(np.shares_memory(p.grad.data, b.buffer) for b in model.reducer.buckets)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_buckets_rebuilt_in_ready_order_same_on_every_rank(rank):
+    class Scrambled(MLP):
+        # Registered so that reverse registration order is not the order gradients arrive.
+        def __init__(self):
+            super().__init__(seed=0)
+            for name in ("b1", "w0", "b2", "w2", "w1", "b0"):
+                p = self._parameters.pop(name)
+                self._parameters[name] = p
+
+    model = DDP(Scrambled(), bucket_cap_mb=0)
+    params = list(model.parameters())
+    before = model.reducer.bucket_layout()
+    assert before == [[i] for i in reversed(range(len(params)))]
+    seen = []
+    handles = [p.register_post_accumulate_grad_hook(lambda p, i=i: seen.append(i))
+               for i, p in enumerate(params)]
+    x, y = regression_data(PER_RANK, seed=rank)
+    mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+    for h in handles:
+        h.remove()
+    assert model.reducer.rebuilt
+    order0 = MPI.COMM_WORLD.bcast(seen, root=0)
+    after = model.reducer.bucket_layout()
+    assert after == [[i] for i in order0]
+    assert after != before
+    layouts = MPI.COMM_WORLD.allgather(after)
+    assert all(layout == after for layout in layouts)
+    # And training still agrees across ranks with the new layout.
+    mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+    assert_identical_across_ranks([p.grad.data for p in params])
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
+def test_no_sync_accumulates_then_one_synced_step(rank, size, as_view):
+    k, micro = 3, 2
+    per_rank = (k + 1) * micro
+    x, y = regression_data(per_rank * size, seed=7)
+    model = DDP(MLP(seed=rank), bucket_cap_mb=0, gradient_as_bucket_view=as_view)
+    opt = SGD(model.parameters(), lr=0.1)
+    xs, ys = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+
+    def micro_loss(j):
+        out = model(mg.tensor(xs[j * micro:(j + 1) * micro]))
+        return ((out - mg.tensor(ys[j * micro:(j + 1) * micro])) ** 2).sum() / (per_rank * 3)
+
+    with model.no_sync():
+        for j in range(k):
+            micro_loss(j).backward()
+    # Inside no_sync the gradients are this rank's own: they differ across ranks.
+    local_grads = MPI.COMM_WORLD.allgather(next(model.parameters()).grad.data.copy())
+    assert not np.allclose(local_grads[0], local_grads[1])
+    micro_loss(k).backward()
+    opt.step()
+
+    ref = MLP(seed=0)
+    ref_opt = SGD(ref.parameters(), lr=0.1)
+    mse(ref(mg.tensor(x)), mg.tensor(y)).backward()
+    ref_opt.step()
+    for got, want in zip(params_of(model), params_of(ref)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert_identical_across_ranks(params_of(model))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_buffers_broadcast_from_rank0_each_forward(rank):
+    model = MLP(seed=0)
+    model.register_buffer("shift", mg.tensor(np.full(3, float(rank))))
+    ddp = DDP(model)
+    assert np.all(model.shift.data == 0)
+    model.shift.data[...] = 10 + rank
+    ddp(mg.tensor(np.zeros((1, 5))))
+    assert np.all(model.shift.data == 10)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_reductions_progress_during_backward(rank):
+    """The first bucket's reduction is launched before the last gradient is ready."""
+    model = DDP(MLP(seed=0), bucket_cap_mb=0)
+    x, y = regression_data(PER_RANK, seed=rank)
+    mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+    step = model.reducer.last_step
+    first, last = step["buckets"][0], step["buckets"][-1]
+    assert first["launched"] < last["ready"][1]
+    launches = [b["launched"] for b in step["buckets"]]
+    assert launches == sorted(launches)

@@ -1,0 +1,138 @@
+"""Unused parameters and mismatched models: clear errors on every rank, never a hang.
+
+Without the end-of-backward agreement, a parameter that gets no gradient leaves its bucket
+unlaunched and the ranks wait for each other forever; without the construction check,
+mismatched models broadcast garbage or hang. The in-process tests are bounded by the
+watchdog in conftest; `test_scenarios_finish_under_timeout` (serial run) also runs the same
+situations as separate 2-rank jobs under a hard timeout.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpigrad as mg
+from mpigrad import nn
+from mpigrad.nn.parallel import DistributedDataParallel as DDP
+from mpigrad.optim import SGD
+
+from ._models import MLP, mse, params_of, regression_data
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def step(model, rank, seed=0):
+    x, y = regression_data(4, seed=seed * 10 + rank)
+    loss = mse(model(mg.tensor(x)), mg.tensor(y))
+    loss.backward()
+    return loss
+
+
+@pytest.mark.mpi(min_size=2)
+def test_parameter_unused_on_all_ranks_is_an_error_naming_it(rank):
+    model = DDP(MLP(seed=0, extra=True), bucket_cap_mb=0)
+    model.module.use_extra = False
+    with pytest.raises(RuntimeError) as info:
+        step(model, rank)
+    message = str(info.value)
+    assert "'extra'" in message and "all ranks" in message
+    assert "find_unused_parameters=True" in message
+    # The error leaves the model usable: next iteration with every parameter used works.
+    model.module.use_extra = True
+    model.zero_grad()
+    step(model, rank)
+    grads = MPI.COMM_WORLD.allgather(model.module.extra.grad.data.copy())
+    assert all(np.array_equal(g, grads[0]) for g in grads)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("bucket_cap_mb", [0, 25])
+def test_parameter_unused_on_one_rank_is_an_error_on_every_rank(rank, bucket_cap_mb):
+    model = DDP(MLP(seed=0, extra=True), bucket_cap_mb=bucket_cap_mb)
+    model.module.use_extra = rank != 0
+    with pytest.raises(RuntimeError) as info:
+        step(model, rank)
+    message = str(info.value)
+    assert "'extra'" in message and "rank(s) [0]" in message
+    for name in ("'w0'", "'b0'"):
+        assert name not in message
+
+
+@pytest.mark.mpi(min_size=2)
+def test_find_unused_parameters_matches_oracle(rank, size):
+    """`extra` is used on every rank but 0; `b2` is never used. Average over all ranks, with
+    rank 0 contributing zero for `extra`; `b2`'s gradient stays None."""
+    def build(seed):
+        m = MLP(seed=seed, extra=True)
+        m.unused = nn.Parameter(np.ones(4))
+        return m
+
+    model = DDP(build(rank), bucket_cap_mb=0, find_unused_parameters=True)
+    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref = build(0)
+    ref_opt = SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for s in range(3):
+        model.module.use_extra = rank != 0
+        opt.zero_grad()
+        step(model, rank, seed=s)
+        opt.step()
+        ref_opt.zero_grad()
+        total = 0
+        for r in range(size):
+            ref.use_extra = r != 0
+            x, y = regression_data(4, seed=s * 10 + r)
+            total = total + mse(ref(mg.tensor(x)), mg.tensor(y))
+        (total / size).backward()
+        ref_opt.step()
+    assert model.module.unused.grad is None
+    for got, want in zip(params_of(model), params_of(ref)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatched_shapes_raise_on_every_rank(rank):
+    sizes = (5, 7, 6, 3) if rank != 1 else (5, 8, 6, 3)
+    with pytest.raises(RuntimeError) as info:
+        DDP(MLP(sizes=sizes))
+    message = str(info.value)
+    assert "parameter 0 ('w0')" in message
+    assert "shape (8, 5)" in message and "rank(s) [1]" in message
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatched_parameter_count_raises_on_every_rank(rank):
+    with pytest.raises(RuntimeError) as info:
+        DDP(MLP(extra=rank == 0))
+    message = str(info.value)
+    assert "'extra'" in message and "missing" in message
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatched_dtype_raises_on_every_rank(rank):
+    with pytest.raises(RuntimeError) as info:
+        DDP(MLP(dtype=np.float32 if rank == 0 else np.float64))
+    assert "dtype float32" in str(info.value) and "dtype float64" in str(info.value)
+
+
+SCENARIOS = ["unused_one_rank", "unused_all_ranks", "mismatch", "join_uneven"]
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1,
+                    reason="launches its own MPI jobs; runs in the serial test run")
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenarios_finish_under_timeout(scenario):
+    """Each scenario would hang (or pass silently) without its feature; here it must exit 0
+    within the timeout with its check printed by every rank."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    try:
+        result = subprocess.run([mpiexec, "-n", "2", sys.executable,
+                                 os.path.join(HERE, "scenarios.py"), scenario],
+                                capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"scenario {scenario} did not finish within 120 s (a hang)")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(f"OK {scenario}") == 2, result.stdout + result.stderr
