@@ -1,3 +1,15 @@
 """Neural-network building blocks, with torch.nn's names."""
 from .parameter import Parameter, Buffer  # noqa: F401
 from .module import Module  # noqa: F401
+from . import functional, init  # noqa: F401
+from .linear import Identity, Linear  # noqa: F401
+from .conv import Conv2d  # noqa: F401
+from .pooling import MaxPool2d, AvgPool2d  # noqa: F401
+from .activation import (ReLU, LeakyReLU, GELU, SiLU, Tanh, Sigmoid, Softmax,  # noqa: F401
+                         LogSoftmax)
+from .dropout import Dropout  # noqa: F401
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401
+from .sparse import Embedding  # noqa: F401
+from .flatten import Flatten, Unflatten  # noqa: F401
+from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
+from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401

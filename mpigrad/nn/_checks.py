@@ -1,0 +1,13 @@
+"""Constructor argument checks shared by the layers, so every layer words its errors alike."""
+import numbers
+
+
+def positive_int(value, name, layer):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{layer}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_device(device, layer):
+    if device not in (None, "cpu"):
+        raise ValueError(f"{layer}: mpigrad runs on the CPU only; got device={device!r}")

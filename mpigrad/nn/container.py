@@ -1,0 +1,179 @@
+"""Containers: modules that hold other modules and register them for traversal."""
+import collections
+import numbers
+
+from .module import Module
+
+
+def _position(index, length, container):
+    """A non-negative position for an int index, with Python's negative indexing."""
+    if not isinstance(index, numbers.Integral):
+        raise TypeError(f"{container} indices must be integers or slices, got "
+                        f"{type(index).__name__}")
+    if not -length <= index < length:
+        raise IndexError(f"index {index} is out of range for a {container} of length {length}")
+    return index % length
+
+
+def _renumber(container, modules):
+    container._modules.clear()
+    for i, module in enumerate(modules):
+        container.add_module(str(i), module)
+
+
+class Sequential(Module):
+    """Calls its modules in order, each on the previous one's output.
+
+    Built from modules (named "0", "1", ...) or from an OrderedDict of name -> module.
+    Indexing by int gives a module; by slice, a Sequential of those modules (names kept).
+    """
+
+    def __init__(self, *args):
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], collections.OrderedDict):
+            for name, module in args[0].items():
+                self.add_module(name, module)
+        else:
+            for i, module in enumerate(args):
+                self.add_module(str(i), module)
+
+    def forward(self, input):
+        for module in self._modules.values():
+            input = module(input)
+        return input
+
+    def _key(self, index):
+        return list(self._modules)[_position(index, len(self._modules), "Sequential")]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return type(self)(collections.OrderedDict(list(self._modules.items())[index]))
+        return self._modules[self._key(index)]
+
+    def __setitem__(self, index, module):
+        self.add_module(self._key(index), module)
+
+    def __delitem__(self, index):
+        keys = list(self._modules)[index] if isinstance(index, slice) else [self._key(index)]
+        for key in keys:
+            del self._modules[key]
+        # Renumber, as torch does, so a later append cannot reuse a surviving name.
+        _renumber(self, list(self._modules.values()))
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index, module):
+        modules = list(self._modules.values())
+        modules.insert(index, module)
+        _renumber(self, modules)
+        return self
+
+
+class ModuleList(Module):
+    """A list of modules, registered as "0", "1", ... so their parameters are found."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return type(self)(list(self._modules.values())[index])
+        return self._modules[str(_position(index, len(self), "ModuleList"))]
+
+    def __setitem__(self, index, module):
+        self.add_module(str(_position(index, len(self), "ModuleList")), module)
+
+    def __delitem__(self, index):
+        modules = list(self._modules.values())
+        if isinstance(index, slice):
+            del modules[index]
+        else:
+            del modules[_position(index, len(modules), "ModuleList")]
+        _renumber(self, modules)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __iadd__(self, modules):
+        return self.extend(modules)
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index, module):
+        modules = list(self._modules.values())
+        modules.insert(index, module)
+        _renumber(self, modules)
+
+
+class ModuleDict(Module):
+    """An ordered dict of name -> module, registered under those names."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+    def pop(self, key):
+        module = self._modules[key]
+        del self._modules[key]
+        return module
+
+    def clear(self):
+        self._modules.clear()
+
+    def update(self, modules):
+        items = modules.items() if hasattr(modules, "items") else modules
+        for key, module in items:
+            self[key] = module

@@ -1,0 +1,20 @@
+"""Dropout."""
+from . import functional as F
+from .module import Module
+
+
+class Dropout(Module):
+    """Zeroes elements with probability p while training (scaling the rest by 1/(1-p)); the
+    identity in eval mode. The mask comes from mpigrad's default generator."""
+
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        F._check_probability(p, "Dropout probability")
+        self.p = p
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"

@@ -1,0 +1,569 @@
+"""torch.nn.functional's names and semantics, composed from mpigrad's differentiable ops.
+
+Everything here is built from op rules that are themselves differentiable, so second
+derivatives (double backward) work without extra rules. Conventions follow torch: images
+are (N, C, H, W) (or unbatched (C, H, W)), class scores (N, C, d1, ...) with the class
+dimension second.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from .. import ops, random
+from ..autograd import grad_mode
+from ..ops import conv as conv_ops
+from ..ops.conv import sliding_output_size
+from ..ops.shape import pad  # noqa: F401  (torch.nn.functional.pad)
+from ..tensor import Tensor
+
+__all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pad",
+           "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
+           "dropout", "layer_norm", "batch_norm", "embedding", "one_hot",
+           "cross_entropy", "nll_loss", "mse_loss"]
+
+
+# ----------------------------------------------------------------------------- argument checks
+def _pair(value, name, minimum):
+    """An int or a pair of ints, each at least `minimum`, as a (height, width) tuple."""
+    pair = (value, value) if isinstance(value, numbers.Integral) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) for v in pair):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
+    if any(v < minimum for v in pair):
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return tuple(int(v) for v in pair)
+
+
+def _as_tensor(x):
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
+def _batched_image(input, what):
+    """`input` as (N, C, H, W), and whether it came in unbatched as (C, H, W)."""
+    if input.ndim == 4:
+        return input, False
+    if input.ndim == 3:
+        return input.unsqueeze(0), True
+    raise ValueError(f"{what}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape "
+                     f"{tuple(input.shape)}")
+
+
+def _check_fits(what, extent, padded):
+    if any(e > p for e, p in zip(extent, padded)):
+        raise ValueError(f"{what}: the (dilated) kernel of size {extent} is larger than the "
+                         f"padded input of size {padded}")
+
+
+# ----------------------------------------------------------------------------- linear and conv
+def linear(input, weight, bias=None):
+    """y = x W^T + b with W of shape (out_features, in_features), as one fused node."""
+    if input.shape[-1:] != weight.shape[1:]:
+        raise ValueError(f"linear: expected input with last dimension {weight.shape[1]}, got "
+                         f"shape {tuple(input.shape)}")
+    return ops.linear(input, weight, bias)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: every sliding block of `input` (N, C, H, W) as a column, giving
+    (N, C * kh * kw, L) with L the number of block positions."""
+    kernel_size, dilation = _pair(kernel_size, "kernel_size", 1), _pair(dilation, "dilation", 1)
+    padding, stride = _pair(padding, "padding", 0), _pair(stride, "stride", 1)
+    if input.ndim != 4:
+        raise ValueError(f"unfold: expected a 4-D (N, C, H, W) input, got shape "
+                         f"{tuple(input.shape)}")
+    _check_fits("unfold", _extent(kernel_size, dilation), _padded(input.shape[2:], padding))
+    return conv_ops.unfold(input, kernel_size=kernel_size, dilation=dilation, padding=padding,
+                           stride=stride)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """col2im, the adjoint of `unfold`: sums the columns (N, C * kh * kw, L) back into an
+    (N, C, H, W) image; overlapping blocks add up."""
+    output_size = _pair(output_size, "output_size", 1)
+    kernel_size, dilation = _pair(kernel_size, "kernel_size", 1), _pair(dilation, "dilation", 1)
+    padding, stride = _pair(padding, "padding", 0), _pair(stride, "stride", 1)
+    taps = kernel_size[0] * kernel_size[1]
+    _check_fits("fold", _extent(kernel_size, dilation), _padded(output_size, padding))
+    oh, ow = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
+    if input.ndim != 3 or input.shape[1] % taps or input.shape[2] != oh * ow:
+        raise ValueError(f"fold: expected an input of shape (N, C * {taps}, {oh * ow}) for "
+                         f"kernel {kernel_size} and output size {output_size}, got shape "
+                         f"{tuple(input.shape)}")
+    return conv_ops.fold(input, output_size=output_size, kernel_size=kernel_size,
+                         dilation=dilation, padding=padding, stride=stride)
+
+
+def _extent(kernel_size, dilation):
+    return tuple(d * (k - 1) + 1 for k, d in zip(kernel_size, dilation))
+
+
+def _padded(size, padding):
+    return tuple(n + 2 * p for n, p in zip(size, padding))
+
+
+def _same_padding(kernel_size, dilation, stride):
+    """torch's padding='same': (before, after) per axis; odd totals put the extra at the end."""
+    if stride != (1, 1):
+        raise ValueError(f"padding='same' is not supported for strided convolutions "
+                         f"(stride={stride})")
+    totals = [d * (k - 1) for k, d in zip(kernel_size, dilation)]
+    return [(t // 2, t - t // 2) for t in totals]
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D cross-correlation as im2col plus one batched matrix product.
+
+    weight is (out_channels, in_channels // groups, kh, kw); padding is an int, a pair,
+    'valid' or 'same'.
+    """
+    x, unbatched = _batched_image(input, "conv2d")
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: expected a 4-D weight (out_channels, in_channels / groups, "
+                         f"kh, kw), got shape {tuple(weight.shape)}")
+    out_channels, group_channels, kh, kw = weight.shape
+    if not isinstance(groups, numbers.Integral) or groups < 1 or out_channels % groups:
+        raise ValueError(f"conv2d: groups must be a positive integer dividing out_channels "
+                         f"({out_channels}), got {groups!r}")
+    if x.shape[1] != group_channels * groups:
+        raise ValueError(f"conv2d: expected input with {group_channels * groups} channels, got "
+                         f"{x.shape[1]} (input shape {tuple(input.shape)})")
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    if padding == "valid":
+        padding = (0, 0)
+    elif padding == "same":
+        sides = _same_padding((kh, kw), dilation, stride)
+        if any(before != after for before, after in sides):
+            (top, bottom), (left, right) = sides
+            x = ops.pad(x, (0, right - left, 0, bottom - top))
+        padding = (sides[0][0], sides[1][0])
+    else:
+        padding = _pair(padding, "padding", 0)
+    n = x.shape[0]
+    _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
+    oh, ow = sliding_output_size(x.shape[2:], (kh, kw), dilation, padding, stride)
+    cols = conv_ops.unfold(x, kernel_size=(kh, kw), dilation=dilation, padding=padding,
+                           stride=stride)
+    if groups == 1:
+        out = weight.reshape(out_channels, -1) @ cols
+    else:
+        # unfold orders rows channel-major, so each group's rows are one contiguous block.
+        out = (weight.reshape(groups, out_channels // groups, -1)
+               @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
+    if bias is not None:
+        out = out + bias.reshape(out_channels, 1)
+    out = out.reshape(n, out_channels, oh, ow)
+    return out.squeeze(0) if unbatched else out
+
+
+# ----------------------------------------------------------------------------- pooling
+def _check_pool_padding(what, padding, kernel_size):
+    if any(2 * p > k for p, k in zip(padding, kernel_size)):
+        raise ValueError(f"{what}: padding {padding} should be at most half of the kernel size "
+                         f"{kernel_size}")
+
+
+def _check_divisor(divisor_override, what):
+    if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral)
+                                         or divisor_override <= 0):
+        raise ValueError(f"{what}: divisor_override must be a positive integer, got "
+                         f"{divisor_override!r}")
+
+
+def _pool_geometry(what, size, kernel_size, stride, padding, dilation, ceil_mode):
+    """Output size, and extra bottom/right padding that ceil_mode needs, for a pooling window."""
+    _check_pool_padding(what, padding, kernel_size)
+    extent = _extent(kernel_size, dilation)
+    _check_fits(what, extent, _padded(size, padding))
+    out = list(sliding_output_size(size, kernel_size, dilation, padding, stride))
+    extra = [0, 0]
+    if ceil_mode:
+        for i in range(2):
+            span = size[i] + 2 * padding[i] - extent[i]
+            n = -(-span // stride[i]) + 1
+            # torch drops a last window that would start entirely in the end padding.
+            if (n - 1) * stride[i] >= size[i] + padding[i]:
+                n -= 1
+            extra[i] = (n - 1) * stride[i] + extent[i] - (size[i] + 2 * padding[i])
+            out[i] = n
+    return tuple(out), tuple(extra)
+
+
+def _pool_columns(x, kernel_size, stride, padding, dilation, extra, value):
+    """Every pooling window of every channel: (N * C, kh * kw, L), padded with `value`."""
+    n, c, h, w = x.shape
+    planes = x.reshape(n * c, 1, h, w)
+    (ph, pw), (eh, ew) = padding, extra
+    if ph or pw or eh or ew:
+        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh), value=value)
+    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=dilation, padding=(0, 0),
+                           stride=stride)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Maximum over each window; padding counts as -inf. With return_indices, also each
+    maximum's flat position in its (H, W) input plane, as torch returns."""
+    x, unbatched = _batched_image(input, "max_pool2d")
+    kernel_size = _pair(kernel_size, "kernel_size", 1)
+    stride = kernel_size if stride is None else _pair(stride, "stride", 1)
+    padding, dilation = _pair(padding, "padding", 0), _pair(dilation, "dilation", 1)
+    n, c, h, w = x.shape
+    (oh, ow), extra = _pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding,
+                                     dilation, ceil_mode)
+    cols = _pool_columns(x, kernel_size, stride, padding, dilation, extra, -math.inf)
+    # One winner per window (the first maximum), so a tie sends the whole gradient to one
+    # input, as in torch.
+    values, taps = cols.max(dim=1)
+    out = values.reshape(n, c, oh, ow)
+    out = out.squeeze(0) if unbatched else out
+    if not return_indices:
+        return out
+    tap_row, tap_col = np.divmod(taps.data.reshape(n, c, oh, ow), kernel_size[1])
+    rows = np.arange(oh)[:, None] * stride[0] - padding[0] + tap_row * dilation[0]
+    columns = np.arange(ow)[None, :] * stride[1] - padding[1] + tap_col * dilation[1]
+    indices = Tensor._make((rows * w + columns).astype(np.int64))
+    return out, (indices.squeeze(0) if unbatched else indices)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """Mean over each window. Zero padding counts in the divisor if count_include_pad; a
+    window that ceil_mode lets run past the padding is divided by its in-bounds part only."""
+    x, unbatched = _batched_image(input, "avg_pool2d")
+    kernel_size = _pair(kernel_size, "kernel_size", 1)
+    stride = kernel_size if stride is None else _pair(stride, "stride", 1)
+    padding = _pair(padding, "padding", 0)
+    _check_divisor(divisor_override, "avg_pool2d")
+    n, c, h, w = x.shape
+    (oh, ow), extra = _pool_geometry("avg_pool2d", (h, w), kernel_size, stride, padding,
+                                     (1, 1), ceil_mode)
+    sums = _pool_columns(x, kernel_size, stride, padding, (1, 1), extra, 0.0).sum(1)
+    if divisor_override is not None:
+        divisor = float(divisor_override)
+    else:
+        # Count each window's cells that the divisor includes, by pooling an indicator.
+        (ph, pw), (eh, ew) = padding, extra
+        counted = np.zeros((1, 1, h + 2 * ph + eh, w + 2 * pw + ew), x.dtype)
+        if count_include_pad:
+            counted[..., :h + 2 * ph, :w + 2 * pw] = 1
+        else:
+            counted[..., ph:ph + h, pw:pw + w] = 1
+        divisor = conv_ops.unfold(Tensor._make(counted), kernel_size=kernel_size,
+                                  dilation=(1, 1), padding=(0, 0), stride=stride).data.sum(1)
+    out = (sums / divisor).reshape(n, c, oh, ow)
+    return out.squeeze(0) if unbatched else out
+
+
+# ----------------------------------------------------------------------------- activations
+def relu(input, inplace=False):
+    return input.relu_() if inplace else ops.relu(input)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    out = ops.where(input > 0, input, input * negative_slope)
+    return input.copy_(out) if inplace else out
+
+
+def gelu(input, approximate="none"):
+    return ops.gelu(input, approximate=approximate)
+
+
+def silu(input):
+    return input * ops.sigmoid(input)
+
+
+def tanh(input):
+    return ops.tanh(input)
+
+
+def sigmoid(input):
+    return ops.sigmoid(input)
+
+
+def softmax(input, dim):
+    return ops.softmax(input, dim)
+
+
+def log_softmax(input, dim):
+    return ops.log_softmax(input, dim)
+
+
+# ----------------------------------------------------------------------------- regularisation
+def _check_probability(p, what):
+    if not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"{what} has to be between 0 and 1, but got {p!r}")
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Zeroes each element with probability p (mask from mpigrad's default generator) and
+    scales the rest by 1/(1-p), so the expectation is unchanged; the identity when not
+    training."""
+    _check_probability(p, "dropout probability")
+    if not training or p == 0:
+        return input
+    keep = random.uniform_array(input.shape, 0.0, 1.0, np.float64) >= p
+    scale = Tensor._make(keep.astype(input.dtype) / (1 - p) if p < 1
+                         else np.zeros(input.shape, input.dtype))
+    return input.mul_(scale) if inplace else input * scale
+
+
+# ----------------------------------------------------------------------------- normalisation
+def _normalize(x, mean, var, eps):
+    return (x - mean) / (var + eps).sqrt()
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalises over the trailing dimensions `normalized_shape` (biased variance)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) \
+        else tuple(normalized_shape)
+    if not shape or tuple(input.shape[input.ndim - len(shape):]) != shape:
+        raise ValueError(f"layer_norm: expected input with trailing shape {shape}, got shape "
+                         f"{tuple(input.shape)}")
+    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    out = _normalize(input, input.mean(dims, keepdim=True),
+                     input.var(dims, keepdim=True, correction=0), eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalises each channel (dimension 1) over the batch and any spatial dimensions.
+
+    In training, batch statistics are used (biased variance) and the running estimates, if
+    given, are updated in place: running = (1 - momentum) * running + momentum * batch, with
+    the unbiased variance. Otherwise the running estimates are used.
+    """
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected an input of shape (N, C, ...), got shape "
+                         f"{tuple(input.shape)}")
+    channels = input.shape[1]
+    shape = (1, channels) + (1,) * (input.ndim - 2)
+    for name, t in (("running_mean", running_mean), ("running_var", running_var),
+                    ("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != (channels,):
+            raise ValueError(f"batch_norm: expected {name} of shape ({channels},) for an input "
+                             f"with {channels} channels, got shape {tuple(t.shape)}")
+    if training:
+        count = input.numel() // channels
+        if count <= 1:
+            raise ValueError(f"expected more than 1 value per channel when training, got input "
+                             f"of shape {tuple(input.shape)}")
+        dims = (0,) + tuple(range(2, input.ndim))
+        mean = input.mean(dims, keepdim=True)
+        var = input.var(dims, keepdim=True, correction=0)
+        if running_mean is not None:
+            with grad_mode.no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.reshape(channels), alpha=momentum)
+        if running_var is not None:
+            with grad_mode.no_grad():
+                running_var.mul_(1 - momentum).add_(var.reshape(channels),
+                                                    alpha=momentum * count / (count - 1))
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: running_mean and running_var are required when not "
+                             "training")
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    out = _normalize(input, mean, var, eps)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+# ----------------------------------------------------------------------------- embedding
+def _check_indices(indices, size, what, name):
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"{what}: expected indices of an integer dtype, got {indices.dtype}")
+    bad = (indices < 0) | (indices >= size)
+    if bad.any():
+        raise IndexError(f"{what}: index {indices[bad].flat[0]} is out of range for "
+                         f"{name}={size} (expected 0 <= index < {size})")
+
+
+def _embedding_options(num_embeddings, padding_idx, scale_grad_by_freq, sparse, what):
+    """Checks the options; returns padding_idx as a non-negative row (or None)."""
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError(f"{what}: scale_grad_by_freq and sparse gradients are not "
+                                  "supported")
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"{what}: padding_idx must be within num_embeddings "
+                         f"({num_embeddings}), got {padding_idx}")
+    return padding_idx % num_embeddings
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of `weight` picked by the integer tensor `input`; repeated indices add their
+    gradients. The padding_idx row gets no gradient. With max_norm, the picked rows are first
+    rescaled in place to norm at most max_norm (as torch does)."""
+    padding_idx = _embedding_options(weight.shape[0], padding_idx, scale_grad_by_freq, sparse,
+                                     "embedding")
+    input = _as_tensor(input)
+    _check_indices(input.data, weight.shape[0], "embedding", "num_embeddings")
+    if max_norm is not None:
+        _renorm_rows(weight, np.unique(input.data), max_norm, norm_type)
+    rows = weight[input]
+    if padding_idx is not None:
+        keep = input.data != padding_idx
+        if not keep.all():
+            rows = ops.where(Tensor._make(keep[..., None]), rows, rows.detach())
+    return rows
+
+
+def _renorm_rows(weight, rows, max_norm, norm_type):
+    with grad_mode.no_grad():
+        picked = weight.data[rows]
+        norms = np.linalg.norm(picked, ord=norm_type, axis=1, keepdims=True)
+        # torch's embedding_renorm_ adds 1e-7 to the norm.
+        scale = np.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+        weight[rows] = (picked * scale).astype(weight.dtype)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 one-hot encoding along a new last dimension; num_classes=-1 means max + 1."""
+    tensor = _as_tensor(tensor)
+    if tensor.dtype.kind not in "iu":
+        raise TypeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
+    if num_classes == -1:
+        num_classes = int(tensor.data.max()) + 1 if tensor.data.size else 0
+    _check_indices(tensor.data, num_classes, "one_hot", "num_classes")
+    return Tensor._make((tensor.data[..., None] == np.arange(num_classes)).astype(np.int64))
+
+
+# ----------------------------------------------------------------------------- losses
+def _check_reduction(reduction):
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_weight(weight, classes, what):
+    if weight is not None and tuple(weight.shape) != (classes,):
+        raise ValueError(f"{what}: expected a weight of shape ({classes},), one per class, got "
+                         f"shape {tuple(weight.shape)}")
+
+
+def _class_scores(input, what):
+    if input.ndim < 1:
+        raise ValueError(f"{what}: expected input of shape (C,) or (N, C, ...), got a 0-d tensor")
+    return 0 if input.ndim == 1 else 1
+
+
+def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label_smoothing, what):
+    """Negative log-likelihood of class-index targets, optionally smoothed towards uniform.
+
+    Follows torch exactly: per element, (1 - s) * w[t] * -logp[t] + s / C * sum_c w[c] *
+    -logp[c], zero where target == ignore_index; 'mean' divides by the summed w[t] of the
+    targets that are not ignored.
+    """
+    class_dim = _class_scores(log_probs, what)
+    classes = log_probs.shape[class_dim]
+    _check_weight(weight, classes, what)
+    t = target.data
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{what}: expected class-index targets of an integer dtype, got {t.dtype}")
+    expected = log_probs.shape[:class_dim] + log_probs.shape[class_dim + 1:]
+    if t.shape != expected:
+        raise ValueError(f"{what}: expected target of shape {expected} for input of shape "
+                         f"{tuple(log_probs.shape)}, got shape {t.shape}")
+    # The class dimension stays (with size 1) until 'none' drops it: one node fewer on the
+    # common path, and the mask and weights line up with log_probs for broadcasting.
+    index = np.expand_dims(t, class_dim)
+    ignored = index == ignore_index
+    any_ignored = bool(ignored.any())
+    if any_ignored:
+        index = np.where(ignored, 0, index)
+    bad = (index < 0) | (index >= classes)
+    if bad.any():
+        raise IndexError(f"{what}: target {index[bad].flat[0]} is out of bounds for {classes} "
+                         f"classes (expected 0 <= target < {classes}, or ignore_index="
+                         f"{ignore_index})")
+    picked = ops.take_along_dim(log_probs, index, class_dim)
+    # Weight of each element's target class; None when every element counts once.
+    target_weight = None
+    if weight is not None:
+        target_weight = weight.data[index]
+        if any_ignored:
+            target_weight = np.where(ignored, 0, target_weight)
+    elif any_ignored:
+        target_weight = (~ignored).astype(log_probs.dtype)
+    loss = -picked if target_weight is None else picked * Tensor._make(-target_weight)
+    if label_smoothing:
+        per_class = log_probs if weight is None else log_probs * _along_classes(weight, log_probs,
+                                                                                class_dim)
+        smooth = -per_class.sum(class_dim, keepdim=True)
+        if any_ignored:
+            smooth = smooth.masked_fill(Tensor._make(ignored), 0.0)
+        loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
+    if reduction == "none":
+        return loss.squeeze(class_dim)
+    if reduction == "sum":
+        return loss.sum()
+    if target_weight is None:
+        return loss.mean()
+    return loss.sum() / float(target_weight.sum())
+
+
+def _along_classes(weight, scores, class_dim):
+    """The per-class weight shaped to broadcast against scores (N, C, d1, ...)."""
+    return weight.reshape(weight.shape + (1,) * (scores.ndim - 1 - class_dim))
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """Negative log-likelihood of class-index targets, given log-probabilities (N, C, ...)."""
+    _check_reduction(reduction)
+    return _class_target_loss(input, _as_tensor(target), weight, ignore_index, reduction, 0.0,
+                              "nll_loss")
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
+                  label_smoothing=0.0):
+    """log_softmax over the class dimension, then the negative log-likelihood of the target.
+
+    Targets are class indices (N, d1, ...) of an integer dtype, or class probabilities of the
+    input's shape (floating point; ignore_index does not apply, 'mean' averages over the
+    N * d1 * ... elements).
+    """
+    _check_reduction(reduction)
+    _check_probability(label_smoothing, "label_smoothing")
+    target = _as_tensor(target)
+    class_dim = _class_scores(input, "cross_entropy")
+    log_probs = ops.log_softmax(input, class_dim)
+    if target.dtype.kind not in "f":
+        return _class_target_loss(log_probs, target, weight, ignore_index, reduction,
+                                  label_smoothing, "cross_entropy")
+    if target.shape != input.shape:
+        raise ValueError(f"cross_entropy: expected class-index targets of an integer dtype, "
+                         f"or class probabilities of the input's shape {tuple(input.shape)}; "
+                         f"got {target.dtype} targets of shape {tuple(target.shape)}")
+    classes = input.shape[class_dim]
+    _check_weight(weight, classes, "cross_entropy")
+    if label_smoothing:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    per_class = log_probs * target
+    if weight is not None:
+        per_class = per_class * _along_classes(weight, input, class_dim)
+    loss = -per_class.sum(class_dim)
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.mean()
+
+
+def mse_loss(input, target, reduction="mean"):
+    """Squared error, elementwise; input and target must have the same shape."""
+    _check_reduction(reduction)
+    target = _as_tensor(target)
+    if target.shape != input.shape:
+        raise ValueError(f"mse_loss: expected target of the input's shape {tuple(input.shape)}, "
+                         f"got shape {tuple(target.shape)}")
+    diff = input - target
+    loss = diff * diff
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.mean()

@@ -1,0 +1,135 @@
+"""Normalisation layers: batch statistics (BatchNorm) and per-sample statistics (LayerNorm)."""
+import numbers
+
+import numpy as np
+
+from .. import creation
+from ..tensor import Tensor
+from . import functional as F, init
+from ._checks import check_device, positive_int
+from .module import Module
+from .parameter import Parameter
+
+
+class _BatchNorm(Module):
+    """Shared by BatchNorm1d/2d, which differ only in the input ranks they accept.
+
+    With track_running_stats, running_mean/running_var are buffers updated in training and
+    used in eval; momentum=None means a cumulative average over num_batches_tracked batches.
+    """
+
+    _ranks = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None):
+        super().__init__()
+        layer = type(self).__name__
+        check_device(device, layer)
+        self.num_features = positive_int(num_features, "num_features", layer)
+        if momentum is not None and not 0 <= momentum <= 1:
+            raise ValueError(f"{layer}: momentum must be in [0, 1] or None, got {momentum!r}")
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        if affine:
+            self.weight = Parameter(creation.empty(num_features, dtype=dtype))
+            self.bias = Parameter(creation.empty(num_features, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", creation.zeros(num_features, dtype=dtype))
+            self.register_buffer("running_var", creation.ones(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", Tensor(np.array(0, np.int64)))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
+        self.reset_parameters()
+
+    def reset_running_stats(self):
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+            init.zeros_(self.num_batches_tracked)
+
+    def reset_parameters(self):
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, input):
+        layer = type(self).__name__
+        if input.ndim not in self._ranks:
+            ranks = " or ".join(f"{r}-D" for r in self._ranks)
+            raise ValueError(f"{layer}: expected {ranks} input, got shape {tuple(input.shape)}")
+        if input.shape[1] != self.num_features:
+            raise ValueError(f"{layer}: expected input with {self.num_features} channels, got "
+                             f"{input.shape[1]} (input shape {tuple(input.shape)})")
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / int(self.num_batches_tracked)
+        # Without running statistics there is nothing else to normalise by, even in eval.
+        use_batch_stats = self.training or self.running_mean is None
+        track = not self.training or self.track_running_stats
+        return F.batch_norm(input, self.running_mean if track else None,
+                            self.running_var if track else None, self.weight, self.bias,
+                            use_batch_stats, factor, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation of (N, C) or (N, C, L) input."""
+
+    _ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation of (N, C, H, W) input, per channel."""
+
+    _ranks = (4,)
+
+
+class LayerNorm(Module):
+    """Normalises each sample over its trailing `normalized_shape` dimensions, then applies an
+    elementwise weight and bias of that shape."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        check_device(device, "LayerNorm")
+        shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) \
+            else tuple(normalized_shape)
+        if not shape:
+            raise ValueError("LayerNorm: normalized_shape must name at least one dimension")
+        self.normalized_shape = tuple(positive_int(s, "normalized_shape", "LayerNorm")
+                                      for s in shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(creation.ones(self.normalized_shape, dtype=dtype))
+            self.register_parameter(
+                "bias", Parameter(creation.zeros(self.normalized_shape, dtype=dtype)) if bias
+                else None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")

@@ -1,0 +1,50 @@
+"""Pooling layers. Arguments are checked when the layer is built, not at the first batch."""
+from . import functional as F
+from .module import Module
+
+
+class MaxPool2d(Module):
+    """Maximum over each kernel_size window; stride defaults to kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        self.kernel_size = F._pair(kernel_size, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else F._pair(stride, "stride", 1)
+        self.padding = F._pair(padding, "padding", 0)
+        self.dilation = F._pair(dilation, "dilation", 1)
+        F._check_pool_padding("MaxPool2d", self.padding, self.kernel_size)
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool2d(Module):
+    """Mean over each kernel_size window; stride defaults to kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__()
+        self.kernel_size = F._pair(kernel_size, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else F._pair(stride, "stride", 1)
+        self.padding = F._pair(padding, "padding", 0)
+        F._check_pool_padding("AvgPool2d", self.padding, self.kernel_size)
+        F._check_divisor(divisor_override, "AvgPool2d")
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input):
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
