@@ -1,0 +1,54 @@
+"""Datasets, samplers and loaders, with PyTorch's ``torch.utils.data`` names.
+
+Reproducible and resumable order
+--------------------------------
+A shuffled order (``RandomSampler``, ``DataLoader(shuffle=True)``,
+``DistributedSampler``) is a pure function of ``(seed, epoch)``: the same on
+every rank and in every run. To resume a job checkpointed after ``step``
+batches of ``epoch``, save those two numbers and, on restart, build the
+loader with the same seed and skip what was already seen::
+
+    sampler = DistributedSampler(dataset, seed=seed)   # or RandomSampler(dataset, generator=seed)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+    for e in range(epoch, epochs):
+        sampler.set_epoch(e)
+        batches = iter(loader)
+        if e == epoch:
+            batches = itertools.islice(batches, step, None)
+        for batch in batches:
+            ...
+
+The skipped batches are still read; for a ``TensorDataset`` (or a subset of
+one) that is a single indexing call per batch. ``RandomSampler`` also moves
+to the next epoch by itself after every pass.
+"""
+from .collate import default_collate
+from .dataset import Dataset, Subset, TensorDataset
+from .digits import load_digits
+from .distributed import DistributedSampler
+from .idx import read_idx, write_idx
+from .loader import DataLoader
+from .mnist import MNIST
+from .partition import DataPartitioner, Partition
+from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from .synthetic import SyntheticImages
+
+__all__ = [
+    "BatchSampler",
+    "DataLoader",
+    "DataPartitioner",
+    "Dataset",
+    "DistributedSampler",
+    "MNIST",
+    "Partition",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "Subset",
+    "SyntheticImages",
+    "TensorDataset",
+    "default_collate",
+    "load_digits",
+    "read_idx",
+    "write_idx",
+]

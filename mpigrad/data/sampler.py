@@ -1,0 +1,121 @@
+"""Samplers: the order in which a DataLoader visits a dataset's indices.
+
+Shuffled orders here are a pure function of ``(seed, epoch)``: nothing else
+(no global random state, no previous iteration) affects them. That is what
+makes them identical on every rank and reproducible after a restart; see the
+package docstring for how a job resumes mid-epoch.
+"""
+from itertools import islice
+
+import numpy as np
+
+import mpigrad as mg
+
+from ._checks import check_bool, check_int
+
+
+def epoch_rng(seed, epoch):
+    """The random stream for one epoch of a shuffled order."""
+    return np.random.default_rng([seed, epoch])
+
+
+def seed_from(generator):
+    """The integer seed a sampler derives its orders from.
+
+    ``generator`` may be a non-negative int, an ``mpigrad.Generator`` (its
+    initial seed; its current state plays no part), or None to draw a seed
+    from mpigrad's default generator, so that ``mpigrad.manual_seed`` makes
+    the orders reproducible, as in PyTorch.
+    """
+    if generator is None:
+        return mg.randint(2**63 - 1, size=()).item()
+    if isinstance(generator, mg.Generator):
+        return int(generator.initial_seed())
+    return check_int("generator", generator, 0)
+
+
+class Sampler:
+    """Base class: iterating a sampler yields dataset indices (Python ints)."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
+
+
+class SequentialSampler(Sampler):
+    """Indices ``0, 1, ..., len(data_source) - 1`` in order."""
+
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A fresh random order of ``data_source``'s indices on every pass.
+
+    Without replacement each pass is a permutation (several concatenated, the
+    last cut short, if ``num_samples`` exceeds the dataset); with replacement
+    it is ``num_samples`` independent draws. Pass ``e`` uses the order for
+    ``(seed, e)``: passes count up from 0, and ``set_epoch`` moves the count,
+    e.g. to resume a checkpointed job at its epoch.
+    """
+
+    def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
+        self.data_source = data_source
+        self.replacement = check_bool("replacement", replacement)
+        self._num_samples = num_samples
+        check_int("num_samples", self.num_samples, 1)
+        self.generator = generator
+        self.seed = seed_from(generator)
+        self.epoch = 0
+
+    @property
+    def num_samples(self):
+        # Read len() lazily: the dataset may change size after the sampler is built.
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = check_int("epoch", epoch, 0)
+
+    def __iter__(self):
+        n, count = len(self.data_source), self.num_samples
+        if n == 0:
+            raise ValueError("RandomSampler cannot draw from an empty dataset")
+        rng = epoch_rng(self.seed, self.epoch)
+        self.epoch += 1
+        if self.replacement:
+            order = rng.integers(n, size=count)
+        else:
+            order = np.concatenate([rng.permutation(n) for _ in range(-(-count // n))])[:count]
+        return iter(order.tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Groups the indices of ``sampler`` into lists of ``batch_size``.
+
+    The last, shorter batch is kept unless ``drop_last`` is true.
+    """
+
+    def __init__(self, sampler, batch_size, drop_last):
+        self.sampler = sampler
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.drop_last = check_bool("drop_last", drop_last)
+
+    def __iter__(self):
+        indices = iter(self.sampler)
+        while batch := list(islice(indices, self.batch_size)):
+            if len(batch) < self.batch_size and self.drop_last:
+                return
+            yield batch
+
+    def __len__(self):
+        if self.drop_last:
+            return len(self.sampler) // self.batch_size
+        return -(-len(self.sampler) // self.batch_size)
