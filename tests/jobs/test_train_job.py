@@ -21,7 +21,11 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip
 
 
 def _env():
-    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    # A launcher's variables (set when this test itself runs under mpiexec) would make the
+    # child try to join that job instead of starting its own.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    return dict(env, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 
 def run_train(*args, ranks=2, timeout=240):
