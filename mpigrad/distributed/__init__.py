@@ -1,0 +1,44 @@
+"""mpigrad.distributed: torch.distributed's communication API, over MPI (mpi4py).
+
+    import mpigrad.distributed as dist
+    dist.init_process_group()                # MPI.COMM_WORLD, or init_process_group(comm)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)  # t: an mpigrad.Tensor or a numpy array
+
+Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`, or plain
+`python train.py` (one process). Tensors travel as MPI buffers, in place in their storage.
+
+- `process_group`: init_process_group, get_rank, get_world_size, get_local_rank (on this
+  node), new_group (an MPI sub-communicator), destroy_process_group. `group.WORLD.comm` is
+  the default group's mpi4py communicator.
+- `collectives`: all_reduce, reduce, broadcast, all_gather(_into_tensor), gather, scatter,
+  reduce_scatter(_tensor), all_to_all(_single), barrier; `async_op=True` returns a `Work`.
+  `all_reduce(..., algorithm="ring")` uses `ring`, a ring allreduce on point-to-point messages.
+- `p2p`: send, recv (from any source, returning the sender), isend, irecv.
+- `objects`: all_gather_object, broadcast_object_list, for small picklable metadata.
+- `checks`: before each collective, the ranks compare what they are about to do and all raise
+  CollectiveMismatchError, naming ranks and fields, if they differ. MPIGRAD_CHECK_COLLECTIVES=0
+  turns this off.
+- `abort`: importing this package makes an uncaught exception on any rank abort the whole
+  job (with the rank's traceback) instead of leaving the others waiting;
+  `set_abort_on_exception(False)` turns that off.
+- `watchdog`: a rank blocked in one call for longer than the group's timeout
+  (init_process_group(timeout=...), 30 minutes by default) aborts the job, saying where.
+- `nn` (import it explicitly): differentiable collectives, with their gradient conventions.
+"""
+from . import abort
+from .abort import set_abort_on_exception
+from .collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all,
+                          all_to_all_single, barrier, broadcast, gather, reduce, reduce_scatter,
+                          reduce_scatter_tensor, scatter)
+from .errors import CollectiveMismatchError, DistError, MessageMismatchError
+from .objects import all_gather_object, broadcast_object_list
+from .p2p import irecv, isend, recv, send
+from .process_group import (GroupMember, ProcessGroup, _get_default_group, destroy_process_group,
+                            get_backend, get_global_rank, get_group_rank, get_local_rank,
+                            get_local_world_size, get_process_group_ranks, get_rank,
+                            get_world_size, group, init_process_group, is_available,
+                            is_initialized, new_group)
+from .reduce_op import ReduceOp
+from .work import Work
+
+abort.install()

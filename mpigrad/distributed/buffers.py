@@ -1,0 +1,94 @@
+"""Tensors and numpy arrays as MPI buffers: validation, datatypes, version bumps.
+
+Everything the collectives move goes through `array_of`, so a Tensor is always sent as the
+memory of its `.data` array (never pickled) and bad input fails here with one clear message.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from ..tensor import Tensor
+
+# Predefined MPI datatypes only: mpi4py's automatic mapping hands out duplicated (user)
+# datatypes for some of these, and MPI defines no reductions on user datatypes.
+_MPI_TYPES = {
+    np.dtype(np.bool_): MPI.C_BOOL,
+    np.dtype(np.int8): MPI.INT8_T,
+    np.dtype(np.int16): MPI.INT16_T,
+    np.dtype(np.int32): MPI.INT32_T,
+    np.dtype(np.int64): MPI.INT64_T,
+    np.dtype(np.uint8): MPI.UINT8_T,
+    np.dtype(np.uint16): MPI.UINT16_T,
+    np.dtype(np.uint32): MPI.UINT32_T,
+    np.dtype(np.uint64): MPI.UINT64_T,
+    # MPI has no half-precision type; the bit pattern travels as INT16_T, which is exact for
+    # moving data. reduce_op refuses to reduce float16.
+    np.dtype(np.float16): MPI.INT16_T,
+    np.dtype(np.float32): MPI.FLOAT,
+    np.dtype(np.float64): MPI.DOUBLE,
+    np.dtype(np.complex64): MPI.C_FLOAT_COMPLEX,
+    np.dtype(np.complex128): MPI.C_DOUBLE_COMPLEX,
+}
+
+SUPPORTED_DTYPES = tuple(_MPI_TYPES)
+
+
+def _describe(arr):
+    return f"shape {tuple(arr.shape)} and dtype {arr.dtype}"
+
+
+def array_of(x, name, *, writable=False):
+    """The numpy array behind `x` (a Tensor or an ndarray), checked for use as an MPI buffer."""
+    if isinstance(x, Tensor):
+        arr = x.data
+    elif isinstance(x, np.ndarray):
+        arr = x
+    else:
+        raise TypeError(f"{name} must be an mpigrad.Tensor or a numpy.ndarray, "
+                        f"got {type(x).__name__}")
+    if arr.dtype not in _MPI_TYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{name} has dtype {arr.dtype!r}, which cannot be sent over MPI; "
+                        f"supported (native byte order): {names}")
+    if not arr.flags.c_contiguous:
+        # MPI reads and writes a flat run of memory; a strided view would silently send the
+        # wrong elements.
+        raise ValueError(f"{name} must be C-contiguous, got a view with {_describe(arr)} and "
+                         f"strides {arr.strides}; pass a contiguous copy "
+                         f"(t.clone() or np.ascontiguousarray(a))")
+    if writable and not arr.flags.writeable:
+        raise ValueError(f"{name} receives data but its array is read-only ({_describe(arr)})")
+    return arr
+
+
+def arrays_of(xs, name, count, *, writable=False):
+    """`array_of` for each item of a list that must hold exactly `count` tensors."""
+    if not isinstance(xs, (list, tuple)):
+        raise TypeError(f"{name} must be a list of {count} tensors (one per rank of the group), "
+                        f"got {type(xs).__name__}")
+    if len(xs) != count:
+        raise ValueError(f"{name} must hold {count} tensors (one per rank of the group), "
+                         f"got {len(xs)}")
+    return [array_of(x, f"{name}[{i}]", writable=writable) for i, x in enumerate(xs)]
+
+
+def expect_layout(arr, name, shape, dtype, like):
+    """Raise unless `arr` has `shape` and `dtype` (those of `like`, named in the message)."""
+    if arr.shape != tuple(shape) or arr.dtype != dtype:
+        raise ValueError(f"{name} has {_describe(arr)}; expected shape {tuple(shape)} and "
+                         f"dtype {dtype} to match {like}")
+
+
+def message(arr):
+    """The mpi4py buffer specification for a checked array."""
+    return [arr, _MPI_TYPES[arr.dtype]]
+
+
+def mpi_type(dtype):
+    return _MPI_TYPES[np.dtype(dtype)]
+
+
+def mark_written(*objs):
+    """Tell autograd that these tensors' storage changed outside it (arrays need nothing)."""
+    for obj in objs:
+        if isinstance(obj, Tensor):
+            obj._bump_version()

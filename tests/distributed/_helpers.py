@@ -1,0 +1,51 @@
+"""Inputs and comparisons shared by the communication-layer tests."""
+import numpy as np
+
+import mpigrad.distributed as dist
+
+
+def rank_input(rank, shape, dtype=np.float64, seed=0):
+    """Rank `rank`'s input: the same on every rank that asks, different across ranks, so each
+    rank can compute the expected result of a collective from all ranks' inputs."""
+    rng = np.random.default_rng([seed, rank])
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(1, 6, size=shape).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def all_inputs(shape, dtype=np.float64, seed=0):
+    return [rank_input(r, shape, dtype, seed) for r in range(dist.get_world_size())]
+
+
+def assert_matches(actual, expected):
+    """Exact for integers and bools; floating point within the rounding of a different
+    summation order."""
+    actual = np.asarray(actual)
+    assert actual.dtype == np.asarray(expected).dtype
+    if actual.dtype.kind in "fc":
+        tol = 1e-5 if actual.dtype in (np.float32, np.complex64) else 1e-12
+        np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def reference_reduce(stacked, op):
+    """What reducing the ranks' inputs (stacked along axis 0) with `op` gives, in numpy."""
+    if stacked.dtype == np.bool_ and op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT):
+        return stacked.any(0) if op is dist.ReduceOp.SUM else stacked.all(0)
+    result = {
+        dist.ReduceOp.SUM: lambda s: s.sum(0),
+        dist.ReduceOp.PRODUCT: lambda s: s.prod(0),
+        dist.ReduceOp.MIN: lambda s: s.min(0),
+        dist.ReduceOp.MAX: lambda s: s.max(0),
+        dist.ReduceOp.BAND: np.bitwise_and.reduce,
+        dist.ReduceOp.BOR: np.bitwise_or.reduce,
+        dist.ReduceOp.BXOR: np.bitwise_xor.reduce,
+        dist.ReduceOp.AVG: lambda s: s.mean(0),
+    }[op](stacked)
+    return np.asarray(result).astype(stacked.dtype)

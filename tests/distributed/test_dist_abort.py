@@ -1,0 +1,84 @@
+"""An uncaught exception on one rank ends the whole MPI job instead of leaving the others
+waiting, and so does a rank blocked for longer than its group's timeout. The jobs run as
+subprocesses, under `timeout`, so a regression fails instead of hanging."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mpigrad.distributed as dist
+from mpigrad.distributed import abort
+
+RAISE_ON_LAST_RANK = """
+import numpy as np
+import mpigrad.distributed as dist
+
+dist.init_process_group()
+last = dist.get_world_size() - 1
+if dist.get_rank() == last:
+    raise RuntimeError("raised on purpose")
+dist.recv(np.zeros(1), src=last)  # never satisfied: the other ranks would wait forever
+"""
+COLLECTIVES_ON_DIFFERENT_GROUPS = """
+import datetime
+import numpy as np
+import mpigrad.distributed as dist
+
+dist.init_process_group(timeout=datetime.timedelta(seconds=1))
+pair = dist.new_group([0, 1])
+# Rank 0 reduces over the pair, rank 1 over the default group: neither call can complete.
+dist.all_reduce(np.zeros(1), group=pair if dist.get_rank() == 0 else None)
+"""
+TIMEOUT_EXIT = 124  # what coreutils' `timeout` exits with when it had to stop the job
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def _run(launcher, script_text, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(script_text)
+    return subprocess.run(["timeout", "120", *launcher, sys.executable, str(script)],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.mpi_skip
+def test_a_rank_that_raises_aborts_the_job(tmp_path):
+    result = _run([MPIEXEC, "-n", "2"], RAISE_ON_LAST_RANK, tmp_path)
+    assert result.returncode not in (0, TIMEOUT_EXIT), result.stderr
+    assert "[rank 1] uncaught exception on rank 1 of 2; aborting the MPI job" in result.stderr
+    assert "[rank 1] RuntimeError: raised on purpose" in result.stderr
+
+
+@pytest.mark.mpi_skip
+def test_single_process_keeps_pythons_behaviour(tmp_path):
+    result = _run([], RAISE_ON_LAST_RANK, tmp_path)
+    assert result.returncode == 1
+    assert "aborting" not in result.stderr
+    assert result.stderr.rstrip().endswith("RuntimeError: raised on purpose")
+
+
+@pytest.mark.mpi_skip
+def test_collectives_that_cannot_meet_end_the_job_after_the_timeout(tmp_path):
+    result = _run([MPIEXEC, "-n", "2"], COLLECTIVES_ON_DIFFERENT_GROUPS, tmp_path)
+    assert result.returncode not in (0, TIMEOUT_EXIT), result.stderr
+    assert ("the check before all_reduce on the group of global ranks [0, 1] has been blocked "
+            "on rank 0 for longer than the group's timeout (1 s)") in result.stderr
+    # The stack shows where the rank was stuck.
+    assert 'job.py", line 9' in result.stderr
+
+
+def test_hook_installed_on_import():
+    assert sys.excepthook is abort._abort_hook
+
+
+@pytest.mark.mpi(min_size=2)
+def test_turned_off_it_hands_over_to_the_previous_hook(monkeypatch):
+    seen = []
+    monkeypatch.setattr(abort, "_previous_hook", lambda *exc_info: seen.append(exc_info[1]))
+    dist.set_abort_on_exception(False)
+    try:
+        error = ValueError("not fatal")
+        abort._abort_hook(ValueError, error, None)
+    finally:
+        dist.set_abort_on_exception(True)
+    assert seen == [error]
