@@ -41,4 +41,6 @@ from .process_group import (GroupMember, ProcessGroup, _get_default_group, destr
 from .reduce_op import ReduceOp
 from .work import Work
 
+from . import algorithms  # noqa: E402,F401  (Join, DDP comm hooks)
+
 abort.install()
