@@ -21,7 +21,32 @@ def _renumber(container, modules):
         container.add_module(str(i), module)
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """What Sequential and ModuleList share: length, iteration, append, extend, insert."""
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index, module):
+        modules = list(self._modules.values())
+        modules.insert(index, module)
+        _renumber(self, modules)
+        return self
+
+
+class Sequential(_ModuleSequence):
     """Calls its modules in order, each on the previous one's output.
 
     Built from modules (named "0", "1", ...) or from an OrderedDict of name -> module.
@@ -60,29 +85,8 @@ class Sequential(Module):
         # Renumber, as torch does, so a later append cannot reuse a surviving name.
         _renumber(self, list(self._modules.values()))
 
-    def __len__(self):
-        return len(self._modules)
 
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
-    def extend(self, modules):
-        for module in modules:
-            self.append(module)
-        return self
-
-    def insert(self, index, module):
-        modules = list(self._modules.values())
-        modules.insert(index, module)
-        _renumber(self, modules)
-        return self
-
-
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules, registered as "0", "1", ... so their parameters are found."""
 
     def __init__(self, modules=None):
@@ -106,28 +110,8 @@ class ModuleList(Module):
             del modules[_position(index, len(modules), "ModuleList")]
         _renumber(self, modules)
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
     def __iadd__(self, modules):
         return self.extend(modules)
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
-    def extend(self, modules):
-        for module in modules:
-            self.append(module)
-        return self
-
-    def insert(self, index, module):
-        modules = list(self._modules.values())
-        modules.insert(index, module)
-        _renumber(self, modules)
 
 
 class ModuleDict(Module):
