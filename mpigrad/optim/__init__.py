@@ -1,0 +1,8 @@
+"""Optimizers and learning-rate schedulers, as in torch.optim."""
+
+from . import lr_scheduler
+from .adam import Adam, AdamW
+from .optimizer import Optimizer
+from .sgd import SGD
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]

@@ -1,0 +1,107 @@
+"""Adam and AdamW (Adam with decoupled weight decay)."""
+
+import numpy as np
+
+from ..tensor import Tensor
+from .optimizer import Optimizer, regularized_grad
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam: the same arguments, update rule and state.
+
+    With gradient g of parameter p (negated if ``maximize``), at step t::
+
+        p = p * (1 - lr * weight_decay)   if decoupled_weight_decay
+        g = g + weight_decay * p          otherwise
+        m = lerp(m, g, 1 - beta1)                 # exp_avg
+        v = beta2 * v + (1 - beta2) * g * g       # exp_avg_sq
+        v_max = max(v_max, v)                     # max_exp_avg_sq, if amsgrad
+        p = p - lr / (1 - beta1**t) * m / (sqrt(v or v_max) / sqrt(1 - beta2**t) + eps)
+
+    ``state[p]`` holds ``step`` (a Python int; torch keeps a 0-d tensor),
+    ``exp_avg``, ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "amsgrad": amsgrad, "maximize": maximize,
+                    "decoupled_weight_decay": decoupled_weight_decay}
+        super().__init__(params, defaults)
+
+    def _check_hyperparameters(self, group):
+        if not 0.0 <= group["lr"]:
+            raise ValueError(f"Invalid learning rate: {group['lr']}")
+        if not 0.0 <= group["eps"]:
+            raise ValueError(f"Invalid epsilon value: {group['eps']}")
+        if len(group["betas"]) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {group['betas']!r}")
+        for i, beta in enumerate(group["betas"]):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+        if not 0.0 <= group["weight_decay"]:
+            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
+
+    def _update(self, param, grad, group):
+        p = param.data
+        lr, weight_decay = group["lr"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
+        state = self.state[param]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = Tensor(np.zeros_like(p))
+            state["exp_avg_sq"] = Tensor(np.zeros_like(p))
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = Tensor(np.zeros_like(p))
+        state["step"] += 1
+        step = state["step"]
+        m, v = state["exp_avg"].data, state["exp_avg_sq"].data
+
+        if group["decoupled_weight_decay"]:
+            if weight_decay != 0:
+                p *= 1 - lr * weight_decay
+            g = regularized_grad(p, grad, 0, group["maximize"])
+        else:
+            g = regularized_grad(p, grad, weight_decay, group["maximize"])
+
+        # m = lerp(m, g, weight) the way torch computes it: from m for a small
+        # weight, back from g otherwise, whichever rounds less.
+        weight = 1 - beta1
+        scratch = np.subtract(g, m)
+        if weight < 0.5:
+            scratch *= weight
+            m += scratch
+        else:
+            scratch *= 1 - weight
+            np.subtract(g, scratch, out=m)
+
+        np.multiply(g, 1 - beta2, out=scratch)
+        scratch *= g
+        v *= beta2
+        v += scratch
+
+        if group["amsgrad"]:
+            v_max = state["max_exp_avg_sq"].data
+            np.maximum(v_max, v, out=v_max)
+            v = v_max
+        step_size = lr / (1 - beta1 ** step)
+        bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+        denom = np.sqrt(v, out=scratch)
+        denom /= bias_correction2_sqrt
+        denom += group["eps"]
+        np.divide(m, denom, out=scratch)
+        scratch *= step_size
+        p -= scratch
+
+
+class AdamW(Adam):
+    """torch.optim.AdamW: Adam whose weight decay shrinks the parameters
+    directly (``p *= 1 - lr * weight_decay``) instead of adding to the
+    gradient, with a default ``weight_decay`` of 1e-2."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         decoupled_weight_decay=True)

@@ -1,0 +1,143 @@
+"""SGD, Adam and AdamW against torch.optim on the same parameters and gradients."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from mpigrad import Tensor, optim
+
+torch = pytest.importorskip("torch")
+
+SHAPES = [(4, 3), (3,), (2, 2, 2)]
+STEPS = 10
+
+
+def make_problem(seed, dtype=np.float64):
+    """Initial parameters and, per step, one gradient per parameter; parameter
+    2 has no gradient on step 3, which both libraries must skip."""
+    rng = np.random.default_rng(seed)
+    initial = [rng.standard_normal(shape).astype(dtype) for shape in SHAPES]
+    grads = [[rng.standard_normal(shape).astype(dtype) for shape in SHAPES]
+             for _ in range(STEPS)]
+    grads[3][2] = None
+    return initial, grads
+
+
+def run_mpigrad(make_optimizer, initial, grads):
+    params = [Tensor(p.copy(), requires_grad=True) for p in initial]
+    optimizer = make_optimizer(params)
+    for step_grads in grads:
+        for param, grad in zip(params, step_grads):
+            param.grad = None if grad is None else Tensor(grad.copy())
+        optimizer.step()
+    return [p.data for p in params], optimizer
+
+
+def run_torch(make_optimizer, initial, grads):
+    params = [torch.tensor(p, requires_grad=True) for p in initial]
+    optimizer = make_optimizer(params)
+    for step_grads in grads:
+        for param, grad in zip(params, step_grads):
+            param.grad = None if grad is None else torch.tensor(grad)
+        optimizer.step()
+    return [p.detach().numpy() for p in params]
+
+
+def assert_matches_torch(ours, theirs, kwargs, seed=0, atol=1e-12):
+    initial, grads = make_problem(seed)
+    got, _ = run_mpigrad(lambda ps: ours(ps, **kwargs), initial, grads)
+    expected = run_torch(lambda ps: theirs(ps, **kwargs), initial, grads)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=atol)
+    # The comparison means something only if the parameters moved.
+    assert not np.allclose(got[0], initial[0])
+
+
+SGD_GRID = [
+    dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+         weight_decay=weight_decay, maximize=maximize)
+    for lr, momentum, dampening, nesterov, weight_decay, maximize in itertools.product(
+        [0.1], [0.0, 0.9], [0.0, 0.3], [False, True], [0.0, 0.01], [False, True])
+    if not (nesterov and (momentum == 0 or dampening != 0))
+]
+
+
+@pytest.mark.parametrize("kwargs", SGD_GRID, ids=str)
+def test_sgd_matches_torch(kwargs):
+    assert_matches_torch(optim.SGD, torch.optim.SGD, kwargs)
+
+
+ADAM_GRID = [
+    dict(lr=lr, betas=betas, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
+    for lr, betas, weight_decay, amsgrad, maximize in itertools.product(
+        [0.05], [(0.9, 0.999), (0.3, 0.8)], [0.0, 0.1], [False, True], [False, True])
+]
+
+
+@pytest.mark.parametrize("kwargs", ADAM_GRID, ids=str)
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_adam_matches_torch(name, kwargs):
+    assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
+
+
+@pytest.mark.parametrize("name, kwargs", [("SGD", dict(momentum=0.9, nesterov=True)),
+                                          ("Adam", dict(amsgrad=True)),
+                                          ("AdamW", dict(weight_decay=0.2))])
+def test_param_groups_with_their_own_hyperparameters_match_torch(name, kwargs):
+    def groups(params):
+        return [{"params": params[:2]}, {"params": params[2:], "lr": 0.01}]
+
+    initial, grads = make_problem(seed=1)
+    got, _ = run_mpigrad(lambda ps: getattr(optim, name)(groups(ps), lr=0.1, **kwargs),
+                         initial, grads)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(groups(ps), lr=0.1, **kwargs),
+                         initial, grads)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, kwargs", [("SGD", dict(lr=0.1, momentum=0.9, weight_decay=1e-3)),
+                                          ("Adam", dict(lr=0.01)),
+                                          ("AdamW", dict(lr=0.01, amsgrad=True))])
+def test_float32_parameters_and_state_stay_float32_and_match_torch(name, kwargs):
+    initial, grads = make_problem(seed=2, dtype=np.float32)
+    got, optimizer = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), initial, grads)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(ps, **kwargs), initial, grads)
+    for g, e in zip(got, expected):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    buffers = [v for state in optimizer.state.values() for v in state.values()
+               if isinstance(v, Tensor)]
+    assert buffers and all(b.dtype == np.float32 for b in buffers)
+
+
+@pytest.mark.parametrize("name, kwargs", [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
+                                          ("Adam", dict(lr=0.05, weight_decay=1e-2))])
+def test_training_through_autograd_with_a_closure_matches_torch(name, kwargs):
+    import mpigrad as mg
+
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((8, 4)), rng.standard_normal((8, 2))
+    w0, b0 = rng.standard_normal((4, 2)), rng.standard_normal(2)
+
+    def train(lib, optimizers):
+        w = lib.tensor(w0.copy(), requires_grad=True)
+        b = lib.tensor(b0.copy(), requires_grad=True)
+        inputs, targets = lib.tensor(x), lib.tensor(y)
+        optimizer = getattr(optimizers, name)([w, b], **kwargs)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = ((lib.tanh(inputs @ w + b) - targets) ** 2).mean()
+            loss.backward()
+            return loss
+
+        losses = [optimizer.step(closure).item() for _ in range(6)]
+        return losses, w.detach().numpy(), b.detach().numpy()
+
+    ours, theirs = train(mg, optim), train(torch, torch.optim)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)
+    assert ours[0][-1] < ours[0][0]
+    for got, expected in zip(ours[1:], theirs[1:]):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
