@@ -27,8 +27,9 @@ LR = 0.01
 
 def make_weights(seed):
     rng = np.random.default_rng(seed)
-    return [(rng.uniform(-1, 1, (n_out, n_in)).astype(np.float32) / np.sqrt(n_in),
-             rng.uniform(-1, 1, n_out).astype(np.float32) / np.sqrt(n_in))
+    # Scale before the cast: a numpy float64 scalar would promote float32 arrays.
+    return [((rng.uniform(-1, 1, (n_out, n_in)) / np.sqrt(n_in)).astype(np.float32),
+             (rng.uniform(-1, 1, n_out) / np.sqrt(n_in)).astype(np.float32))
             for n_in, n_out in zip(SIZES[:-1], SIZES[1:])]
 
 

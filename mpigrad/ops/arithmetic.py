@@ -81,7 +81,9 @@ def _linear_forward(x, weight, bias):
 
 
 def _linear_weight_grad(g, ans, x, weight, bias):
-    return g.reshape(-1, g.shape[-1]).mT @ x.reshape(-1, x.shape[-1])
+    if g.ndim != 2:  # batch dimensions fold into one: the weight sees every row alike
+        g, x = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+    return g.mT @ x
 
 
 # y = x W^T + b as one node: its weight gradient comes out C-contiguous in W's layout, which a
