@@ -1,0 +1,264 @@
+"""jobs/train.sbatch on a real (single-node, throw-away) Slurm cluster.
+
+The cluster is munged + slurmctld + slurmd started by tests/jobs/slurm_cluster.py; Slurm
+and munge are installed from Debian packages first if missing. Where that cannot happen
+(not root, no apt-get, no network) the tests are skipped, and the reason is shown by
+pytest -ra. Set MPIGRAD_SKIP_SLURM=1 to skip them on purpose.
+
+Jobs are submitted from a temporary directory with MPIGRAD_DIR pointing at this checkout,
+so the script's defaults for logs (runs/%x-%j.log) and checkpoints
+(runs/<job name>/checkpoints) are exercised without writing into the checkout.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "jobs"))  # also a script; not a package
+from slurm_cluster import SlurmCluster, ensure_installed  # noqa: E402
+
+TRAIN_PY = REPO / "jobs" / "train.py"
+TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"
+BENCH_SBATCH = REPO / "jobs" / "bench.sbatch"
+FINISHED = re.compile(r"^\[rank 0\] training finished: epochs=(\d+) test_accuracy=([0-9.]+)$",
+                      re.M)
+
+# Small runs: the default synthetic dataset, a few epochs.
+EPOCHS = 3
+# Enough epochs that the job is still running when the signal arrives after epoch 1.
+PREEMPT_EPOCHS = 10
+JOB_TIMEOUT = 240
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.environ.get("MPIGRAD_SKIP_SLURM"):
+        pytest.skip("MPIGRAD_SKIP_SLURM is set")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the test cluster needs Linux")
+    if any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+        pytest.skip("started by mpiexec: the Slurm tests run in the serial pass only")
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster needs root (slurmd runs as root)")
+    if not TRAIN_PY.exists():
+        pytest.skip(f"{TRAIN_PY.relative_to(REPO)} does not exist yet")
+    reason = ensure_installed(log=lambda msg: print(msg, flush=True))
+    if reason:
+        pytest.skip(reason)
+    # A short path: the munge socket lives here and socket paths are limited to ~100 bytes.
+    workdir = tempfile.mkdtemp(prefix="mpigrad-slurm-")
+    c = SlurmCluster(workdir)
+    try:
+        try:
+            c.start()
+        except RuntimeError as e:
+            pytest.fail(f"could not start the test cluster in {workdir}: {e}")
+        yield c
+    finally:
+        c.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def submit_dir(tmp_path):
+    (tmp_path / "runs").mkdir()  # Slurm does not create the directory of --output
+    return tmp_path
+
+
+def job_env(cluster, **extra):
+    """What a user has at submit time: this interpreter's virtualenv, the checkout."""
+    env = cluster.env(MPIGRAD_DIR=str(REPO))
+    in_venv = sys.prefix != sys.base_prefix
+    env["MPIGRAD_VENV"] = sys.prefix if in_venv else ""
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.update(extra)
+    return env
+
+
+def sbatch(cluster, submit_dir, *args, wait, env=None):
+    """Run sbatch from `submit_dir`; args: sbatch options, the script, the script's arguments.
+
+    Returns (job id, CompletedProcess). With wait=True, sbatch --wait returns the job's
+    exit code once the job is finished for good (it keeps waiting through requeues).
+    """
+    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
+    r = subprocess.run(cmd, cwd=submit_dir, env=env or job_env(cluster),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=JOB_TIMEOUT)
+    m = re.match(r"(\d+)", r.stdout.strip())
+    assert m, f"sbatch printed no job id (exit {r.returncode}): {r.stdout} {r.stderr}"
+    return int(m.group(1)), r
+
+
+def job_log(submit_dir, job_name, job_id):
+    log = submit_dir / "runs" / f"{job_name}-{job_id}.log"
+    assert log.exists(), f"no job log {log}; runs/ holds {os.listdir(submit_dir / 'runs')}"
+    return log.read_text(errors="replace")
+
+
+def load_state(path):
+    """A checkpoint as {name: ndarray} (the format is mpigrad.save's, read by mpigrad.load)."""
+    import mpigrad
+
+    return {k: np.asarray(v.numpy()) for k, v in mpigrad.load(str(path)).items()}
+
+
+def test_no_way_to_install_slurm_is_a_skip_reason(tmp_path, monkeypatch):
+    """What the fixture skips with when apt-get fails (no network, say) or we are not root."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    apt = fake_bin / "apt-get"
+    apt.write_text("#!/bin/sh\necho 'E: Could not resolve deb.debian.org' >&2\nexit 100\n")
+    apt.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_bin))  # no Slurm here, and this apt-get fails
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    reason = ensure_installed(log=lambda msg: None)
+    assert reason is not None
+    assert "apt-get update" in reason and "exit 100" in reason, reason
+    assert "Could not resolve" in reason, reason
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    reason = ensure_installed(log=lambda msg: None)
+    assert reason is not None and "not root" in reason, reason
+
+
+def wait_for_first_epoch(cluster, job, checkpoints, submit_dir, job_name):
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not (checkpoints / "ckpt-epoch0001.npz").exists():
+        assert time.monotonic() < deadline, "no checkpoint after epoch 1"
+        state = cluster.job(job)["JobState"]
+        assert state in ("PENDING", "CONFIGURING", "RUNNING"), (
+            state, job_log(submit_dir, job_name, job))
+        time.sleep(0.1)
+
+
+def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH),
+                    "--epochs", str(EPOCHS), wait=True)
+    log = job_log(submit_dir, "mpigrad-train", job)
+    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
+    info = cluster.job(job)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", info
+    assert info["NumTasks"] == "2", info
+
+    # One line from rank 0 of a 2-rank world; two ranks that failed to find each other
+    # (MPI not wired to srun) would each be a rank 0 and print it twice.
+    finished = FINISHED.findall(log)
+    assert len(finished) == 1, f"expected one 'training finished' line:\n{log}"
+    epochs, accuracy = finished[0]
+    assert int(epochs) == EPOCHS
+    assert float(accuracy) >= 0.9, log
+    assert len(re.findall(r"^\[rank 0\] epoch \d+/\d+ ", log, re.M)) == EPOCHS, log
+
+    checkpoints = submit_dir / "runs" / "mpigrad-train" / "checkpoints"
+    assert (checkpoints / "final.npz").exists(), sorted(os.listdir(checkpoints))
+    assert (checkpoints / f"ckpt-epoch{EPOCHS:04d}.npz").exists()
+
+
+def test_failing_job_is_reported_as_failed(cluster, submit_dir):
+    # train.py rejects the argument (argparse, exit code 2): the harness must see that.
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "-1",
+                    wait=True)
+    log = job_log(submit_dir, "mpigrad-train", job)
+    assert r.returncode == 2, f"sbatch --wait exited {r.returncode}\n{log}"
+    info = cluster.job(job)
+    assert info["JobState"] == "FAILED", info
+    assert info["ExitCode"] == "2:0", info
+    assert not FINISHED.search(log), log
+
+
+def test_missing_virtualenv_fails_with_a_clear_message(cluster, submit_dir):
+    env = job_env(cluster, MPIGRAD_VENV=str(submit_dir / "no-such-venv"))
+    job, r = sbatch(cluster, submit_dir, "--ntasks=1", str(TRAIN_SBATCH), wait=True, env=env)
+    log = job_log(submit_dir, "mpigrad-train", job)
+    assert r.returncode == 1, log
+    assert "no virtualenv at" in log and "MPIGRAD_VENV" in log, log
+
+
+def test_bench_job_runs(cluster, submit_dir):
+    if not (REPO / "jobs" / "bench_ddp.py").exists():
+        pytest.skip("jobs/bench_ddp.py does not exist yet")
+    job, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(BENCH_SBATCH),
+                    "--steps", "2", "--rounds", "1", "--no-torch", wait=False)
+    info = cluster.wait_job(job, JOB_TIMEOUT)
+    log = job_log(submit_dir, "mpigrad-bench", job)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log)
+    assert re.search(r"^DDP benchmark: .*, 2 ranks,", log, re.M), log
+
+
+@pytest.mark.parametrize("launcher, scancel_args", [
+    # The default: srun, and the signal to the job steps, i.e. straight to the ranks, as
+    # `#SBATCH --signal=USR1@120` does before the time limit.
+    ("srun", []),
+    # The site-MPI variant: mpirun, and the signal to the batch shell, which passes it on.
+    ("mpirun", ["--batch"]),
+])
+def test_preempted_job_requeues_and_matches_uninterrupted_run(cluster, tmp_path, launcher,
+                                                              scancel_args):
+    args = ["--epochs", str(PREEMPT_EPOCHS), "--seed", "3"]
+    submit_dir = tmp_path
+    (submit_dir / "runs").mkdir()
+    env = job_env(cluster, MPIGRAD_LAUNCHER=launcher)
+
+    ref, _ = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=reference",
+                    str(TRAIN_SBATCH), *args, wait=False, env=env)
+    info = cluster.wait_job(ref, JOB_TIMEOUT)
+    assert info["JobState"] == "COMPLETED", (info, job_log(submit_dir, "reference", ref))
+
+    job, _ = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=preempted",
+                    str(TRAIN_SBATCH), *args, wait=False, env=env)
+    checkpoints = submit_dir / "runs" / "preempted" / "checkpoints"
+    wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "preempted")
+    cluster.run("scancel", *scancel_args, "--signal=USR1", str(job))
+
+    info = cluster.wait_job(job, JOB_TIMEOUT)
+    log = job_log(submit_dir, "preempted", job)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log)
+    assert int(info["Restarts"]) == 1, (
+        f"the job was not requeued exactly once (did training end before the signal "
+        f"arrived? raise PREEMPT_EPOCHS): {info}\n{log}")
+    assert "requeueing" in log, log
+    assert (checkpoints / "ckpt-preempt.npz").exists(), sorted(os.listdir(checkpoints))
+    assert len(FINISHED.findall(log)) == 1, log
+
+    expected = load_state(submit_dir / "runs" / "reference" / "checkpoints" / "final.npz")
+    got = load_state(checkpoints / "final.npz")
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert got[name].dtype == expected[name].dtype, name
+        assert np.array_equal(got[name], expected[name]), (
+            f"{name} differs after preemption and resume")
+
+
+def test_cancelled_job_is_not_requeued_and_a_new_submission_resumes(cluster, submit_dir):
+    args = ["--epochs", str(PREEMPT_EPOCHS)]
+    job, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args, wait=False)
+    checkpoints = submit_dir / "runs" / "mpigrad-train" / "checkpoints"
+    wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "mpigrad-train")
+    cluster.run("scancel", str(job))  # SIGTERM to the ranks and to the batch script
+
+    info = cluster.wait_job(job, JOB_TIMEOUT)
+    log = job_log(submit_dir, "mpigrad-train", job)
+    assert info["JobState"] == "CANCELLED" and info["Restarts"] == "0", (info, log)
+    assert "not requeued" in log, log
+    assert (checkpoints / "ckpt-preempt.npz").exists(), sorted(os.listdir(checkpoints))
+
+    again, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args, wait=False)
+    info = cluster.wait_job(again, JOB_TIMEOUT)
+    log = job_log(submit_dir, "mpigrad-train", again)
+    assert info["JobState"] == "COMPLETED", (info, log)
+    # (From ckpt-preempt.npz, or from an epoch checkpoint at the same position if the
+    # signal came at an epoch's first step.)
+    assert "resuming from" in log, log
+    assert len(FINISHED.findall(log)) == 1, log

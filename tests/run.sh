@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The whole test suite: once serially, then the MPI-marked tests on 2 and on 3 ranks.
+#
+#   bash tests/run.sh                 # from the repository root, with the venv active
+#   bash tests/run.sh -k ddp -x       # extra arguments go to every pytest run
+#
+# Every step runs even when an earlier one failed; the exit code is non-zero if any did.
+# Each step's output is also saved in $MPIGRAD_TEST_LOGS (default: a temporary
+# directory), and the summary at the end repeats the FAILED/ERROR lines, since under
+# mpiexec the ranks' output is interleaved.
+
+set -uo pipefail  # not -e: a failing step must not stop the others
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+
+# One BLAS/OpenMP thread per process: the MPI steps start several on a small machine.
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# Whole lines reach mpiexec's output as they are written, not in 8 KiB blocks.
+export PYTHONUNBUFFERED=1
+# For Open MPI's mpiexec, if that is the one installed (MPICH ignores these): allow root
+# (containers, CI), and more ranks than cores.
+if [[ $(id -u) == 0 ]]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+
+logs=${MPIGRAD_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/mpigrad-tests.XXXXXX")}
+mkdir -p "$logs"
+
+names=()
+logfiles=()
+results=()
+failed=0
+
+# step NAME LOGFILE MPI(yes/no) COMMAND...: run, record the outcome, never exit.
+step() {
+    local name=$1 log=$2 mpi=$3
+    shift 3
+    echo
+    echo "=== $name: $*"
+    local start=$SECONDS status=0
+    "$@" < /dev/null 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
+    local took=$((SECONDS - start)) outcome
+    # pytest exit codes: 0 all passed, 1 tests failed, 2 interrupted, 3 internal error,
+    # 4 usage error, 5 no tests collected (the suite or its path is broken: a failure).
+    # 124/137 come from `timeout`.
+    case $status in
+        0)       outcome="passed" ;;
+        1)       outcome="FAILED (tests failed)" ;;
+        5)       outcome="FAILED (no tests collected)" ;;
+        124|137) outcome="FAILED (timed out)" ;;
+        *)       outcome="FAILED (exit $status)" ;;
+    esac
+    # Under MPI every non-MPI test is skipped; a pass where nothing ran proves nothing.
+    if [[ $status == 0 && $mpi == yes ]] && ! grep -qE '[0-9]+ passed' "$log"; then
+        outcome="FAILED (no MPI test ran)"
+        status=1
+    fi
+    names+=("$name")
+    logfiles+=("$log")
+    results+=("$outcome, ${took}s")
+    if [[ $status != 0 ]]; then
+        failed=1
+    fi
+}
+
+# --only-mpi and not --with-mpi: with pytest-mpi 0.6, --with-mpi runs every test on every
+# rank, and it wins when both are given; --only-mpi runs the MPI-marked tests, skips the rest.
+# -rfE: list only failures and errors, not the ~1000 skipped serial tests, once per rank.
+step "serial" "$logs/serial.log" no \
+    timeout -k 30 1800 python -m pytest "$@"
+step "mpi -n 2" "$logs/mpi-2.log" yes \
+    timeout -k 30 900 mpiexec -n 2 python -m pytest --only-mpi -q -rfE -p no:cacheprovider "$@"
+step "mpi -n 3" "$logs/mpi-3.log" yes \
+    timeout -k 30 900 mpiexec -n 3 python -m pytest --only-mpi -q -rfE -p no:cacheprovider "$@"
+
+echo
+echo "=== summary (logs in $logs)"
+for i in "${!names[@]}"; do
+    printf '  %-9s %s\n' "${names[$i]}" "${results[$i]}"
+    if [[ ${results[$i]} != passed* ]]; then
+        # Not anchored at the line start: another rank's output may precede it.
+        grep -oE '(FAILED|ERROR) [^ ]+( - .*)?$' "${logfiles[$i]}" | sort -u | sed 's/^/      /'
+    fi
+done
+exit $failed
