@@ -56,6 +56,13 @@ def test_default_run_reaches_high_accuracy(tmp_path):
     assert len(metrics.read_text().splitlines()) == 3
 
 
+def test_cnn_reaches_high_accuracy():
+    result = run_train("--model", "cnn", "--train-samples", "4000", "--epochs", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    accuracy = re.search(r"training finished: epochs=2 test_accuracy=([0-9.]+)", result.stdout)
+    assert accuracy and float(accuracy.group(1)) >= 0.95, result.stdout
+
+
 def test_resume_after_an_epoch_gives_the_same_weights(tmp_path):
     common = ["--train-samples", "3000", "--epochs", "2"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
