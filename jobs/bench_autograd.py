@@ -137,7 +137,7 @@ def main():
 
     first = {name: model.step(x, y) for name, (model, x, y) in runners.items()}
     spread = max(first.values()) - min(first.values())
-    print(f"first-step loss: " + ", ".join(f"{k} {v:.6f}" for k, v in first.items())
+    print("first-step loss: " + ", ".join(f"{k} {v:.6f}" for k, v in first.items())
           + f" (spread {spread:.2e})")
     times = {name: [] for name in runners}
     for _ in range(args.rounds):

@@ -119,7 +119,7 @@ def init_torch(comm):
 def bench_bucketed_allreduce(comm, reducer, repeats):
     """Seconds for DDP's buckets reduced one Iallreduce each (in order, then Waitall), and for
     one Allreduce of the same total bytes."""
-    buffers = [b.buffer for b in reducer.buckets]
+    buffers = [np.ones(b.size, b.dtype) for b in reducer.buckets]
     flat = np.ones(sum(b.size for b in buffers), buffers[0].dtype)
     data_comm = reducer.comm
 

@@ -5,10 +5,11 @@ Storage is `data` (an ndarray). Graph links: `grad_fn` (the Node that produced i
 in-place write bumps a version counter shared by all tensors that alias the same storage, so
 backward can tell when a saved tensor was changed after it was saved.
 """
+import weakref
+
 import numpy as np
 
 from . import dtypes
-from .autograd import grad_mode
 from .autograd.graph import add_hook
 
 
@@ -204,7 +205,6 @@ class Tensor:
         if self.grad_fn is None:
             return
         if not self._retains_grad:
-            import weakref
             ref = weakref.ref(self)
 
             def store(grad):

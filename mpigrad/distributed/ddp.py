@@ -41,7 +41,9 @@ class DistributedDataParallel(Module, Joinable):
     broadcast_buffers       re-broadcast buffers from rank 0 at every forward
     find_unused_parameters  allow parameters that get no gradient in an iteration (they are
                             found by walking the graph from the outputs, and reduced as zeros)
-    gradient_as_bucket_view leave `.grad` as views into the buckets (saves a copy and memory)
+    gradient_as_bucket_view leave `.grad` as views into the buckets (saves a copy and memory);
+                            either way a parameter of 1 MiB or more is reduced in `.grad`
+                            itself, with no copy (see reducer.py)
     timeline                path of a Chrome-trace timeline (see timeline.py); default: the
                             MPIGRAD_TIMELINE environment variable, if set
     """

@@ -6,11 +6,12 @@ Lifecycle, once per synchronized iteration:
                                  outputs so the end-of-backward callback is queued as soon as
                                  backward starts, and, with find_unused_parameters, walks the
                                  graph from the outputs to find parameters it cannot reach.
-  _mark_ready(i)                 (parameter i's post-accumulate hook) copies the gradient into
-                                 its bucket divided by the world size; when a bucket is full,
-                                 launches it, and every bucket before it that is full, in
-                                 bucket order; tests outstanding reductions so MPI progresses
-                                 them while backward goes on.
+  _mark_ready(i)                 (parameter i's post-accumulate hook) divides the gradient by
+                                 the world size into its bucket (in place, for a large
+                                 parameter: see below); when a bucket is full, launches it,
+                                 and every bucket before it that is full, in bucket order;
+                                 tests outstanding reductions so MPI progresses them while
+                                 backward goes on.
   _finalize()                    (end of backward) agrees with the other ranks that everyone
                                  launched every bucket (one tiny blocking Allreduce on a
                                  control communicator), waits for the reductions, and writes
@@ -20,16 +21,27 @@ Lifecycle, once per synchronized iteration:
                                  became ready on rank 0, the same layout on every rank.
 
 Buckets hold parameters of one dtype. The first is at most 1 MB so that the first reduction
-starts early; the others at most `bucket_cap_bytes`. A parameter larger than a cap gets a
-bucket of its own.
+starts early; the others at most `bucket_cap_bytes`. Buckets are launched in the order they
+fill (that of their last parameter in the expected ready order), so each can go as soon as
+it is full.
+
+Large parameters are reduced in place. The rule: a parameter of at least the first bucket's
+cap (1 MiB, or `bucket_cap_bytes` if smaller) is a bucket by itself, and that bucket has no
+storage of its own: its buffer is the parameter's `.grad` array, divided by the world size
+and reduced where the engine left it, so that gradient is neither copied into a bucket nor
+copied back (`_finalize` has nothing to write, unless a comm hook returned another array).
+At 1 MiB a message is bandwidth-bound, so sending it alone costs next to nothing, while the
+two copies cost two passes over its memory. The smaller parameters fill buckets around it.
+When a rank's `.grad` array cannot be used (not C-contiguous, another shape or dtype,
+read-only, recorded with create_graph, or no gradient this iteration) that rank copies into a
+private array of the same size instead: the layout, the bytes reduced and their order are
+the same on every rank either way.
 
 When ranks disagree (a parameter got no gradient on some rank, so its bucket never filled),
 nobody waits forever: the agreement step sees it, every rank launches the buckets it still
 owes (zeros where gradients are missing) so all reductions complete, and every rank raises the
 same error naming the parameters and the ranks.
 """
-import os
-import threading
 import time
 
 import numpy as np
@@ -41,110 +53,88 @@ from ..tensor import Tensor
 from .algorithms.ddp_comm_hooks import GradBucket, allreduce_hook
 
 FIRST_BUCKET_BYTES = 1 << 20
-PROGRESS_ENV = "MPIGRAD_DDP_PROGRESS_US"
-
-
-class _ProgressPoller:
-    """Pokes MPI's progress engine from a helper thread while reductions are in flight.
-
-    MPI generally progresses nonblocking collectives only inside MPI calls. The gradient
-    hooks make such calls, but they come in bursts (a layer's weight and bias together) with
-    long matrix products between them, during which a reduction would otherwise sit still.
-    numpy releases the GIL in those products, so this thread can call MPI_Iprobe (which
-    only drives progress: nothing is ever sent on its communicator) every `interval`
-    seconds. It never touches the requests themselves: only the main thread tests or waits
-    on them. Needs MPI_THREAD_MULTIPLE (mpi4py's default); otherwise it is not started.
-
-    Off by default (MPIGRAD_DDP_PROGRESS_US=0): on 2 oversubscribed cores it showed no gain
-    (jobs/bench_ddp.py), since the thread competes with compute for the same core. Set e.g.
-    MPIGRAD_DDP_PROGRESS_US=500 where each rank has a spare hardware thread.
-    """
-
-    def __init__(self, comm, interval):
-        self.comm = comm
-        self.interval = interval
-        self._wake = threading.Event()
-        self._active = False
-        self._thread = None
-
-    def start(self):
-        self._active = True
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="mpigrad-ddp-progress",
-                                            daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def stop(self):
-        self._active = False
-        self._wake.clear()
-
-    def _run(self):
-        while True:
-            self._wake.wait()
-            while self._active:
-                self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
-                time.sleep(self.interval)
-
-
-def _progress_interval():
-    """Seconds between progress pokes from MPIGRAD_DDP_PROGRESS_US (0 turns the thread off)."""
-    raw = os.environ.get(PROGRESS_ENV, "0")
-    try:
-        micros = float(raw)
-    except ValueError:
-        raise ValueError(f"{PROGRESS_ENV}={raw!r}: expected microseconds (0 turns the progress "
-                         f"thread off)") from None
-    if micros <= 0 or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
-        return None
-    return micros * 1e-6
 
 
 class _Bucket:
-    __slots__ = ("index", "members", "buffer", "views", "pending", "future", "first_ready",
+    """Parameters reduced as one flat array, `buffer`; `views` are its pieces shaped like the
+    parameters. An `in_place` bucket (one large parameter) points `buffer` at the gradient
+    array itself each iteration, or at storage of its own (allocated on first need)."""
+    __slots__ = ("index", "members", "in_place", "dtype", "size", "nbytes", "_shapes",
+                 "_storage", "buffer", "views", "pending", "future", "first_ready",
                  "last_ready", "launched", "completed")
 
-    def __init__(self, index, members, dtype, params):
+    def __init__(self, index, members, params, in_place):
         self.index = index
         self.members = members
-        total = sum(params[i].data.size for i in members)
-        self.buffer = np.zeros(total, dtype)
-        self.views = []
-        offset = 0
-        for i in members:
-            n = params[i].data.size
-            self.views.append(self.buffer[offset:offset + n].reshape(params[i].shape))
-            offset += n
+        self.in_place = in_place
+        self.dtype = params[members[0]].data.dtype
+        self._shapes = [params[i].shape for i in members]
+        self.size = sum(params[i].data.size for i in members)
+        self.nbytes = self.size * self.dtype.itemsize
+        self._storage = None
         self.reset()
+
+    def use_storage(self):
+        """Reduce the bucket's own array (allocated, zero-filled, on first use)."""
+        if self._storage is None:
+            buffer = np.zeros(self.size, self.dtype)
+            views, offset = [], 0
+            for shape in self._shapes:
+                n = int(np.prod(shape))
+                views.append(buffer[offset:offset + n].reshape(shape))
+                offset += n
+            self._storage = buffer, views
+        self.buffer, self.views = self._storage
+
+    def use_array(self, array):
+        """Reduce `array` (the gradient of the bucket's one parameter) where it is."""
+        self.buffer, self.views = array.reshape(-1), [array]
 
     def reset(self):
         self.pending = len(self.members)
         self.future = None
         self.first_ready = self.last_ready = self.launched = self.completed = None
+        if self.in_place:
+            self.buffer = self.views = None
+        else:
+            self.use_storage()
+
+
+def reducible_in_place(grad, param):
+    """Whether `param`'s gradient tensor can serve as its bucket's buffer: an array of the
+    parameter's shape and dtype, C-contiguous (so `reshape(-1)` is a view) and writable, in a
+    tensor outside any graph (not recorded with create_graph)."""
+    array = grad.data
+    return (array.shape == param.shape and array.dtype == param.data.dtype
+            and array.flags.c_contiguous and array.flags.writeable
+            and not grad.requires_grad)
 
 
 def assign_buckets(params, order, cap_bytes, first_cap_bytes):
-    """Group parameter indices, taken in `order`, into buckets of one dtype each, returned in
-    the order their first parameter appears."""
-    buckets = []
-    open_bucket = {}
-    for i in order:
-        p = params[i]
-        dtype = p.data.dtype
-        nbytes = p.data.nbytes
-        current = open_bucket.get(dtype)
-        if current is not None:
-            members, size, cap = current
-            if members and size + nbytes > cap:
-                current = None
-        if current is None:
-            first_of_dtype = not any(params[b[0]].data.dtype == dtype for b in buckets)
-            current = [[], 0, first_cap_bytes if first_of_dtype else cap_bytes]
-            buckets.append(current[0])
-            open_bucket[dtype] = current
-        current[0].append(i)
-        current[1] += nbytes
-    return buckets
+    """Group parameter indices, taken in `order`, into buckets of one dtype each.
+
+    A parameter of at least `first_cap_bytes` is a bucket by itself. The others fill the open
+    bucket of their dtype up to its cap: `first_cap_bytes` for the first of a dtype,
+    `cap_bytes` after. Buckets are returned in the order they fill (that of their last
+    parameter in `order`) so that, launched in that order, each can go as soon as it is full."""
+    buckets = []       # member lists, in the order they were opened
+    last = []          # position in `order` of each bucket's last member
+    open_bucket = {}   # dtype -> (bucket number, bytes so far, cap)
+    for pos, i in enumerate(order):
+        data = params[i].data
+        if data.nbytes >= first_cap_bytes:
+            buckets.append([i])
+            last.append(pos)
+            continue
+        k, size, cap = open_bucket.get(data.dtype, (None, 0, first_cap_bytes))
+        if k is None or size + data.nbytes > cap:
+            k, size, cap = len(buckets), 0, (first_cap_bytes if k is None else cap_bytes)
+            buckets.append([])
+            last.append(pos)
+        buckets[k].append(i)
+        last[k] = pos
+        open_bucket[data.dtype] = (k, size + data.nbytes, cap)
+    return [buckets[k] for k in sorted(range(len(buckets)), key=last.__getitem__)]
 
 
 class Reducer:
@@ -175,10 +165,6 @@ class Reducer:
         self.iteration = 0
         self.rebuilt = False
         self.last_step = None
-        # Dup'ed on every rank (a collective) whatever each rank's setting is.
-        probe_comm = control_comm.Dup()
-        interval = _progress_interval() if self.world_size > 1 else None
-        self._poller = _ProgressPoller(probe_comm, interval) if interval else None
         self._build(list(reversed(range(len(self.params)))))
         self._handles = [p.register_post_accumulate_grad_hook(self._make_hook(i))
                          for i, p in enumerate(self.params)]
@@ -187,19 +173,24 @@ class Reducer:
     def _build(self, order):
         groups = assign_buckets(self.params, order, self.bucket_cap_bytes,
                                 self.first_bucket_bytes)
-        self.buckets = [_Bucket(k, members, self.params[members[0]].data.dtype, self.params)
-                        for k, members in enumerate(groups)]
+        self.buckets = []
         self._bucket_of = [None] * len(self.params)
-        self._view_of = [None] * len(self.params)
-        for b in self.buckets:
-            for i, view in zip(b.members, b.views):
-                self._bucket_of[i] = b
-                self._view_of[i] = view
+        self._slot_of = [None] * len(self.params)
+        for k, members in enumerate(groups):
+            in_place = (len(members) == 1 and
+                        self.params[members[0]].data.nbytes >= self.first_bucket_bytes)
+            bucket = _Bucket(k, members, self.params, in_place)
+            self.buckets.append(bucket)
+            for slot, i in enumerate(members):
+                self._bucket_of[i] = bucket
+                self._slot_of[i] = slot
         if self.gradient_as_bucket_view:
             for i, p in enumerate(self.params):
-                if p.grad is not None:
-                    np.copyto(self._view_of[i], p.grad.data)
-                    p.grad = Tensor._make(self._view_of[i])
+                bucket = self._bucket_of[i]
+                if p.grad is not None and not bucket.in_place:
+                    view = bucket.views[self._slot_of[i]]
+                    np.copyto(view, p.grad.data)
+                    p.grad = Tensor._make(view)
 
     def bucket_layout(self):
         """The parameter indices of each bucket, in launch order."""
@@ -276,22 +267,29 @@ class Reducer:
                 f"does not go through the model's output). Run one backward per forward.")
         now = time.perf_counter()
         bucket = self._bucket_of[i]
-        view = self._view_of[i]
         param = self.params[i]
         if used:
-            grad = param.grad
-            if grad.data is view:
+            grad = param.grad.data
+            if bucket.in_place:
+                if reducible_in_place(param.grad, param):
+                    bucket.use_array(grad)
+                else:
+                    bucket.use_storage()
+            view = bucket.views[self._slot_of[i]]
+            if grad is view:
                 if self._scale != 1.0:
                     np.multiply(view, self._scale, out=view)
             else:
-                np.multiply(grad.data, self._scale, out=view)
+                np.multiply(grad, self._scale, out=view)
                 if self.gradient_as_bucket_view:
                     param.grad = Tensor._make(view)
             self._used[i] = True
             if not self.rebuilt:
                 self._ready_order.append(i)
         else:
-            view.fill(0)
+            if bucket.in_place:
+                bucket.use_storage()
+            bucket.views[self._slot_of[i]].fill(0)
         self._ready[i] = True
         if bucket.first_ready is None:
             bucket.first_ready = now
@@ -315,8 +313,6 @@ class Reducer:
                                  bucket.index == len(self.buckets) - 1, self.comm)
         bucket.launched = time.perf_counter()
         bucket.future = hook(state, grad_bucket)
-        if self._poller is not None and not self._in_flight:
-            self._poller.start()
         self._in_flight.append(bucket)
         self._next_launch += 1
 
@@ -331,8 +327,6 @@ class Reducer:
             else:
                 still.append(bucket)
         self._in_flight = still
-        if not still and self._poller is not None:
-            self._poller.stop()
 
     def _finalize(self):
         backward_end = time.perf_counter()
@@ -371,7 +365,10 @@ class Reducer:
             return vec[2:].astype(bool) if self.find_unused_parameters else None
         # Someone is short: owe no reduction to anyone, then explain.
         for i in np.flatnonzero(~self._ready):
-            self._view_of[i].fill(0)
+            bucket = self._bucket_of[i]
+            if bucket.in_place:
+                bucket.use_storage()
+            bucket.views[self._slot_of[i]].fill(0)
         for bucket in self.buckets:
             bucket.pending = 0
         self._launch_full_buckets()
@@ -386,14 +383,13 @@ class Reducer:
         for i, param in enumerate(self.params):
             if globally_used is not None and not globally_used[i]:
                 continue
-            view = self._view_of[i]
+            view = self._bucket_of[i].views[self._slot_of[i]]
             grad = param.grad
-            if self.gradient_as_bucket_view:
-                if grad is None or grad.data is not view:
-                    param.grad = Tensor._make(view)
-                else:
-                    grad._bump_version()
-            elif grad is None or grad.shape != view.shape:
+            if grad is not None and grad.data is view:  # reduced in place
+                grad._bump_version()
+            elif self.gradient_as_bucket_view:
+                param.grad = Tensor._make(view)
+            elif grad is None or grad.shape != view.shape or not grad.data.flags.writeable:
                 param.grad = Tensor._make(view.copy())
             else:
                 np.copyto(grad.data, view)
@@ -401,7 +397,7 @@ class Reducer:
 
     def _record(self, backward_end, wait_seconds):
         end = time.perf_counter()
-        buckets = [{"index": b.index, "nbytes": b.buffer.nbytes,
+        buckets = [{"index": b.index, "nbytes": b.nbytes,
                     "params": [self.names[i] for i in b.members],
                     "ready": (b.first_ready, b.last_ready), "launched": b.launched,
                     "completed": b.completed} for b in self.buckets]
@@ -412,8 +408,6 @@ class Reducer:
             self.timeline.record_step(self.iteration, backward, buckets, end, wait_seconds)
 
     def _reset_iteration(self):
-        if self._poller is not None:
-            self._poller.stop()
         self._armed = False
         self._finalize_queued = False
         self._ready[:] = False
@@ -431,6 +425,7 @@ class Reducer:
         first iteration's rebuild), so their collectives complete. `.grad` is not touched."""
         self._reset_iteration()
         for bucket in self.buckets:
+            bucket.use_storage()
             bucket.buffer.fill(0)
             bucket.pending = 0
         self._launch_full_buckets()

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import mpigrad as mg
-import mpigrad.distributed as dist
+from mpigrad.distributed.algorithms.ddp_comm_hooks import allreduce_hook
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
@@ -56,10 +56,13 @@ def test_matches_single_process_oracle(rank, size, bucket_cap_mb, as_view):
     batches = global_batches(size)
     model = DDP(MLP(seed=rank), bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=as_view)
     n_params = len(list(model.parameters()))
-    if bucket_cap_mb == 0:
-        assert len(model.reducer.buckets) == n_params
+    in_place = [b.in_place for b in model.reducer.buckets]
+    if bucket_cap_mb == 0:  # every parameter alone, reduced in place
+        assert len(in_place) == n_params and all(in_place)
+    if bucket_cap_mb == 300 / 2**20:  # w1 (336 bytes) in place, the rest copied
+        assert in_place.count(True) == 1 and len(in_place) > 2
     if bucket_cap_mb == 25:
-        assert len(model.reducer.buckets) == 1
+        assert in_place == [False]
     opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
     for batch in batches:
         x, y = local(batch, rank)
@@ -81,15 +84,112 @@ def test_construction_broadcasts_rank0_parameters(rank):
 
 @pytest.mark.mpi(min_size=2)
 def test_grad_is_average_and_view_mode_keeps_views(rank, size):
-    model = DDP(MLP(seed=0), bucket_cap_mb=0, gradient_as_bucket_view=True)
+    # 300 bytes: w1 (336 bytes) is reduced in place, the others are copied into buckets.
+    model = DDP(MLP(seed=0), bucket_cap_mb=300 / 2**20, gradient_as_bucket_view=True)
+    reducer = model.reducer
+    assert [b.in_place for b in reducer.buckets].count(True) == 1
     x, y = regression_data(PER_RANK * size, seed=5)
     mse(model(mg.tensor(x[rank * PER_RANK:(rank + 1) * PER_RANK])),
         mg.tensor(y[rank * PER_RANK:(rank + 1) * PER_RANK])).backward()
     ref = MLP(seed=0)
     mse(ref(mg.tensor(x)), mg.tensor(y)).backward()
-    for p, q in zip(model.parameters(), ref.parameters()):
+    for i, (p, q) in enumerate(zip(model.parameters(), ref.parameters())):
         np.testing.assert_allclose(p.grad.data, q.grad.data, atol=1e-12)
-        assert any(np.shares_memory(p.grad.data, b.buffer) for b in model.reducer.buckets)
+        bucket = reducer._bucket_of[i]
+        if not bucket.in_place:
+            assert np.shares_memory(p.grad.data, bucket.buffer)
+
+
+def test_large_parameters_get_a_bucket_of_their_own():
+    """The rule: a parameter of at least the first bucket's cap is alone in its bucket; the
+    others fill buckets of their dtype up to the caps; buckets come in the order they fill."""
+    from mpigrad.distributed.reducer import assign_buckets
+    params = [mg.tensor(np.zeros(n, np.float32)) for n in (10, 300, 10, 10, 300, 100)]
+    # 300 float32 = 1200 bytes >= the first cap of 1000 bytes.
+    assert assign_buckets(params, [5, 4, 3, 2, 1, 0], 2000, 1000) == \
+        [[4], [1], [5, 3, 2, 0]]
+    assert assign_buckets(params, [5, 4, 3, 2, 1, 0], 2000, 400) == \
+        [[5], [4], [1], [3, 2, 0]]  # 400-byte param 5 is alone too
+    assert assign_buckets(params, [0, 5, 2, 3], 2000, 450) == [[0, 5], [2, 3]]
+    assert assign_buckets(params, [0, 2, 3, 5], 2000, 1000) == [[0, 2, 3, 5]]
+
+
+BIG = (5, 400, 400, 3)  # w1 is 400 x 400 float64 = 1.28 MB: reduced in place by default
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["grad-none", "grad-zeroed"])
+@pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
+def test_large_parameter_reduced_in_the_array_the_engine_stored(rank, size, as_view,
+                                                                set_to_none):
+    """The averaged `.grad` of a large parameter is the very array the engine left there (no
+    copy in, no copy back), while small parameters share copied buckets; training matches
+    the single-process oracle."""
+    batches = global_batches(size)
+    inner = MLP(sizes=BIG, seed=rank)
+    stored = {}
+    # Registered before DDP's hooks, so it sees `.grad` as the engine left it.
+    for name, p in inner.named_parameters():
+        p.register_post_accumulate_grad_hook(
+            lambda p, name=name: stored.__setitem__(name, (p.grad.data, p.grad.data.ctypes.data)))
+    model = DDP(inner, gradient_as_bucket_view=as_view)
+    names = [name for name, _ in inner.named_parameters()]
+    in_place = {names[b.members[0]] for b in model.reducer.buckets if b.in_place}
+    assert in_place == {"w1"}
+    assert any(len(b.members) > 1 for b in model.reducer.buckets)
+    reduced = []  # the buffers the reductions ran on
+
+    def recording_hook(state, bucket):
+        reduced.append((bucket.parameters(), bucket.buffer()))
+        return allreduce_hook(state, bucket)
+    model.register_comm_hook(None, recording_hook)
+    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+    arrays = []
+    for batch in batches:
+        x, y = local(batch, rank)
+        opt.zero_grad(set_to_none=set_to_none)
+        reduced.clear()
+        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+        array, address = stored["w1"]
+        assert inner.w1.grad.data is array and inner.w1.grad.data.ctypes.data == address
+        buffer = next(buf for params, buf in reduced if params == [inner.w1])
+        assert buffer.ctypes.data == address and np.shares_memory(buffer, array)
+        arrays.append(array)
+        opt.step()
+    if not set_to_none:  # accumulated in place into the same `.grad` every step
+        assert all(a is arrays[0] for a in arrays)
+    mine = params_of(model)
+    for got, want in zip(mine, oracle(batches, sizes=BIG)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert_identical_across_ranks(mine)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
+def test_unusable_grad_array_is_copied_on_that_rank_only(rank, size, as_view):
+    """Rank 1's w1 gradient is not C-contiguous, rank 2's is read-only: those ranks reduce a
+    private copy, the others the array itself, in one and the same reduction."""
+    from mpigrad.tensor import Tensor
+    batches = global_batches(size)
+    inner = MLP(sizes=BIG, seed=rank)
+
+    def spoil(p):
+        if rank == 1:
+            p.grad = Tensor._make(np.asfortranarray(p.grad.data))
+        elif rank == 2:
+            p.grad.data.flags.writeable = False
+    inner.w1.register_post_accumulate_grad_hook(spoil)
+    model = DDP(inner, gradient_as_bucket_view=as_view)
+    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for batch in batches:
+        x, y = local(batch, rank)
+        opt.zero_grad()
+        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+        opt.step()
+    mine = params_of(model)
+    for got, want in zip(mine, oracle(batches, sizes=BIG)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert_identical_across_ranks(mine)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -126,12 +226,13 @@ def test_buckets_rebuilt_in_ready_order_same_on_every_rank(rank):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("bucket_cap_mb", [0, 25], ids=["in-place", "whole-model"])
 @pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
-def test_no_sync_accumulates_then_one_synced_step(rank, size, as_view):
+def test_no_sync_accumulates_then_one_synced_step(rank, size, as_view, bucket_cap_mb):
     k, micro = 3, 2
     per_rank = (k + 1) * micro
     x, y = regression_data(per_rank * size, seed=7)
-    model = DDP(MLP(seed=rank), bucket_cap_mb=0, gradient_as_bucket_view=as_view)
+    model = DDP(MLP(seed=rank), bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=as_view)
     opt = SGD(model.parameters(), lr=0.1)
     xs, ys = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
 

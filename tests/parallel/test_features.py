@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import mpigrad as mg
 from mpigrad.distributed.algorithms import Join
-from mpigrad.distributed.algorithms.ddp_comm_hooks import (TopKState, allreduce_hook,
+from mpigrad.distributed.algorithms.ddp_comm_hooks import (Future, TopKState, allreduce_hook,
                                                            fp16_compress_hook, topk_hook)
 from mpigrad.distributed.timeline import summarize, timeline_path
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
@@ -113,10 +113,43 @@ def test_fp16_hook_gradient_is_close_to_exact(rank, size):
         assert not np.array_equal(half, exact) or np.all(exact == 0)
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
+def test_hook_returning_a_new_array_fills_grad(rank, size, as_view):
+    """A hook whose result is a fresh array (not the bucket buffer): the reducer copies it
+    into `.grad`, for copied buckets and for in-place ones (whose buffer is `.grad`)."""
+    def out_of_place(state, bucket):
+        buf = bucket.buffer()
+        out = np.empty_like(buf)
+        request = bucket.comm.Iallreduce(buf, out, MPI.SUM)
+        state.append(bucket.index())
+        return Future([request], lambda: out)
+
+    def grads(hook):
+        # 300 bytes: w1 is reduced in place, the other parameters are copied into buckets.
+        model = DDP(MLP(seed=0), bucket_cap_mb=300 / 2**20, gradient_as_bucket_view=as_view)
+        assert any(b.in_place for b in model.reducer.buckets)
+        assert not all(b.in_place for b in model.reducer.buckets)
+        calls, expected = [], []
+        if hook is not None:
+            model.register_comm_hook(calls, hook)
+        for s in range(2):  # the layout may change after step 0 (the rebuild)
+            expected += range(len(model.reducer.buckets))
+            model.zero_grad()
+            x, y = regression_data(4, seed=10 * s + rank)
+            mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+        if hook is not None:
+            assert calls == expected
+        return [p.grad.data.copy() for p in model.parameters()]
+    for exact, got in zip(grads(None), grads(out_of_place)):
+        np.testing.assert_allclose(got, exact, rtol=1e-14, atol=1e-15)
+
+
 # ---------------------------------------------------------------------- join
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("bucket_cap_mb", [25, 0], ids=["whole-model", "in-place"])
 @pytest.mark.parametrize("with_buffer", [False, True])
-def test_join_uneven_batches_matches_oracle(rank, size, with_buffer):
+def test_join_uneven_batches_matches_oracle(rank, size, with_buffer, bucket_cap_mb):
     """Rank r has 1 + r batches. Each step averages the active ranks' gradients over the full
     world size; after Join every rank holds the model of the ranks that trained to the end."""
     counts = [1 + r for r in range(size)]
@@ -137,7 +170,7 @@ def test_join_uneven_batches_matches_oracle(rank, size, with_buffer):
         return mse(out, mg.tensor(y))
 
     inner = build(rank)
-    model = DDP(inner)
+    model = DDP(inner, bucket_cap_mb=bucket_cap_mb)
     opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
     with Join([model]):
         for s in range(counts[rank]):

@@ -5,7 +5,10 @@ hook)`. The reducer calls it once per bucket per backward, in bucket order on ev
 soon as the bucket is full. `bucket.buffer()` is the bucket's flat numpy array holding this
 rank's gradients *already divided by the world size*, so a hook only has to sum over ranks.
 The Future's `wait()` must return an array of the buffer's size and dtype holding that sum
-(it may be the buffer itself); the reducer copies it into the parameters' gradients.
+(it may be the buffer itself); the reducer copies it into the parameters' gradients. For a
+bucket holding one large parameter the buffer is that parameter's `.grad` array viewed flat
+(see reducer.py), so a hook that reduces in place writes the gradient directly; either way a
+hook must not keep the buffer once its Future has finished.
 
 Hooks work on numpy arrays, and must run their MPI operations on `bucket.comm`, the reducer's
 own communicator, with nonblocking calls: the reducer calls `future.done()` from later
