@@ -166,6 +166,9 @@ def main():
         for name, run in runs.items():
             times[name].append(timed(comm, run.step, args.steps))
     step_time = {name: statistics.median(t) for name, t in times.items()}
+    if torch is not None:
+        # gloo's background threads would share the cores with the allreduce measured next.
+        torch.distributed.destroy_process_group()
 
     bucketed, raw, nbytes, nbuckets = bench_bucketed_allreduce(comm, ddp.reducer, 20)
     control = ddp.reducer.control
@@ -199,8 +202,6 @@ def main():
         print(f"timeline, mean over {len(steps)} DDP steps: backward {backward_ms:.2f} ms, "
               f"communication {comm_ms:.2f} ms, hidden behind backward {hidden:.1%}, "
               f"waited at end of backward {wait_ms:.2f} ms")
-    if torch is not None:
-        torch.distributed.destroy_process_group()
     dist.destroy_process_group()
 
 
