@@ -10,27 +10,11 @@ rank can also build every other rank's input and compute the expected result in 
 import pytest
 
 import mpigrad as mg
-import mpigrad.distributed as dist
 
 
 @pytest.fixture(scope="session", autouse=True)
-def process_group():
-    started_here = not dist.is_initialized()
-    if started_here:
-        dist.init_process_group()
-    yield
-    if started_here and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-@pytest.fixture
-def rank():
-    return dist.get_rank()
-
-
-@pytest.fixture
-def size():
-    return dist.get_world_size()
+def _every_test_has_the_process_group(process_group):
+    """Tests here call the collectives directly; tests/conftest.py starts the group."""
 
 
 @pytest.fixture(params=["ndarray", "Tensor"])

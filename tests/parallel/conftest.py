@@ -10,19 +10,12 @@ import faulthandler
 
 import pytest
 
-import mpigrad.distributed as dist
-
 WATCHDOG_SECONDS = 240
 
 
 @pytest.fixture(scope="session", autouse=True)
-def process_group():
-    mine = not dist.is_initialized()
-    if mine:
-        dist.init_process_group()
-    yield dist.group.WORLD
-    if mine and dist.is_initialized():
-        dist.destroy_process_group()
+def _every_test_has_the_process_group(process_group):
+    """DDP needs the default group; tests/conftest.py starts it."""
 
 
 @pytest.fixture(autouse=True)
@@ -31,12 +24,3 @@ def watchdog():
     yield
     faulthandler.cancel_dump_traceback_later()
 
-
-@pytest.fixture
-def rank():
-    return dist.get_rank()
-
-
-@pytest.fixture
-def size():
-    return dist.get_world_size()
