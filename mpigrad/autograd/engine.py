@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from . import anomaly, grad_mode
-from .graph import AccumulateGrad
+from .graph import AccumulateGrad, reachable
 
 _callback_stacks = []
 
@@ -23,17 +23,6 @@ def queue_callback(callback):
         raise RuntimeError("queue_callback() can only be called while a backward pass is "
                            "running, e.g. from a tensor hook.")
     _callback_stacks[-1].append(callback)
-
-
-def _reachable(root_nodes):
-    seen = set(root_nodes)
-    stack = list(root_nodes)
-    while stack:
-        for edge in stack.pop().next_edges:
-            if edge is not None and edge[0] not in seen:
-                seen.add(edge[0])
-                stack.append(edge[0])
-    return seen
 
 
 def _needed_for(nodes, targets):
@@ -67,6 +56,10 @@ def _add_to_buffer(buffers, owned, node, nr, grad, fresh):
         owned[node][nr] = True
 
 
+def _shares_storage(grad, others):
+    return any(o is not None and np.may_share_memory(grad.data, o.data) for o in others)
+
+
 def _run_tensor_hooks(hooks, grad):
     for hook in list(hooks.values()):
         result = hook(grad)
@@ -77,9 +70,8 @@ def _run_tensor_hooks(hooks, grad):
 
 def _accumulate_into_leaf(variable, grad, create_graph, owned):
     if variable._hooks:
-        replaced = _run_tensor_hooks(variable._hooks, grad)
-        owned = owned and replaced is grad
-        grad = replaced
+        grad = _run_tensor_hooks(variable._hooks, grad)
+        owned = False  # a hook may have kept the array (to log it, say)
     current = variable.grad
     if current is None:
         # Take the incoming buffer when nothing else can see it; copy otherwise so two
@@ -117,7 +109,7 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     for (node, nr), grad in zip(root_edges, root_grads):
         _add_to_buffer(buffers, owned, node, nr, grad, False)  # the caller may hold these
 
-    nodes = _reachable(list(buffers))
+    nodes = reachable(list(buffers))
     captures = {}
     if not accumulate:
         for pos, (node, nr) in enumerate(capture_edges):
@@ -167,13 +159,14 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
                 child, nr = edge
                 g = input_grads[i] if input_grads is not None else None
                 if g is not None:
-                    fresh = (g.data.base is None and not any(g is x for x in grads)
-                             and not any(g is x for x in input_grads[:i]))
+                    fresh = (node.fresh_gradients and g.data.base is None
+                             and not _shares_storage(g, grads)
+                             and not _shares_storage(g, input_grads[:i]))
                     _add_to_buffer(buffers, owned, child, nr, g, fresh)
                 deps[child] -= 1
                 if deps[child] == 0:
                     heapq.heappush(ready, (-child.priority, next(tiebreak), child))
-        grad_mode._State.enabled = previous_mode
+        grad_mode._State.enabled = previous_mode  # callbacks run in the caller's mode
         while callbacks:
             callbacks.pop(0)()
     finally:

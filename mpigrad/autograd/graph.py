@@ -41,6 +41,10 @@ class Node:
     """A step of the backward pass. Subclasses implement `apply(grad_outputs) -> input grads`."""
 
     __slots__ = ("next_edges", "seq", "pre_hooks", "creation_stack", "_freed", "__weakref__")
+    # Whether apply() returns arrays nobody else holds (apart from incoming gradients passed
+    # through), so a leaf may keep one as its .grad without a copy. Custom code may return
+    # anything, so by default no.
+    fresh_gradients = False
 
     def __init__(self, next_edges):
         self.next_edges = next_edges
@@ -116,6 +120,18 @@ def accumulator_for(tensor):
         acc = AccumulateGrad(tensor)
         tensor._accumulator = weakref.ref(acc)
     return acc
+
+
+def reachable(root_nodes):
+    """Every node backward from `root_nodes` could reach, the roots included."""
+    seen = set(root_nodes)
+    stack = list(root_nodes)
+    while stack:
+        for edge in stack.pop().next_edges:
+            if edge is not None and edge[0] not in seen:
+                seen.add(edge[0])
+                stack.append(edge[0])
+    return seen
 
 
 def gradient_edge(tensor):

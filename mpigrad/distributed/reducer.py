@@ -43,12 +43,13 @@ owes (zeros where gradients are missing) so all reductions complete, and every r
 same error naming the parameters and the ranks.
 """
 import time
+import weakref
 
 import numpy as np
 from mpi4py import MPI
 
 from ..autograd import engine
-from ..autograd.graph import AccumulateGrad
+from ..autograd.graph import AccumulateGrad, reachable
 from ..tensor import Tensor
 from .algorithms.ddp_comm_hooks import GradBucket, allreduce_hook
 
@@ -166,8 +167,11 @@ class Reducer:
         self.rebuilt = False
         self.last_step = None
         self._build(list(reversed(range(len(self.params)))))
-        self._handles = [p.register_post_accumulate_grad_hook(self._make_hook(i))
-                         for i, p in enumerate(self.params)]
+        handles = [p.register_post_accumulate_grad_hook(_ready_hook(weakref.ref(self), i))
+                   for i, p in enumerate(self.params)]
+        # The hooks hold the reducer weakly; once it is gone (the DDP wrapper was dropped, or
+        # the model re-wrapped) they are taken off the parameters.
+        weakref.finalize(self, _remove_all, handles)
 
     # ------------------------------------------------------------------ layout
     def _build(self, order):
@@ -222,19 +226,9 @@ class Reducer:
             if t.grad_fn is not None:
                 t.grad_fn.register_prehook(self._on_backward_start, t._output_nr)
         if self.find_unused_parameters:
-            reached = set()
-            seen = set()
-            stack = [t.grad_fn for t in roots if t.grad_fn is not None]
+            nodes = reachable([t.grad_fn for t in roots if t.grad_fn is not None])
+            reached = {id(n.variable) for n in nodes if type(n) is AccumulateGrad}
             reached.update(id(t) for t in roots if t.grad_fn is None)
-            while stack:
-                node = stack.pop()
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                if type(node) is AccumulateGrad:
-                    reached.add(id(node.variable))
-                    continue
-                stack.extend(e[0] for e in node.next_edges if e is not None)
             self._unused = [i for i, p in enumerate(self.params) if id(p) not in reached]
 
     def _on_backward_start(self, grad):
@@ -250,13 +244,11 @@ class Reducer:
             if not self._ready[i]:
                 self._mark_ready(i, used=False)
 
-    def _make_hook(self, i):
-        def hook(param):
-            if self._armed:
-                if not self._finalize_queued:
-                    self._start()
-                self._mark_ready(i)
-        return hook
+    def _on_gradient(self, i):
+        if self._armed:
+            if not self._finalize_queued:
+                self._start()
+            self._mark_ready(i)
 
     def _mark_ready(self, i, used=True):
         if self._ready[i]:
@@ -287,9 +279,7 @@ class Reducer:
             if not self.rebuilt:
                 self._ready_order.append(i)
         else:
-            if bucket.in_place:
-                bucket.use_storage()
-            bucket.views[self._slot_of[i]].fill(0)
+            self._zero_slot(i)
         self._ready[i] = True
         if bucket.first_ready is None:
             bucket.first_ready = now
@@ -298,6 +288,13 @@ class Reducer:
         if bucket.pending == 0:
             self._launch_full_buckets()
         self._progress()
+
+    def _zero_slot(self, i):
+        """Parameter i takes part in its bucket's reduction with zeros."""
+        bucket = self._bucket_of[i]
+        if bucket.in_place:
+            bucket.use_storage()
+        bucket.views[self._slot_of[i]].fill(0)
 
     def _launch_full_buckets(self):
         while self._next_launch < len(self.buckets):
@@ -365,10 +362,7 @@ class Reducer:
             return vec[2:].astype(bool) if self.find_unused_parameters else None
         # Someone is short: owe no reduction to anyone, then explain.
         for i in np.flatnonzero(~self._ready):
-            bucket = self._bucket_of[i]
-            if bucket.in_place:
-                bucket.use_storage()
-            bucket.views[self._slot_of[i]].fill(0)
+            self._zero_slot(i)
         for bucket in self.buckets:
             bucket.pending = 0
         self._launch_full_buckets()
@@ -439,10 +433,18 @@ class Reducer:
         finally:
             self._reset_iteration()
 
-    def remove_hooks(self):
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+
+def _ready_hook(reducer_ref, i):
+    def hook(param):
+        reducer = reducer_ref()
+        if reducer is not None:
+            reducer._on_gradient(i)
+    return hook
+
+
+def _remove_all(handles):
+    for handle in handles:
+        handle.remove()
 
 
 def _unready_message(masks, names, params):

@@ -76,7 +76,8 @@ def matmul(a, b):
 def _linear_forward(x, weight, bias):
     out = np.matmul(x, weight.T)
     if bias is not None:
-        out += bias
+        # In place unless the bias's dtype would widen the result (numpy refuses that cast).
+        out = np.add(out, bias, out=out if np.result_type(out, bias) == out.dtype else None)
     return out
 
 

@@ -76,7 +76,8 @@ def apply(op, args, params):
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     result = Tensor._make(out)
-    if op.view and out.base is not None:
+    # numpy's advanced indexing returns a copy that still has a base; only real views share.
+    if op.view and out.base is not None and np.may_share_memory(out, arrays[0]):
         source = args[0]
         result._vc = source._vc
         result._base = source._base if source._base is not None else source
@@ -91,6 +92,8 @@ def apply(op, args, params):
 
 class OpNode(Node):
     __slots__ = ("op", "inputs", "params", "needs", "versions", "ans")
+    # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
+    fresh_gradients = True
 
     def __init__(self, op, args, params, needs, result):
         super().__init__(tuple(gradient_edge(a) if need else None
@@ -108,6 +111,10 @@ class OpNode(Node):
                 versions.append((a._vc, a._vc[0], i))
             else:
                 inputs.append(Meta(a.data.shape, a.data.dtype))
+        if result._vc is getattr(args[0], "_vc", None):
+            # A view's node describes its base as it is now; an in-place change of the base
+            # afterwards would make that history wrong, so backward must refuse it.
+            versions.append((result._vc, result._vc[0], 0))
         self.inputs = inputs
         self.versions = versions
         self.ans = [result.data, result._vc, result._vc[0]] if op.saves_ans else None
@@ -160,7 +167,7 @@ class OpNode(Node):
         return grads
 
     def release(self):
-        if self.versions or self.ans is not None:
+        if self.op.saved_positions or self.op.saves_ans:
             self.inputs = None
             self.ans = None
             self._freed = True
@@ -189,10 +196,11 @@ def _check_inplace_allowed(target):
         raise RuntimeError("a leaf tensor that requires grad is being used in an in-place "
                            "operation; do it under `with mpigrad.no_grad():` (as optimizers "
                            "do) or on a clone.")
-    base = target._base
-    if base is not None and (base.requires_grad or base.grad_fn is not None):
-        raise RuntimeError("in-place operation on a view of a tensor that requires grad is not "
-                           "supported; clone() the view or use an out-of-place op.")
+    if target._base is not None:
+        # The base would not learn of the new history, and its gradient would be lost.
+        raise RuntimeError("an in-place operation that autograd must record cannot write into "
+                           "a view (a slice, reshape, transpose or detach() of another "
+                           "tensor); clone() the view, or build the result out of place.")
 
 
 def inplace(op, target, *others, **params):

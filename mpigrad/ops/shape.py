@@ -149,12 +149,14 @@ def setitem_(x, index, value):
     return inplace(index_put, x, value, index=normalize_index(index))
 
 
+# The overwritten value gets a zero gradient (not none), as in torch.
 copy_from = Op("copy", lambda x, src: np.broadcast_to(src, x.shape).astype(x.dtype),
-               (None, lambda g, ans, x, src: g),
+               (lambda g, ans, x, src: g * 0, lambda g, ans, x, src: g),
                inplace_fast=lambda target, src: np.copyto(target, src, casting="unsafe"))
 
 fill_with = Op("fill", lambda x, value: np.full_like(x, value),
-               (None,), inplace_fast=lambda target, value: target.fill(value))
+               (lambda g, ans, x, value: g * 0,),
+               inplace_fast=lambda target, value: target.fill(value))
 
 
 # ----------------------------------------------------------------------------- joining

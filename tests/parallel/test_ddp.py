@@ -280,3 +280,29 @@ def test_reductions_progress_during_backward(rank):
     assert first["launched"] < last["ready"][1]
     launches = [b["launched"] for b in step["buckets"]]
     assert launches == sorted(launches)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_rewrapping_a_model_leaves_one_ddp_hook_per_parameter():
+    import gc
+    model = MLP()
+    for _ in range(3):
+        DDP(model)
+        gc.collect()
+    live = DDP(model)
+    assert all(len(p._post_accumulate_hooks) == 1 for p in model.parameters())
+    assert live.reducer is not None
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_hook_that_logs_the_local_gradient_keeps_it_while_ddp_averages_in_place(rank, size):
+    # 400x400 float64 is over 1 MiB: reduced in place in its own .grad.
+    model = MLP(sizes=(400, 400), seed=0)
+    ddp = DDP(model)
+    logged = []
+    model.w0.register_hook(logged.append)
+    x = np.full((2, 400), rank + 1.0)
+    ddp(mg.tensor(x)).sum().backward()
+    np.testing.assert_array_equal(logged[0].numpy(), np.full((400, 400), 2.0 * (rank + 1)))
+    mean = 2.0 * (size + 1) / 2
+    np.testing.assert_allclose(model.w0.grad.numpy(), np.full((400, 400), mean))

@@ -220,7 +220,10 @@ def topk_hook(state, bucket):
     buf = bucket.buffer()
     n = buf.size
     k = state.k_for(n)
-    residual = state.residuals.get(bucket.index())
+    # Keyed by the bucket's parameters, not its index: the layout is rebuilt after the first
+    # iteration, and a residual must go back to the gradients it was taken from.
+    key = tuple(id(p) for p in bucket.parameters())
+    residual = state.residuals.get(key)
     corrected = buf.copy() if residual is None or residual.shape != buf.shape else buf + residual
     if k == n:
         indices = np.arange(n, dtype=np.int64)
@@ -228,7 +231,7 @@ def topk_hook(state, bucket):
         indices = np.argpartition(np.abs(corrected), n - k)[n - k:].astype(np.int64)
     values = corrected[indices]
     corrected[indices] = 0
-    state.residuals[bucket.index()] = corrected
+    state.residuals[key] = corrected
     comm = bucket.comm
     size = comm.Get_size()
     all_indices = np.empty((size, k), np.int64)
