@@ -39,6 +39,24 @@ def local(batch, rank, per_rank=PER_RANK):
     return x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
 
 
+def train(model, batches, rank):
+    """SGD with momentum over each rank's slice of `batches`."""
+    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for batch in batches:
+        x, y = local(batch, rank)
+        opt.zero_grad()
+        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+        opt.step()
+
+
+def assert_matches_oracle(model, batches, **mlp):
+    """Parameters equal the single-process run to 1e-10, and bit-identical on every rank."""
+    mine = params_of(model)
+    for got, want in zip(mine, oracle(batches, **mlp)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert_identical_across_ranks(mine)
+
+
 def assert_identical_across_ranks(arrays):
     comm = MPI.COMM_WORLD
     flat = np.concatenate([a.ravel() for a in arrays])
@@ -63,16 +81,8 @@ def test_matches_single_process_oracle(rank, size, bucket_cap_mb, as_view):
         assert in_place.count(True) == 1 and len(in_place) > 2
     if bucket_cap_mb == 25:
         assert in_place == [False]
-    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for batch in batches:
-        x, y = local(batch, rank)
-        opt.zero_grad()
-        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-        opt.step()
-    mine = params_of(model)
-    for got, want in zip(mine, oracle(batches)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
-    assert_identical_across_ranks(mine)
+    train(model, batches, rank)
+    assert_matches_oracle(model, batches)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -158,10 +168,7 @@ def test_large_parameter_reduced_in_the_array_the_engine_stored(rank, size, as_v
         opt.step()
     if not set_to_none:  # accumulated in place into the same `.grad` every step
         assert all(a is arrays[0] for a in arrays)
-    mine = params_of(model)
-    for got, want in zip(mine, oracle(batches, sizes=BIG)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
-    assert_identical_across_ranks(mine)
+    assert_matches_oracle(model, batches, sizes=BIG)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -180,16 +187,8 @@ def test_unusable_grad_array_is_copied_on_that_rank_only(rank, size, as_view):
             p.grad.data.flags.writeable = False
     inner.w1.register_post_accumulate_grad_hook(spoil)
     model = DDP(inner, gradient_as_bucket_view=as_view)
-    opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for batch in batches:
-        x, y = local(batch, rank)
-        opt.zero_grad()
-        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-        opt.step()
-    mine = params_of(model)
-    for got, want in zip(mine, oracle(batches, sizes=BIG)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
-    assert_identical_across_ranks(mine)
+    train(model, batches, rank)
+    assert_matches_oracle(model, batches, sizes=BIG)
 
 
 @pytest.mark.mpi(min_size=2)
