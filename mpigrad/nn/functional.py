@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import ops, random
 from ..autograd import grad_mode
+from ..dtypes import check_same_dtype
 from ..ops import conv as conv_ops
 from ..ops.conv import sliding_output_size
 from ..ops.shape import pad  # noqa: F401  (torch.nn.functional.pad)
@@ -138,6 +139,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         padding = (sides[0][0], sides[1][0])
     else:
         padding = _pair(padding, "padding", 0)
+    check_same_dtype("expected scalar type {} but found {}", x, weight)
+    check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
     n = x.shape[0]
     _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
     oh, ow = sliding_output_size(x.shape[2:], (kh, kw), dilation, padding, stride)
@@ -312,6 +315,9 @@ def _normalize(x, mean, var, eps):
     return (x - mean) / (var + eps).sqrt()
 
 
+_MIXED_DTYPES = "mixed dtype (CPU): all inputs must share same datatype ({} and {})."
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the trailing dimensions `normalized_shape` (biased variance)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) \
@@ -319,6 +325,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if not shape or tuple(input.shape[input.ndim - len(shape):]) != shape:
         raise ValueError(f"layer_norm: expected input with trailing shape {shape}, got shape "
                          f"{tuple(input.shape)}")
+    check_same_dtype(_MIXED_DTYPES, input, weight, bias)
     dims = tuple(range(input.ndim - len(shape), input.ndim))
     out = _normalize(input, input.mean(dims, keepdim=True),
                      input.var(dims, keepdim=True, correction=0), eps)
@@ -347,6 +354,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if t is not None and tuple(t.shape) != (channels,):
             raise ValueError(f"batch_norm: expected {name} of shape ({channels},) for an input "
                              f"with {channels} channels, got shape {tuple(t.shape)}")
+    check_same_dtype(_MIXED_DTYPES, input, running_mean, running_var, weight, bias)
     if training:
         count = input.numel() // channels
         if count <= 1:
