@@ -151,11 +151,17 @@ def checkpoint_position(state, world, batch_size):
     return epoch, step * world * batch_size
 
 
-def newest_checkpoint(directory, world, batch_size):
-    """The checkpoint furthest along in training (epoch, then samples within it)."""
+def newest_checkpoint(directory, world, batch_size, rank):
+    """The readable checkpoint furthest along in training (epoch, then samples within it);
+    a damaged one is skipped, saying so, for the one before it."""
     best, best_position = None, None
     for path in glob.glob(os.path.join(directory, "ckpt-*.npz")):
-        position = checkpoint_position(mg.load(path), world, batch_size)
+        try:
+            state = mg.load(path)
+        except ValueError as err:
+            log(rank, f"warning: skipping a damaged checkpoint: {err}")
+            continue
+        position = checkpoint_position(state, world, batch_size)
         if best_position is None or position > best_position:
             best, best_position = path, position
     return best
@@ -224,7 +230,7 @@ def train(args):
             log(rank, f"error: {problem}")
             return 1
     if args.resume:
-        path = newest_checkpoint(args.checkpoint, world, args.batch_size)
+        path = newest_checkpoint(args.checkpoint, world, args.batch_size, rank)
         if path:
             state = mg.load(path)
             model.load_state_dict(state["model"])

@@ -179,3 +179,17 @@ def test_a_read_only_checkpoint_directory_is_an_error_before_training(tmp_path):
     result = run_train("--checkpoint", str(directory), ranks=2, timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Permission denied" in result.stdout and "training samples" not in result.stdout
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(tmp_path):
+    common = ["--train-samples", "2000", "--checkpoint", str(tmp_path)]
+    assert run_train(*common, "--epochs", "2").returncode == 0
+    newest = tmp_path / "ckpt-epoch0002.npz"
+    damaged = bytearray(newest.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x10
+    newest.write_bytes(bytes(damaged))
+    resumed = run_train(*common, "--epochs", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"warning: skipping a damaged checkpoint: {newest} is not a valid mpigrad "
+            "checkpoint") in resumed.stdout
+    assert f"resuming from {tmp_path / 'ckpt-epoch0001.npz'} at epoch 2" in resumed.stdout
