@@ -114,7 +114,7 @@ clone = Op("clone", np.copy, (lambda g, ans, x: g,))
 def _constant(forward):
     """A function whose result never requires grad (comparisons, logic)."""
     def run(*args):
-        return Tensor._make(np.asarray(forward(*[a.data if isinstance(a, Tensor) else a
+        return Tensor.wrap(np.asarray(forward(*[a.data if isinstance(a, Tensor) else a
                                                   for a in args])))
     run.__name__ = forward.__name__
     return run

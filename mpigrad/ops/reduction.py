@@ -138,12 +138,12 @@ def _check_nonempty(x, what):
 
 def argmax(x, dim=None, keepdim=False):
     _check_nonempty(x, "argmax")
-    return Tensor._make(np.asarray(np.argmax(x.data, axis=dim, keepdims=keepdim)))
+    return Tensor.wrap(np.asarray(np.argmax(x.data, axis=dim, keepdims=keepdim)))
 
 
 def argmin(x, dim=None, keepdim=False):
     _check_nonempty(x, "argmin")
-    return Tensor._make(np.asarray(np.argmin(x.data, axis=dim, keepdims=keepdim)))
+    return Tensor.wrap(np.asarray(np.argmin(x.data, axis=dim, keepdims=keepdim)))
 
 
 MinMax = collections.namedtuple("MinMax", ["values", "indices"])

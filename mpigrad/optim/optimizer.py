@@ -6,7 +6,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..autograd.grad_mode import enable_grad
-from ..tensor import Tensor
+from ..tensor import Tensor, zero_grads
 
 __all__ = ["Optimizer"]
 
@@ -93,14 +93,7 @@ class Optimizer:
         otherwise they are filled with zeros in place.
         """
         for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if set_to_none:
-                    param.grad = None
-                else:
-                    param.grad.data.fill(0)
-                    param.grad._bump_version()
+            zero_grads(group["params"], set_to_none)
 
     def step(self, closure=None):
         """Update every parameter that has a gradient; return ``closure()``'s loss.
@@ -115,8 +108,8 @@ class Optimizer:
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
-                    self._update(param, param.grad.data, group)
-                    param._bump_version()
+                    with param.writing():
+                        self._update(param, param.grad.data, group)
         return loss
 
     def state_dict(self):
