@@ -21,6 +21,7 @@ def load_digits(train=True, test_fraction=0.2, seed=0):
         raise ValueError(f"test_fraction should be between 0 and 1, got {test_fraction!r}")
     seed = check_int("seed", seed, 0)
     try:
+        # Not at the top: scikit-learn is an optional dependency, needed only here.
         from sklearn.datasets import load_digits as sklearn_load_digits
     except ModuleNotFoundError as e:
         # Only a missing scikit-learn is the user's to fix by installing it; a module

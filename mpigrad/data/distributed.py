@@ -26,7 +26,9 @@ class DistributedSampler(Sampler):
         self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False
     ):
         if num_replicas is None or rank is None:
-            from mpigrad import distributed as dist
+            # Not at the top: importing mpigrad.distributed initialises MPI, which a sampler
+            # given num_replicas and rank (or mpigrad.data itself) must not do.
+            from .. import distributed as dist
 
             if not dist.is_initialized():
                 raise RuntimeError(

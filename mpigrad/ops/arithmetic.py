@@ -4,6 +4,8 @@ import numpy as np
 from ..autograd import grad_mode
 from ..tensor import Tensor
 from .core import Op
+from .elementwise import log, where
+from .reduction import sum
 
 
 def _inplace_ufunc(ufunc):
@@ -131,7 +133,3 @@ logical_or = _constant(np.logical_or)
 logical_not = _constant(np.logical_not)
 isnan = _constant(np.isnan)
 isfinite = _constant(np.isfinite)
-
-
-from .elementwise import log, where  # noqa: E402
-from .reduction import sum  # noqa: E402

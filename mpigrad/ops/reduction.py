@@ -6,6 +6,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from .core import Op
+from .elementwise import where
 
 
 def normalize_dims(dim, ndim):
@@ -249,6 +250,3 @@ def take_along_dim(x, indices, dim):
     if isinstance(indices, Tensor) and indices.dtype.kind not in "iu":
         raise TypeError(f"take_along_dim: indices must be an integer tensor, got {indices.dtype}")
     return _take_along(x, indices, dim=dim)
-
-
-from .elementwise import where  # noqa: E402
