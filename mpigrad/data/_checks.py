@@ -1,4 +1,7 @@
-"""Argument checks shared by the data modules, so every one words its errors alike."""
+"""Argument checks shared by the data modules, so every one words its errors alike.
+
+Like nn/_checks.py, each check takes the argument's name first, then its value.
+"""
 import numbers
 
 

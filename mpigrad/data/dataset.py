@@ -1,5 +1,5 @@
 """Map-style datasets: anything with ``__getitem__`` and ``__len__``."""
-import mpigrad as mg
+from ..tensor import Tensor
 
 
 class Dataset:
@@ -26,7 +26,7 @@ class TensorDataset(Dataset):
         if not tensors:
             raise ValueError("TensorDataset needs at least one tensor")
         for position, t in enumerate(tensors):
-            if not isinstance(t, mg.Tensor):
+            if not isinstance(t, Tensor):
                 raise TypeError(
                     f"TensorDataset takes mpigrad Tensors, but argument {position} is a "
                     f"{type(t).__name__}; wrap numpy arrays with mpigrad.from_numpy"

@@ -1,7 +1,7 @@
 """scikit-learn's bundled 8x8 handwritten digits, when scikit-learn is installed."""
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy
 
 from ._checks import check_int
 from .dataset import TensorDataset
@@ -39,4 +39,4 @@ def load_digits(train=True, test_fraction=0.2, seed=0):
     order = np.random.default_rng(seed).permutation(len(labels))
     num_test = round(test_fraction * len(labels))
     keep = order[num_test:] if train else order[:num_test]
-    return TensorDataset(mg.from_numpy(images[keep]), mg.from_numpy(labels[keep]))
+    return TensorDataset(from_numpy(images[keep]), from_numpy(labels[keep]))

@@ -1,7 +1,7 @@
 """DataLoader: batches of a dataset in the order a sampler gives."""
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy
 
 from .collate import default_collate
 from .dataset import Subset, TensorDataset
@@ -108,6 +108,6 @@ class DataLoader:
             if positions is not None:
                 rows = positions[rows]
             # A tuple sample collates to a list, so the batch is a list here too.
-            return [mg.from_numpy(a[rows]) for a in arrays]
+            return [from_numpy(a[rows]) for a in arrays]
 
         return gather

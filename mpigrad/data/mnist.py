@@ -3,8 +3,7 @@ import os
 
 import numpy as np
 
-import mpigrad as mg
-
+from ..creation import from_numpy
 from .dataset import TensorDataset
 from .idx import read_idx
 
@@ -61,6 +60,6 @@ class MNIST(TensorDataset):
             )
         self.root, self.train = root, train
         super().__init__(
-            mg.from_numpy(images[:, None].astype(np.float32) / 255),
-            mg.from_numpy(labels.astype(np.int64)),
+            from_numpy(images[:, None].astype(np.float32) / 255),
+            from_numpy(labels.astype(np.int64)),
         )

@@ -9,8 +9,8 @@ from itertools import islice
 
 import numpy as np
 
-import mpigrad as mg
-
+from ..creation import randint
+from ..random import Generator
 from ._checks import check_bool, check_int
 
 
@@ -28,8 +28,8 @@ def seed_from(generator):
     the orders reproducible, as in PyTorch.
     """
     if generator is None:
-        return mg.randint(2**63 - 1, size=()).item()
-    if isinstance(generator, mg.Generator):
+        return randint(2**63 - 1, size=()).item()
+    if isinstance(generator, Generator):
         return int(generator.initial_seed())
     return check_int("generator", generator, 0)
 

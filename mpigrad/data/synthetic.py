@@ -1,7 +1,7 @@
 """A synthetic image classification task, deterministic from a seed."""
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy
 
 from ._checks import check_int
 from .dataset import TensorDataset
@@ -73,4 +73,4 @@ class SyntheticImages(TensorDataset):
         images += rng.standard_normal(images.shape, dtype=np.float32) * np.float32(noise)
 
         self.num_classes, self.seed, self.train = num_classes, seed, train
-        super().__init__(mg.from_numpy(images), mg.from_numpy(labels.astype(np.int64)))
+        super().__init__(from_numpy(images), from_numpy(labels.astype(np.int64)))
