@@ -15,6 +15,10 @@ from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401 
 from ..tensor import Tensor
 
 
+# Every Op by name, so tests can check that each one has a gradcheck case.
+REGISTRY = {}
+
+
 class Op:
     """A differentiable primitive.
 
@@ -41,6 +45,9 @@ class Op:
         self.saves_ans = "ans" in names
         self.view = view
         self.inplace_fast = inplace_fast
+        if name in REGISTRY:
+            raise ValueError(f"two ops are named {name!r}; op names must be unique")
+        REGISTRY[name] = self
 
     def __call__(self, *args, **params):
         return apply(self, args, params)
