@@ -6,7 +6,7 @@ import numbers
 
 
 def check_int(name, value, minimum):
-    """Return ``value`` as an int, or raise ValueError unless it is an integer >= minimum."""
+    """Return `value` as an int, or raise ValueError unless it is an integer >= minimum."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} should be an integer >= {minimum}, but got {name}={value!r}")
     return int(value)

@@ -11,7 +11,7 @@ from ..tensor import Tensor
 def default_collate(batch):
     """Stack a list of samples into a batch, following the samples' structure.
 
-    - Tensors are stacked along a new first dimension (``mpigrad.stack``).
+    - Tensors are stacked along a new first dimension (`mpigrad.stack`).
     - numpy arrays and numpy scalars are stacked into a Tensor of their dtype.
     - Python ints become an int64 Tensor, floats a float64 Tensor and bools a
       bool Tensor, as in PyTorch.

@@ -10,12 +10,12 @@ from .dataset import TensorDataset
 def load_digits(train=True, test_fraction=0.2, seed=0):
     """The 1,797 8x8 digit images that ship with scikit-learn, split into train and test.
 
-    The split is a permutation by ``seed``: the first ``test_fraction`` of it is
-    the test set (``train=False``), the rest the training set, so the two are
-    disjoint for the same seed. Samples are ``(image, label)``: a float32 image
-    of shape ``(1, 8, 8)`` with values in [0, 1], and an int64 label.
+    The split is a permutation by `seed`: the first `test_fraction` of it is
+    the test set (`train=False`), the rest the training set, so the two are
+    disjoint for the same seed. Samples are `(image, label)`: a float32 image
+    of shape `(1, 8, 8)` with values in [0, 1], and an int64 label.
 
-    Needs scikit-learn (``pip install scikit-learn``); nothing is downloaded.
+    Needs scikit-learn (`pip install scikit-learn`); nothing is downloaded.
     """
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction should be between 0 and 1, got {test_fraction!r}")

@@ -9,7 +9,7 @@ from .idx import read_idx
 
 
 def _locate(root, name):
-    """The path of ``name`` or ``name.gz`` under ``root`` or ``root/MNIST/raw``
+    """The path of `name` or `name.gz` under `root` or `root/MNIST/raw`
     (where torchvision keeps its copy)."""
     candidates = [
         os.path.join(folder, name + suffix)
@@ -26,16 +26,16 @@ def _locate(root, name):
 
 
 class MNIST(TensorDataset):
-    """The MNIST digits read from ``root``: 60,000 training images, or with
-    ``train=False`` the 10,000 test images.
+    """The MNIST digits read from `root`: 60,000 training images, or with
+    `train=False` the 10,000 test images.
 
-    ``root`` holds ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-    ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each plain or
-    gzipped (``.gz``), directly or in ``MNIST/raw``. The format is checked
+    `root` holds `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+    `t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each plain or
+    gzipped (`.gz`), directly or in `MNIST/raw`. The format is checked
     strictly; any IDX file pair of the same layout (Fashion-MNIST, KMNIST)
     reads as well.
 
-    Samples are ``(image, label)``: a float32 image of shape ``(1, 28, 28)``
+    Samples are `(image, label)`: a float32 image of shape `(1, 28, 28)`
     with values in [0, 1], and an int64 label.
     """
 
