@@ -6,7 +6,8 @@ in-place write bumps a version counter shared by all tensors that alias the same
 backward can tell when a saved tensor was changed after it was saved.
 
 Tensor owns that state: the rest of mpigrad creates, aliases, writes and links tensors only
-through `Tensor.wrap`, `alias`, `writing` and `set_history`, never by setting the fields.
+through `Tensor.wrap`, `alias`, `writing` (or `mark_written`) and `set_history`, never by
+setting the fields.
 """
 import weakref
 
@@ -40,12 +41,16 @@ class Tensor:
         _init(t, array)
         return t
 
-    # Transitional: mpigrad/distributed/ still calls these two until its call sites move to
-    # wrap() and writing() (see ARCHITECTURE.md); nothing else may use them.
-    _make = wrap
-
-    def _bump_version(self):
+    def mark_written(self):
+        """Record that this tensor's storage was changed outside autograd. Only for writes
+        that cannot sit inside a `writing()` block, such as a nonblocking MPI receive that
+        completes later; everything else uses `writing()`."""
         self._vc[0] += 1
+
+    # Transitional: mpigrad/distributed/ still calls these two until its call sites move to
+    # wrap(), writing() and mark_written() (issue 13); nothing else may use them.
+    _make = wrap
+    _bump_version = mark_written
 
     def alias(self, array=None, view=True):
         """A new tensor on `array` (default: this tensor's storage) sharing this tensor's
