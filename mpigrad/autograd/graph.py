@@ -7,7 +7,7 @@ no gradient. Leaves that require grad are reached through their AccumulateGrad n
 import itertools
 import weakref
 
-from ..hooks import add_hook
+from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
 from . import anomaly
 
 _sequence = itertools.count()
