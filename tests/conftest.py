@@ -1,5 +1,50 @@
-"""Fixtures shared by the folders whose tests talk MPI (distributed/, parallel/)."""
+"""Fixtures shared by the folders whose tests talk MPI (distributed/, parallel/), and how
+those folders run under MPI.
+
+Every test in tests/distributed and tests/parallel runs twice in `tests/run.sh`: serially (a
+world of one, `python -m pytest`) and on 2 and 3 ranks (`mpiexec -n 2|3 python -m pytest
+--only-mpi`). pytest-mpi's `--only-mpi` runs only tests marked `mpi`, so the hook below
+marks every test of those folders `mpi` under MPI; a test writes `mpi(min_size=k)` itself
+only when it needs k ranks, and `mpi_skip` when it launches its own MPI jobs in a subprocess
+(those run in the serial step only). A module of those folders whose tests would all stay
+out of the MPI steps is a collection error, so a multi-rank check cannot silently become a
+world-of-one check again.
+"""
+from pathlib import Path
+
 import pytest
+
+MPI_FOLDERS = tuple(Path(__file__).parent / name for name in ("distributed", "parallel"))
+
+
+def _in_mpi_folder(item):
+    return any(folder in item.path.parents for folder in MPI_FOLDERS)
+
+
+def _runs_on_several_ranks(item):
+    """Whether the MPI steps run this test (and on every rank)."""
+    return item.get_closest_marker("mpi_skip") is None
+
+
+# tryfirst: pytest-mpi's own hook skips every test without the mark under --only-mpi.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    by_module = {}
+    for item in items:
+        if _in_mpi_folder(item):
+            by_module.setdefault(item.path, []).append(item)
+    serial_only = sorted(str(path) for path, module_items in by_module.items()
+                         if not any(_runs_on_several_ranks(item) for item in module_items))
+    if serial_only:
+        raise pytest.UsageError(
+            f"{', '.join(serial_only)}: every test is marked mpi_skip, so no test of the "
+            "module runs on several ranks; tests under tests/distributed and tests/parallel "
+            "must run under mpiexec (see tests/conftest.py)")
+    if config.getoption("--only-mpi"):
+        for module_items in by_module.values():
+            for item in module_items:
+                if _runs_on_several_ranks(item) and item.get_closest_marker("mpi") is None:
+                    item.add_marker(pytest.mark.mpi)
 
 
 @pytest.fixture(scope="session")

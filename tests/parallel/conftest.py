@@ -1,8 +1,9 @@
 """Shared set-up for the DistributedDataParallel tests.
 
-Run under MPI: `mpiexec -n 2|3 python -m pytest --with-mpi tests/parallel` (tests marked
-`mpi(min_size=2)`); serially, only the tests that launch their own small MPI jobs in a
-subprocess (under a timeout) run. Every test is also bounded in-process: a watchdog dumps the
+Run under MPI: `mpiexec -n 2|3 python -m pytest --only-mpi tests/parallel` (tests/conftest.py
+marks every test here `mpi`; most need `mpi(min_size=2)` and skip in a world of one);
+serially, the others run, with the tests marked `mpi_skip` that launch their own small MPI
+jobs in a subprocess (under a timeout). Every test is also bounded in-process: a watchdog dumps the
 stacks and exits the rank if a test runs longer than WATCHDOG_SECONDS, so a regression that
 hangs fails the run instead of blocking it.
 """

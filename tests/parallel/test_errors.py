@@ -120,8 +120,7 @@ def test_mismatched_dtype_raises_on_every_rank(rank):
 SCENARIOS = ["unused_one_rank", "unused_all_ranks", "mismatch", "join_uneven"]
 
 
-@pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1,
-                    reason="launches its own MPI jobs; runs in the serial test run")
+@pytest.mark.mpi_skip  # launches its own MPI jobs
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenarios_finish_under_timeout(scenario):
     """Each scenario would hang (or pass silently) without its feature; here it must exit 0
