@@ -29,7 +29,10 @@ def _launch(pg, name, args, async_op, on_complete=None):
     `on_complete()` runs once the outputs are valid."""
     if async_op:
         start = getattr(pg.comm, "I" + name[0].lower() + name[1:])
-        done = None if on_complete is None else (lambda statuses: on_complete())
+        def done(statuses):
+            if on_complete is not None:
+                on_complete()
+            return True  # torch's Work.wait() returns True
         return Work(pg, f"MPI {name}", [start(*args)], on_complete=done, keep_alive=args)
     with blocked(pg, f"MPI {name}"):
         getattr(pg.comm, name)(*args)
