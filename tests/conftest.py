@@ -62,11 +62,11 @@ def process_group():
 # Looked up per test: a test of init/destroy may have replaced the default group.
 @pytest.fixture
 def rank(process_group):
-    import mpigrad.distributed as dist
+    import mpigrad.distributed as dist  # not at the top: see process_group
     return dist.get_rank()
 
 
 @pytest.fixture
 def size(process_group):
-    import mpigrad.distributed as dist
+    import mpigrad.distributed as dist  # not at the top: see process_group
     return dist.get_world_size()
