@@ -1,24 +1,23 @@
-"""Fixtures shared by the folders whose tests talk MPI (distributed/, parallel/), and how
-those folders run under MPI.
+"""Fixtures shared by the tests that talk MPI (tests/distributed, with DDP's in
+tests/distributed/ddp), and how they run under MPI.
 
-Every test in tests/distributed and tests/parallel runs twice in `tests/run.sh`: serially (a
-world of one, `python -m pytest`) and on 2 and 3 ranks (`mpiexec -n 2|3 python -m pytest
---only-mpi`). pytest-mpi's `--only-mpi` runs only tests marked `mpi`, so the hook below
-marks every test of those folders `mpi` under MPI; a test writes `mpi(min_size=k)` itself
-only when it needs k ranks, and `mpi_skip` when it launches its own MPI jobs in a subprocess
-(those run in the serial step only). A module of those folders whose tests would all stay
-out of the MPI steps is a collection error, so a multi-rank check cannot silently become a
-world-of-one check again.
+Every test in tests/distributed runs twice in `tests/run.sh`: serially (a world of one,
+`python -m pytest`) and on 2 and 3 ranks (`mpiexec -n 2|3 python -m pytest --only-mpi`).
+pytest-mpi's `--only-mpi` runs only tests marked `mpi`, so the hook below marks every test
+there `mpi` under MPI; a test writes `mpi(min_size=k)` itself only when it needs k ranks, and
+`mpi_skip` when it launches its own MPI jobs in a subprocess (those run in the serial step
+only). A module there whose tests would all stay out of the MPI steps is a collection error,
+so a multi-rank check cannot silently become a world-of-one check again.
 """
 from pathlib import Path
 
 import pytest
 
-MPI_FOLDERS = tuple(Path(__file__).parent / name for name in ("distributed", "parallel"))
+MPI_FOLDER = Path(__file__).parent / "distributed"
 
 
 def _in_mpi_folder(item):
-    return any(folder in item.path.parents for folder in MPI_FOLDERS)
+    return MPI_FOLDER in item.path.parents
 
 
 def _runs_on_several_ranks(item):
@@ -38,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
     if serial_only:
         raise pytest.UsageError(
             f"{', '.join(serial_only)}: every test is marked mpi_skip, so no test of the "
-            "module runs on several ranks; tests under tests/distributed and tests/parallel "
+            "module runs on several ranks; tests under tests/distributed "
             "must run under mpiexec (see tests/conftest.py)")
     if config.getoption("--only-mpi"):
         for module_items in by_module.values():

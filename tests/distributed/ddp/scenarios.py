@@ -1,7 +1,7 @@
 """Situations that hang without DDP's safeguards, as standalone MPI jobs.
 
-    mpiexec -n 2 python tests/parallel/scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
-    mpiexec -n 3 python tests/parallel/scenarios.py stop_mid_backward|kill_mid_backward
+    mpiexec -n 2 python tests/distributed/ddp/scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
+    mpiexec -n 3 python tests/distributed/ddp/scenarios.py stop_mid_backward|kill_mid_backward
 
 Each rank prints "OK <scenario>" when the expected outcome happened. test_errors.py runs them
 under a timeout, so a regression shows up as a failure rather than a stuck test run. The
@@ -16,14 +16,14 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 from mpigrad.distributed.algorithms import Join  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
-from parallel._models import MLP, mse, regression_data  # noqa: E402
+from _models import MLP, mse, regression_data  # noqa: E402
 
 
 def expect_error(fn, *needles):
