@@ -1,7 +1,8 @@
 """Situations that hang without DDP's safeguards, as standalone MPI jobs.
 
-    mpiexec -n 2 python tests/distributed/ddp/scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
-    mpiexec -n 3 python tests/distributed/ddp/scenarios.py stop_mid_backward|kill_mid_backward
+    cd tests/distributed/ddp
+    mpiexec -n 2 python scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
+    mpiexec -n 3 python scenarios.py stop_mid_backward|kill_mid_backward
 
 Each rank prints "OK <scenario>" when the expected outcome happened. test_errors.py runs them
 under a timeout, so a regression shows up as a failure rather than a stuck test run. The

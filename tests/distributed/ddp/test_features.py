@@ -99,16 +99,21 @@ def test_compression_hooks_train_nearly_as_well(rank, size, name):
         assert state.residuals and any(np.abs(r).sum() > 0 for r in state.residuals.values())
 
 
+def one_backward_grads(rank, hook):
+    """The gradients after one DDP backward with `hook` (the default reduction if None), one
+    bucket per parameter."""
+    model = DDP(MLP(seed=0), bucket_cap_mb=0)
+    if hook is not None:
+        model.register_comm_hook(None, hook)
+    x, y = regression_data(4, seed=rank)
+    mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+    return [p.grad.data.copy() for p in model.parameters()]
+
+
 @pytest.mark.mpi(min_size=2)
 def test_fp16_hook_gradient_is_close_to_exact(rank, size):
-    def grads(hook):
-        model = DDP(MLP(seed=0), bucket_cap_mb=0)
-        if hook is not None:
-            model.register_comm_hook(None, hook)
-        x, y = regression_data(4, seed=rank)
-        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-        return [p.grad.data.copy() for p in model.parameters()]
-    for exact, half in zip(grads(None), grads(fp16_compress_hook)):
+    for exact, half in zip(one_backward_grads(rank, None),
+                           one_backward_grads(rank, fp16_compress_hook)):
         np.testing.assert_allclose(half, exact, rtol=2e-3, atol=2e-3)
         assert not np.array_equal(half, exact) or np.all(exact == 0)
 
@@ -153,14 +158,8 @@ def test_hook_chained_with_then(rank, size):
         bucket.buffer()[:] *= 2
         return allreduce_hook(state, bucket).then(lambda fut: fut.value() / 2)
 
-    def grads(hook):
-        model = DDP(MLP(seed=0), bucket_cap_mb=0)
-        if hook is not None:
-            model.register_comm_hook(None, hook)
-        x, y = regression_data(4, seed=rank)
-        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-        return [p.grad.data.copy() for p in model.parameters()]
-    for exact, got in zip(grads(None), grads(doubled_then_halved)):
+    for exact, got in zip(one_backward_grads(rank, None),
+                          one_backward_grads(rank, doubled_then_halved)):
         np.testing.assert_allclose(got, exact, rtol=1e-14, atol=1e-15)
 
 
