@@ -171,7 +171,7 @@ def main():
         torch.distributed.destroy_process_group()
 
     bucketed, raw, nbytes, nbuckets = bench_bucketed_allreduce(comm, ddp.reducer, 20)
-    control = ddp.reducer.control
+    control = ddp.reducer.channel.control
     probe = np.zeros(2, np.int64)
     agreement = timed(comm, lambda: control.Allreduce(MPI.IN_PLACE, [probe, MPI.INT64_T],
                                                       MPI.MAX), 200)

@@ -22,8 +22,9 @@ class Channel:
 
     def __init__(self, process_group):
         self.process_group = process_group
-        self.comm = process_group.comm.Dup()
-        self.control = process_group.comm.Dup()
+        with self.blocked("duplicating the group's communicator"):  # Dup is collective
+            self.comm = process_group.comm.Dup()
+            self.control = process_group.comm.Dup()
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
 

@@ -20,6 +20,7 @@ evaluation forward with gradients enabled), since the joined ranks shadow a full
 import numpy as np
 
 from ..joinable import JoinConfig, JoinHook, Joinable, active_ranks, notify_join_context
+from ..watchdog import blocked
 
 __all__ = ["Join", "Joinable", "JoinHook"]
 
@@ -42,7 +43,10 @@ class Join:
         self._config = None
 
     def __enter__(self):
-        comm = self._process_group.comm.Dup() if self._enable else None
+        comm = None
+        if self._enable:
+            with blocked(self._process_group, "Join: duplicating the group's communicator"):
+                comm = self._process_group.comm.Dup()  # collective
         self._config = JoinConfig(self._enable, True, self._process_group, comm)
         for k, joinable in enumerate(self._joinables):
             joinable._join_config = JoinConfig(self._enable, k == 0, self._process_group, comm)
