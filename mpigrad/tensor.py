@@ -47,11 +47,6 @@ class Tensor:
         completes later; everything else uses `writing()`."""
         self._vc[0] += 1
 
-    # Transitional: mpigrad/distributed/ still calls these two until its call sites move to
-    # wrap(), writing() and mark_written() (issue 13); nothing else may use them.
-    _make = wrap
-    _bump_version = mark_written
-
     def alias(self, array=None, view=True):
         """A new tensor on `array` (default: this tensor's storage) sharing this tensor's
         version counter, with no graph history. With `view`, it also records this tensor (or

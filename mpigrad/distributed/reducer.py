@@ -203,7 +203,7 @@ class Reducer:
                 if p.grad is not None and not bucket.in_place:
                     view = bucket.views[self._slot_of[i]]
                     np.copyto(view, p.grad.data)
-                    p.grad = Tensor._make(view)
+                    p.grad = Tensor.wrap(view)
 
     def bucket_layout(self):
         """The parameter indices of each bucket, in launch order."""
@@ -233,7 +233,7 @@ class Reducer:
         roots = [t for t in _tensors_in(outputs) if t.requires_grad]
         for t in roots:
             if t.grad_fn is not None:
-                t.grad_fn.register_prehook(self._on_backward_start, t._output_nr)
+                t.register_hook(self._on_backward_start)
         if self.find_unused_parameters:
             nodes = reachable([t.grad_fn for t in roots if t.grad_fn is not None])
             reached = {id(n.variable) for n in nodes if type(n) is AccumulateGrad}
@@ -283,7 +283,7 @@ class Reducer:
             else:
                 np.multiply(grad, self._scale, out=view)
                 if self.gradient_as_bucket_view:
-                    param.grad = Tensor._make(view)
+                    param.grad = Tensor.wrap(view)
             self._used[i] = True
             if not self.rebuilt:
                 self._ready_order.append(i)
@@ -394,14 +394,14 @@ class Reducer:
             view = self._bucket_of[i].views[self._slot_of[i]]
             grad = param.grad
             if grad is not None and grad.data is view:  # reduced in place
-                grad._bump_version()
+                grad.mark_written()
             elif self.gradient_as_bucket_view:
-                param.grad = Tensor._make(view)
+                param.grad = Tensor.wrap(view)
             elif grad is None or grad.shape != view.shape or not grad.data.flags.writeable:
-                param.grad = Tensor._make(view.copy())
+                param.grad = Tensor.wrap(view.copy())
             else:
-                np.copyto(grad.data, view)
-                grad._bump_version()
+                with grad.writing() as data:
+                    np.copyto(data, view)
 
     def _record(self, backward_end, wait_seconds):
         end = time.perf_counter()

@@ -184,7 +184,7 @@ def test_unusable_grad_array_is_copied_on_that_rank_only(rank, size, as_view):
 
     def spoil(p):
         if rank == 1:
-            p.grad = Tensor._make(np.asfortranarray(p.grad.data))
+            p.grad = Tensor.wrap(np.asfortranarray(p.grad.data))
         elif rank == 2:
             p.grad.data.flags.writeable = False
     inner.w1.register_post_accumulate_grad_hook(spoil)
