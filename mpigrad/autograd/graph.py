@@ -5,11 +5,13 @@ keeps `next_edges`, one per input: `(node, output_nr)` or None for an input that
 no gradient. Leaves that require grad are reached through their AccumulateGrad node.
 """
 import itertools
+import threading
 import weakref
 
 from . import anomaly
 
 _sequence = itertools.count()
+_accumulator_lock = threading.Lock()
 
 
 class RemovableHandle:
@@ -117,8 +119,12 @@ def accumulator_for(tensor):
     ref = tensor._accumulator
     acc = ref() if ref is not None else None
     if acc is None:
-        acc = AccumulateGrad(tensor)
-        tensor._accumulator = weakref.ref(acc)
+        with _accumulator_lock:  # two threads' forwards through one parameter share its node
+            ref = tensor._accumulator
+            acc = ref() if ref is not None else None
+            if acc is None:
+                acc = AccumulateGrad(tensor)
+                tensor._accumulator = weakref.ref(acc)
     return acc
 
 

@@ -136,14 +136,16 @@ class OpNode(Node):
             "the tensor before changing it.")
 
     def apply(self, grad_outputs):
+        # Read before checking: another thread's backward may release this node meanwhile,
+        # and release() marks it freed before it drops anything.
+        inputs, saved_ans = self.inputs, self.ans
         self.check_not_freed()
-        inputs = self.inputs
         for vc, expected, i in self.versions:
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
-        if self.ans is not None:
-            data, vc, expected = self.ans
+        if saved_ans is not None:
+            data, vc, expected = saved_ans
             if vc[0] != expected:
                 raise self._stale("the output", data.shape, data.dtype, vc[0], expected)
             ans = Tensor._make(data)
@@ -168,9 +170,9 @@ class OpNode(Node):
 
     def release(self):
         if self.op.saved_positions or self.op.saves_ans:
+            self._freed = True
             self.inputs = None
             self.ans = None
-            self._freed = True
 
 
 def reduce_to(grad, like):
