@@ -1,7 +1,8 @@
 """Reverse-mode automatic differentiation: the engine, grad modes, custom Functions, checks."""
 import numpy as np
 
-from .grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled  # noqa: F401
+from .grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,  # noqa: F401
+                        inference_mode, is_inference_mode_enabled)
 from .anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled  # noqa: F401
 from .engine import queue_callback, run_backward
 from .function import Function, FunctionCtx  # noqa: F401
@@ -91,5 +92,6 @@ from . import functional  # noqa: E402,F401
 from .gradcheck import gradcheck, gradgradcheck  # noqa: E402,F401
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad",
-           "set_grad_enabled", "is_grad_enabled", "detect_anomaly", "set_detect_anomaly",
+           "set_grad_enabled", "is_grad_enabled", "inference_mode", "is_inference_mode_enabled",
+           "detect_anomaly", "set_detect_anomaly",
            "queue_callback", "gradcheck", "gradgradcheck", "functional", "Node"]

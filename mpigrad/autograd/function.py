@@ -19,15 +19,16 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
+        saved = self._saved  # before the check: another thread's backward may release it
         self.check_not_freed()
-        for i, (t, expected) in enumerate(zip(self._saved, self._saved_versions)):
+        for i, (t, expected) in enumerate(zip(saved, self._saved_versions)):
             if t is not None and t._version != expected:
                 raise RuntimeError(
                     f"one of the tensors needed for gradient computation has been modified by "
                     f"an in-place operation: saved tensor {i} of {self.name()} is at version "
                     f"{t._version}; expected version {expected}. Clone it before changing it, or "
                     "use an out-of-place op.")
-        return self._saved
+        return saved
 
     def mark_non_differentiable(self, *tensors):
         self._non_differentiable = {id(t) for t in tensors}
@@ -82,8 +83,8 @@ class BackwardFunction(Node, FunctionCtx):
 
     def release(self):
         if self._saved:
-            self._saved = ()
             self._freed = True
+            self._saved = ()
 
 
 class Function:

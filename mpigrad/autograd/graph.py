@@ -5,12 +5,14 @@ keeps `next_edges`, one per input: `(node, output_nr)` or None for an input that
 no gradient. Leaves that require grad are reached through their AccumulateGrad node.
 """
 import itertools
+import threading
 import weakref
 
 from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
 from . import anomaly
 
 _sequence = itertools.count()
+_accumulator_lock = threading.Lock()
 
 
 class Meta:
@@ -107,8 +109,12 @@ def accumulator_for(tensor):
     ref = tensor._accumulator
     acc = ref() if ref is not None else None
     if acc is None:
-        acc = AccumulateGrad(tensor)
-        tensor._accumulator = weakref.ref(acc)
+        with _accumulator_lock:  # two threads' forwards through one parameter share its node
+            ref = tensor._accumulator
+            acc = ref() if ref is not None else None
+            if acc is None:
+                acc = AccumulateGrad(tensor)
+                tensor._accumulator = weakref.ref(acc)
     return acc
 
 

@@ -127,14 +127,16 @@ class OpNode(Node):
             "the tensor before changing it.")
 
     def apply(self, grad_outputs):
+        # Read before checking: another thread's backward may release this node meanwhile,
+        # and release() marks it freed before it drops anything.
+        inputs, saved_ans = self.inputs, self.ans
         self.check_not_freed()
-        inputs = self.inputs
         for vc, expected, i in self.versions:
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
-        if self.ans is not None:
-            saved, expected = self.ans
+        if saved_ans is not None:
+            saved, expected = saved_ans
             if saved._version != expected:
                 raise self._stale("the output", saved.shape, saved.dtype, saved._version, expected)
             ans = saved.alias(view=False)
@@ -157,9 +159,9 @@ class OpNode(Node):
 
     def release(self):
         if self.op.saved_positions or self.op.saves_ans:
+            self._freed = True
             self.inputs = None
             self.ans = None
-            self._freed = True
 
 
 def _saved_output(tensor):
