@@ -1,24 +1,24 @@
-"""Checkpoints: ``save(obj, path)`` and ``load(path)``, the roles of torch.save/torch.load.
+"""Checkpoints: `save(obj, path)` and `load(path)`, the roles of torch.save/torch.load.
 
-A checkpoint is a zip archive of ``.npy`` members that numpy's ``np.load`` also
+A checkpoint is a zip archive of `.npy` members that numpy's `np.load` also
 reads. Every array (a Tensor's storage, a numpy array, a numpy scalar) is one
 member; the nesting around them (dicts, lists, tuples, numbers, strings) is a
 JSON manifest stored as a uint8 member. The archive's comment, its last bytes, is the
 SHA-256 of everything before it. Nothing is pickled, so loading a file cannot
-run code: pickled members are refused and the manifest is parsed by ``json``.
+run code: pickled members are refused and the manifest is parsed by `json`.
 
 Loading trusts nothing in the file: the checksum is verified before anything is
 parsed, then members must be stored uncompressed and unencrypted and each is
 read whole (zip's CRC-32 checked) and its header compared with its size before
 numpy sees it, so any damage -- a truncation, a flipped bit in the zip
-structure, the manifest or the array data -- raises one ``ValueError`` naming
+structure, the manifest or the array data -- raises one `ValueError` naming
 the file instead of loading wrong numbers.
 
 Writes are atomic: the archive goes to a hidden temporary file
-``.<name>.<random>.tmp`` in the target's directory, is flushed to disk, and only
-then renamed over the target. The writer holds an exclusive ``flock`` on its
+`.<name>.<random>.tmp` in the target's directory, is flushed to disk, and only
+then renamed over the target. The writer holds an exclusive `flock` on its
 temporary for as long as it writes; the lock dies with the process, even on
-``kill -9``, so every save (and :func:`remove_stale_temporaries`) deletes the
+`kill -9`, so every save (and `remove_stale_temporaries`) deletes the
 temporaries in its directory that no live writer holds, and never another
 writer's work in progress.
 """
@@ -58,9 +58,9 @@ _READ_ERRORS = (ValueError, EOFError, OSError, KeyError, struct.error, zipfile.B
 
 
 def save(obj, path):
-    """Write ``obj`` to ``path`` atomically.
+    """Write `obj` to `path` atomically.
 
-    ``obj`` is any nesting of dicts (str or int keys), lists and tuples whose
+    `obj` is any nesting of dicts (str or int keys), lists and tuples whose
     leaves are Tensors, numpy arrays and scalars, Python numbers, strings,
     bools and None: model and optimizer state dicts, scheduler states, epoch
     counters. A Tensor or array that appears several times is stored once and
@@ -99,11 +99,11 @@ def save(obj, path):
 
 
 def load(path):
-    """Read a checkpoint written by :func:`save` and rebuild the object.
+    """Read a checkpoint written by `save` and rebuild the object.
 
-    Tensors come back as Tensors (dtype, shape and ``requires_grad`` kept),
+    Tensors come back as Tensors (dtype, shape and `requires_grad` kept),
     numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
-    dict comes back as a plain ``dict``. Raises ``ValueError`` naming the file
+    dict comes back as a plain `dict`. Raises `ValueError` naming the file
     if it is not an mpigrad checkpoint or is damaged in any way.
     """
     with open(path, "rb") as file:
@@ -119,7 +119,7 @@ def load(path):
 
 
 def remove_stale_temporaries(directory):
-    """Delete the ``.<name>.<random>.tmp`` files that :func:`save` left in ``directory``
+    """Delete the `.<name>.<random>.tmp` files that `save` left in `directory`
     when its process died mid-write; the temporaries of live writers (locked) stay.
     Returns the names removed."""
     removed = []
@@ -162,7 +162,7 @@ def _create_locked_temporary(directory, name):
 
 
 def _sha256_before_trailer(file):
-    """Hex SHA-256 of ``file`` up to its checksum trailer, read in chunks."""
+    """Hex SHA-256 of `file` up to its checksum trailer, read in chunks."""
     end = file.seek(0, os.SEEK_END) - _TRAILER_BYTES
     file.seek(0)
     digest = hashlib.sha256()
@@ -172,7 +172,7 @@ def _sha256_before_trailer(file):
 
 
 def _verify_checksum(file):
-    """Whether ``file`` ends with a checksum, which must then match; version 1
+    """Whether `file` ends with a checksum, which must then match; version 1
     checkpoints have none and rely on zip's CRC-32 alone."""
     size = file.seek(0, os.SEEK_END)
     if size < _TRAILER_BYTES:
@@ -187,12 +187,12 @@ def _verify_checksum(file):
 
 
 def _encode(obj, arrays, slots, where):
-    """The JSON form of ``obj``; arrays are appended to ``arrays``.
+    """The JSON form of `obj`; arrays are appended to `arrays`.
 
     Containers and arrays become one-key objects tagging their kind, so a JSON
     object in the manifest is never ambiguous with the plain values (JSON's
     own null, bools, numbers, strings) that stand for themselves.
-    ``slots`` maps id() of already stored arrays to their member index.
+    `slots` maps id() of already stored arrays to their member index.
     """
     # Before the Python types: np.float64 is a float, and would lose its type.
     if isinstance(obj, np.generic):
@@ -291,7 +291,7 @@ class _Reader:
         return self.built[index]
 
     def array(self, name):
-        """The array stored as member ``name``, checked whole before numpy parses it."""
+        """The array stored as member `name`, checked whole before numpy parses it."""
         info = self.archive.getinfo(f"{name}.npy")
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
             raise ValueError(f"member {name} is compressed or encrypted; mpigrad writes "
