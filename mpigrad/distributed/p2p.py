@@ -21,7 +21,7 @@ def send(tensor, dst, group=None, tag=0):
     if pg is None:
         return
     arr, peer = prepare(pg, tensor, dst, "dst", tag, blocking=True)
-    with blocked(pg, f"send to rank {dst} (tag {tag})"):
+    with blocked(pg, f"send to rank {dst} (tag {tag})", collective=False):
         pg.comm.Send(message(arr), peer, tag)
 
 
@@ -83,7 +83,7 @@ def receive_exact(pg, comm, arr, peer, tag):
     status = MPI.Status()
     source = None if peer == MPI.ANY_SOURCE else pg.ranks[peer]
     try:
-        with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})"):
+        with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})", collective=False):
             comm.Recv(message(arr), peer, tag, status)
     except MPI.Exception as exc:
         raise _receive_error(exc, arr, pg, status) from exc
