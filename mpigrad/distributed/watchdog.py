@@ -41,7 +41,7 @@ from .abort import abort_job
 STALL_ENV = "MPIGRAD_STALL_SECONDS"
 _POLL_SECONDS = 0.1
 _ANSWER_SECONDS = 1.0   # how long a report waits for the other ranks to say where they are
-_DEPARTED_GRACE_SECONDS = 1.0  # a call still blocked this long after its peer left never ends
+_DEPARTED_GRACE_SECONDS = 2.0  # a call still blocked this long after its peer left never ends
 _LEFT, _QUERY, _ANSWER = 1, 2, 3  # message tags on the watchdog's communicator
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
