@@ -43,7 +43,8 @@ def isend(tensor, dst, group=None, tag=0):
         return None
     arr, peer = prepare(pg, tensor, dst, "dst", tag)
     request = pg.comm.Isend(message(arr), peer, tag)
-    return Work(pg, f"isend to rank {dst} (tag {tag})", [request], keep_alive=arr)
+    return Work(pg, f"isend to rank {dst} (tag {tag})", [request], keep_alive=arr,
+                collective=False)
 
 
 def irecv(tensor, src=None, group=None, tag=0):
@@ -66,7 +67,7 @@ class _ReceiveWork(Work):
             mark_written(tensor)
             return True
 
-        super().__init__(pg, what, [request], on_complete=done,
+        super().__init__(pg, what, [request], on_complete=done, collective=False,
                          on_error=lambda exc, statuses: _receive_error(exc, arr, pg, statuses[0]),
                          keep_alive=arr)
         self._source = None

@@ -55,7 +55,8 @@ _state = {"thread": None, "control": None, "stop": False, "departed": {}}
 class blocked:
     """`with blocked(pg, "all_reduce"): <blocking MPI call>` puts the call under watch.
     `collective=False` for point-to-point calls, which a departed rank outside the pair does
-    not concern.
+    not concern, and which are not numbered (their descriptions name peers and tags, which
+    need not repeat).
 
     Watches nest: DistributedDataParallel waits for a comm hook's Future under its own watch
     (a hook may return any Future), and a Work inside it adds its own; reports describe the
@@ -72,8 +73,11 @@ class blocked:
     def __enter__(self):
         if _state["thread"] is None:
             _start_thread()
-        key = (self.pg.name, self.what)
-        self.number = _counts[key] = _counts.get(key, 0) + 1
+        if self.collective:
+            key = (self.pg.name, self.what)
+            self.number = _counts[key] = _counts.get(key, 0) + 1
+        else:
+            self.number = None
         thread = threading.get_ident()
         self.outer = _waiting.get(thread)
         _waiting[thread] = self
@@ -232,17 +236,23 @@ def _where_am_i():
     return {"waits": waits, "site": _call_site(frames.get(main)), "last": last}
 
 
+def _call(what, number, group):
+    """A watched call as reports name it: `the check before all_reduce #3 on the default
+    group` (point-to-point calls have no number)."""
+    return f"{what}{'' if number is None else f' #{number}'} on {group}"
+
+
 def _describe(position):
     if position is None:
         return "no answer (stopped, dead, or busy without releasing the GIL)"
     if position["waits"]:
-        return "; ".join(f"waiting in {what} #{number} on {group} for {seconds:.0f} s, "
+        return "; ".join(f"waiting in {_call(what, number, group)} for {seconds:.0f} s, "
                          f"called at {site}"
                          for what, group, number, seconds, site in position["waits"])
     text = f"not in any collective: at {position['site']}"
     if position["last"] is not None:
         what, group, number, ago = position["last"]
-        text += f" (its last call: {what} #{number} on {group}, started {ago:.0f} s ago)"
+        text += f" (its last call: {_call(what, number, group)}, started {ago:.0f} s ago)"
     return text
 
 
@@ -273,7 +283,7 @@ def _my_rank():
 
 def _stall_report(watch, stall):
     me, answers, text = _report(watch, (
-        f"mpigrad.distributed stall: {watch.what} #{watch.number} on {watch.pg.name} has "
+        f"mpigrad.distributed stall: {_call(watch.what, watch.number, watch.pg.name)} has "
         f"waited {stall:g} s ({STALL_ENV}); the job aborts if it is still waiting after "
         f"{watch.pg.timeout:g} s (init_process_group's timeout). Where the ranks are:"))
     # One report per stall: the lowest rank waiting in the same call prints it.
@@ -290,10 +300,9 @@ def _abort_on_timeout(watch):
     me = _my_rank()
     _, _, text = _report(watch, (
         f"mpigrad.distributed: {watch.what} on {watch.pg.name} has been blocked on rank {me} "
-        f"for longer than the group's timeout ({watch.pg.timeout:g} s), in the call numbered "
-        f"#{watch.number} below. Some rank is stuck elsewhere: in another collective, on "
-        f"another group, or waiting for a message that never comes. Aborting the MPI job. "
-        f"Where the ranks are:"))
+        f"for longer than the group's timeout ({watch.pg.timeout:g} s). Some rank is stuck "
+        f"elsewhere: in another collective, on another group, or waiting for a message that "
+        f"never comes. Aborting the MPI job. Where the ranks are:"))
     sys.stderr.write(text + f"[rank {me}] this rank's Python stacks:\n")
     sys.stderr.flush()
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -312,8 +321,8 @@ def _departed_peer(watch, now):
 def _abort_on_departure(watch, left):
     _, _, text = _report(watch, (
         f"mpigrad.distributed: rank {left} has left the job (its interpreter exited: "
-        f"sys.exit() or the end of its script) while this rank waits in {watch.what} "
-        f"#{watch.number} on {watch.pg.name}, which needs rank {left} and so can never "
-        f"complete. Aborting the MPI job. Where the ranks are:"))
+        f"sys.exit() or the end of its script) while this rank waits in "
+        f"{_call(watch.what, watch.number, watch.pg.name)}, which needs rank {left} and so "
+        f"can never complete. Aborting the MPI job. Where the ranks are:"))
     sys.stderr.write(text)
     abort_job()

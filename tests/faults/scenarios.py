@@ -141,6 +141,22 @@ def return_from_main(rank):
         fault("end of the script")
 
 
+def messages_after_one_left(rank):
+    """Rank 1 is done and exits; the others go on exchanging messages, which do not need it:
+    no abort, a clean end."""
+    if rank == FAULTY:
+        fault("leaving while the others exchange messages")
+        return
+    peer = 2 if rank == 0 else 0
+    buffer = np.zeros(3)
+    for _ in range(20 if dist.get_world_size() > 2 else 0):
+        time.sleep(0.2)  # the others' wait for each message spans the departure
+        if rank == 0:
+            dist.send(buffer + 1, dst=peer)
+        else:
+            dist.recv(buffer, src=peer)
+
+
 def uneven_data_without_join(rank):
     """Rank 1 runs out of data and, as many scripts do, all_reduces its epoch totals, while
     the others are still in DDP's backward: two different calls, which can never match."""

@@ -39,8 +39,7 @@ def run(scenario, ranks):
                                 capture_output=True, text=True, env=env)
         ended = time.time()
     finally:
-        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-        leftovers = [int(pid) for pid in found.stdout.split()]
+        leftovers = _survivors(marker)
         for pid in leftovers:
             os.kill(pid, signal.SIGKILL)
     output = result.stdout + result.stderr
@@ -49,6 +48,18 @@ def run(scenario, ranks):
     fault = re.search(r"^FAULT ([0-9.]+)", result.stdout, re.MULTILINE)
     assert fault, output
     return result.returncode, output, ended - float(fault.group(1))
+
+
+def _survivors(marker, grace_seconds=5):
+    """The job's processes still alive `grace_seconds` after it ended (the launcher may
+    return while the ranks it killed are still exiting)."""
+    deadline = time.time() + grace_seconds
+    while True:
+        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+        pids = [int(pid) for pid in found.stdout.split()]
+        if not pids or time.time() > deadline:
+            return pids
+        time.sleep(0.1)
 
 
 def test_exception_inside_backward_caught_is_an_error_on_every_rank(ranks):
@@ -104,6 +115,13 @@ def test_a_rank_that_leaves_early_ends_the_job_naming_it(ranks, scenario, waitin
     assert seconds < WITHIN_SECONDS
 
 
+def test_point_to_point_messages_go_on_after_an_uninvolved_rank_left(ranks):
+    status, output, seconds = run("messages_after_one_left", ranks)
+    assert status == 0, output
+    assert "has left the job" not in output
+    assert all(f"[rank {r}] END messages_after_one_left" in output for r in range(ranks))
+
+
 def test_uneven_data_without_join_reports_where_each_rank_waits(ranks):
     status, output, seconds = run("uneven_data_without_join", ranks)
     assert status != 0
@@ -133,8 +151,8 @@ def test_a_stall_is_reported_then_aborted_at_the_timeout(ranks, scenario, stalle
     assert output.count(report) == 1, output  # once, by the lowest waiting rank
     assert re.search(rf"\[rank 0\]   rank 1: not in any collective: at .*{straggler_at}"
                      r".*  <- has not reached it", output), output
-    call, number = stalled_in.rsplit(" ", 1)
+    call = stalled_in.rsplit(" ", 1)[0]
     assert re.search(rf"\[rank (\d)\] mpigrad.distributed: {re.escape(call)} on the default "
                      rf"group has been blocked on rank \1 for longer than the group's timeout "
-                     rf"\(4 s\), in the call numbered {number} below", output), output
+                     rf"\(4 s\)", output), output
     assert seconds < WITHIN_SECONDS
