@@ -45,8 +45,9 @@ same error naming the parameters and the ranks.
 
 A backward that raised on one rank after its first buckets were launched (an exception the
 user caught around `loss.backward()`) leaves that rank's reductions in flight while the other
-ranks wait in the agreement. The next forward on that rank notices the unfinished iteration
-(`_abandon`): it joins the agreement saying it failed, every rank completes the reductions
+ranks wait in the agreement. The next forward on that rank (with or without gradients)
+notices the unfinished iteration before any other collective (`settle_previous_iteration`):
+it joins the agreement saying it failed, every rank completes the reductions
 (MPI never keeps a buffer that is reused), drops the iteration's gradients (every `.grad`
 becomes None, so an optimizer step changes nothing and the ranks' parameters stay equal) and
 raises the same error, as PyTorch's "Expected to have finished reduction in the prior
@@ -236,9 +237,13 @@ class Reducer:
         self._comm_hook = (state, hook)
 
     # ------------------------------------------------------------------ lifecycle
-    def prepare_for_backward(self, outputs):
+    def settle_previous_iteration(self):
+        """Called first by every forward: if the last backward started but never finished
+        here (it raised), settle it with the other ranks (see `_abandon`), which raises."""
         if self._finalize_queued:
             self._abandon()
+
+    def prepare_for_backward(self, outputs):
         self._reset_iteration()
         self._armed = True
         roots = [t for t in _tensors_in(outputs) if t.requires_grad]

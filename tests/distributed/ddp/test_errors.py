@@ -54,13 +54,17 @@ def test_parameter_unused_on_all_ranks_is_an_error_naming_it(rank):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("bucket_cap_mb", [0, 25])
 @pytest.mark.parametrize("gradient_as_bucket_view", [False, True])
+@pytest.mark.parametrize("next_forward", ["train", "no_grad"])
 def test_an_exception_caught_inside_backward_is_an_error_on_every_rank(
-        rank, size, bucket_cap_mb, gradient_as_bucket_view):
+        rank, size, bucket_cap_mb, gradient_as_bucket_view, next_forward):
     """The last rank's backward raises once its first buckets are launched, and it catches
-    the exception. Its next forward raises DDP's error there while the others get it from
-    the backward they are finishing; the iteration's gradients are dropped everywhere, the
-    parameters stay equal, and the next iteration averages gradients as usual."""
-    model = DDP(MLP(seed=0), bucket_cap_mb=bucket_cap_mb,
+    the exception. Its next forward (even under no_grad, and before the buffer broadcast)
+    raises DDP's error there while the others get it from the backward they are finishing;
+    the iteration's gradients are dropped everywhere, the parameters stay equal, and the next
+    iteration averages gradients as usual."""
+    module = MLP(seed=0)
+    module.register_buffer("seen", mg.zeros(1))  # broadcast at every forward
+    model = DDP(module, bucket_cap_mb=bucket_cap_mb,
                 gradient_as_bucket_view=gradient_as_bucket_view)
     faulty = size - 1
 
@@ -73,7 +77,8 @@ def test_an_exception_caught_inside_backward_is_an_error_on_every_rank(
             step(model, rank)
         handle.remove()
         with pytest.raises(RuntimeError) as info:
-            model(mg.tensor(regression_data(4)[0]))
+            with mg.set_grad_enabled(next_forward == "train"):
+                model(mg.tensor(regression_data(4)[0]))
     else:
         with pytest.raises(RuntimeError) as info:
             step(model, rank)
