@@ -157,7 +157,7 @@ def _serve(until=None):
     """Answer the other ranks' questions and note departures; with `until` (a dict of rank
     -> answer or None), also collect answers into it. Called with `_lock` held."""
     control = _state["control"]
-    if control is None:
+    if control is None or MPI.Is_finalized():  # a script may finalize MPI itself
         return
     status = MPI.Status()
     while control.iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
