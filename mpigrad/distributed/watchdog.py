@@ -220,7 +220,7 @@ def _call_site(frame):
 
 def _where_am_i():
     """This rank's position: the outermost watch of every blocked thread, and where the main
-    thread is and what it last finished."""
+    thread is and the last call it waited in."""
     now = time.monotonic()
     frames = sys._current_frames()
     waits = []
