@@ -20,9 +20,11 @@ then renamed over the target. The writer holds an exclusive `flock` on its
 temporary for as long as it writes; the lock dies with the process, even on
 `kill -9`, so every save (and `remove_stale_temporaries`) deletes the
 temporaries in its directory that no live writer holds, and never another
-writer's work in progress.
+writer's work in progress. On a file system without locks (Lustre mounted
+without `flock`) saves still work, and no temporary is ever deleted.
 """
 
+import errno
 import fcntl
 import hashlib
 import io
@@ -46,6 +48,8 @@ _MANIFEST = "manifest"
 _CHECKSUM_TAG = b"mpigrad-sha256:"
 _TRAILER_BYTES = len(_CHECKSUM_TAG) + 64  # the tag and the hex digest
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+# What flock raises where the file system has no locks: nobody can be proven dead there.
+_NO_LOCKS = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL)
 
 # What zipfile and numpy raise on bytes that are not what they claim to be: a
 # cut-off file ends early (EOFError) or has no zip directory (BadZipFile), a
@@ -137,8 +141,10 @@ def remove_stale_temporaries(directory):
             if os.stat(candidate).st_ino == os.fstat(descriptor).st_ino:
                 os.unlink(candidate)
                 removed.append(entry)
-        except OSError:
-            pass  # held by a live writer, or gone meanwhile
+        except OSError as err:
+            if err.errno in _NO_LOCKS:
+                break
+            # Otherwise held by a live writer, or gone meanwhile.
         finally:
             os.close(descriptor)
     return removed
@@ -150,7 +156,14 @@ def _create_locked_temporary(directory, name):
         # os.open with 0o666 (not mkstemp's 0o600) so the checkpoint gets the same
         # permissions as any other file the user creates under their umask.
         descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError as err:
+            if err.errno not in _NO_LOCKS:
+                os.close(descriptor)
+                os.unlink(temporary)
+                raise
+            return descriptor, temporary  # no cleaner can run here either
         # Another process's cleaner may have locked and deleted the file between
         # its creation and our lock; then start over with a new name.
         try:
