@@ -3,6 +3,7 @@ import numpy as np
 
 from . import grad_mode
 from .graph import Node, gradient_edge
+from .saved_tensors import SavedTensor
 
 
 class FunctionCtx:
@@ -15,20 +16,20 @@ class FunctionCtx:
                 raise TypeError(f"save_for_backward can only save tensors (or None), got "
                                 f"{type(t).__name__}; store other values as ctx attributes")
         self._saved = tuple(tensors)
-        self._saved_versions = tuple(None if t is None else t._vc[0] for t in tensors)
+        self._saved_versions = tuple(None if t is None else (t._vc, t._vc[0]) for t in tensors)
 
     @property
     def saved_tensors(self):
         saved = self._saved  # before the check: another thread's backward may release it
         self.check_not_freed()
-        for i, (t, expected) in enumerate(zip(saved, self._saved_versions)):
-            if t is not None and t._vc[0] != expected:
+        for i, version in enumerate(self._saved_versions):
+            if version is not None and version[0][0] != version[1]:
                 raise RuntimeError(
                     f"one of the tensors needed for gradient computation has been modified by "
                     f"an in-place operation: saved tensor {i} of {self.name()} is at version "
-                    f"{t._vc[0]}; expected version {expected}. Clone it before changing it, or "
-                    "use an out-of-place op.")
-        return saved
+                    f"{version[0][0]}; expected version {version[1]}. Clone it before changing "
+                    "it, or use an out-of-place op.")
+        return tuple(t.unpack(self) if type(t) is SavedTensor else t for t in saved)
 
     def mark_non_differentiable(self, *tensors):
         self._non_differentiable = {id(t) for t in tensors}
@@ -146,4 +147,18 @@ class Function:
                 out.requires_grad = True
             results.append(out)
         ctx._output_metas = tuple(metas_out)
+        hooks = grad_mode._State.saved_tensors_hooks
+        if hooks is not None and ctx._saved:
+            ctx._saved = tuple(_saved_for(hooks, t, outputs) for t in ctx._saved)
         return results[0] if single else tuple(results)
+
+
+def _saved_for(hooks, tensor, outputs):
+    """What ctx keeps of a saved tensor while saved_tensors_hooks are active (as in torch, the
+    hooks see what forward saved once it has returned)."""
+    if tensor is None:
+        return None
+    for nr, out in enumerate(outputs):
+        if out is tensor:
+            return SavedTensor(hooks, tensor, nr)
+    return SavedTensor(hooks, tensor, gradient_edge(tensor) if tensor.requires_grad else None)

@@ -146,3 +146,7 @@ def gradient_edge(tensor):
     if tensor.requires_grad:
         return (accumulator_for(tensor), 0)
     return None
+
+
+from .saved_tensors import (saved_tensors_hooks, disable_saved_tensors_hooks,  # noqa: E402,F401
+                            active_hooks as _active_saved_tensors_hooks)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..autograd import grad_mode
 from ..autograd.graph import Node, gradient_edge
+from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
 
@@ -91,7 +92,7 @@ def apply(op, args, params):
 
 
 class OpNode(Node):
-    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans")
+    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed")
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
@@ -103,11 +104,12 @@ class OpNode(Node):
         self.needs = needs
         inputs = []
         versions = []
+        hooks = grad_mode._State.saved_tensors_hooks
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
                 inputs.append(a)
             elif i in op.saved_positions:
-                inputs.append(a)
+                inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
                 inputs.append(Meta(a.data.shape, a.data.dtype))
@@ -117,15 +119,20 @@ class OpNode(Node):
             versions.append((result._vc, result._vc[0], 0))
         self.inputs = inputs
         self.versions = versions
-        self.ans = [result.data, result._vc, result._vc[0]] if op.saves_ans else None
+        self.packed = hooks is not None
+        self.ans = None
+        if op.saves_ans:
+            self.rebind_output(result)
 
     def name(self):
         return self.op.node_name
 
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""
-        if self.ans is not None:
-            self.ans = [tensor.data, tensor._vc, tensor._vc[0]]
+        if self.op.saves_ans:
+            hooks = grad_mode._State.saved_tensors_hooks if self.packed else None
+            saved = tensor.data if hooks is None else SavedTensor(hooks, tensor, 0)
+            self.ans = [saved, tensor._vc, tensor._vc[0]]
 
     def _stale(self, what, shape, dtype, version, expected):
         return RuntimeError(
@@ -144,10 +151,14 @@ class OpNode(Node):
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
+        if self.packed:
+            inputs = [x.unpack(self) if type(x) is SavedTensor else x for x in inputs]
         if saved_ans is not None:
             data, vc, expected = saved_ans
             if vc[0] != expected:
                 raise self._stale("the output", data.shape, data.dtype, vc[0], expected)
+            if type(data) is SavedTensor:
+                data = data.unpack(self).data
             ans = Tensor._make(data)
             ans._vc = vc
             ans.grad_fn = self
