@@ -156,7 +156,6 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     tiebreak = itertools.count()
     ready = [(-n.priority, next(tiebreak), n) for n in buffers if n in deps and deps[n] == 0]
     heapq.heapify(ready)
-    executed = []
     check_anomaly = anomaly.is_anomaly_enabled()
     task = GraphTask(accumulate)
     callbacks = task.callbacks
@@ -188,7 +187,8 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
             input_grads = None
             if grads is not None and any(g is not None for g in grads):
                 input_grads = node.apply(grads)
-                executed.append(node)
+                if not retain_graph:
+                    node.release()  # its saved tensors are dead weight from here on
                 if check_anomaly:
                     _check_finite(node, input_grads)
             for i, edge in enumerate(node.next_edges):
@@ -210,7 +210,4 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     finally:
         mode.enabled = previous_mode
         _running.tasks = outer_tasks
-    if not retain_graph:
-        for node in executed:
-            node.release()
     return results
