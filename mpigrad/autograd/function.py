@@ -1,4 +1,6 @@
 """Custom differentiable functions: subclass Function, write forward and backward."""
+import functools
+
 import numpy as np
 
 from . import grad_mode
@@ -31,6 +33,11 @@ class FunctionCtx:
                     "it, or use an out-of-place op.")
         return tuple(t.unpack(self) if type(t) is SavedTensor else t for t in saved)
 
+    def mark_dirty(self, *tensors):
+        """Declare the inputs forward modified in place; forward must return them, and they
+        come back as the same objects with their history continued by this Function."""
+        self._dirty = tensors
+
     def mark_non_differentiable(self, *tensors):
         self._non_differentiable = {id(t) for t in tensors}
 
@@ -50,6 +57,7 @@ class BackwardFunction(Node, FunctionCtx):
         self._saved = ()
         self._saved_versions = ()
         self._non_differentiable = set()
+        self._dirty = ()
         self._materialize_grads = True
 
     def name(self):
@@ -125,6 +133,9 @@ class Function:
             outputs = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(outputs, tuple)
         outputs = (outputs,) if single else outputs
+        if not all(any(d is o for o in outputs) for d in ctx._dirty):
+            raise RuntimeError(f"{cls.__name__}: some tensors marked dirty in forward were not "
+                               "returned; every input modified in place must be an output")
         if not record:
             return outputs[0] if single else outputs
         results = []
@@ -135,7 +146,9 @@ class Function:
                 metas_out.append(((), np.float64))
                 continue
             differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
-            if any(out is a for a in args):
+            if any(out is d for d in ctx._dirty):
+                _check_dirty(cls, out)  # modified in place: it keeps its identity, new history
+            elif any(out is a for a in args):
                 # An input returned as-is becomes a new tensor so the input keeps its history.
                 alias = Tensor._make(out.data)
                 alias._vc = out._vc
@@ -151,6 +164,46 @@ class Function:
         if hooks is not None and ctx._saved:
             ctx._saved = tuple(_saved_for(hooks, t, outputs) for t in ctx._saved)
         return results[0] if single else tuple(results)
+
+
+def _check_dirty(cls, tensor):
+    if tensor.grad_fn is None and tensor.requires_grad:
+        raise RuntimeError(f"{cls.__name__}: a leaf tensor that requires grad was modified in "
+                           "place (mark_dirty); pass a clone, or do it under no_grad.")
+    if tensor._base is not None:
+        raise RuntimeError(f"{cls.__name__}: an input marked dirty is a view of another tensor, "
+                           "whose history would not follow; pass a clone of the view.")
+
+
+def once_differentiable(backward):
+    """Decorate a Function's backward that is not itself differentiable: it runs without
+    recording, and differentiating its result (create_graph=True, then backward again)
+    raises instead of silently giving a zero second derivative."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grad_outputs):
+        from ..tensor import Tensor
+        with grad_mode.no_grad():
+            grads = backward(ctx, *grad_outputs)
+        if not grad_mode.is_grad_enabled() or not any(
+                isinstance(g, Tensor) and g.requires_grad for g in grad_outputs):
+            return grads
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        return _DelayedError.apply(*[None if g is None else g.detach().requires_grad_()
+                                     for g in grads])
+    return wrapper
+
+
+class _DelayedError(Function):
+    """Passes values through; its backward is the error once_differentiable promises."""
+
+    @staticmethod
+    def forward(ctx, *values):
+        return values
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("trying to differentiate twice a function that was marked with "
+                           "@once_differentiable")
 
 
 def _saved_for(hooks, tensor, outputs):
