@@ -115,8 +115,8 @@ def _accumulate_into_leaf(variable, grad, create_graph, owned):
         elif create_graph or current.requires_grad:
             variable.grad = current + grad
         else:
-            np.add(current.data, grad.data, out=current.data)
-            current._bump_version()
+            with current.writing() as data:
+                np.add(data, grad.data, out=data)
     if variable._post_accumulate_hooks:
         for hook in list(variable._post_accumulate_hooks.values()):
             hook(variable)

@@ -8,35 +8,25 @@ import itertools
 import threading
 import weakref
 
-from . import anomaly
+from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
+from . import anomaly, grad_mode
 
 _sequence = itertools.count()
 _accumulator_lock = threading.Lock()
 
 
-class RemovableHandle:
-    """Returned by every hook registration; `remove()` unregisters it."""
+class Meta:
+    """What a node keeps of an input whose value it did not save: its shape and dtype."""
 
-    _ids = itertools.count()
+    __slots__ = ("shape", "dtype")
 
-    def __init__(self, hooks_dict):
-        self.id = next(RemovableHandle._ids)
-        self._hooks = hooks_dict
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
 
-    def remove(self):
-        self._hooks.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
-
-
-def add_hook(hooks, fn):
-    handle = RemovableHandle(hooks)
-    hooks[handle.id] = fn
-    return handle
+    @property
+    def ndim(self):
+        return len(self.shape)
 
 
 class Node:
@@ -148,5 +138,86 @@ def gradient_edge(tensor):
     return None
 
 
-from .saved_tensors import (saved_tensors_hooks, disable_saved_tensors_hooks,  # noqa: E402,F401
-                            active_hooks as _active_saved_tensors_hooks)
+def reduce_to(grad, like):
+    """Sum a gradient over broadcast dimensions and cast it, so it matches its input.
+
+    Every node's gradients pass through here (`like` needs only `shape` and `dtype`), so
+    broadcasting and dtype are undone once, never inside a rule.
+    """
+    shape = like.shape
+    if grad.shape != shape:
+        lead = grad.ndim - len(shape)
+        if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, grad.shape[lead:])):
+            raise RuntimeError(f"a gradient of shape {tuple(grad.shape)} cannot be summed to "
+                               f"its input's shape {tuple(shape)}")
+        if lead:
+            grad = grad.sum(tuple(range(lead)))
+        ones = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
+        if ones:
+            grad = grad.sum(ones, keepdim=True)
+    if grad.dtype != like.dtype:
+        grad = grad.to(like.dtype)
+    return grad
+
+
+class saved_tensors_hooks:
+    """Context manager choosing how the graph keeps the tensors backward will need.
+
+    Inside `with saved_tensors_hooks(pack, unpack):` every tensor an op or a custom Function
+    saves for backward is handed to `pack(tensor)`, and the graph keeps only what pack
+    returns. When backward needs the tensor, and not before, it calls `unpack(packed)`, which
+    must return a tensor with the same values. Hooks are per thread; when several are nested,
+    the innermost pair alone applies. Activation checkpointing (`mpigrad.utils.checkpoint`)
+    and offloading are built this way, e.g. to disk:
+
+        def pack(tensor):                      # write it out, keep only the file name
+            path = os.path.join(tmpdir, f"{uuid.uuid4().hex}.npy")
+            np.save(path, tensor.detach().numpy())
+            return path
+
+        def unpack(path):                      # mapped back only when backward gets there
+            return mpigrad.from_numpy(np.load(path, mmap_mode="r"))
+
+        with saved_tensors_hooks(pack, unpack):
+            loss = model(x).sum()
+        loss.backward()
+
+    An unpacked tensor takes over the graph position of the one that was saved, so gradients
+    of gradients (`create_graph=True`) still reach the original inputs.
+    """
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook = pack_hook
+        self.unpack_hook = unpack_hook
+
+    def __enter__(self):
+        state = grad_mode._State
+        if state.saved_tensors_hooks_disabled is not None:
+            raise RuntimeError(state.saved_tensors_hooks_disabled)
+        self._outer = state.saved_tensors_hooks
+        state.saved_tensors_hooks = (self.pack_hook, self.unpack_hook)
+        return self
+
+    def __exit__(self, *exc):
+        grad_mode._State.saved_tensors_hooks = self._outer
+        return False
+
+
+class disable_saved_tensors_hooks:
+    """Make any use of saved_tensors_hooks inside it an error carrying `error_message`."""
+
+    def __init__(self, error_message):
+        self.error_message = error_message
+
+    def __enter__(self):
+        state = grad_mode._State
+        self._outer = state.saved_tensors_hooks_disabled, state.saved_tensors_hooks
+        if state.saved_tensors_hooks is not None:
+            raise RuntimeError(self.error_message)
+        state.saved_tensors_hooks_disabled = self.error_message
+        return self
+
+    def __exit__(self, *exc):
+        state = grad_mode._State
+        state.saved_tensors_hooks_disabled, state.saved_tensors_hooks = self._outer
+        return False

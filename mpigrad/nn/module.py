@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 
 from ..autograd import Function, grad_mode
-from ..autograd.graph import add_hook
-from ..tensor import Tensor
+from ..hooks import add_hook
+from ..tensor import Tensor, zero_grads
 from .parameter import Buffer, Parameter
 
 IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -80,7 +80,7 @@ class Module:
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Buffer):
-            self._buffers[name] = Tensor._make(value.data)
+            self._buffers[name] = Tensor.wrap(value.data)
         elif isinstance(value, Module):
             self._modules[name] = value
         else:
@@ -212,14 +212,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none=True):
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.data[...] = 0
-                p.grad._bump_version()
+        zero_grads(self.parameters(), set_to_none)
 
     def apply(self, fn):
         for module in self.children():
@@ -401,7 +394,7 @@ class _BackwardHooks:
         for i, g in zip(self.input_positions, grads):
             grad_input[i] = g
         for i, shape, dtype in self.constant_inputs:  # torch shows them zero, not None
-            grad_input[i] = Tensor._make(np.zeros(shape, dtype))
+            grad_input[i] = Tensor.wrap(np.zeros(shape, dtype))
         grad_input = _call_gradient_hooks(
             module._backward_hooks, lambda hook, g: hook(module, g, self.grad_outputs),
             tuple(grad_input), "grad_input")

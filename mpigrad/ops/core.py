@@ -11,23 +11,13 @@ import inspect
 import numpy as np
 
 from ..autograd import grad_mode
-from ..autograd.graph import Node, gradient_edge
+from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
 from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
 
-class Meta:
-    """What a VJP may know about an input whose value was not saved."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        self.shape = shape
-        self.dtype = dtype
-
-    @property
-    def ndim(self):
-        return len(self.shape)
+# Every Op by name, so tests can check that each one has a gradcheck case.
+REGISTRY = {}
 
 
 class Op:
@@ -56,6 +46,9 @@ class Op:
         self.saves_ans = "ans" in names
         self.view = view
         self.inplace_fast = inplace_fast
+        if name in REGISTRY:
+            raise ValueError(f"two ops are named {name!r}; op names must be unique")
+        REGISTRY[name] = self
 
     def __call__(self, *args, **params):
         return apply(self, args, params)
@@ -76,18 +69,16 @@ def apply(op, args, params):
     out = op.forward(*arrays, **params)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
-    result = Tensor._make(out)
     # numpy's advanced indexing returns a copy that still has a base; only real views share.
     if op.view and out.base is not None and np.may_share_memory(out, arrays[0]):
-        source = args[0]
-        result._vc = source._vc
-        result._base = source._base if source._base is not None else source
+        result = args[0].alias(out)
+    else:
+        result = Tensor.wrap(out)
     if not grad_mode._State.enabled:
         return result
     needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
     if True in needs:
-        result.grad_fn = OpNode(op, args, params, needs, result)
-        result.requires_grad = True
+        result.set_history(OpNode(op, args, params, needs, result))
     return result
 
 
@@ -131,8 +122,8 @@ class OpNode(Node):
         """After an in-place op, the saved output is the modified tensor itself."""
         if self.op.saves_ans:
             hooks = grad_mode._State.saved_tensors_hooks if self.packed else None
-            saved = tensor.data if hooks is None else SavedTensor(hooks, tensor, 0)
-            self.ans = [saved, tensor._vc, tensor._vc[0]]
+            self.ans = (_saved_output(tensor) if hooks is None
+                        else (SavedTensor(hooks, tensor, 0), tensor._version))
 
     def _stale(self, what, shape, dtype, version, expected):
         return RuntimeError(
@@ -154,15 +145,14 @@ class OpNode(Node):
         if self.packed:
             inputs = [x.unpack(self) if type(x) is SavedTensor else x for x in inputs]
         if saved_ans is not None:
-            data, vc, expected = saved_ans
-            if vc[0] != expected:
-                raise self._stale("the output", data.shape, data.dtype, vc[0], expected)
-            if type(data) is SavedTensor:
-                data = data.unpack(self).data
-            ans = Tensor._make(data)
-            ans._vc = vc
-            ans.grad_fn = self
-            ans.requires_grad = True
+            saved, expected = saved_ans
+            if saved._version != expected:
+                raise self._stale("the output", saved.shape, saved.dtype, saved._version, expected)
+            if type(saved) is SavedTensor:
+                ans = saved.unpack(self)
+            else:
+                ans = saved.alias(view=False)
+                ans.set_history(self)
         g = grad_outputs[0]
         vjps = self.op.vjps
         per_input = type(vjps) is tuple
@@ -186,22 +176,10 @@ class OpNode(Node):
             self.ans = None
 
 
-def reduce_to(grad, like):
-    """Sum a gradient over broadcast dimensions and cast it, so it matches its input."""
-    shape = like.shape
-    if grad.shape != shape:
-        lead = grad.ndim - len(shape)
-        if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, grad.shape[lead:])):
-            raise RuntimeError(f"a gradient of shape {tuple(grad.shape)} cannot be summed to "
-                               f"its input's shape {tuple(shape)}")
-        if lead:
-            grad = grad.sum(tuple(range(lead)))
-        ones = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
-        if ones:
-            grad = grad.sum(ones, keepdim=True)
-    if grad.dtype != like.dtype:
-        grad = grad.to(like.dtype)
-    return grad
+def _saved_output(tensor):
+    """The output as a rule may read it: an alias (no graph link, so no reference cycle through
+    the node) and the version it must still have at backward."""
+    return tensor.alias(view=False), tensor._version
 
 
 def _check_inplace_allowed(target):
@@ -226,27 +204,24 @@ def inplace(op, target, *others, **params):
         target.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))
     if not record:
         arrays = [o.data if isinstance(o, Tensor) else o for o in others]
-        if op.inplace_fast is not None:
-            op.inplace_fast(target.data, *arrays, **params)
-        else:
-            np.copyto(target.data, op.forward(target.data, *arrays, **params), casting="same_kind")
-        target._vc[0] += 1
+        with target.writing() as data:
+            if op.inplace_fast is not None:
+                op.inplace_fast(data, *arrays, **params)
+            else:
+                np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
         return target
     _check_inplace_allowed(target)
     source = target
     if 0 in op.saved_positions:
-        source = Tensor._make(target.data.copy())
-        source.grad_fn = target.grad_fn
-        source._output_nr = target._output_nr
-        source.requires_grad = target.requires_grad
+        source = Tensor.wrap(target.data.copy())
+        if target.grad_fn is not None:
+            source.set_history(target.grad_fn, target._output_nr)
     result = apply(op, (source,) + others, params)
     if result.shape != target.shape:
         raise RuntimeError(f"in-place {op.name}: the result's shape {tuple(result.shape)} "
                            f"doesn't match the tensor's shape {tuple(target.shape)}")
-    np.copyto(target.data, result.data, casting="same_kind")
-    target._vc[0] += 1
-    target.grad_fn = result.grad_fn
-    target._output_nr = 0
-    target.requires_grad = True
+    with target.writing() as data:
+        np.copyto(data, result.data, casting="same_kind")
+    target.set_history(result.grad_fn)
     result.grad_fn.rebind_output(target)
     return target

@@ -90,7 +90,7 @@ class _Segment:
         self.args = args
         self.kwargs = kwargs
         self.rng_state = random.get_rng_state() if preserve_rng_state else None
-        self.input_versions = [(a, a._vc[0]) for a in (*args, *kwargs.values())
+        self.input_versions = [(a, a._version) for a in (*args, *kwargs.values())
                                if isinstance(a, Tensor)]
         self.saved_meta = []  # (shape, dtype) of each saved tensor, in the order of saving
         self.recomputed = {}  # backward pass id -> arrays not yet handed out
@@ -114,11 +114,11 @@ class _Segment:
                 "a second time in one backward pass (a custom Function reading ctx."
                 "saved_tensors twice?); read it once and keep the result.")
         arrays[index] = None  # handed out: backward frees it as soon as it is done with it
-        return Tensor._make(array)
+        return Tensor.wrap(array)
 
     def _recompute(self):
         for tensor, version in self.input_versions:
-            if tensor._vc[0] != version:
+            if tensor._version != version:
                 raise CheckpointError(
                     "checkpoint: an input of the checkpointed function was modified in place "
                     "after the forward pass, so its activations cannot be recomputed; clone it "
