@@ -10,7 +10,7 @@ import inspect
 
 import numpy as np
 
-from ..autograd import grad_mode
+from ..autograd import grad_mode, profiler
 from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
 from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
@@ -65,6 +65,12 @@ def _input_names(vjps):
 
 
 def apply(op, args, params):
+    if profiler.active is None:
+        return _apply(op, args, params)
+    return profiler.active.run(op.name, _apply, op, args, params)
+
+
+def _apply(op, args, params):
     arrays = [a.data if isinstance(a, Tensor) else a for a in args]
     out = op.forward(*arrays, **params)
     if type(out) is not np.ndarray:
