@@ -121,7 +121,8 @@ def test_double_backward_through_packed_op_tensors_matches_torch(float64):
     xs = np.random.default_rng(0).standard_normal((4, 3))
     ws = np.random.default_rng(1).standard_normal((3, 3))
     results = []
-    for lib, hooks in ((mg, saved_tensors_hooks), (torch, torch.autograd.graph.saved_tensors_hooks)):
+    for lib, hooks in ((mg, saved_tensors_hooks),
+                       (torch, torch.autograd.graph.saved_tensors_hooks)):
         x = lib.tensor(xs, requires_grad=True)
         w = lib.tensor(ws, requires_grad=True)
         with hooks(lambda t: t.detach().clone(), lambda t: t):

@@ -290,3 +290,21 @@ def test_parameters_in_a_module_get_gradients_through_nn_layers():
     checkpoint_sequential(model, 2, x).sum().backward()
     for p, g in zip(model.parameters(), plain):
         np.testing.assert_array_equal(p.grad.numpy(), g.numpy())
+
+
+def test_nested_checkpoints_match_torch():
+    results = []
+    for lib in _libs():
+        x = _input(lib, True)
+        w = lib.tensor(np.random.default_rng(6).standard_normal((5, 5)), requires_grad=True)
+        ck = _checkpoint_of(lib)
+
+        def inner(h):
+            return (h @ w).tanh()
+
+        def outer(h):
+            return ck(inner, (h @ w).tanh(), use_reentrant=False).exp()
+
+        ck(outer, x, use_reentrant=False).sum().backward()
+        results.append([x.grad.numpy(), w.grad.numpy()])
+    _assert_same(*results)
