@@ -12,7 +12,9 @@ While a profile is recording, every op's forward is an event named after the op 
 "AccumulateGrad"), on the thread that ran it, and `record_function` adds named ranges of
 your own. An event's self time is its time minus its children's; its memory (with
 `profile_memory`) is the net bytes that stayed allocated across it, from tracemalloc, which
-numpy reports its buffers to (so tracing slows allocation down while it is on).
+numpy reports its buffers to (so tracing slows allocation down while it is on). tracemalloc
+counts the whole process: with several threads allocating at once, each event's memory also
+holds what the others allocated meanwhile.
 
 Timestamps are `time.perf_counter()` (CLOCK_MONOTONIC: one clock for every process on a
 node), written to the Chrome trace in microseconds, so traces of several ranks, and of
