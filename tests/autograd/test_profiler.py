@@ -34,8 +34,7 @@ def _forward(params, x):
 def _train_step(params, opt, x, y):
     opt.zero_grad()
     F.cross_entropy(_forward(params, x), y).backward()
-    with record_function("Optimizer.step#SGD.step"):
-        opt.step()
+    opt.step()  # a row of its own, named as torch names it
 
 
 def test_training_step_table_lists_ops_their_backward_and_the_optimizer():
@@ -58,6 +57,7 @@ def test_training_step_table_lists_ops_their_backward_and_the_optimizer():
     calls = {row.key: row.count for row in prof.key_averages()}
     # Two matmuls forward; backward's rules are ops too, recorded inside MatmulBackward.
     assert calls["MatmulBackward"] == 2 and calls["AccumulateGrad"] == 4
+    assert calls["Optimizer.step#SGD.step"] == 1
     assert calls["matmul"] > 2
     rows = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=3).splitlines()
     assert len([r for r in rows if r and not r.startswith("-")]) == 1 + 3 + 1  # header, rows, total
@@ -172,3 +172,17 @@ def test_nothing_is_recorded_outside_a_profile_and_profiles_do_not_nest():
     with profile(enabled=False) as off:
         x.sum().backward()
     assert off.events() == []
+
+
+def test_every_optimizer_step_is_one_row_named_as_torch_names_it():
+    class Scaled(optim.SGD):
+        pass
+
+    params, x, y = _mlp()
+    for opt, name in [(optim.Adam(params), "Adam"), (Scaled(params, lr=0.1), "Scaled")]:
+        with profile() as prof:
+            _train_step(params, opt, x, y)
+        calls = {row.key: row.count for row in prof.key_averages()}
+        assert calls[f"Optimizer.step#{name}.step"] == 1
+        assert not any(k.startswith("Optimizer.step#") and k != f"Optimizer.step#{name}.step"
+                       for k in calls)
