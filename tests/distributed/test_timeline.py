@@ -6,8 +6,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import tracemalloc
 
+from mpigrad.autograd.profiler import profile, record_function
 from mpigrad.distributed.timeline import MEMORY_EVENTS, Timeline, summarize
 
 
@@ -81,3 +83,15 @@ def test_a_killed_process_leaves_a_readable_trace_of_its_finished_steps(tmp_path
     trace = json.loads(path.read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {1}
     assert [s["step"] for s in summarize(trace)] == list(range(50))
+
+
+def test_timeline_and_profiler_share_one_clock():
+    with profile() as prof:
+        with record_function("step"):
+            start = time.perf_counter()
+            end = time.perf_counter()
+    timeline = Timeline(None, rank=0)
+    timeline.record_step(0, (start, end), [], end, 0.0)
+    backward = next(e for e in timeline.events if e.get("ph") == "X")
+    step = next(e for e in prof.events() if e.name == "step")
+    assert step.start_ns / 1e3 <= backward["ts"] <= step.end_ns / 1e3
