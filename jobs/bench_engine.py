@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 import mpigrad as mg  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad import nn, optim  # noqa: E402
+from mpigrad.ops import conv as conv_ops  # noqa: E402
 from mpigrad.ops.core import Op  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
@@ -150,55 +151,66 @@ def time_call(run, steps):
 
 
 # ----------------------------------------------------------------------------- breakdown
-CATEGORIES = {"gemm": {"matmul", "linear"},
-              "im2col/col2im": {"unfold", "fold", "conv_unfold", "conv_fold"},
-              "pooling": {"max_pool2d", "max_pool2d_backward", "take_along_dim",
-                          "scatter_along", "argmax"}}
+# Ops and kernels by category; nested timers count exclusively (a convolution's GEMM time is
+# its own time less the im2col and col2im inside it).
+CATEGORIES = {"gemm": {"matmul", "linear", "conv2d", "conv_transpose2d", "conv2d_weight"},
+              "im2col/col2im": {"unfold", "fold", "_im2col_into", "_fold_into"},
+              "pooling": {"max_pool2d", "tap_scatter", "tap_gather", "winning_taps",
+                          "take_along_dim", "scatter_along", "argmax"}}
+# Module-level functions timed besides the ops, where they exist.
+KERNELS = [(conv_ops, "_im2col_into"), (conv_ops, "_fold_into"), (conv_ops, "winning_taps"),
+           (mg.ops.reduction, "argmax")]
 
 
-def _category(op_name):
+def _category(name):
     for category, names in CATEGORIES.items():
-        if op_name in names:
+        if name in names:
             return category
     return "elementwise/other"
 
 
 class KernelTimer:
-    """Wraps every Op's numpy forward (which backward's rules call too) with a timer, and
-    counts the seconds per category."""
+    """Wraps every Op's numpy forward (which backward's rules call too) and a few kernels with
+    timers, and adds up seconds per category, exclusive of nested timed calls."""
 
     def __init__(self):
         self.seconds = collections.Counter()
-        self.calls = collections.Counter()
-        self._originals = {o: o.forward for o in gc.get_objects() if type(o) is Op}
-        self._argmax = mg.ops.reduction.argmax
+        self._ops = {o: o.forward for o in gc.get_objects() if type(o) is Op}
+        self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
+                           if hasattr(module, name)]
+        self._nested = [0.0]
 
     def _wrap(self, name, fn):
         category = _category(name)
 
         def timed(*args, **kwargs):
+            self._nested.append(0.0)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[category] += time.perf_counter() - start
-                self.calls[name] += 1
+                elapsed = time.perf_counter() - start
+                self.seconds[category] += elapsed - self._nested.pop()
+                self._nested[-1] += elapsed
         return timed
 
     def __enter__(self):
-        for op, forward in self._originals.items():
+        for op, forward in self._ops.items():
             op.forward = self._wrap(op.name, forward)
-        mg.ops.reduction.argmax = self._wrap("argmax", self._argmax)
+        for module, name, fn in self._functions:
+            setattr(module, name, self._wrap(name, fn))
         return self
 
     def __exit__(self, *exc):
-        for op, forward in self._originals.items():
+        for op, forward in self._ops.items():
             op.forward = forward
-        mg.ops.reduction.argmax = self._argmax
+        for module, name, fn in self._functions:
+            setattr(module, name, fn)
 
     def take(self):
         seconds = dict(self.seconds)
         self.seconds.clear()
+        self._nested = [0.0]
         return seconds
 
 
