@@ -15,6 +15,9 @@ so convolution and pooling are differentiable to any order:
 
 Sizes are (height, width) pairs.
 """
+import collections
+import threading
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -23,6 +26,28 @@ from .core import Op
 # Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
 # so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
 _CHUNK_BYTES = 2 << 20
+
+_scratch = threading.local()
+_SCRATCH_ARRAYS = 16
+
+
+def _scratch_array(shape, dtype, key, zeros=False):
+    """A work array that the next call with the same key gets again (per thread), never
+    handed out of this module. Training repeats shapes, and faulting in the fresh pages of a
+    new megabyte-sized array each step costs more than the copy that fills it. `key` names
+    what the caller relies on, e.g. which cells stay zero because it never writes them."""
+    arrays = getattr(_scratch, "arrays", None)
+    if arrays is None:
+        arrays = _scratch.arrays = collections.OrderedDict()
+    full_key = (key, tuple(shape), np.dtype(dtype))
+    array = arrays.get(full_key)
+    if array is None:
+        array = arrays[full_key] = (np.zeros if zeros else np.empty)(shape, dtype)
+        if len(arrays) > _SCRATCH_ARRAYS:
+            arrays.popitem(last=False)
+    else:
+        arrays.move_to_end(full_key)
+    return array
 
 
 def sliding_output_size(size, kernel_size, dilation, padding, stride):
@@ -142,7 +167,9 @@ class _Columns:
         rows_contiguous = x.strides[3] == x.itemsize and x.strides[2] == w * x.itemsize
         buffer = None
         if ph or pw or (self.flat and not rows_contiguous):
-            buffer = np.zeros((min(step, n), c) + self.padded_size, x.dtype)
+            # Only the interior is ever written: the border stays zero across calls.
+            buffer = _scratch_array((min(step, n), c) + self.padded_size, x.dtype,
+                                    ("padded", self.padding), zeros=True)
         for start in range(0, n, step):
             stop = min(n, start + step)
             if buffer is None:
@@ -155,7 +182,9 @@ class _Columns:
     def spread_buffer(self, step, channels, dtype):
         if self.pitch == self.out_size[1]:
             return None
-        return np.zeros((step, channels, self.out_size[0] * self.pitch), dtype)
+        # Only the real columns are ever written: the junk stays zero across calls.
+        return _scratch_array((step, channels, self.out_size[0] * self.pitch), dtype,
+                              ("spread", self.pitch, self.out_size[1]), zeros=True)
 
     def spread(self, g, buffer):
         """g (N, O, oh, ow) as columns (N, O, length), junk columns zero (never written)."""
@@ -185,7 +214,7 @@ def _column_chunks(x, layout):
         return
     rows = c * layout.kernel_size[0] * layout.kernel_size[1]
     step = _chunk_size(n, rows * layout.length * x.itemsize)
-    buffer = np.empty((step, rows, layout.length), x.dtype)
+    buffer = _scratch_array((step, rows, layout.length), x.dtype, "columns")
     for start, stop, images in layout.padded_chunks(x, step):
         cols = buffer[:stop - start]
         _im2col_into(cols, layout.taps(images))
@@ -196,12 +225,15 @@ def _conv2d(x, weight, bias, stride, padding, dilation):
     n, out_channels = x.shape[0], weight.shape[0]
     layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
     matrix = weight.reshape(out_channels, -1)
-    out = np.empty((n, out_channels) + layout.out_size, np.result_type(x, weight))
+    dtype = np.result_type(x, weight)
+    out = np.empty((n, out_channels) + layout.out_size, dtype)
     for start, stop, cols in _column_chunks(x, layout):
+        size = stop - start
         if layout.pitch == layout.out_size[1]:
-            np.matmul(matrix, cols, out=out[start:stop].reshape(stop - start, out_channels, -1))
+            np.matmul(matrix, cols, out=out[start:stop].reshape(size, out_channels, -1))
         else:
-            out[start:stop] = layout.crop(np.matmul(matrix, cols))
+            product = _scratch_array((len(cols), out_channels, layout.length), dtype, "product")
+            out[start:stop] = layout.crop(np.matmul(matrix, cols, out=product))
     if bias is not None:
         out += bias.reshape(out_channels, 1, 1)
     return out
@@ -219,9 +251,9 @@ def _conv_transpose2d(g, weight, input_size, stride, padding, dilation):
         np.matmul(matrix, g.reshape(n, out_channels, -1), out=out.reshape(n, channels, -1))
         return out
     step = _chunk_size(n, matrix.shape[0] * layout.length * dtype.itemsize)
-    cols = np.empty((step, matrix.shape[0], layout.length), dtype)
+    cols = _scratch_array((step, matrix.shape[0], layout.length), dtype, "columns")
     spread = layout.spread_buffer(step, out_channels, g.dtype)
-    images = np.empty((step, channels) + layout.padded_size, dtype)
+    images = _scratch_array((step, channels) + layout.padded_size, dtype, "images")
     for start in range(0, n, step):
         stop = min(n, start + step)
         size = stop - start
