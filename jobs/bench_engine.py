@@ -14,7 +14,10 @@ Each model step is zero_grad, forward, cross-entropy, backward and SGD (lr 0.01,
   of op dispatch), reported per node.
 
 mpigrad and PyTorch run interleaved, round after round, so a busy neighbour slows both alike;
-the median of the rounds is reported, with the ratio mpigrad / PyTorch. Then one instrumented
+the median of the rounds is reported, with the ratio mpigrad / PyTorch. Times are the CPU
+time of the running thread (both libraries compute on it with one BLAS thread), so time
+slices lost to other processes on a shared machine do not count; `--clock wall` measures
+wall time instead. Then one instrumented
 step of each model splits mpigrad's time by category: numpy kernels by kind (GEMM,
 im2col/col2im, pooling, elementwise), the optimizer, and what is left, the Python overhead of
 op dispatch in forward and of the engine in backward.
@@ -142,12 +145,16 @@ def tiny_runners(nodes, torch):
     return runners
 
 
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
 def time_call(run, steps):
     gc.collect()
-    start = time.perf_counter()
+    start = clock()
     for _ in range(steps):
         run()
-    return (time.perf_counter() - start) / steps
+    return (clock() - start) / steps
 
 
 # ----------------------------------------------------------------------------- breakdown
@@ -185,11 +192,11 @@ class KernelTimer:
 
         def timed(*args, **kwargs):
             self._nested.append(0.0)
-            start = time.perf_counter()
+            start = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                elapsed = time.perf_counter() - start
+                elapsed = clock() - start
                 self.seconds[category] += elapsed - self._nested.pop()
                 self._nested[-1] += elapsed
         return timed
@@ -219,17 +226,17 @@ def breakdown(step, steps):
     totals = collections.Counter()
     with KernelTimer() as kernels:
         for _ in range(steps):
-            start = time.perf_counter()
+            start = clock()
             loss = step.forward()
-            forward = time.perf_counter() - start
+            forward = clock() - start
             forward_kernels = kernels.take()
-            start = time.perf_counter()
+            start = clock()
             loss.backward()
-            backward = time.perf_counter() - start
+            backward = clock() - start
             backward_kernels = kernels.take()
-            start = time.perf_counter()
+            start = clock()
             step.optimizer.step()
-            totals["optimizer"] += time.perf_counter() - start
+            totals["optimizer"] += clock() - start
             kernels.take()
             for seconds in (forward_kernels, backward_kernels):
                 totals.update(seconds)
@@ -255,7 +262,11 @@ def main():
     parser.add_argument("--only", nargs="+", choices=list(MODELS) + ["tiny"],
                         help="run only these benchmarks")
     parser.add_argument("--no-breakdown", action="store_true")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
+                        help="thread CPU time (default) or wall time")
     args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     try:
         import torch
         torch.set_num_threads(1)
@@ -280,7 +291,7 @@ def main():
             for lib, run in runners.items():
                 times[name, lib].append(time_call(run, steps))
     print(f"\nmedian of {args.rounds} interleaved rounds ({args.steps} steps each; tiny: one "
-          f"chain of {args.tiny_ops} ops), float32, 1 thread")
+          f"chain of {args.tiny_ops} ops), float32, 1 thread, {args.clock} time")
     print(f"  {'':9s} {'mpigrad':>12s} {'torch':>12s} {'ratio':>7s}")
     for name, runners in benches.items():
         med = {lib: statistics.median(times[name, lib]) for lib in runners}
