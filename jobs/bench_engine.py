@@ -298,7 +298,8 @@ def main():
         scale, unit = (1e6 / args.tiny_ops, "us/node") if name == "tiny" else (1e3, "ms/step")
         row = f"  {name:9s} {med['mpigrad'] * scale:8.2f} {unit[:2]:3s}"
         if "torch" in med:
-            row += f" {med['torch'] * scale:8.2f} {unit[:2]:3s} {med['mpigrad'] / med['torch']:6.2f}x"
+            ratio = med["mpigrad"] / med["torch"]
+            row += f" {med['torch'] * scale:8.2f} {unit[:2]:3s} {ratio:6.2f}x"
         print(row + f"   ({unit})")
 
     if not args.no_breakdown:

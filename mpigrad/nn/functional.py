@@ -5,7 +5,6 @@ derivatives (double backward) work without extra rules. Conventions follow torch
 are (N, C, H, W) (or unbatched (C, H, W)), class scores (N, C, d1, ...) with the class
 dimension second.
 """
-import math
 import numbers
 
 import numpy as np
@@ -189,14 +188,14 @@ def _pool_geometry(what, size, kernel_size, stride, padding, dilation, ceil_mode
     return tuple(out), tuple(extra)
 
 
-def _pool_columns(x, kernel_size, stride, padding, dilation, extra, value):
-    """Every pooling window of every channel: (N * C, kh * kw, L), padded with `value`."""
+def _pool_columns(x, kernel_size, stride, padding, extra):
+    """Every pooling window of every channel: (N * C, kh * kw, L), zero-padded."""
     n, c, h, w = x.shape
     planes = x.reshape(n * c, 1, h, w)
     (ph, pw), (eh, ew) = padding, extra
     if ph or pw or eh or ew:
-        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh), value=value)
-    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=dilation, padding=(0, 0),
+        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh))
+    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=(1, 1), padding=(0, 0),
                            stride=stride)
 
 
@@ -240,7 +239,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     n, c, h, w = x.shape
     (oh, ow), extra = _pool_geometry("avg_pool2d", (h, w), kernel_size, stride, padding,
                                      (1, 1), ceil_mode)
-    sums = _pool_columns(x, kernel_size, stride, padding, (1, 1), extra, 0.0).sum(1)
+    sums = _pool_columns(x, kernel_size, stride, padding, extra).sum(1)
     if divisor_override is not None:
         divisor = float(divisor_override)
     else:
