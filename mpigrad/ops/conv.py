@@ -205,19 +205,27 @@ def _chunk_size(n, column_bytes):
     return min(n, max(1, _CHUNK_BYTES // column_bytes))
 
 
-def _column_chunks(x, layout):
+def _column_chunks(x, layout, side_by_side=False):
     """(start, stop, columns) for consecutive chunks of samples; columns (stop - start,
-    C * kh * kw, length) live in one buffer that the next chunk overwrites."""
+    C * kh * kw, length) live in one buffer that the next chunk overwrites. `side_by_side`
+    gives them as (C * kh * kw, (stop - start) * length) instead: the samples' columns next
+    to each other, for one GEMM over the whole chunk."""
     n, c = x.shape[:2]
-    if layout.pointwise:
+    if layout.pointwise and not side_by_side:
         yield 0, n, x.reshape(n, c, -1)  # the image is its own column matrix
         return
     rows = c * layout.kernel_size[0] * layout.kernel_size[1]
     step = _chunk_size(n, rows * layout.length * x.itemsize)
     buffer = _scratch_array((step, rows, layout.length), x.dtype, "columns")
     for start, stop, images in layout.padded_chunks(x, step):
-        cols = buffer[:stop - start]
-        _im2col_into(cols, layout.taps(images))
+        size = stop - start
+        taps = layout.taps(images)
+        if side_by_side:
+            cols = buffer.reshape(-1)[:size * rows * layout.length].reshape(rows, -1)
+            _im2col_into(cols, taps.transpose((1, 2, 3, 0) + tuple(range(4, taps.ndim))))
+        else:
+            cols = buffer[:size]
+            _im2col_into(cols, taps)
         yield start, stop, cols
 
 
@@ -272,9 +280,15 @@ def _conv2d_weight(x, g, kernel_size, stride, padding, dilation):
     total = np.zeros((out_channels, x.shape[1] * kernel_size[0] * kernel_size[1]),
                      np.result_type(x, g))
     spread = layout.spread_buffer(_chunk_size(n, 1), out_channels, g.dtype)
-    for start, stop, cols in _column_chunks(x, layout):
+    # Few columns per sample (fewer than rows): one GEMM over the chunk's samples side by side
+    # beats a thin GEMM per sample; otherwise the per-sample GEMMs are the faster ones.
+    side_by_side = layout.length < total.shape[1]
+    for start, stop, cols in _column_chunks(x, layout, side_by_side):
         g_cols = layout.spread(g[start:stop], spread)
-        total += np.matmul(g_cols, cols.transpose(0, 2, 1)).sum(0)
+        if side_by_side:
+            total += g_cols.transpose(1, 0, 2).reshape(out_channels, -1) @ cols.T
+        else:
+            total += np.matmul(g_cols, cols.transpose(0, 2, 1)).sum(0)
     return total.reshape((out_channels, x.shape[1]) + tuple(kernel_size))
 
 

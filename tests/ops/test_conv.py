@@ -25,6 +25,10 @@ CONV_CASES = [
     ((2, 5, 4, 6), (3, 5, 1, 1), (1, 1), (0, 0), (1, 1)),
     ((2, 3, 5, 7), (4, 3, 1, 1), (2, 2), (0, 0), (1, 1)),
     ((1, 1, 6, 6), (1, 1, 6, 6), (1, 1), (0, 0), (1, 1)),
+    # More rows (C * kh * kw) than columns per sample: the weight's gradient takes one GEMM
+    # over a chunk's samples side by side, strided and 1x1 too.
+    ((3, 8, 7, 6), (3, 8, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((2, 6, 2, 2), (3, 6, 1, 1), (1, 1), (0, 0), (1, 1)),
 ]
 CONV_IDS = [f"x{x}-w{w}-s{s}-p{p}-d{d}" for x, w, s, p, d in CONV_CASES]
 
