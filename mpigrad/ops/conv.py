@@ -235,15 +235,22 @@ def _conv2d(x, weight, bias, stride, padding, dilation):
     matrix = weight.reshape(out_channels, -1)
     dtype = np.result_type(x, weight)
     out = np.empty((n, out_channels) + layout.out_size, dtype)
+    if bias is not None:
+        bias = bias.reshape(out_channels, 1, 1)
     for start, stop, cols in _column_chunks(x, layout):
-        size = stop - start
+        chunk = out[start:stop]
         if layout.pitch == layout.out_size[1]:
-            np.matmul(matrix, cols, out=out[start:stop].reshape(size, out_channels, -1))
+            np.matmul(matrix, cols, out=chunk.reshape(stop - start, out_channels, -1))
+            if bias is not None:
+                chunk += bias  # while the chunk is in cache
         else:
             product = _scratch_array((len(cols), out_channels, layout.length), dtype, "product")
-            out[start:stop] = layout.crop(np.matmul(matrix, cols, out=product))
-    if bias is not None:
-        out += bias.reshape(out_channels, 1, 1)
+            np.matmul(matrix, cols, out=product)
+            # Crop the junk columns and add the bias in one pass.
+            if bias is None:
+                np.copyto(chunk, layout.crop(product))
+            else:
+                np.add(layout.crop(product), bias, out=chunk)
     return out
 
 
