@@ -5,7 +5,6 @@ derivatives (double backward) work without extra rules. Conventions follow torch
 are (N, C, H, W) (or unbatched (C, H, W)), class scores (N, C, d1, ...) with the class
 dimension second.
 """
-import math
 import numbers
 
 import numpy as np
@@ -112,7 +111,8 @@ def _same_padding(kernel_size, dilation, stride):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """2-D cross-correlation as im2col plus one batched matrix product.
+    """2-D cross-correlation: im2col and a GEMM per chunk of samples (grouped: im2col plus one
+    batched matrix product per group).
 
     weight is (out_channels, in_channels // groups, kh, kw); padding is an int, a pair,
     'valid' or 'same'.
@@ -143,15 +143,15 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
     n = x.shape[0]
     _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
+    if groups == 1:
+        out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
+        return out.squeeze(0) if unbatched else out
     oh, ow = sliding_output_size(x.shape[2:], (kh, kw), dilation, padding, stride)
     cols = conv_ops.unfold(x, kernel_size=(kh, kw), dilation=dilation, padding=padding,
                            stride=stride)
-    if groups == 1:
-        out = weight.reshape(out_channels, -1) @ cols
-    else:
-        # unfold orders rows channel-major, so each group's rows are one contiguous block.
-        out = (weight.reshape(groups, out_channels // groups, -1)
-               @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
+    # unfold orders rows channel-major, so each group's rows are one contiguous block.
+    out = (weight.reshape(groups, out_channels // groups, -1)
+           @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
     if bias is not None:
         out = out + bias.reshape(out_channels, 1)
     out = out.reshape(n, out_channels, oh, ow)
@@ -191,14 +191,14 @@ def _pool_geometry(what, size, kernel_size, stride, padding, dilation, ceil_mode
     return tuple(out), tuple(extra)
 
 
-def _pool_columns(x, kernel_size, stride, padding, dilation, extra, value):
-    """Every pooling window of every channel: (N * C, kh * kw, L), padded with `value`."""
+def _pool_columns(x, kernel_size, stride, padding, extra):
+    """Every pooling window of every channel: (N * C, kh * kw, L), zero-padded."""
     n, c, h, w = x.shape
     planes = x.reshape(n * c, 1, h, w)
     (ph, pw), (eh, ew) = padding, extra
     if ph or pw or eh or ew:
-        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh), value=value)
-    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=dilation, padding=(0, 0),
+        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh))
+    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=(1, 1), padding=(0, 0),
                            stride=stride)
 
 
@@ -211,21 +211,23 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     stride = kernel_size if stride is None else _pair(stride, "stride", 1)
     padding, dilation = _pair(padding, "padding", 0), _pair(dilation, "dilation", 1)
     n, c, h, w = x.shape
-    (oh, ow), extra = _pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding,
-                                     dilation, ceil_mode)
-    cols = _pool_columns(x, kernel_size, stride, padding, dilation, extra, -math.inf)
-    # One winner per window (the first maximum), so a tie sends the whole gradient to one
-    # input, as in torch.
-    values, taps = cols.max(dim=1)
-    out = values.reshape(n, c, oh, ow)
-    out = out.squeeze(0) if unbatched else out
+    _, extra = _pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding, dilation,
+                              ceil_mode)
+    geometry = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                    extra=extra)
+    out = conv_ops.max_pool2d(x, **geometry)
     if not return_indices:
-        return out
-    tap_row, tap_col = np.divmod(taps.data.reshape(n, c, oh, ow), kernel_size[1])
+        return out.squeeze(0) if unbatched else out
+    # One winner per window (the first maximum), as torch returns.
+    taps = conv_ops.winning_taps(x.data, out.data, **geometry)
+    tap_row, tap_col = np.divmod(taps.astype(np.int64), kernel_size[1])
+    oh, ow = out.shape[2:]
     rows = np.arange(oh)[:, None] * stride[0] - padding[0] + tap_row * dilation[0]
     columns = np.arange(ow)[None, :] * stride[1] - padding[1] + tap_col * dilation[1]
-    indices = Tensor.wrap((rows * w + columns).astype(np.int64))
-    return out, (indices.squeeze(0) if unbatched else indices)
+    indices = Tensor.wrap(rows * w + columns)
+    if unbatched:
+        return out.squeeze(0), indices.squeeze(0)
+    return out, indices
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -240,7 +242,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     n, c, h, w = x.shape
     (oh, ow), extra = _pool_geometry("avg_pool2d", (h, w), kernel_size, stride, padding,
                                      (1, 1), ceil_mode)
-    sums = _pool_columns(x, kernel_size, stride, padding, (1, 1), extra, 0.0).sum(1)
+    sums = _pool_columns(x, kernel_size, stride, padding, extra).sum(1)
     if divisor_override is not None:
         divisor = float(divisor_override)
     else:
