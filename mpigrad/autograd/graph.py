@@ -8,7 +8,7 @@ import itertools
 import threading
 import weakref
 
-from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
+from ..hooks import add_hook
 from . import anomaly, grad_mode
 
 _sequence = itertools.count()

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 
 from ..autograd import grad_mode, profiler
-from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
+from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
