@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import Optimizer, regularized_grad
+from .optimizer import Optimizer, lerp_, regularized_grad
 
 __all__ = ["Adam", "AdamW"]
 
@@ -66,16 +66,7 @@ class Adam(Optimizer):
         else:
             g = regularized_grad(p, grad, weight_decay, group["maximize"])
 
-        # m = lerp(m, g, weight) the way torch computes it: from m for a small
-        # weight, back from g otherwise, whichever rounds less.
-        weight = 1 - beta1
-        scratch = np.subtract(g, m)
-        if weight < 0.5:
-            scratch *= weight
-            m += scratch
-        else:
-            scratch *= 1 - weight
-            np.subtract(g, scratch, out=m)
+        scratch = lerp_(m, g, 1 - beta1)
 
         np.multiply(g, 1 - beta2, out=scratch)
         scratch *= g
