@@ -67,14 +67,25 @@ def save(obj, path):
     _fsync_directory(directory)
 
 
-def load(path):
+def load(path, map_location=None, pickle_module=None, *, weights_only=None, mmap=None):
     """Read a checkpoint written by :func:`save` and rebuild the object.
 
     Tensors come back as Tensors (dtype, shape and ``requires_grad`` kept),
     numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
     dict comes back as a plain ``dict``. Raises ``ValueError`` naming the file
     if it is not an mpigrad checkpoint or is damaged.
+
+    torch.load's arguments are accepted with their meaning: ``map_location``
+    ('cpu', a device, a dict of locations, or a function) can only send
+    tensors to the CPU, where they already are, so a function is not called
+    and any other device is an error; ``weights_only`` is always honoured,
+    as nothing is ever unpickled; ``mmap`` is accepted and the arrays are
+    read into memory.
     """
+    _check_map_location(map_location)
+    if pickle_module is not None:
+        raise TypeError("mpigrad.load never unpickles (checkpoints are .npz with a JSON "
+                        "manifest), so pickle_module cannot be used")
     with open(path, "rb") as file:
         try:
             archive = np.load(file, allow_pickle=False)
@@ -84,6 +95,15 @@ def load(path):
                 return _Reader(archive).read()
         except _READ_ERRORS as err:
             raise ValueError(f"{os.fspath(path)} is not a valid mpigrad checkpoint: {err}") from err
+
+
+def _check_map_location(map_location):
+    from .device import require_cpu
+    if map_location is None or callable(map_location):
+        return
+    targets = map_location.values() if isinstance(map_location, dict) else [map_location]
+    for target in targets:
+        require_cpu("mpigrad.load(map_location=...)", target)
 
 
 def _encode(obj, arrays, slots, where):
