@@ -80,37 +80,3 @@ def require_cpu(where, target):
                            "'cuda' if mpigrad.cuda.is_available() else 'cpu'")
     return resolved
 
-
-def to_arguments(where, args, kwargs):
-    """The dtype (or None) and `copy` flag of torch's ``.to(...)`` forms, for `where`
-    ("Tensor.to", "Module.to"): ``to(dtype)``, ``to(device, dtype)``, ``to(device=..., dtype=...)``
-    and ``to(other_tensor)``, each with ``non_blocking``, ``copy`` and ``memory_format``. A device
-    other than the CPU is an error (see `require_cpu`)."""
-    from .tensor import Tensor
-
-    kwargs = dict(kwargs)
-    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy", "memory_format"}
-    if unknown:
-        raise TypeError(f"{where}() got an unexpected keyword argument "
-                        f"{sorted(unknown)[0]!r}")
-    args = list(args)
-    target, dtype = kwargs.get("device"), kwargs.get("dtype")
-    if args and isinstance(args[0], Tensor):
-        other = args.pop(0)
-        target, dtype = other.device, other.dtype
-    elif args and (isinstance(args[0], (str, device)) or (
-            isinstance(args[0], numbers.Integral) and not isinstance(args[0], bool))):
-        target = args.pop(0)
-        if args and not isinstance(args[0], bool):
-            dtype = args.pop(0)
-    elif args and args[0] is not None:
-        dtype = args.pop(0)
-    elif args:
-        args.pop(0)
-    if len(args) > 2 or any(not isinstance(flag, bool) for flag in args):
-        raise TypeError(f"{where}() received an invalid combination of arguments; expected "
-                        "(dtype), (device, dtype) or (tensor), then non_blocking and copy")
-    if target is not None:
-        require_cpu(where, target)
-    copy = kwargs.get("copy", args[1] if len(args) > 1 else False)
-    return dtype, copy

@@ -1,15 +1,15 @@
-"""Checkpoints: ``save(obj, path)`` and ``load(path)``, the roles of torch.save/torch.load.
+"""Checkpoints: `save(obj, path)` and `load(path)`, the roles of torch.save/torch.load.
 
-A checkpoint is an ordinary numpy ``.npz`` archive. Every array (a Tensor's
+A checkpoint is an ordinary numpy `.npz` archive. Every array (a Tensor's
 storage, a numpy array, a numpy scalar) is one member; the nesting around them
 (dicts, lists, tuples, numbers, strings) is a JSON manifest stored as a uint8
 member. Nothing is pickled, so loading a file cannot run code: numpy is asked
-to refuse pickled members and the manifest is parsed by ``json``.
+to refuse pickled members and the manifest is parsed by `json`.
 
 Writes are atomic: the archive goes to a hidden temporary file in the target's
 directory, is flushed to disk, and only then renamed over the target. A crash
 mid-write leaves the previous checkpoint untouched (and, after a hard kill, a
-stray ``.<name>.<random>.tmp`` file that is safe to delete).
+stray `.<name>.<random>.tmp` file that is safe to delete).
 """
 
 import json
@@ -20,6 +20,7 @@ import zlib
 
 import numpy as np
 
+from .device import require_cpu
 from .tensor import Tensor
 
 __all__ = ["save", "load"]
@@ -36,9 +37,9 @@ _READ_ERRORS = (ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
 def save(obj, path):
-    """Write ``obj`` to ``path`` atomically.
+    """Write `obj` to `path` atomically.
 
-    ``obj`` is any nesting of dicts (str or int keys), lists and tuples whose
+    `obj` is any nesting of dicts (str or int keys), lists and tuples whose
     leaves are Tensors, numpy arrays and scalars, Python numbers, strings,
     bools and None: model and optimizer state dicts, scheduler states, epoch
     counters. A Tensor or array that appears several times is stored once and
@@ -70,9 +71,9 @@ def save(obj, path):
 def load(path, map_location=None, pickle_module=None, *, weights_only=None, mmap=None):
     """Read a checkpoint written by :func:`save` and rebuild the object.
 
-    Tensors come back as Tensors (dtype, shape and ``requires_grad`` kept),
+    Tensors come back as Tensors (dtype, shape and `requires_grad` kept),
     numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
-    dict comes back as a plain ``dict``. Raises ``ValueError`` naming the file
+    dict comes back as a plain `dict`. Raises `ValueError` naming the file
     if it is not an mpigrad checkpoint or is damaged.
 
     torch.load's arguments are accepted with their meaning: ``map_location``
@@ -98,7 +99,6 @@ def load(path, map_location=None, pickle_module=None, *, weights_only=None, mmap
 
 
 def _check_map_location(map_location):
-    from .device import require_cpu
     if map_location is None or callable(map_location):
         return
     targets = map_location.values() if isinstance(map_location, dict) else [map_location]
@@ -107,12 +107,12 @@ def _check_map_location(map_location):
 
 
 def _encode(obj, arrays, slots, where):
-    """The JSON form of ``obj``; arrays are appended to ``arrays``.
+    """The JSON form of `obj`; arrays are appended to `arrays`.
 
     Containers and arrays become one-key objects tagging their kind, so a JSON
     object in the manifest is never ambiguous with the plain values (JSON's
     own null, bools, numbers, strings) that stand for themselves.
-    ``slots`` maps id() of already stored arrays to their member index.
+    `slots` maps id() of already stored arrays to their member index.
     """
     # Before the Python types: np.float64 is a float, and would lose its type.
     if isinstance(obj, np.generic):

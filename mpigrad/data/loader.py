@@ -3,7 +3,8 @@ import warnings
 
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy, randint
+from ..random import Generator
 
 from .collate import default_collate
 from ._checks import check_int
@@ -19,18 +20,18 @@ def _getitem(dataset):
 
 
 class DataLoader:
-    """Iterate over ``dataset`` in batches.
+    """Iterate over `dataset` in batches.
 
     Args:
-        dataset: a map-style dataset (``__getitem__`` and ``__len__``).
+        dataset: a map-style dataset (`__getitem__` and `__len__`).
         batch_size: samples per batch.
         shuffle: visit the samples in a fresh random order each pass
-            (a ``RandomSampler`` seeded from ``generator``).
-        sampler: the order of the indices, e.g. a ``DistributedSampler``;
-            excludes ``shuffle``.
+            (a `RandomSampler` seeded from `generator`).
+        sampler: the order of the indices, e.g. a `DistributedSampler`;
+            excludes `shuffle`.
         batch_sampler: yields whole lists of indices; excludes
-            ``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``.
-        drop_last: drop the last batch if it is smaller than ``batch_size``.
+            `batch_size`, `shuffle`, `sampler` and `drop_last`.
+        drop_last: drop the last batch if it is smaller than `batch_size`.
         collate_fn: turns a list of samples into a batch
             (``default_collate`` if not given).
         generator: an int seed or ``mpigrad.Generator`` for ``shuffle`` and the
@@ -52,7 +53,7 @@ class DataLoader:
     (a shuffling sampler then draws its own seed at the first batch). Worker
     ``i`` is seeded with ``base_seed + i``.
 
-    With the default collation, a ``TensorDataset`` (or a ``Subset`` of one)
+    With the default collation, a `TensorDataset` (or a `Subset` of one)
     whose tensors do not require grad is batched by indexing each tensor's
     array once per batch rather than sample by sample; the batch is the same.
     """
@@ -152,8 +153,8 @@ class DataLoader:
 
     def _base_seed(self):
         self._passes += 1
-        if self.generator is None or isinstance(self.generator, mg.Generator):
-            return mg.randint(2**63 - 1, size=(), generator=self.generator).item()
+        if self.generator is None or isinstance(self.generator, Generator):
+            return randint(2**63 - 1, size=(), generator=self.generator).item()
         # An int seed: derive the pass's seed from it, keeping the order of passes a
         # pure function of (seed, pass) as the samplers' orders are.
         return int(epoch_rng(seed_from(self.generator), self._passes).integers(2**63 - 1))
@@ -191,7 +192,7 @@ class DataLoader:
             if positions is not None:
                 rows = positions[rows]
             # A tuple sample collates to a list, so the batch is a list here too.
-            return [mg.from_numpy(a[rows]) for a in arrays]
+            return [from_numpy(a[rows]) for a in arrays]
 
         return gather
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import mpigrad as mg
+from ..random import manual_seed
 
 _POLL_SECONDS = 1.0
 _JOIN_SECONDS = 5.0
@@ -96,7 +96,7 @@ def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, base_
     seed = base_seed + worker_id
     try:
         random.seed(seed)
-        mg.manual_seed(seed)
+        manual_seed(seed)
         np.random.seed(numpy_seed(base_seed, worker_id))
         _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
         if init_fn is not None:
