@@ -19,8 +19,10 @@ Before initialising MPI every rank also opens a control connection of mpigrad's 
 and that no rank appears twice, and answers every rank with `mpigrad_welcome` once all N are
 there, or with `mpigrad_refused reason=...`; it keeps these connections open and, when any rank aborts
 (MPI_Abort sends `abort`), tells every rank to exit (`mpigrad_abort code=C`), as mpiexec would
-kill them. It exits when every rank has finalized or disconnected, or when not every rank has
-said hello within TIMEOUT seconds (then the ranks that did are told why).
+kill them. A rank's abort arrives as PMI's `abort` (MPI_Abort) or, from mpigrad's abort-on-exception
+hook, as `mpigrad_abort_request code=C` on its control connection. It exits when every rank
+has finalized or disconnected, or when not every rank has said hello within TIMEOUT seconds
+(then the ranks that did are told why).
 
 Only the standard library: it runs in a fresh interpreter, without importing mpigrad or MPI.
 """
@@ -113,9 +115,11 @@ class Server:
                 pass
 
     def abort(self, code, rank):
+        """Tell every other rank to exit; `rank` itself is already on its way out."""
         with self.lock:
             self.aborted = code
-            targets = list(self.controls.values())
+            self.lock.notify_all()
+            targets = [conn for r, conn in self.controls.items() if r != rank]
         for conn in targets:
             try:
                 conn.sendall(f"cmd=mpigrad_abort code={code} rank={rank}\n".encode())
@@ -213,9 +217,14 @@ class Server:
             fields = parse(first)
             if fields.get("cmd") == "mpigrad_hello":
                 if self.hello(conn, fields):
-                    for _ in lines(conn):  # held open until the rank exits
-                        pass
-                    self.exited(int(fields["rank"]))
+                    rank = int(fields["rank"])
+                    for line in lines(conn):  # held open until the rank exits
+                        request = parse(line)
+                        if request.get("cmd") == "mpigrad_abort_request":
+                            self.abort(request.get("code", "1"), rank)
+                            conn.close()
+                            return
+                    self.exited(rank)
             elif fields.get("cmd") == "initack":
                 self.pmi(conn, fields)
         except (OSError, ValueError, KeyError):

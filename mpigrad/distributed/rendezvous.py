@@ -179,6 +179,25 @@ def join(request, timeout=None):
     os.environ["PMI_ID"] = str(request.rank)
 
 
+def joined():
+    """Whether this process's MPI world was formed by `join` (not by an MPI launcher)."""
+    return "conn" in _control
+
+
+def abort_job(code):
+    """End the job as MPI_Abort would under mpiexec: the server tells every other rank to exit,
+    and this one exits with `code`. (MPI_Abort itself would leave this process to exit through
+    its atexit handlers with MPI half torn down, which mpiexec hides by killing it first.)"""
+    try:
+        _control["conn"].sendall(f"cmd=mpigrad_abort_request code={code}\n".encode())
+        # The server closes its side once it has passed the message on.
+        _control["conn"].settimeout(5)
+        _control["conn"].recv(1)
+    except OSError:
+        pass
+    os._exit(code)
+
+
 def _start_server(port, world_size, timeout):
     server = subprocess.Popen([sys.executable, _SERVER, "0.0.0.0", str(port), str(world_size),
                                str(timeout)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
