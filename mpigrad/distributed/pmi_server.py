@@ -90,8 +90,6 @@ class Server:
                 self.controls[rank] = conn
                 self.lock.notify_all()
                 complete = len(self.hosts) == self.size
-            if reason is not None:
-                self.refused = reason
         if reason is not None:
             self.refuse_all(reason, extra=conn)
             return False
@@ -107,6 +105,7 @@ class Server:
     def refuse_all(self, reason, extra=None):
         message = f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n".encode()
         with self.lock:
+            self.refused = reason
             targets = list(self.controls.values()) + ([extra] if extra is not None else [])
         for conn in targets:
             try:
@@ -131,7 +130,8 @@ class Server:
         (the others would wait for it forever), so every rank is told to exit."""
         with self.lock:
             self.controls.pop(rank, None)
-            ended_early = rank not in self.finalized and self.aborted is None
+            ended_early = (rank not in self.finalized and self.aborted is None
+                           and self.refused is None)
         if ended_early:
             self.abort(1, rank)
 
@@ -259,12 +259,15 @@ def main(host, port, size, timeout):
     while not server.finished():
         with server.lock:
             complete = len(server.hosts) == size
+            refused = server.refused is not None
+        if refused:
+            time.sleep(1.0)  # the refusal reaches the ranks before their connections close
+            return 1
         if not complete and time.monotonic() > deadline:
             with server.lock:
                 missing = [r for r in range(size) if r not in server.hosts]
             server.refuse_all(f"ranks {missing} did not join within {timeout:g} seconds")
-            time.sleep(1.0)  # the refusal reaches the ranks before their connections close
-            return 1
+            continue
         try:
             conn, _ = listener.accept()
         except socket.timeout:

@@ -201,7 +201,9 @@ def abort_job(code):
 def _start_server(port, world_size, timeout):
     server = subprocess.Popen([sys.executable, _SERVER, "0.0.0.0", str(port), str(world_size),
                                str(timeout)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                              text=True)
+                              # Not rank 0's stderr: whoever reads that (a launcher, a test)
+                              # would wait for the server too, which may outlive rank 0.
+                              stderr=subprocess.DEVNULL, text=True)
     first_line = server.stdout.readline().strip()
     if not first_line.startswith("ready"):
         raise RuntimeError(f"rank 0 could not start mpigrad's rendezvous server on port {port}: "
