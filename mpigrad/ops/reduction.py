@@ -41,7 +41,13 @@ def expand_reduced(g, shape, dim, keepdim):
 
 _sum = Op("sum", lambda x, dim, keepdim, dtype: np.sum(x, axis=_axis(dim, x.ndim),
                                                        keepdims=keepdim, dtype=dtype),
-          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),))
+          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),),
+          grad_fn_name=lambda params: _variant("SumBackward", params))
+
+
+def _variant(name, params):
+    # torch numbers a reduction's overloads: 0 over everything, 1 along given dims.
+    return f"{name}{0 if params['dim'] is None else 1}"
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
@@ -54,7 +60,8 @@ def _count(shape, dim):
 
 _mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
            (lambda g, ans, x, dim, keepdim:
-            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),)
+            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),
+           grad_fn_name=lambda params: _variant("MeanBackward", params))
 
 
 def mean(x, dim=None, keepdim=False):

@@ -11,7 +11,8 @@ def _dim(d, ndim):
 
 
 _reshape = Op("reshape", lambda x, shape: np.reshape(x, shape),
-              (lambda g, ans, x, shape: g.reshape(x.shape),), view=True)
+              (lambda g, ans, x, shape: g.reshape(x.shape),), view=True,
+              grad_fn_name="ViewBackward0")
 
 
 def reshape(x, shape):
@@ -121,8 +122,19 @@ def _scatter(g, index, shape):
 index_scatter = Op("index_scatter", _scatter,
                    (lambda g, ans, grad, index, shape: getitem(g, index),))
 
+def _indexing_name(index):
+    """torch's node for `x[index]`: one integer selects, slices slice, anything else indexes."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if any(not isinstance(p, (int, np.integer, slice, type(None), type(Ellipsis)))
+           for p in parts):
+        return "IndexBackward0"
+    return "SelectBackward0" if any(isinstance(p, (int, np.integer)) for p in parts) \
+        else "SliceBackward0"
+
+
 _getitem = Op("getitem", lambda x, index: x[index],
-              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),), view=True)
+              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),), view=True,
+              grad_fn_name=lambda params: _indexing_name(params["index"]))
 
 
 def getitem(x, index):
