@@ -434,6 +434,94 @@ class Tensor:
     def uniform_(self, a=0.0, b=1.0, generator=None):
         return self.copy_(random.uniform_array(self.shape, a, b, self.dtype, generator))
 
+    # ----------------------------------------------------------------- torch's method forms
+    def add(self, other, alpha=1):
+        return self + (other if alpha == 1 else other * alpha)
+
+    def sub(self, other, alpha=1):
+        return self - (other if alpha == 1 else other * alpha)
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other, rounding_mode=None):
+        """`rounding_mode` None (true division), "trunc" or "floor", as torch.div."""
+        quotient = self / other
+        if rounding_mode is None:
+            return quotient
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or "
+                             f"'floor' but found '{rounding_mode}'")
+        rounded = ops.floor(quotient) if rounding_mode == "floor" else \
+            ops.floor(quotient.abs()) * quotient.sign()
+        integral = self.dtype.kind in "iu" and (not isinstance(other, Tensor)
+                                                or other.dtype.kind in "iu")
+        return rounded.to(self.dtype) if integral else rounded
+
+    def neg(self):
+        return -self
+
+    def addcmul(self, tensor1, tensor2, value=1):
+        return self + tensor1 * tensor2 * value
+
+    def addcdiv(self, tensor1, tensor2, value=1):
+        return self + tensor1 / tensor2 * value
+
+    def lerp(self, end, weight):
+        return self + (end - self) * weight
+
+    def new_tensor(self, data, dtype=None, requires_grad=False):
+        """A new leaf holding a copy of `data`, with this tensor's dtype unless told."""
+        array = np.array(data.data if isinstance(data, Tensor) else data,
+                         dtype=self.dtype if dtype is None else dtype)
+        return Tensor(array, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, requires_grad=False):
+        return self.new_tensor(np.full(_shape_arg((size,) if isinstance(size, int) else size),
+                                       fill_value), dtype, requires_grad)
+
+    def new_zeros(self, *size, dtype=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 0, dtype, requires_grad)
+
+    def new_ones(self, *size, dtype=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 1, dtype, requires_grad)
+
+    def new_empty(self, *size, dtype=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 0, dtype, requires_grad)
+
+    def gather(self, dim, index):
+        return ops.gather(self, dim, index)
+
+    def index_select(self, dim, index):
+        return ops.index_select(self, dim, index)
+
+    def repeat(self, *sizes):
+        return ops.repeat(self, _shape_arg(sizes))
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        return ops.topk(self, k, dim, largest, sorted)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        return ops.sort(self, dim, descending, stable)
+
+    def cumsum(self, dim, dtype=None):
+        return ops.cumsum(self, dim, dtype)
+
+    def prod(self, dim=None, keepdim=False, dtype=None):
+        return ops.prod(self, dim, keepdim, dtype)
+
+    def unbind(self, dim=0):
+        return ops.unbind(self, dim)
+
+    def floor(self):
+        return ops.floor(self)
+
+    def ceil(self):
+        return ops.ceil(self)
+
+    def round(self, decimals=0):
+        return ops.round(self, decimals)
+
     # ----------------------------------------------------------------- math methods
     def exp(self):
         return ops.exp(self)
