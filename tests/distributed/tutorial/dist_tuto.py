@@ -228,7 +228,10 @@ def init_process(rank, size, fn, backend='gloo'):
 if __name__ == "__main__":
     block, launch = globals()["run_" + sys.argv[1]], sys.argv[2]
     if launch == "mpi":
-        init_process(0, 0, block, backend='mpi')
+        # The tutorial's MPI preamble. MPI assigns the ranks, so the placeholder (0, 0) it
+        # passes on is replaced by the group's own.
+        init_process(0, 0, lambda rank, size: block(dist.get_rank(), dist.get_world_size()),
+                     backend='mpi')
     elif launch == "gloo":
         # Under mpiexec each process learns its place from the launcher.
         init_process(int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"]), block)
