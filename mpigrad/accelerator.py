@@ -1,5 +1,5 @@
-"""``mpigrad.accelerator``: torch.accelerator's answers on a CPU-only machine. There is no
-accelerator, so ``current_accelerator()`` is None and a script falls back to the CPU."""
+"""`mpigrad.accelerator`: torch.accelerator's answers on a CPU-only machine. There is no
+accelerator, so `current_accelerator()` is None and a script falls back to the CPU."""
 
 
 def is_available():

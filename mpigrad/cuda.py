@@ -1,5 +1,5 @@
-"""``mpigrad.cuda``: what torch.cuda says on a machine without CUDA, truthfully, so device-
-selection preambles (``"cuda" if torch.cuda.is_available() else "cpu"``) run unchanged.
+"""`mpigrad.cuda`: what torch.cuda says on a machine without CUDA, truthfully, so device-
+selection preambles (`"cuda" if torch.cuda.is_available() else "cpu"`) run unchanged.
 Querying a CUDA device raises as torch does without CUDA; seeding is a no-op, as torch's is
 until CUDA is initialised."""
 

@@ -1,5 +1,5 @@
-"""``mpigrad.device``: torch.device's value type. Only the CPU exists in mpigrad, but naming
-another device is not an error (scripts build ``device("cuda")`` before checking for it); using
+"""`mpigrad.device`: torch.device's value type. Only the CPU exists in mpigrad, but naming
+another device is not an error (scripts build `device("cuda")` before checking for it); using
 one is, where a tensor or module is moved to it."""
 import numbers
 
@@ -8,10 +8,10 @@ _TYPES = ("cpu", "cuda", "mps", "xpu", "hip", "meta", "xla", "hpu", "mtia", "pri
 
 
 class device:
-    """A device: ``type`` ("cpu", "cuda", ...) and an optional ``index``.
+    """A device: `type` ("cpu", "cuda", ...) and an optional `index`.
 
-    ``device("cpu")``, ``device("cuda:1")``, ``device("cuda", 1)``, ``device(other)``.
-    A bare integer means the current accelerator's device ``n`` in torch; there is none here,
+    `device("cpu")`, `device("cuda:1")`, `device("cuda", 1)`, `device(other)`.
+    A bare integer means the current accelerator's device `n` in torch; there is none here,
     so it is the same error torch gives on a CPU-only machine.
     """
     __slots__ = ("type", "index")
@@ -74,7 +74,9 @@ def require_cpu(where, target):
     and saying mpigrad has only the CPU."""
     resolved = target if isinstance(target, device) else device(target)
     if resolved.type != "cpu":
-        raise RuntimeError(f"{where}: mpigrad runs on the CPU only and cannot move to "
+        # torch without CUDA raises AssertionError for "cuda"; the same type, our words.
+        error = AssertionError if resolved.type == "cuda" else RuntimeError
+        raise error(f"{where}: mpigrad runs on the CPU only and cannot move to "
                            f"'{resolved}' (torch.cuda.is_available() is False here too); "
                            "use 'cpu', or pick the device with "
                            "'cuda' if mpigrad.cuda.is_available() else 'cpu'")

@@ -76,11 +76,11 @@ def load(path, map_location=None, pickle_module=None, *, weights_only=None, mmap
     dict comes back as a plain `dict`. Raises `ValueError` naming the file
     if it is not an mpigrad checkpoint or is damaged.
 
-    torch.load's arguments are accepted with their meaning: ``map_location``
+    torch.load's arguments are accepted with their meaning: `map_location`
     ('cpu', a device, a dict of locations, or a function) can only send
     tensors to the CPU, where they already are, so a function is not called
-    and any other device is an error; ``weights_only`` is always honoured,
-    as nothing is ever unpickled; ``mmap`` is accepted and the arrays are
+    and any other device is an error; `weights_only` is always honoured,
+    as nothing is ever unpickled; `mmap` is accepted and the arrays are
     read into memory.
     """
     _check_map_location(map_location)
@@ -103,7 +103,10 @@ def _check_map_location(map_location):
         return
     targets = map_location.values() if isinstance(map_location, dict) else [map_location]
     for target in targets:
-        require_cpu("mpigrad.load(map_location=...)", target)
+        try:
+            require_cpu("mpigrad.load(map_location=...)", target)
+        except AssertionError as error:  # torch.load says RuntimeError for any device
+            raise RuntimeError(str(error)) from None
 
 
 def _encode(obj, arrays, slots, where):

@@ -1,4 +1,4 @@
-"""cuDNN flags scripts set (``benchmark``, ``deterministic``, ``enabled``); mpigrad has no
+"""cuDNN flags scripts set (`benchmark`, `deterministic`, `enabled`); mpigrad has no
 cuDNN, so they are plain attributes with torch's defaults and no effect."""
 enabled = True
 benchmark = False

@@ -68,13 +68,13 @@ class Subset(Dataset):
 
 
 def random_split(dataset, lengths, generator=None):
-    """Split ``dataset`` into non-overlapping ``Subset``s of the given lengths, at random.
+    """Split `dataset` into non-overlapping `Subset`s of the given lengths, at random.
 
-    As in PyTorch: ``lengths`` are sample counts summing to ``len(dataset)``, or
-    fractions summing to 1, which become ``floor(fraction * len(dataset))`` samples
+    As in PyTorch: `lengths` are sample counts summing to `len(dataset)`, or
+    fractions summing to 1, which become `floor(fraction * len(dataset))` samples
     with the remainder handed out one at a time from the first split on. The order
-    is one ``randperm`` drawn from ``generator`` (an ``mpigrad.Generator``; mpigrad's
-    default generator when None), so ``mpigrad.manual_seed`` makes it reproducible.
+    is one `randperm` drawn from `generator` (an `mpigrad.Generator`; mpigrad's
+    default generator when None), so `mpigrad.manual_seed` makes it reproducible.
     """
     lengths = list(lengths)
     total = len(dataset)

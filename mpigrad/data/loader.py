@@ -33,25 +33,25 @@ class DataLoader:
             `batch_size`, `shuffle`, `sampler` and `drop_last`.
         drop_last: drop the last batch if it is smaller than `batch_size`.
         collate_fn: turns a list of samples into a batch
-            (``default_collate`` if not given).
-        generator: an int seed or ``mpigrad.Generator`` for ``shuffle`` and the
+            (`default_collate` if not given).
+        generator: an int seed or `mpigrad.Generator` for `shuffle` and the
             workers' base seed.
         num_workers: load batches in this many worker processes (0: in this
-            process). See ``mpigrad.data.worker`` for their seeding, start method
+            process). See `mpigrad.data.worker` for their seeding, start method
             (spawn, safe after MPI_Init) and shutdown.
         pin_memory: accepted; with no accelerator it does nothing and warns, as
             PyTorch on a CPU-only machine.
         timeout: seconds to wait for a batch from the workers (0: no limit).
         worker_init_fn: called in each worker with its id, after seeding.
-        multiprocessing_context: ``"spawn"`` (default), ``"forkserver"`` or a context.
+        multiprocessing_context: `"spawn"` (default), `"forkserver"` or a context.
         prefetch_factor: batches queued per worker (default 2 with workers).
         persistent_workers: keep the workers between passes.
         in_order: accepted; batches always come in the sampler's order.
 
-    Every pass draws a base seed, as PyTorch does: from ``generator``, or from
-    mpigrad's default generator when it is None, when ``iter(loader)`` is called
+    Every pass draws a base seed, as PyTorch does: from `generator`, or from
+    mpigrad's default generator when it is None, when `iter(loader)` is called
     (a shuffling sampler then draws its own seed at the first batch). Worker
-    ``i`` is seeded with ``base_seed + i``.
+    `i` is seeded with `base_seed + i`.
 
     With the default collation, a `TensorDataset` (or a `Subset` of one)
     whose tensors do not require grad is batched by indexing each tensor's

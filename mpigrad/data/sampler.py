@@ -21,7 +21,7 @@ def epoch_rng(seed, epoch):
 
 def draw_seed():
     """One 63-bit seed from the default generator: the single draw PyTorch makes
-    (``torch.empty((), dtype=torch.int64).random_()``) wherever it needs a fresh seed."""
+    (`torch.empty((), dtype=torch.int64).random_()`) wherever it needs a fresh seed."""
     return randint(2**63 - 1, size=()).item()
 
 
@@ -69,7 +69,7 @@ class RandomSampler(Sampler):
     `(seed, e)`: passes count up from 0, and `set_epoch` moves the count,
     e.g. to resume a checkpointed job at its epoch.
 
-    Without a ``generator``, each pass draws its seed from mpigrad's default
+    Without a `generator`, each pass draws its seed from mpigrad's default
     generator when iteration starts, as PyTorch does: building the sampler
     draws nothing, so the random numbers drawn after it (a model's
     initialisation) are the same as in a script without it.

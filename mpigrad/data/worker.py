@@ -1,34 +1,34 @@
 """DataLoader worker processes: loading batches in parallel with training.
 
-Lifecycle of one multi-process pass (``_WorkerPool`` plus ``_MultiProcessIterator``):
+Lifecycle of one multi-process pass (`_WorkerPool` plus `_MultiProcessIterator`):
 
-1. start: ``num_workers`` processes, each with its own index queue and one shared
-   result queue. Worker ``i`` seeds ``random``, mpigrad and numpy's global state from
-   ``base_seed + i`` exactly as PyTorch does (numpy's from a SeedSequence of
-   ``[i, base_seed's two 32-bit halves, 0]``), publishes ``get_worker_info()``, then
-   runs ``worker_init_fn(i)``.
-2. prefetch: ``prefetch_factor`` batches of indices per worker are sent at once,
+1. start: `num_workers` processes, each with its own index queue and one shared
+   result queue. Worker `i` seeds `random`, mpigrad and numpy's global state from
+   `base_seed + i` exactly as PyTorch does (numpy's from a SeedSequence of
+   `[i, base_seed's two 32-bit halves, 0]`), publishes `get_worker_info()`, then
+   runs `worker_init_fn(i)`.
+2. prefetch: `prefetch_factor` batches of indices per worker are sent at once,
    round-robin; every batch received sends the next one, so each worker always has
    work queued.
 3. deliver: results arrive in any order and are handed out in sampler order.
-4. shut down: at the end of the pass (unless ``persistent_workers``), on an
+4. shut down: at the end of the pass (unless `persistent_workers`), on an
    exception (a worker's is re-raised in the main process with its traceback), and
    when the iterator or the loader is garbage-collected: workers get a stop message,
    are joined for a few seconds, then terminated.
 
-Start method: ``spawn``, never ``fork``. By the time a loader iterates, the process
-has usually initialised MPI (importing ``mpigrad.distributed`` does), and forking an
+Start method: `spawn`, never `fork`. By the time a loader iterates, the process
+has usually initialised MPI (importing `mpigrad.distributed` does), and forking an
 MPI process copies its shared-memory segments, registered memory and network
 endpoints into a child that must not use them, and copies the locks of threads
 (MPI's progress thread, mpigrad's watchdog) that do not exist in the child: Open MPI
 warns about it, and MPICH's shared-memory transport can be corrupted by it. A
 spawned worker is a fresh interpreter. The launcher's variables (PMI, PMIx, Open MPI,
 Hydra, torchrun's rank variables) are removed from its environment, so if it imports
-``mpigrad.distributed`` (e.g. by re-importing the main script), it starts as its own
+`mpigrad.distributed` (e.g. by re-importing the main script), it starts as its own
 one-process MPI world instead of claiming a rank of the job. As with PyTorch's
-``spawn``, the dataset, ``collate_fn`` and ``worker_init_fn`` must be picklable, and
-the main script's top level must be guarded by ``if __name__ == "__main__":``.
-``multiprocessing_context="forkserver"`` is accepted too; ``"fork"`` is refused.
+`spawn`, the dataset, `collate_fn` and `worker_init_fn` must be picklable, and
+the main script's top level must be guarded by `if __name__ == "__main__":`.
+`multiprocessing_context="forkserver"` is accepted too; `"fork"` is refused.
 """
 import multiprocessing
 import os
@@ -54,7 +54,7 @@ WORKER_ENV = "MPIGRAD_DATALOADER_WORKER"
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """What ``get_worker_info()`` returns inside a worker process."""
+    """What `get_worker_info()` returns inside a worker process."""
     id: int
     num_workers: int
     seed: int
@@ -65,13 +65,13 @@ _worker_info = None
 
 
 def get_worker_info():
-    """This worker's ``WorkerInfo`` in a DataLoader worker process, None elsewhere."""
+    """This worker's `WorkerInfo` in a DataLoader worker process, None elsewhere."""
     return _worker_info
 
 
 def numpy_seed(base_seed, worker_id):
     """The 128-bit state PyTorch gives numpy's global generator in a worker: numpy's own
-    SeedSequence hash of ``[worker_id, low 32 bits, high 32 bits, 0]``."""
+    SeedSequence hash of `[worker_id, low 32 bits, high 32 bits, 0]`."""
     mask = 0xFFFFFFFF
     entropy = [worker_id, base_seed & mask, (base_seed >> 32) & mask, 0]
     return np.random.SeedSequence(entropy).generate_state(4)

@@ -11,7 +11,7 @@ __all__ = ["Adadelta"]
 class Adadelta(Optimizer):
     """torch.optim.Adadelta: the same arguments, update rule and state.
 
-    With gradient g of parameter p (negated if ``maximize``)::
+    With gradient g of parameter p (negated if `maximize`)::
 
         g = g + weight_decay * p
         v = rho * v + (1 - rho) * g * g                  # square_avg
@@ -19,8 +19,8 @@ class Adadelta(Optimizer):
         u = rho * u + (1 - rho) * delta * delta          # acc_delta
         p = p - lr * delta
 
-    ``state[p]`` holds ``step`` (a Python int; torch keeps a 0-d tensor),
-    ``square_avg`` and ``acc_delta``.
+    `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
+    `square_avg` and `acc_delta`.
     """
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *,

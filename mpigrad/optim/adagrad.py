@@ -11,15 +11,15 @@ __all__ = ["Adagrad"]
 class Adagrad(Optimizer):
     """torch.optim.Adagrad: the same arguments, update rule and state.
 
-    With gradient g of parameter p (negated if ``maximize``), at step t::
+    With gradient g of parameter p (negated if `maximize`), at step t::
 
         g = g + weight_decay * p
         s = s + g * g                                    # sum
         p = p - lr / (1 + (t - 1) * lr_decay) * g / (sqrt(s) + eps)
 
-    As in torch, the state exists from construction: ``state[p]`` holds ``step``
-    (a Python int, 0 before the first step; torch keeps a 0-d tensor) and ``sum``,
-    filled with ``initial_accumulator_value``. Sparse gradients do not exist here.
+    As in torch, the state exists from construction: `state[p]` holds `step`
+    (a Python int, 0 before the first step; torch keeps a 0-d tensor) and `sum`,
+    filled with `initial_accumulator_value`. Sparse gradients do not exist here.
     """
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,

@@ -192,8 +192,8 @@ def regularized_grad(param, grad, weight_decay, maximize):
 
 
 def lerp_(start, end, weight):
-    """``start = lerp(start, end, weight)`` in place, the way torch computes it: from
-    ``start`` for a small weight, back from ``end`` otherwise, whichever rounds less.
+    """`start = lerp(start, end, weight)` in place, the way torch computes it: from
+    `start` for a small weight, back from `end` otherwise, whichever rounds less.
     Returns the scratch array it used, free for the caller's next temporary."""
     scratch = np.subtract(end, start)
     if weight < 0.5:
@@ -206,7 +206,7 @@ def lerp_(start, end, weight):
 
 
 def addcmul_(target, tensor1, tensor2, value):
-    """``target += value * tensor1 * tensor2`` in place, rounded as torch's addcmul_."""
+    """`target += value * tensor1 * tensor2` in place, rounded as torch's addcmul_."""
     product = np.multiply(tensor1, value)
     product *= tensor2
     target += product

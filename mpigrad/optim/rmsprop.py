@@ -11,7 +11,7 @@ __all__ = ["RMSprop"]
 class RMSprop(Optimizer):
     """torch.optim.RMSprop: the same arguments, update rule and state.
 
-    With gradient g of parameter p (negated if ``maximize``)::
+    With gradient g of parameter p (negated if `maximize`)::
 
         g = g + weight_decay * p
         v = alpha * v + (1 - alpha) * g * g              # square_avg
@@ -20,8 +20,8 @@ class RMSprop(Optimizer):
         b = momentum * b + g / d                         # momentum_buffer, if momentum > 0
         p = p - lr * (b  if momentum > 0  else  g / d)
 
-    ``state[p]`` holds ``step`` (a Python int; torch keeps a 0-d tensor),
-    ``square_avg``, and ``momentum_buffer`` and ``grad_avg`` when used.
+    `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
+    `square_avg`, and `momentum_buffer` and `grad_avg` when used.
     """
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
