@@ -64,9 +64,17 @@ def test_mnist_example_runs_and_prints_what_torch_prints(tmp_path):
 
 
 def _port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port whose successor is free too: under torchrun, torchrun's store takes the
+    port and mpigrad's rendezvous server the next."""
+    while True:
+        with socket.socket() as probe, socket.socket() as successor:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            try:
+                successor.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
 
 
 @pytest.mark.parametrize("size", [2, 3])
