@@ -49,7 +49,7 @@ class Node:
         return type(self).__name__
 
     def __repr__(self):
-        return f"<{self.name()}>"
+        return f"<{self.name()} object at {id(self):#x}>"
 
     @property
     def num_outputs(self):
