@@ -1,0 +1,49 @@
+"""The send/recv pair recorded where tensors that require grad cross workers in a context.
+
+On the sending worker, the tensors of one message that require grad go through `Send`, a
+custom autograd Function whose node is never reached from a local loss: it is a root of the
+backward on this worker, and its backward waits for the gradients the receiving worker sends
+back. On the receiving worker the tensors come out of one `RecvBackward` node, a leafless
+node whose gradient is sent back to the sender's `Send`. So the local engine runs each
+worker's share of the graph; the messages between the two nodes stitch the shares together.
+"""
+import numpy as np
+
+from ...autograd import Function
+from ...autograd.graph import Node
+from ...tensor import Tensor
+from . import engine
+
+
+class Send(Function):
+    @staticmethod
+    def forward(ctx, context, send_id, peer, *tensors):
+        ctx.set_materialize_grads(False)  # its gradients come from the peer, not from outputs
+        ctx.context, ctx.send_id, ctx.peer = context, send_id, peer
+        return tensors
+
+    @staticmethod
+    def backward(ctx, *unused):
+        return (None, None, None) + engine.await_gradients(ctx.context, ctx.send_id, ctx.peer,
+                                                           len(unused))
+
+
+class RecvBackward(Node):
+    __slots__ = ("context", "sender", "send_id", "layouts", "placeholder", "answered")
+
+    def __init__(self, context, sender, send_id, layouts):
+        super().__init__(())
+        self.context, self.sender, self.send_id, self.layouts = context, sender, send_id, layouts
+        # Each backward pass seeds this node with `placeholder`, so the engine runs it (and
+        # it answers its sender) even when the loss does not use its tensors.
+        self.placeholder = Tensor._make(np.zeros((), np.dtype(layouts[0][1])))
+        self.answered = 0  # the last pass in which the sender got our answer
+
+    @property
+    def num_outputs(self):
+        return len(self.layouts)
+
+    def apply(self, grad_outputs):
+        grads = [None if g is self.placeholder else g for g in grad_outputs]
+        engine.send_gradients(self, grads, None)
+        return []
