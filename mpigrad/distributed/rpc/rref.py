@@ -137,8 +137,8 @@ class RRef(_RRefBase):
                            "pickled on its own")
 
     def __del__(self):
-        if self._entry is not None or not self._confirmed:
-            return
+        if not getattr(self, "_confirmed", False) or self._entry is not None:
+            return  # owner-side, unconfirmed (kept alive until confirmed), or never built
         agent = api._agent
         if agent is not None:
             agent.post(self._owner, "rref_delete", (self._id, self._fork_id), "RRef delete")
