@@ -20,11 +20,12 @@ collectives (start-up and the shutdown agreement), so RPC traffic never matches 
 DDP or the user's messages. Headers go on HEADER_TAG; each message's arrays on a tag of
 their own (see wire.py).
 
-Shutdown (graceful): every worker repeats rounds of "wait until none of my requests is
-outstanding, then sum over workers how many requests each has ever sent", serving requests
-all along, until two consecutive sums are equal: then no worker sent anything between its
-two contributions, and every request sent before was answered. Only then do the listeners
-stop. A worker that stops without that agreement (shutdown(graceful=False), or exiting the
+Shutdown (graceful): every worker repeats rounds of "wait until every request I sent has
+had its reply received (even one that timed out: its function may still be running, and its
+late reply must not outlive the communicator), then sum over workers how many requests each
+has ever sent", serving requests all along, until two consecutive sums are equal: then no
+worker sent anything between its two contributions, and every request sent before was
+answered. Only then do the listeners stop. A worker that stops without that agreement (shutdown(graceful=False), or exiting the
 interpreter) first tells every other worker, whose calls to it then fail at once.
 """
 import heapq
@@ -49,6 +50,7 @@ HEADER_TAG = 1
 _FIRST_DATA_TAG = 2
 _MIN_PAUSE, _MAX_PAUSE = 2e-5, 2e-3
 _STAY_AWAKE = 0.05  # seconds after the last message during which polls stay short
+_msg_ids = itertools.count(1)  # never reused, not even by a later agent
 
 
 class RpcTimeoutError(DistError, TimeoutError):
@@ -152,7 +154,6 @@ class Agent:
         self._lock = threading.Condition()  # an RLock: RRef.__del__ may run under it
         self._calls = {}
         self._deadlines = []  # heap of (deadline, msg_id)
-        self._msg_ids = itertools.count(1)
         self._data_tags = itertools.count()
         self._tag_span = self.comm.Get_attr(MPI.TAG_UB) - _FIRST_DATA_TAG
         self._outbox = queue.SimpleQueue()  # control requests the listener sends
@@ -160,6 +161,8 @@ class Agent:
         self._in_flight = []  # (request, buffer) of the listener's Isends
         self._dead = {}  # rank -> why it is gone
         self.requests_sent = 0
+        self.replies_received = 0  # including late ones, for calls that timed out
+        self._late = {}  # msg_id -> dest, for calls that timed out and await their reply
         self._stopping = threading.Event()
         self.listener = threading.Thread(target=self._listen, name=f"rpc-listener-{name}",
                                          daemon=True)
@@ -194,7 +197,7 @@ class Agent:
         seconds (None: the agent's default; 0: none). `keep` stays referenced until the reply
         arrives (RRefs in flight)."""
         self._check_open(dest, what)
-        msg_id = next(self._msg_ids)
+        msg_id = next(_msg_ids)
         header, arrays, tag = self.encode(dest, kind, msg_id, payload)
         future = self._register(dest, msg_id, what, timeout, keep)
         try:
@@ -202,6 +205,7 @@ class Agent:
         except Exception:
             with self._lock:
                 self._calls.pop(msg_id, None)
+                self.requests_sent -= 1
                 self._lock.notify_all()
             raise
         return future
@@ -340,9 +344,11 @@ class Agent:
     def _complete(self, source, msg_id, autograd, body, arrays):
         with self._lock:
             call = self._calls.pop(msg_id, None)
+            self._late.pop(msg_id, None)
+            self.replies_received += 1
             self._lock.notify_all()
         if call is None:
-            return  # timed out, or the worker was declared gone: the caller was told already
+            return  # timed out: the caller was told already
         try:
             ok, value = self.codec.decode(source, autograd, body, arrays)
         except Exception as exc:
@@ -370,7 +376,7 @@ class Agent:
                 sent = True
                 if dest in self._dead:
                     continue
-                msg_id = next(self._msg_ids)
+                msg_id = next(_msg_ids)
                 header = self.encode(dest, kind, msg_id, payload)[0]
                 future = self._register(dest, msg_id, what, None, None)
                 if on_reply is not None:
@@ -393,6 +399,7 @@ class Agent:
                 call = self._calls.pop(msg_id, None)
                 if call is not None:
                     expired.append(call)
+                    self._late[msg_id] = call.dest
             self._lock.notify_all()
         for call in expired:
             call.future.set_exception(RpcTimeoutError(
@@ -407,6 +414,10 @@ class Agent:
             lost = [(i, c) for i, c in self._calls.items() if c.dest == rank]
             for msg_id, _ in lost:
                 del self._calls[msg_id]
+            late = [msg_id for msg_id, dest in self._late.items() if dest == rank]
+            for msg_id in late:
+                del self._late[msg_id]
+            self.replies_received += len(lost) + len(late)  # no reply will ever come
             self._lock.notify_all()
         for _, call in lost:
             call.future.set_exception(WorkerUnavailableError(
@@ -415,7 +426,8 @@ class Agent:
     # ---- shutdown ----------------------------------------------------------------------------
 
     def _idle(self):
-        return self._outbox.empty() and not self._draining and not self._calls
+        return (self._outbox.empty() and not self._draining
+                and self.replies_received == self.requests_sent)
 
     def wait_until_idle(self):
         with self._lock:
