@@ -166,6 +166,10 @@ class Agent:
         self._stopping = threading.Event()
         self.listener = threading.Thread(target=self._listen, name=f"rpc-listener-{name}",
                                          daemon=True)
+
+    def start(self):
+        """Start receiving; the caller has made this agent the current one first, since
+        messages may arrive at once (the other workers can be ahead)."""
         self.listener.start()
 
     # ---- naming --------------------------------------------------------------------------

@@ -74,8 +74,8 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
     from ..autograd import engine
     handlers.update(engine.handlers(Handler))
     codec = _Codec()
-    _agent = Agent(name, options, handlers, codec, problem)
-    codec.agent = _agent
+    _agent = codec.agent = Agent(name, options, handlers, codec, problem)
+    _agent.start()
     atexit.register(_stop_at_exit)
 
 

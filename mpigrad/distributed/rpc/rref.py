@@ -79,6 +79,7 @@ class RRef(_RRefBase):
     def _init(self, owner, rref_id, fork_id, entry, confirmed):
         self._owner, self._id, self._fork_id = owner, rref_id, fork_id
         self._entry, self._confirmed = entry, confirmed
+        self._created = None  # the reply to `remote()`, for RRefs it made
 
     @classmethod
     def _make(cls, owner, rref_id, fork_id, entry, confirmed):
@@ -98,7 +99,7 @@ class RRef(_RRefBase):
         return self.owner().name
 
     def confirmed_by_owner(self):
-        return self._confirmed
+        return self._confirmed or (self._created is not None and self._created.done())
 
     def local_value(self):
         """The value itself; only on the owner."""
@@ -114,8 +115,11 @@ class RRef(_RRefBase):
             return self._entry.future.wait(None if timeout in (UNSET_RPC_TIMEOUT, 0)
                                            else timeout)
         agent = api.current_agent("RRef.to_here")
-        return agent.request(self._owner, "rref_fetch", self._id, "RRef.to_here()",
-                             api.seconds(timeout), keep=self).wait()
+        value = agent.request(self._owner, "rref_fetch", self._id, "RRef.to_here()",
+                              api.seconds(timeout), keep=self).wait()
+        if self._created is not None:
+            _quietly_wait(self._created)
+        return value
 
     def rpc_sync(self, timeout=UNSET_RPC_TIMEOUT):
         """`rref.rpc_sync().method(*args)` runs `value.method(*args)` on the owner."""
@@ -145,6 +149,14 @@ class RRef(_RRefBase):
 
     def _confirm(self, _future=None):
         self._confirmed = True
+
+
+def _quietly_wait(future):
+    """Wait for `remote()`'s reply; its error, if any, reached the caller through the fetch."""
+    try:
+        future.wait()
+    except Exception:
+        pass
 
 
 class _Proxy:
@@ -215,6 +227,7 @@ def remote(agent, dest, func, args, kwargs, timeout, what):
     future = agent.request(dest, "rref_remote", (rref_id, fork_id, func, args, kwargs), what,
                            timeout)
     future.add_done_callback(rref._confirm)  # the callback keeps the RRef alive until then
+    rref._created = future
     return rref
 
 
