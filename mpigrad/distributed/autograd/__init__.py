@@ -9,6 +9,7 @@
 - `functions`: the send/recv pair recorded where tensors that require grad cross workers.
 - `engine`: the distributed backward (FAST mode) over the local engine, and clean-up.
 """
+from ..rpc import api
 from . import contexts as _contexts
 from . import engine as _engine
 from .engine import backward
@@ -21,7 +22,6 @@ class context:
     context is released on every worker it reached."""
 
     def __enter__(self):
-        from ..rpc import api
         agent = api.current_agent("dist_autograd.context")
         if _contexts.current_id() is not None:
             raise RuntimeError("a distributed autograd context is already current on this "

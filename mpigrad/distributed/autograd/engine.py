@@ -31,8 +31,9 @@ from ...tensor import Tensor
 from ..rpc import api
 from ..rpc.wire import describe_error
 from . import contexts
+from .functions import RecvBackward, Send, send_gradients
 
-_SEED = Tensor._make(np.zeros(()))  # the send functions' placeholder root gradient
+_SEED = Tensor.wrap(np.zeros(()))  # the send functions' placeholder root gradient
 
 
 # ---- recording, while messages are encoded and decoded -------------------------------------
@@ -40,7 +41,6 @@ _SEED = Tensor._make(np.zeros(()))  # the send functions' placeholder root gradi
 def record_send(context_id, dest, tensors):
     """Note that the current context talked to `dest`; if `tensors` require grad, record a
     send function for them. Returns its id (None when there are none)."""
-    from .functions import Send
     context = contexts.retrieve(context_id)
     with context.cond:
         context.workers.add(dest)
@@ -56,7 +56,6 @@ def record_send(context_id, dest, tensors):
 def record_recv(context_id, sender, send_id, layouts):
     """The context of a message that arrived from `sender`, and the recv function its
     gradient-requiring tensors come out of (None when there are none)."""
-    from .functions import RecvBackward
     context = contexts.get_or_create(context_id)
     with context.cond:
         context.workers.add(sender)
@@ -68,31 +67,6 @@ def record_recv(context_id, sender, send_id, layouts):
 
 
 # ---- during a pass ---------------------------------------------------------------------------
-
-def send_gradients(node, grads, error):
-    """Answer the send function behind `node` (a recv function) for the current pass."""
-    context = node.context
-    agent = api.current_agent("distributed backward")
-    node.answered = context.round
-    with contexts.running_in(None):
-        future = agent.request(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
-                               "distributed backward (gradients)", timeout=0)
-    with context.cond:
-        context.outgoing.append(future)
-
-
-def await_gradients(context, send_id, peer, count):
-    agent = api.current_agent("distributed backward")
-    with context.cond:
-        if not context.cond.wait_for(lambda: send_id in context.mailbox, agent.timeout or None):
-            raise api.RpcTimeoutError(
-                f"distributed backward: no gradients from {agent.describe(peer)} for a tensor "
-                f"sent to it within {agent.timeout:g} s")
-        grads, error = context.mailbox.pop(send_id)
-    if error is not None:
-        raise RuntimeError(f"distributed backward failed on {agent.describe(peer)}: {error}")
-    return tuple(grads) if grads is not None else (None,) * count
-
 
 def _file_gradients(sender, payload):
     context_id, send_id, grads, error = payload
@@ -187,7 +161,7 @@ def backward(context_id, roots, retain_graph=False):
             raise RuntimeError(f"dist_autograd.backward: roots[{i}] does not require grad and "
                                f"has no grad_fn")
         edges.append(edge)
-    grads = [Tensor._make(np.ones(r.shape, r.dtype)) for r in roots]
+    grads = [Tensor.wrap(np.ones(r.shape, r.dtype)) for r in roots]
     with context.cond:
         context.round += 1
         peers = context.workers - {agent.rank}

@@ -12,7 +12,8 @@ import numpy as np
 from ...autograd import Function
 from ...autograd.graph import Node
 from ...tensor import Tensor
-from . import engine
+from ..rpc import api
+from . import contexts
 
 
 class Send(Function):
@@ -24,7 +25,7 @@ class Send(Function):
 
     @staticmethod
     def backward(ctx, *unused):
-        return (None, None, None) + engine.await_gradients(ctx.context, ctx.send_id, ctx.peer,
+        return (None, None, None) + await_gradients(ctx.context, ctx.send_id, ctx.peer,
                                                            len(unused))
 
 
@@ -36,7 +37,7 @@ class RecvBackward(Node):
         self.context, self.sender, self.send_id, self.layouts = context, sender, send_id, layouts
         # Each backward pass seeds this node with `placeholder`, so the engine runs it (and
         # it answers its sender) even when the loss does not use its tensors.
-        self.placeholder = Tensor._make(np.zeros((), np.dtype(layouts[0][1])))
+        self.placeholder = Tensor.wrap(np.zeros((), np.dtype(layouts[0][1])))
         self.answered = 0  # the last pass in which the sender got our answer
 
     @property
@@ -45,5 +46,30 @@ class RecvBackward(Node):
 
     def apply(self, grad_outputs):
         grads = [None if g is self.placeholder else g for g in grad_outputs]
-        engine.send_gradients(self, grads, None)
+        send_gradients(self, grads, None)
         return []
+
+
+def send_gradients(node, grads, error):
+    """Answer the send function behind `node` (a recv function) for the current pass."""
+    context = node.context
+    agent = api.current_agent("distributed backward")
+    node.answered = context.round
+    with contexts.running_in(None):
+        future = agent.request(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
+                               "distributed backward (gradients)", timeout=0)
+    with context.cond:
+        context.outgoing.append(future)
+
+
+def await_gradients(context, send_id, peer, count):
+    agent = api.current_agent("distributed backward")
+    with context.cond:
+        if not context.cond.wait_for(lambda: send_id in context.mailbox, agent.timeout or None):
+            raise api.RpcTimeoutError(
+                f"distributed backward: no gradients from {agent.describe(peer)} for a tensor "
+                f"sent to it within {agent.timeout:g} s")
+        grads, error = context.mailbox.pop(send_id)
+    if error is not None:
+        raise RuntimeError(f"distributed backward failed on {agent.describe(peer)}: {error}")
+    return tuple(grads) if grads is not None else (None,) * count

@@ -7,6 +7,7 @@ from mpi4py import MPI
 
 from ...autograd import grad_mode
 from ..autograd import contexts
+from ..autograd import engine as dist_engine
 from . import rref as rrefs
 from . import wire
 from .agent import Agent, Handler, RpcTimeoutError, WorkerInfo, WorkerUnavailableError  # noqa: F401
@@ -71,8 +72,7 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
         problem = f"world_size={world_size} but MPI started {world.Get_size()} processes"
     handlers = {"call": Handler(_run_call), "bye": Handler(_peer_left, inline=True)}
     handlers.update(rrefs.handlers(Handler))
-    from ..autograd import engine
-    handlers.update(engine.handlers(Handler))
+    handlers.update(dist_engine.handlers(Handler))
     codec = _Codec()
     _agent = codec.agent = Agent(name, options, handlers, codec, problem)
     _agent.start()
@@ -194,16 +194,14 @@ class _Codec:
         context_id = contexts.current_id()
         if context_id is None:
             return None
-        from ..autograd import engine
-        send_id = engine.record_send(context_id, dest, grad_tensors)
+        send_id = dist_engine.record_send(context_id, dest, grad_tensors)
         return context_id, send_id, [wire.layout(t.data) for t in grad_tensors]
 
     def decode(self, source, autograd, body, arrays):
         node = None
         if autograd is not None:
-            from ..autograd import engine
             context_id, send_id, layouts = autograd
-            node = engine.record_recv(context_id, source, send_id, layouts)
+            node = dist_engine.record_recv(context_id, source, send_id, layouts)
         return wire.loads(body, arrays, node, lambda d: rrefs.receive(d, self.agent))
 
     @staticmethod

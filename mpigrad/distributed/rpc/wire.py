@@ -21,6 +21,10 @@ import types
 
 import numpy as np
 
+import mpigrad
+
+from ... import ops
+from ...nn import functional
 from ...tensor import Tensor
 from ..buffers import SUPPORTED_DTYPES
 
@@ -91,13 +95,11 @@ class _Unpickler(pickle.Unpickler):
         if kind == "rref":
             return self._load_rref(pid[1])
         _, index, requires_grad, grad_slot = pid
-        tensor = Tensor._make(self._arrays[index])
+        tensor = Tensor.wrap(self._arrays[index])
         if grad_slot is not None and self._grad_node is not None:
-            tensor.grad_fn = self._grad_node
-            tensor._output_nr = grad_slot
-            tensor.requires_grad = True
+            tensor.set_history(self._grad_node, grad_slot)
         elif requires_grad:
-            tensor.requires_grad = True
+            tensor.requires_grad_(True)
         return tensor
 
 
@@ -109,9 +111,6 @@ def _public_names():
     objects and lambdas), by id, so `rpc_sync(to, mg.add, ...)` works like `torch.add`."""
     global _public
     if _public is None:
-        import mpigrad
-        from mpigrad import ops
-        from mpigrad.nn import functional
         table = {}
         for module in (functional, ops, mpigrad):
             for name, value in vars(module).items():
