@@ -4,7 +4,9 @@ Reference counting follows PyTorch's RRef protocol, with the owner as the one pl
 decides when the value dies:
 
 - The owner keeps a table `_owned[rref_id] -> _Entry(value future, forks)`; `forks` are the
-  ids of the user RRefs (on other workers) that may still reach the value. The entry leaves
+  ids of the user RRefs (on other workers) that may still reach the value. (An RRef that
+  goes to its own owner, in a call to itself, finds its entry through `_local`, a weak map
+  of every entry alive on this worker.) The entry leaves
   the table when its last fork is deleted; the value is freed once no owner-side RRef object
   holds the entry either.
 - Every user RRef is one fork with an id of its own. When it is garbage-collected it sends
@@ -26,6 +28,7 @@ acknowledged, so graceful shutdown waits for them like any other request.
 """
 import itertools
 import threading
+import weakref
 
 from ...futures import Future
 from . import api
@@ -34,6 +37,7 @@ from .wire import _RRefBase
 
 _lock = threading.RLock()
 _owned = {}             # rref_id -> _Entry, for values this worker owns that are forked
+_local = weakref.WeakValueDictionary()  # rref_id -> _Entry, every entry alive here
 _pending_children = {}  # fork_id -> the RRef that must stay alive until the child is accepted
 _ids = itertools.count()
 
@@ -41,6 +45,7 @@ _ids = itertools.count()
 def _reset():
     with _lock:
         _owned.clear()
+        _local.clear()
         _pending_children.clear()
 
 
@@ -60,10 +65,15 @@ def _entry_for(rref_id):
     """The owner's entry for `rref_id`, created (with its value still pending) if a message
     about it arrives before the one that creates the value."""
     with _lock:
-        entry = _owned.get(rref_id)
+        entry = _owned.get(rref_id) or _local.get(rref_id)
         if entry is None:
-            entry = _owned[rref_id] = _Entry()
+            entry = _owned[rref_id] = _new_entry(rref_id)
         return entry
+
+
+def _new_entry(rref_id):
+    entry = _local[rref_id] = _Entry()
+    return entry
 
 
 class RRef(_RRefBase):
@@ -72,9 +82,11 @@ class RRef(_RRefBase):
 
     def __init__(self, value, type_hint=None):
         agent = api.current_agent("RRef")
-        entry = _Entry()
+        rref_id = _new_id(agent)
+        with _lock:
+            entry = _new_entry(rref_id)
         entry.future.set_result(value)
-        self._init(agent.rank, _new_id(agent), None, entry, True)
+        self._init(agent.rank, rref_id, None, entry, True)
 
     def _init(self, owner, rref_id, fork_id, entry, confirmed):
         self._owner, self._id, self._fork_id = owner, rref_id, fork_id
@@ -218,7 +230,8 @@ def receive(described, agent):
 def remote(agent, dest, func, args, kwargs, timeout, what):
     rref_id = _new_id(agent)
     if dest == agent.rank:
-        entry = _Entry()
+        with _lock:
+            entry = _new_entry(rref_id)
         rref = RRef._make(dest, rref_id, None, entry, True)
         agent.pool.submit(_run_into, entry, func, args, kwargs, api.current_context())
         return rref

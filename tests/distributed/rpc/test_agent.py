@@ -152,8 +152,11 @@ def test_graceful_shutdown_waits_for_outstanding_work(process_group):
 
 
 def _run(script, ranks, timeout=120):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(mg.__file__))] + sys.path))
+    # A fresh MPI job: without the launcher variables of the mpiexec this test may run under.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_",
+                                                                      "MPIR_", "OMPI_"))}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(mg.__file__))]
+                                        + sys.path)
     command = [sys.executable, "-c", textwrap.dedent(script)]
     if ranks > 1:
         command = ["mpiexec", "-n", str(ranks)] + command

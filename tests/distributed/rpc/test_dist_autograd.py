@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+import mpigrad.distributed as dist
 import mpigrad.distributed.autograd as dist_autograd
 import mpigrad.distributed.rpc as rpc
 
@@ -22,6 +23,7 @@ TOL = dict(rtol=1e-10, atol=1e-10)
 def model(workers):
     rank, size = workers
     _remote.make_params(size)
+    dist.barrier()  # no worker is called before it has its parameters
     return rank, size
 
 

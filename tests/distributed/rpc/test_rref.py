@@ -71,6 +71,10 @@ def test_remote_to_self_is_owned_here(workers):
     rank, _ = workers
     rref = rpc.remote(rank, _remote.Counter, args=(rank,))
     assert rref.is_owner() and rref.local_value().value == rank
+    # Sent to itself in a call, it is still the owner's own object.
+    assert rpc.rpc_sync(rank, _remote.rref_owner_and_value, args=(rref,)) == \
+        (f"worker{rank}", rank, True)
+    assert rpc.rpc_sync(rank, _remote.identity, args=(rref,)).local_value() is rref.local_value()
 
 
 def test_rref_returned_from_a_remote_call(workers):
