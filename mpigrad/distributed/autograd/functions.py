@@ -7,6 +7,8 @@ back. On the receiving worker the tensors come out of one `RecvBackward` node, a
 node whose gradient is sent back to the sender's `Send`. So the local engine runs each
 worker's share of the graph; the messages between the two nodes stitch the shares together.
 """
+import time
+
 import numpy as np
 
 from ...autograd import Function
@@ -14,6 +16,8 @@ from ...autograd.graph import Node
 from ...tensor import Tensor
 from ..rpc import api
 from . import contexts
+
+_WAIT_SLICE = 0.05  # seconds
 
 
 class Send(Function):
@@ -64,11 +68,15 @@ def send_gradients(node, grads, error):
 
 def await_gradients(context, send_id, peer, count):
     agent = api.current_agent("distributed backward")
+    deadline = time.monotonic() + agent.timeout if agent.timeout else None
     with context.cond:
-        if not context.cond.wait_for(lambda: send_id in context.mailbox, agent.timeout or None):
-            raise api.RpcTimeoutError(
-                f"distributed backward: no gradients from {agent.describe(peer)} for a tensor "
-                f"sent to it within {agent.timeout:g} s")
+        # In slices, so a peer that leaves, or this agent stopping, ends the wait at once.
+        while not context.cond.wait_for(lambda: send_id in context.mailbox, _WAIT_SLICE):
+            agent.check_reachable(peer, "distributed backward")
+            if deadline is not None and time.monotonic() > deadline:
+                raise api.RpcTimeoutError(
+                    f"distributed backward: no gradients from {agent.describe(peer)} for a "
+                    f"tensor sent to it within {agent.timeout:g} s")
         grads, error = context.mailbox.pop(send_id)
     if error is not None:
         raise RuntimeError(f"distributed backward failed on {agent.describe(peer)}: {error}")

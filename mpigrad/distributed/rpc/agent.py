@@ -200,7 +200,7 @@ class Agent:
         """Send a request to rank `dest`; returns the RpcFuture of its reply. `timeout` in
         seconds (None: the agent's default; 0: none). `keep` stays referenced until the reply
         arrives (RRefs in flight)."""
-        self._check_open(dest, what)
+        self.check_reachable(dest, what)
         msg_id = next(_msg_ids)
         header, arrays, tag = self.encode(dest, kind, msg_id, payload)
         future = self._register(dest, msg_id, what, timeout, keep)
@@ -230,7 +230,8 @@ class Agent:
                 heapq.heappush(self._deadlines, (time.monotonic() + seconds, msg_id))
         return future
 
-    def _check_open(self, dest, what):
+    def check_reachable(self, dest, what):
+        """Raise if this agent has stopped or worker `dest` has left."""
         if self._stopping.is_set():
             raise RuntimeError(f"{what}: the RPC agent of this worker has shut down")
         gone = self._dead.get(dest)

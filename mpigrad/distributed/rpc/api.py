@@ -6,6 +6,7 @@ import numbers
 from mpi4py import MPI
 
 from ...autograd import grad_mode
+from .. import abort
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
 from . import rref as rrefs
@@ -60,6 +61,9 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
             f"mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise: remove any "
             f"`mpi4py.rc.thread_level = ...` (its default is 'multiple') set before the first "
             f"`from mpi4py import MPI`, or use an MPI library built with thread support")
+    # As init_process_group does: a rank that dies of an uncaught exception ends the job
+    # (MPIGRAD_ABORT_ON_EXCEPTION=0 turns it off) rather than leaving its peers waiting.
+    abort.set_abort_on_exception(abort.setting(None))
     options = rpc_backend_options or MPIRpcBackendOptions()
     if not isinstance(options, MPIRpcBackendOptions):
         raise TypeError(f"rpc_backend_options must be MPIRpcBackendOptions (or "
