@@ -4,9 +4,9 @@ Reference counting follows PyTorch's RRef protocol, with the owner as the one pl
 decides when the value dies:
 
 - The owner keeps a table `_owned[rref_id] -> _Entry(value future, forks)`; `forks` are the
-  ids of the user RRefs (on other workers) that may still reach the value. (An RRef that
-  goes to its own owner, in a call to itself, finds its entry through `_local`, a weak map
-  of every entry alive on this worker.) The entry leaves
+  ids of the user RRefs (on other workers) that may still reach the value, and of owner
+  RRefs in messages the owner sent to itself, until they arrive. (`_local`, a weak map of
+  every entry alive on this worker, finds the entries that were never forked.) The entry leaves
   the table when its last fork is deleted; the value is freed once no owner-side RRef object
   holds the entry either.
 - Every user RRef is one fork with an id of its own. When it is garbage-collected it sends
@@ -191,8 +191,8 @@ def _call_method(name, rref, args, kwargs):
 def fork(rref, dest, agent):
     """The description of `rref` that travels to `dest`."""
     if rref._entry is not None:
-        if dest == agent.rank:
-            return (rref._owner, rref._id, None, agent.rank)
+        # Even to itself (a call to its own worker), the owner registers a fork: it keeps the
+        # value alive while the message travels, and the receiving side removes it.
         fork_id = _new_id(agent)
         with _lock:
             _owned.setdefault(rref._id, rref._entry).forks.add(fork_id)
@@ -208,12 +208,10 @@ def receive(described, agent):
     owner, rref_id, fork_id, parent = described
     if owner == agent.rank:
         rref = RRef._make(owner, rref_id, None, _entry_for(rref_id), True)
-        if fork_id is not None:
-            if parent == agent.rank:
-                with _lock:
-                    _pending_children.pop(fork_id, None)
-            else:
-                agent.post(parent, "rref_child", fork_id, "RRef child accept")
+        if parent == agent.rank:
+            _delete_fork(parent, (rref_id, fork_id))  # the transit fork of `fork` above
+        else:
+            agent.post(parent, "rref_child", fork_id, "RRef child accept")
         return rref
     if parent == owner:
         return RRef._make(owner, rref_id, fork_id, None, True)

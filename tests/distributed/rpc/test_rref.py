@@ -75,6 +75,11 @@ def test_remote_to_self_is_owned_here(workers):
     assert rpc.rpc_sync(rank, _remote.rref_owner_and_value, args=(rref,)) == \
         (f"worker{rank}", rank, True)
     assert rpc.rpc_sync(rank, _remote.identity, args=(rref,)).local_value() is rref.local_value()
+    # An RRef made by a call to itself: the maker's object is gone by the time it arrives.
+    made = rpc.rpc_sync(rank, _remote.wrap_in_rref, args=(_remote.Counter(3),))
+    gc.collect()
+    assert made.is_owner() and made.local_value().value == 3
+    assert rpc.rpc_sync(rank, _remote.owned_count) == 0
 
 
 def test_rref_returned_from_a_remote_call(workers):
