@@ -158,6 +158,7 @@ class Agent:
         self._tag_span = self.comm.Get_attr(MPI.TAG_UB) - _FIRST_DATA_TAG
         self._outbox = queue.SimpleQueue()  # control requests the listener sends
         self._draining = False
+        self._receivers = 0  # threads in receive_until: the listener need not hurry then
         self._in_flight = []  # (request, buffer) of the listener's Isends
         self._dead = {}  # rank -> why it is gone
         self.requests_sent = 0
@@ -272,7 +273,9 @@ class Agent:
             if incoming is not None or sent:
                 last_message = time.monotonic()
                 continue
-            if self._calls or time.monotonic() - last_message < _STAY_AWAKE:
+            if self._receivers:
+                pause = _MAX_PAUSE  # a waiting caller receives; don't compete with it
+            elif self._calls or time.monotonic() - last_message < _STAY_AWAKE:
                 pause = _MIN_PAUSE
             else:
                 pause = min(2 * pause, _MAX_PAUSE)
@@ -282,16 +285,22 @@ class Agent:
         """Receive and handle messages on this thread until `future` completes (or the
         agent stops, and the listener completes it)."""
         status = MPI.Status()
-        while not future._completed and not self._stopping.is_set():
-            try:
-                incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                if incoming is not None:
-                    self._receive(incoming, status)
-                    continue
-            except Exception:
-                sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
-                                 f"{traceback.format_exc()}")
-            time.sleep(_MIN_PAUSE)
+        with self._lock:
+            self._receivers += 1
+        try:
+            while not future._completed and not self._stopping.is_set():
+                try:
+                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
+                    if incoming is not None:
+                        self._receive(incoming, status)
+                        continue
+                except Exception:
+                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
+                                     f"{traceback.format_exc()}")
+                time.sleep(_MIN_PAUSE)
+        finally:
+            with self._lock:
+                self._receivers -= 1
 
     def _receive(self, incoming, status):
         source = status.Get_source()
