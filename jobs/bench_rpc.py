@@ -86,7 +86,7 @@ IDLE_SECONDS = 3.0
 
 def idle_cpu_fraction():
     """CPU time this process used while its agent sat idle, per second of wall time."""
-    time.sleep(0.5)  # past the listener's short-poll window after start-up
+    time.sleep(1.5)  # past the listener's short-poll windows after start-up
     before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     time.sleep(IDLE_SECONDS)
     after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - start

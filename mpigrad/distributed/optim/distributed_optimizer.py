@@ -45,13 +45,19 @@ class DistributedOptimizer:
             for owner, rrefs in by_owner.items()]
 
     def step(self, context_id):
+        local = [opt for opt in self.remote_optimizers if opt.is_owner()]
         futures = [rpc.rpc_async(opt.owner(), _step, args=(opt, context_id))
-                   for opt in self.remote_optimizers]
-        errors = []
+                   for opt in self.remote_optimizers if not opt.is_owner()]
+        errors, local_errors = [], []
+        for opt in local:  # this worker's share runs here while the others run there
+            try:
+                _step(opt, context_id)
+            except Exception as exc:
+                local_errors.append(exc)
         for future in futures:
             try:
                 future.wait()
-            except Exception as exc:
+            except Exception as exc:  # these name the worker they came from
                 errors.append(exc)
-        if errors:
-            raise errors[0]
+        if errors or local_errors:
+            raise (errors + local_errors)[0]
