@@ -13,8 +13,9 @@ MASTER_PORT (default 29631). Both agents run side by side; each round measures, 
                       worker0, batch 64, width 512, float32
 
 Before any of that, with no traffic: how much CPU an idle agent costs (its listener polls
-with a sleep in between). Each number is the median over rounds of that round's mean; the machine may be shared, which
-is why the configurations alternate within every round. One compute thread per rank.
+with a sleep in between). Each number is the median over rounds of that round's mean; the
+machine may be shared, which is why the configurations alternate within every round. One
+compute thread per rank.
 """
 import argparse
 import os

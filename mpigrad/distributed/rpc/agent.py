@@ -7,12 +7,15 @@ Threads
   sleeping between empty polls: 20 us while a reply is awaited or a message came in the
   last 50 ms, then doubling up to 2 ms, and up to 10 ms after a second without messages, so
   an idle agent costs about 1% of a core and a busy one answers within one short poll.
-  While a caller thread waits for its reply it receives messages itself (see
-  `receive_until`) and the listener slows down rather than compete with it. It never blocks on a send: small
-  control messages and their acknowledgements leave through its outbox as `Isend`s.
-  It decodes each message, completes replies' Futures, runs cheap bookkeeping requests
-  (RRef forks and deletes, gradients for distributed autograd) inline, in arrival order,
-  and hands everything else to the pool. It also fails calls whose timeout has passed.
+  A caller thread waiting for its reply receives (any) messages itself meanwhile (see
+  `receive_until`), and the listener slows down rather than compete with it. Receiving
+  never blocks on a send: small control messages and their acknowledgements leave through
+  the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
+  replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
+  distributed autograd) at once, and hands everything else to the pool. Messages may thus
+  be handled in a different order than they arrived; no protocol here depends on that
+  order (each message is sent only after the reply to the one it depends on). The listener
+  also fails calls whose timeout has passed.
 - A pool of `num_worker_threads` threads runs requests (the user's functions), so a nested
   call (A calls B, which calls A back) or a long function never stops other requests.
   Callbacks of RPC Futures run on the pool too, never on the listener.
@@ -27,8 +30,9 @@ had its reply received (even one that timed out: its function may still be runni
 late reply must not outlive the communicator), then sum over workers how many requests each
 has ever sent", serving requests all along, until two consecutive sums are equal: then no
 worker sent anything between its two contributions, and every request sent before was
-answered. Only then do the listeners stop. A worker that stops without that agreement (shutdown(graceful=False), or exiting the
-interpreter) first tells every other worker, whose calls to it then fail at once.
+answered. Only then do the listeners stop. A worker that stops without that agreement
+(shutdown(graceful=False), or exiting the interpreter) first tells every other worker, whose
+calls to it then fail at once.
 """
 import heapq
 import itertools
@@ -120,10 +124,10 @@ class _Call:
 
 class Handler:
     """How the agent serves one kind of request: `prepare(sender, payload)` runs on the
-    listener in arrival order (bookkeeping that must happen before any later message of the
-    same sender is looked at) and returns what `run(sender, prepared)` gets; `run` returns the
-    reply's value. `inline` handlers run entirely on the listener and must be quick and
-    never block."""
+    receiving thread before the request goes to the pool (bookkeeping the sender may rely on
+    once it has the reply) and returns what `run(sender, prepared)` gets; `run` returns the
+    reply's value. `inline` handlers run entirely on the receiving thread and must be quick
+    and never block."""
 
     def __init__(self, run, inline=False, prepare=None):
         self.run, self.inline, self.prepare = run, inline, prepare
@@ -296,7 +300,9 @@ class Agent:
                 try:
                     incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
                     if incoming is not None:
-                        self._receive(incoming, status)
+                        # Not in the caller's autograd context: the message brings its own.
+                        with self.codec.running_in(None):
+                            self._receive(incoming, status)
                         continue
                 except Exception:
                     sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"

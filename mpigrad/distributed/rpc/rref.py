@@ -20,11 +20,13 @@ decides when the value dies:
     accepted". If B is the owner it says so at once. Otherwise B first sends `fork` to the
     owner, which adds the fork and acknowledges; then B's RRef is confirmed and B tells A.
     So at every moment some confirmed fork, or the owner's own reference, keeps the value.
-- `remote()` creates a user RRef whose fork the owner registers (on its listener, in
-  arrival order) before running the function; the reply confirms it.
+- `remote()` creates a user RRef whose fork the owner registers before running the
+  function; the reply confirms it. A fetch (`to_here`) that overtakes the `remote` finds
+  the entry already made, value pending.
 
-These bookkeeping messages are handled on the owner's listener thread in arrival order and
-acknowledged, so graceful shutdown waits for them like any other request.
+These bookkeeping messages are handled as soon as they are received, never wait, and are
+acknowledged, so graceful shutdown waits for them like any other request. No step depends on
+the order two messages are handled in: each is sent only after the reply it depends on.
 """
 import itertools
 import threading
