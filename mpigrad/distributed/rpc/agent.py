@@ -413,6 +413,10 @@ class Agent:
         return sent
 
     def _expire_calls(self):
+        if len(self._deadlines) > 1024 and len(self._deadlines) > 4 * len(self._calls):
+            with self._lock:  # answered calls' deadlines: drop them, or the heap only grows
+                self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
+                heapq.heapify(self._deadlines)
         if not self._deadlines or self._deadlines[0][0] > time.monotonic():
             return
         now = time.monotonic()
