@@ -3,7 +3,12 @@
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 3 python jobs/bench_rpc.py
 
 Ranks and world size come from MPI; TensorPipe rendezvous at MASTER_ADDR=127.0.0.1 and
-MASTER_PORT (default 29631). Both agents run side by side; each round measures, in turn:
+MASTER_PORT (default 29631). The two agents never run at the same time: while TensorPipe's
+runs, even idle, its transport keeps polling and takes a large share of this 2-core machine
+from everything else (an idle TensorPipe agent made mpigrad's 128 KB rpc_sync 10-20x slower
+here), and it cannot be restarted in the same process. So the run is: half of mpigrad's
+rounds, TensorPipe started, all its rounds, TensorPipe shut down, mpigrad's other half (so
+drift in the machine's load hits both alike). Each round measures, in turn:
 
   small rpc_sync      worker0 -> worker1, a 4-element float32 tensor there and back (latency)
   16 MB round trip    worker0 -> worker1, a 16 MB tensor there and back (throughput), and the
@@ -148,7 +153,12 @@ def raw_mpi_round_trip(comm, buffer, repeat):
     return (time.perf_counter() - start) / repeat
 
 
-def serve_commands(comm):
+def start_torch(rank, size):
+    import torch.distributed.rpc as trpc  # only where torch runs
+    trpc.init_rpc(f"worker{rank}", rank=rank, world_size=size)
+
+
+def serve_commands(comm, torch, rank, size):
     """Workers other than 0: wait (sleeping, not spinning) for worker0's commands."""
     buffer = np.empty(BIG, np.float32)
     while True:
@@ -160,6 +170,11 @@ def serve_commands(comm):
             time.sleep(0.02)  # rarely: each test enters MPI, which the agents share
         if command[0] == "stop":
             return
+        if command[0] == "torch":
+            import torch.distributed.rpc as trpc  # only where torch runs
+            start_torch(rank, size)
+            trpc.shutdown()  # serves until worker0 is done with this round
+            continue
         for _ in range(command[1]):
             comm.Recv(buffer, 0, 5)
             comm.Send(buffer, 0, 5)
@@ -184,11 +199,9 @@ def main():
     torch = None
     if not args.no_torch:
         import torch
-        import torch.distributed.rpc as trpc
         torch.set_num_threads(1)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29631")
-        trpc.init_rpc(f"worker{rank}", rank=rank, world_size=size)
     build_stages(rank, torch)
     comm.Barrier()
 
@@ -197,40 +210,54 @@ def main():
         small = rng.standard_normal(4).astype(np.float32)
         big = rng.standard_normal(BIG).astype(np.float32)
         model_in = rng.standard_normal((BATCH, WIDTH)).astype(np.float32)
-        frameworks = {"mpigrad": mpigrad_cases(
+        ours = mpigrad_cases(
             mg.from_numpy(small), mg.from_numpy(big), mg.from_numpy(model_in),
             DistributedOptimizer(mg.optim.SGD, [r for w in range(size) for r in
-                                                rpc.rpc_sync(w, mpigrad_param_rrefs)], lr=0.01))}
-        if torch is not None:
-            from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
-            t_params = [r for w in range(size) for r in trpc.rpc_sync(w, torch_param_rrefs)]
-            frameworks["torch"] = torch_cases(
-                torch, torch.from_numpy(small), torch.from_numpy(big),
-                torch.from_numpy(model_in), TorchDistributedOptimizer(torch.optim.SGD, t_params,
-                                                                      lr=0.01))
+                                                rpc.rpc_sync(w, mpigrad_param_rrefs)], lr=0.01))
         repeats = {"small": args.small_calls, "big": args.big_calls, "step": args.steps}
-        results = {(f, case): [] for f in frameworks for case in repeats}
+        results = {(f, case): [] for f in ("mpigrad", "torch") for case in repeats}
         results[("mpi", "big")] = []
-        for _ in range(args.rounds):
+        def mpigrad_round():
             for case, repeat in repeats.items():
-                for name, cases in frameworks.items():
-                    results[(name, case)].append(timed(cases[case], repeat))
-                if case == "big":
-                    results[("mpi", "big")].append(raw_mpi_round_trip(comm, big.copy(), repeat))
+                results[("mpigrad", case)].append(timed(ours[case], repeat))
+            results[("mpi", "big")].append(raw_mpi_round_trip(comm, big.copy(),
+                                                              args.big_calls))
+
+        for _ in range(args.rounds // 2):
+            mpigrad_round()
+        if torch is not None:
+            import torch.distributed.rpc as trpc
+            from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
+            for r in range(1, size):
+                comm.send(("torch",), r, COMMAND_TAG)
+            start_torch(rank, size)
+            t_params = [r for w in range(size) for r in trpc.rpc_sync(w, torch_param_rrefs)]
+            theirs = torch_cases(torch, torch.from_numpy(small), torch.from_numpy(big),
+                                 torch.from_numpy(model_in),
+                                 TorchDistributedOptimizer(torch.optim.SGD, t_params, lr=0.01))
+            for _ in range(args.rounds):
+                for case, repeat in repeats.items():
+                    results[("torch", case)].append(timed(theirs[case], repeat))
+            del theirs, t_params
+            trpc.shutdown()
+        for _ in range(args.rounds - args.rounds // 2):
+            mpigrad_round()
         for r in range(1, size):
             comm.send(("stop",), r, COMMAND_TAG)
         report(results, torch is not None, args.rounds)
+        print("per-round means, ms (the spread is the machine's load):")
+        for (name, case), values in results.items():
+            print(f"  {name:8s} {case:6s} " + " ".join(f"{v * 1e3:8.2f}" for v in values))
         print(f"idle agent: {max(idle) * 100:.2f}% of a core (the busiest rank, "
               f"measured over {IDLE_SECONDS:g} s with no traffic)")
     else:
-        serve_commands(comm)
+        serve_commands(comm, torch, rank, size)
     rpc.shutdown()
-    if torch is not None:
-        trpc.shutdown()
 
 
 def report(results, with_torch, rounds):
-    med = {key: statistics.median(values) for key, values in results.items()}
+    med = {key: statistics.median(values) if values else float("nan")
+           for key, values in results.items()}
     bytes_moved = 2 * BIG * 4
     print(f"RPC benchmark: 3 ranks, {rounds} rounds, medians of per-round means "
           f"(shared machine)")
