@@ -90,7 +90,8 @@ class WorkerInfo:
 
 class RpcFuture(Future):
     """The Future of an RPC. Callbacks added before the reply arrives run on the agent's
-    pool (a callback may itself make blocking RPCs; the listener must stay free). A thread
+    pool (a callback may itself make blocking RPCs; a thread receiving messages, the
+    listener or a waiting caller, must stay free). A thread
     that waits for one receives messages itself meanwhile, so its reply needs no hand-over
     from the listener."""
 
@@ -106,7 +107,7 @@ class RpcFuture(Future):
         agent = self._agent
 
         def dispatch(fut):
-            if threading.current_thread() is agent.listener:
+            if getattr(agent.receiving, "active", False):
                 agent.pool.submit(callback, fut)
             else:
                 callback(fut)
@@ -166,6 +167,7 @@ class Agent:
         self._outbox = queue.SimpleQueue()  # control requests the listener sends
         self._draining = False
         self._receivers = 0  # threads in receive_until: the listener need not hurry then
+        self.receiving = threading.local()  # .active: this thread is handling a message
         self._in_flight = []  # (request, buffer) of the listener's Isends
         self._dead = {}  # rank -> why it is gone
         self.requests_sent = 0
@@ -313,6 +315,13 @@ class Agent:
                 self._receivers -= 1
 
     def _receive(self, incoming, status):
+        self.receiving.active = True
+        try:
+            self._handle(incoming, status)
+        finally:
+            self.receiving.active = False
+
+    def _handle(self, incoming, status):
         source = status.Get_source()
         header = bytearray(status.Get_count(MPI.BYTE))
         incoming.Recv([header, MPI.BYTE])
