@@ -188,7 +188,8 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
         from mpigrad.distributed.rpc import WorkerUnavailableError
         rank = MPI.COMM_WORLD.Get_rank()
         rpc.init_rpc(f"w{rank}")
-        print(rank, "sum", rpc.rpc_sync((rank + 1) % 2, sum, args=([rank, 2],)), flush=True)
+        total = rpc.rpc_sync((rank + 1) % 2, sum, args=([rank, 2],))
+        print(f"{rank} sum {total}", flush=True)  # one write: the ranks share the pipe
         MPI.COMM_WORLD.Barrier()
         if rank == 0:
             deadline = time.monotonic() + 20
@@ -196,7 +197,7 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
                 try:
                     rpc.rpc_sync(1, sum, args=([1],))
                 except WorkerUnavailableError as exc:
-                    print("GONE", exc, flush=True)
+                    print(f"GONE {exc}", flush=True)
                     break
                 time.sleep(0.05)
             rpc.shutdown(graceful=False)
