@@ -1,0 +1,1 @@
+from .zero_redundancy_optimizer import ZeroRedundancyOptimizer  # noqa: F401
