@@ -121,7 +121,7 @@ def bench_bucketed_allreduce(comm, reducer, repeats):
     one Allreduce of the same total bytes."""
     buffers = [np.ones(b.size, b.dtype) for b in reducer.buckets]
     flat = np.ones(sum(b.size for b in buffers), buffers[0].dtype)
-    data_comm = reducer.comm
+    data_comm = reducer.channel.comm
 
     def bucketed():
         MPI.Request.Waitall([data_comm.Iallreduce(MPI.IN_PLACE, [b, MPI.FLOAT], MPI.SUM)
@@ -171,7 +171,7 @@ def main():
         torch.distributed.destroy_process_group()
 
     bucketed, raw, nbytes, nbuckets = bench_bucketed_allreduce(comm, ddp.reducer, 20)
-    control = ddp.reducer.control
+    control = ddp.reducer.channel.control
     probe = np.zeros(2, np.int64)
     agreement = timed(comm, lambda: control.Allreduce(MPI.IN_PLACE, [probe, MPI.INT64_T],
                                                       MPI.MAX), 200)

@@ -12,7 +12,7 @@ def _shape(size):
 
 
 def _finish(array, requires_grad):
-    t = Tensor._make(array)
+    t = Tensor.wrap(array)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -36,7 +36,7 @@ def as_tensor(data, dtype=None):
 def from_numpy(array):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects an np.ndarray, got {type(array).__name__}")
-    return Tensor._make(array)
+    return Tensor.wrap(array)
 
 
 def zeros(*size, dtype=None, requires_grad=False):
@@ -101,8 +101,8 @@ def rand(*size, dtype=None, generator=None, requires_grad=False):
 def randint(low, high=None, size=(), dtype=None, generator=None):
     if high is None:
         low, high = 0, low
-    return Tensor._make(random.integers_array(low, high, _shape((size,)), dtype, generator))
+    return Tensor.wrap(random.integers_array(low, high, _shape((size,)), dtype, generator))
 
 
 def randperm(n, generator=None):
-    return Tensor._make(random.permutation_array(n, generator))
+    return Tensor.wrap(random.permutation_array(n, generator))

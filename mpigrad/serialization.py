@@ -1,15 +1,15 @@
-"""Checkpoints: ``save(obj, path)`` and ``load(path)``, the roles of torch.save/torch.load.
+"""Checkpoints: `save(obj, path)` and `load(path)`, the roles of torch.save/torch.load.
 
-A checkpoint is an ordinary numpy ``.npz`` archive. Every array (a Tensor's
+A checkpoint is an ordinary numpy `.npz` archive. Every array (a Tensor's
 storage, a numpy array, a numpy scalar) is one member; the nesting around them
 (dicts, lists, tuples, numbers, strings) is a JSON manifest stored as a uint8
 member. Nothing is pickled, so loading a file cannot run code: numpy is asked
-to refuse pickled members and the manifest is parsed by ``json``.
+to refuse pickled members and the manifest is parsed by `json`.
 
 Writes are atomic: the archive goes to a hidden temporary file in the target's
 directory, is flushed to disk, and only then renamed over the target. A crash
 mid-write leaves the previous checkpoint untouched (and, after a hard kill, a
-stray ``.<name>.<random>.tmp`` file that is safe to delete).
+stray `.<name>.<random>.tmp` file that is safe to delete).
 """
 
 import json
@@ -36,9 +36,9 @@ _READ_ERRORS = (ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
 def save(obj, path):
-    """Write ``obj`` to ``path`` atomically.
+    """Write `obj` to `path` atomically.
 
-    ``obj`` is any nesting of dicts (str or int keys), lists and tuples whose
+    `obj` is any nesting of dicts (str or int keys), lists and tuples whose
     leaves are Tensors, numpy arrays and scalars, Python numbers, strings,
     bools and None: model and optimizer state dicts, scheduler states, epoch
     counters. A Tensor or array that appears several times is stored once and
@@ -68,11 +68,11 @@ def save(obj, path):
 
 
 def load(path):
-    """Read a checkpoint written by :func:`save` and rebuild the object.
+    """Read a checkpoint written by `save` and rebuild the object.
 
-    Tensors come back as Tensors (dtype, shape and ``requires_grad`` kept),
+    Tensors come back as Tensors (dtype, shape and `requires_grad` kept),
     numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
-    dict comes back as a plain ``dict``. Raises ``ValueError`` naming the file
+    dict comes back as a plain `dict`. Raises `ValueError` naming the file
     if it is not an mpigrad checkpoint or is damaged.
     """
     with open(path, "rb") as file:
@@ -87,12 +87,12 @@ def load(path):
 
 
 def _encode(obj, arrays, slots, where):
-    """The JSON form of ``obj``; arrays are appended to ``arrays``.
+    """The JSON form of `obj`; arrays are appended to `arrays`.
 
     Containers and arrays become one-key objects tagging their kind, so a JSON
     object in the manifest is never ambiguous with the plain values (JSON's
     own null, bools, numbers, strings) that stand for themselves.
-    ``slots`` maps id() of already stored arrays to their member index.
+    `slots` maps id() of already stored arrays to their member index.
     """
     # Before the Python types: np.float64 is a float, and would lose its type.
     if isinstance(obj, np.generic):

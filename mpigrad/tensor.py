@@ -4,13 +4,17 @@ Storage is `data` (an ndarray). Graph links: `grad_fn` (the Node that produced i
 `_output_nr`; leaves that require grad are reached through an AccumulateGrad node. Every
 in-place write bumps a version counter shared by all tensors that alias the same storage, so
 backward can tell when a saved tensor was changed after it was saved.
+
+Tensor owns that state: the rest of mpigrad creates, aliases, writes and links tensors only
+through `Tensor.wrap`, `alias`, `writing` (or `mark_written`) and `set_history`, never by
+setting the fields.
 """
 import weakref
 
 import numpy as np
 
-from . import dtypes
-from .autograd.graph import add_hook
+from . import dtypes, random
+from .hooks import add_hook
 
 
 class Tensor:
@@ -27,11 +31,42 @@ class Tensor:
         if requires_grad:
             self.requires_grad_(True)
 
+    # ----------------------------------------------------------------- autograd state
+    # The only ways mpigrad's own packages make tensors, alias them, write into them and link
+    # them into the graph; keeping these together keeps the version counter honest.
     @classmethod
-    def _make(cls, array):
+    def wrap(cls, array):
+        """A new leaf tensor on `array` (an ndarray, not copied) with its own version counter."""
         t = object.__new__(cls)
         _init(t, array)
         return t
+
+    def mark_written(self):
+        """Record that this tensor's storage was changed outside autograd. Only for writes
+        that cannot sit inside a `writing()` block, such as a nonblocking MPI receive that
+        completes later; everything else uses `writing()`."""
+        self._vc[0] += 1
+
+    def alias(self, array=None, view=True):
+        """A new tensor on `array` (default: this tensor's storage) sharing this tensor's
+        version counter, with no graph history. With `view`, it also records this tensor (or
+        its own base) as its base, so autograd refuses recorded in-place writes into it."""
+        t = Tensor.wrap(self.data if array is None else array)
+        t._vc = self._vc
+        if view:
+            t._base = self._base if self._base is not None else self
+        return t
+
+    def writing(self):
+        """`with t.writing() as array:` write into `array` (t's storage) in place; on leaving
+        the block t is marked as written (its version goes up), even if the write failed."""
+        return _Writing(self)
+
+    def set_history(self, grad_fn, output_nr=0):
+        """Make this tensor output `output_nr` of the graph node `grad_fn`."""
+        self.grad_fn = grad_fn
+        self._output_nr = output_nr
+        self.requires_grad = True
 
     # ----------------------------------------------------------------- metadata
     @property
@@ -191,10 +226,7 @@ class Tensor:
 
     def detach(self):
         """A tensor on the same storage (and version counter) with no graph history."""
-        t = Tensor._make(self.data)
-        t._vc = self._vc
-        t._base = self._base if self._base is not None else self
-        return t
+        return self.alias()
 
     def detach_(self):
         self.grad_fn = None
@@ -241,12 +273,8 @@ class Tensor:
         return add_hook(self._post_accumulate_hooks, hook)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from . import autograd
         autograd.backward(self, gradient, retain_graph=retain_graph,
                           create_graph=create_graph, inputs=inputs)
-
-    def _bump_version(self):
-        self._vc[0] += 1
 
     # ----------------------------------------------------------------- arithmetic
     def __add__(self, other):
@@ -398,11 +426,9 @@ class Tensor:
         return ops.inplace(ops.masked_fill, self, mask, value=value)
 
     def normal_(self, mean=0.0, std=1.0, generator=None):
-        from . import random
         return self.copy_(random.normal_array(self.shape, mean, std, self.dtype, generator))
 
     def uniform_(self, a=0.0, b=1.0, generator=None):
-        from . import random
         return self.copy_(random.uniform_array(self.shape, a, b, self.dtype, generator))
 
     # ----------------------------------------------------------------- math methods
@@ -525,10 +551,10 @@ class Tensor:
         return ops.ge(self, other)
 
     def all(self):
-        return Tensor._make(np.asarray(self.data.all()))
+        return Tensor.wrap(np.asarray(self.data.all()))
 
     def any(self):
-        return Tensor._make(np.asarray(self.data.any()))
+        return Tensor.wrap(np.asarray(self.data.any()))
 
     # ----------------------------------------------------------------- shape
     def reshape(self, *shape):
@@ -587,6 +613,32 @@ class Tensor:
         return self if self.data.flags.c_contiguous else ops.clone(self)
 
 
+def zero_grads(tensors, set_to_none=True):
+    """Module.zero_grad and Optimizer.zero_grad: drop each tensor's `.grad`, or with
+    `set_to_none=False` fill it with zeros in place."""
+    for t in tensors:
+        if t.grad is None:
+            continue
+        if set_to_none:
+            t.grad = None
+        else:
+            with t.grad.writing() as grad:
+                grad.fill(0)
+
+
+class _Writing:
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __enter__(self):
+        return self.tensor.data
+
+    def __exit__(self, *exc):
+        self.tensor._vc[0] += 1
+
+
 def _init(t, array):
     t.data = array
     t.requires_grad = False
@@ -633,4 +685,6 @@ def _shape_arg(shape):
     return tuple(shape)
 
 
-from . import ops  # noqa: E402  (ops needs the Tensor class defined above)
+# The layers above Tensor: its operators are ops, its backward() is autograd's. Both build on
+# the Tensor class, so they can only be imported once it exists.
+from . import autograd, ops  # noqa: E402

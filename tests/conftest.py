@@ -1,5 +1,49 @@
-"""Fixtures shared by the folders whose tests talk MPI (distributed/, parallel/)."""
+"""Fixtures shared by the tests that talk MPI (tests/distributed, with DDP's in
+tests/distributed/ddp), and how they run under MPI.
+
+Every test in tests/distributed runs twice in `tests/run.sh`: serially (a world of one,
+`python -m pytest`) and on 2 and 3 ranks (`mpiexec -n 2|3 python -m pytest --only-mpi`).
+pytest-mpi's `--only-mpi` runs only tests marked `mpi`, so the hook below marks every test
+there `mpi` under MPI; a test writes `mpi(min_size=k)` itself only when it needs k ranks, and
+`mpi_skip` when it launches its own MPI jobs in a subprocess (those run in the serial step
+only). A module there whose tests would all stay out of the MPI steps is a collection error,
+so a multi-rank check cannot silently become a world-of-one check again.
+"""
+from pathlib import Path
+
 import pytest
+
+MPI_FOLDER = Path(__file__).parent / "distributed"
+
+
+def _in_mpi_folder(item):
+    return MPI_FOLDER in item.path.parents
+
+
+def _runs_on_several_ranks(item):
+    """Whether the MPI steps run this test (and on every rank)."""
+    return item.get_closest_marker("mpi_skip") is None
+
+
+# tryfirst: pytest-mpi's own hook skips every test without the mark under --only-mpi.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    by_module = {}
+    for item in items:
+        if _in_mpi_folder(item):
+            by_module.setdefault(item.path, []).append(item)
+    serial_only = sorted(str(path) for path, module_items in by_module.items()
+                         if not any(_runs_on_several_ranks(item) for item in module_items))
+    if serial_only:
+        raise pytest.UsageError(
+            f"{', '.join(serial_only)}: every test is marked mpi_skip, so no test of the "
+            "module runs on several ranks; tests under tests/distributed "
+            "must run under mpiexec (see tests/conftest.py)")
+    if config.getoption("--only-mpi"):
+        for module_items in by_module.values():
+            for item in module_items:
+                if _runs_on_several_ranks(item) and item.get_closest_marker("mpi") is None:
+                    item.add_marker(pytest.mark.mpi)
 
 
 @pytest.fixture(scope="session")
@@ -17,11 +61,11 @@ def process_group():
 # Looked up per test: a test of init/destroy may have replaced the default group.
 @pytest.fixture
 def rank(process_group):
-    import mpigrad.distributed as dist
+    import mpigrad.distributed as dist  # not at the top: see process_group
     return dist.get_rank()
 
 
 @pytest.fixture
 def size(process_group):
-    import mpigrad.distributed as dist
+    import mpigrad.distributed as dist  # not at the top: see process_group
     return dist.get_world_size()

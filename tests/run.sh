@@ -7,7 +7,8 @@
 # Every step runs even when an earlier one failed; the exit code is non-zero if any did.
 # Each step's output is also saved in $MPIGRAD_TEST_LOGS (default: a temporary
 # directory), and the summary at the end repeats the FAILED/ERROR lines, since under
-# mpiexec the ranks' output is interleaved.
+# mpiexec the ranks' output is interleaved. The summary gives each step's passed / skipped /
+# failed counts (one line per distinct rank outcome under MPI), so a wave of skips shows.
 
 set -uo pipefail  # not -e: a failing step must not stop the others
 
@@ -31,6 +32,15 @@ names=()
 logfiles=()
 results=()
 failed=0
+
+# counts LOGFILE: pytest's closing "N passed, M skipped ..." line, once per distinct outcome
+# (each rank prints its own under MPI; ranks that disagree show as several, "a | b").
+counts() {
+    local lines
+    lines=$(grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed|warnings?)(, [0-9]+ [a-z]+)* in [0-9.]+s' "$1" \
+        | sed -E 's/ in [0-9.]+s$//' | sort -u | paste -sd ';' | sed 's/;/ | /g')
+    echo "${lines:-no pytest summary}"
+}
 
 # step NAME LOGFILE MPI(yes/no) COMMAND...: run, record the outcome, never exit.
 step() {
@@ -58,7 +68,7 @@ step() {
     fi
     names+=("$name")
     logfiles+=("$log")
-    results+=("$outcome, ${took}s")
+    results+=("$outcome, ${took}s; $(counts "$log")")
     if [[ $status != 0 ]]; then
         failed=1
     fi

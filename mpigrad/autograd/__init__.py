@@ -1,22 +1,24 @@
 """Reverse-mode automatic differentiation: the engine, grad modes, custom Functions, checks."""
 import numpy as np
 
-from .grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled  # noqa: F401
+from .grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,  # noqa: F401
+                        inference_mode, is_inference_mode_enabled)
 from .anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled  # noqa: F401
 from .engine import queue_callback, run_backward
 from .function import Function, FunctionCtx  # noqa: F401
 from .graph import Node, gradient_edge
+from ..tensor import Tensor
 
 
-def _as_tuple(x):
+def _tensors_as_tuple(x):
+    """A tensor, a list or tuple of them, or None, as a tuple."""
     if x is None:
         return ()
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
 def _root_grads(outputs, grad_outputs):
-    from ..tensor import Tensor
-    grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
+    grad_outputs = _tensors_as_tuple(grad_outputs) or (None,) * len(outputs)
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"got {len(grad_outputs)} gradients for {len(outputs)} outputs")
     grads = []
@@ -26,7 +28,7 @@ def _root_grads(outputs, grad_outputs):
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {tuple(out.shape)}, so pass a gradient "
                                    "of that shape")
-            g = Tensor._make(np.ones(out.shape, out.dtype))
+            g = Tensor.wrap(np.ones(out.shape, out.dtype))
         else:
             g = g if isinstance(g, Tensor) else Tensor(g)
             if g.shape != out.shape:
@@ -49,14 +51,14 @@ def _edges(tensors, what):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate d(tensors)/d(leaf) into every leaf's `.grad` (or only `inputs`' if given)."""
-    tensors = _as_tuple(tensors)
+    tensors = _tensors_as_tuple(tensors)
     grads = _root_grads(tensors, grad_tensors)
     retain_graph = create_graph if retain_graph is None else retain_graph
     roots = _edges(tensors, "tensors")
     if inputs is None:
         run_backward(roots, grads, retain_graph, create_graph)
         return
-    inputs = _as_tuple(inputs)
+    inputs = _tensors_as_tuple(inputs)
     for t, g in zip(inputs, run_backward(roots, grads, retain_graph, create_graph,
                                          _edges(inputs, "inputs"))):
         if g is not None:
@@ -66,8 +68,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False, materialize_grads=False):
     """The gradients of `outputs` with respect to `inputs`, returned, not accumulated."""
-    from ..tensor import Tensor
-    outputs, inputs = _as_tuple(outputs), _as_tuple(inputs)
+    outputs, inputs = _tensors_as_tuple(outputs), _tensors_as_tuple(inputs)
     grads = _root_grads(outputs, grad_outputs)
     retain_graph = create_graph if retain_graph is None else retain_graph
     results = run_backward(_edges(outputs, "outputs"), grads, retain_graph, create_graph,
@@ -76,7 +77,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, (t, g) in enumerate(zip(inputs, results)):
         if g is None:
             if materialize_grads:
-                g = Tensor._make(np.zeros(t.shape, t.dtype))
+                g = Tensor.wrap(np.zeros(t.shape, t.dtype))
             elif not allow_unused:
                 raise RuntimeError(f"input {i} was not used in the graph of the outputs; pass "
                                    "allow_unused=True if this is expected")
@@ -86,9 +87,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     return tuple(out)
 
 
+# These build on backward() and grad() above (and on ops), so they come after them.
 from . import functional  # noqa: E402,F401
 from .gradcheck import gradcheck, gradgradcheck  # noqa: E402,F401
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad",
-           "set_grad_enabled", "is_grad_enabled", "detect_anomaly", "set_detect_anomaly",
+           "set_grad_enabled", "is_grad_enabled", "inference_mode", "is_inference_mode_enabled",
+           "detect_anomaly", "set_detect_anomaly",
            "queue_callback", "gradcheck", "gradgradcheck", "functional", "Node"]

@@ -5,24 +5,57 @@ nodes from a ready queue: a node becomes ready once every consumer has sent its 
 each node runs exactly once with the full sum. Among ready nodes the most recently created
 goes first, and a leaf's AccumulateGrad goes before anything else, so leaves finish (and
 their post-accumulate hooks fire) as early as the graph allows.
+
+Several threads may run backward at once. Everything a pass needs is local to its call or to
+its thread (grad mode, the running task), so independent graphs never meet; where graphs
+share leaves, their `.grad` updates are serialised by one lock.
 """
 import heapq
 import itertools
+import threading
 
 import numpy as np
 
 from . import anomaly, grad_mode
 from .graph import AccumulateGrad, reachable
 
-_callback_stacks = []
+_task_ids = itertools.count(1)
+_leaf_lock = threading.Lock()
+
+
+class _Running(threading.local):
+    # The backward passes running on this thread, innermost last (a hook or a checkpoint's
+    # recomputation may start another one).
+    tasks = ()
+
+
+_running = _Running()
+
+
+class GraphTask:
+    """One call of run_backward: its id, whether it accumulates into `.grad`, its callbacks."""
+
+    __slots__ = ("id", "accumulate", "callbacks")
+
+    def __init__(self, accumulate):
+        self.id = next(_task_ids)
+        self.accumulate = accumulate
+        self.callbacks = []
+
+
+def current_task():
+    """The innermost backward pass running on this thread, or None."""
+    tasks = _running.tasks
+    return tasks[-1] if tasks else None
 
 
 def queue_callback(callback):
     """Run `callback()` once, when the backward pass that is running now finishes."""
-    if not _callback_stacks:
+    task = current_task()
+    if task is None:
         raise RuntimeError("queue_callback() can only be called while a backward pass is "
                            "running, e.g. from a tensor hook.")
-    _callback_stacks[-1].append(callback)
+    task.callbacks.append(callback)
 
 
 def _needed_for(nodes, targets):
@@ -72,16 +105,18 @@ def _accumulate_into_leaf(variable, grad, create_graph, owned):
     if variable._hooks:
         grad = _run_tensor_hooks(variable._hooks, grad)
         owned = False  # a hook may have kept the array (to log it, say)
-    current = variable.grad
-    if current is None:
-        # Take the incoming buffer when nothing else can see it; copy otherwise so two
-        # leaves never share (and later corrupt) one .grad array.
-        variable.grad = grad if owned else grad.clone() if create_graph else grad.detach().clone()
-    elif create_graph or current.requires_grad:
-        variable.grad = current + grad
-    else:
-        np.add(current.data, grad.data, out=current.data)
-        current._bump_version()
+    with _leaf_lock:
+        current = variable.grad
+        if current is None:
+            # Take the incoming buffer when nothing else can see it; copy otherwise so two
+            # leaves never share (and later corrupt) one .grad array.
+            variable.grad = (grad if owned else grad.clone() if create_graph
+                             else grad.detach().clone())
+        elif create_graph or current.requires_grad:
+            variable.grad = current + grad
+        else:
+            with current.writing() as data:
+                np.add(data, grad.data, out=data)
     if variable._post_accumulate_hooks:
         for hook in list(variable._post_accumulate_hooks.values()):
             hook(variable)
@@ -123,10 +158,13 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     heapq.heapify(ready)
     executed = []
     check_anomaly = anomaly.is_anomaly_enabled()
-    callbacks = []
-    _callback_stacks.append(callbacks)
-    previous_mode = grad_mode._State.enabled
-    grad_mode._State.enabled = create_graph
+    task = GraphTask(accumulate)
+    callbacks = task.callbacks
+    outer_tasks = _running.tasks
+    _running.tasks = outer_tasks + (task,)
+    mode = grad_mode._State
+    previous_mode = mode.enabled
+    mode.enabled = create_graph
     try:
         while ready:
             node = heapq.heappop(ready)[2]
@@ -166,12 +204,12 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
                 deps[child] -= 1
                 if deps[child] == 0:
                     heapq.heappush(ready, (-child.priority, next(tiebreak), child))
-        grad_mode._State.enabled = previous_mode  # callbacks run in the caller's mode
+        mode.enabled = previous_mode  # callbacks run in the caller's mode
         while callbacks:
             callbacks.pop(0)()
     finally:
-        grad_mode._State.enabled = previous_mode
-        _callback_stacks.pop()
+        mode.enabled = previous_mode
+        _running.tasks = outer_tasks
     if not retain_graph:
         for node in executed:
             node.release()

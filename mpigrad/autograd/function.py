@@ -1,33 +1,34 @@
 """Custom differentiable functions: subclass Function, write forward and backward."""
 import numpy as np
 
+from ..tensor import Tensor
 from . import grad_mode
-from .graph import Node, gradient_edge
+from .graph import Meta, Node, gradient_edge, reduce_to
 
 
 class FunctionCtx:
     """The `ctx` that forward and backward share. For the Function's node, it is the node."""
 
     def save_for_backward(self, *tensors):
-        from ..tensor import Tensor
         for t in tensors:
             if t is not None and not isinstance(t, Tensor):
                 raise TypeError(f"save_for_backward can only save tensors (or None), got "
                                 f"{type(t).__name__}; store other values as ctx attributes")
         self._saved = tuple(tensors)
-        self._saved_versions = tuple(None if t is None else t._vc[0] for t in tensors)
+        self._saved_versions = tuple(None if t is None else t._version for t in tensors)
 
     @property
     def saved_tensors(self):
+        saved = self._saved  # before the check: another thread's backward may release it
         self.check_not_freed()
-        for i, (t, expected) in enumerate(zip(self._saved, self._saved_versions)):
-            if t is not None and t._vc[0] != expected:
+        for i, (t, expected) in enumerate(zip(saved, self._saved_versions)):
+            if t is not None and t._version != expected:
                 raise RuntimeError(
                     f"one of the tensors needed for gradient computation has been modified by "
                     f"an in-place operation: saved tensor {i} of {self.name()} is at version "
-                    f"{t._vc[0]}; expected version {expected}. Clone it before changing it, or "
+                    f"{t._version}; expected version {expected}. Clone it before changing it, or "
                     "use an out-of-place op.")
-        return self._saved
+        return saved
 
     def mark_non_differentiable(self, *tensors):
         self._non_differentiable = {id(t) for t in tensors}
@@ -58,11 +59,9 @@ class BackwardFunction(Node, FunctionCtx):
         return len(self._output_metas)
 
     def apply(self, grad_outputs):
-        from ..ops import reduce_to
-        from ..tensor import Tensor
         self.check_not_freed()
         if self._materialize_grads:
-            grad_outputs = [Tensor._make(np.zeros(shape, dtype)) if g is None else g
+            grad_outputs = [Tensor.wrap(np.zeros(shape, dtype)) if g is None else g
                             for g, (shape, dtype) in zip(grad_outputs, self._output_metas)]
         grads = self._function.backward(self, *grad_outputs)
         if not isinstance(grads, tuple):
@@ -84,15 +83,8 @@ class BackwardFunction(Node, FunctionCtx):
 
     def release(self):
         if self._saved:
-            self._saved = ()
             self._freed = True
-
-
-class _InputMeta:
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, dtype
+            self._saved = ()
 
 
 class Function:
@@ -111,12 +103,11 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from ..tensor import Tensor
         is_tensor = [isinstance(a, Tensor) for a in args]
         needs = tuple(t and a.requires_grad for t, a in zip(is_tensor, args))
         record = grad_mode.is_grad_enabled() and any(needs)
         edges = tuple(gradient_edge(a) if n else None for a, n in zip(args, needs))
-        metas = tuple(_InputMeta(a.shape, a.dtype) if t else _InputMeta((), None)
+        metas = tuple(Meta(a.shape, a.dtype) if t else Meta((), None)
                       for t, a in zip(is_tensor, args))
         ctx = BackwardFunction(cls, edges, needs, metas)
         with grad_mode.no_grad():
@@ -135,14 +126,10 @@ class Function:
             differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
             if any(out is a for a in args):
                 # An input returned as-is becomes a new tensor so the input keeps its history.
-                alias = Tensor._make(out.data)
-                alias._vc = out._vc
-                out = alias
+                out = out.alias(view=False)
             metas_out.append((out.shape, out.dtype))
             if differentiable:
-                out.grad_fn = ctx
-                out._output_nr = nr
-                out.requires_grad = True
+                out.set_history(ctx, nr)
             results.append(out)
         ctx._output_metas = tuple(metas_out)
         return results[0] if single else tuple(results)

@@ -5,11 +5,14 @@ caller's tensors are never part of the graph built here (as torch.autograd.funct
 """
 import numpy as np
 
+from .. import ops
+from ..tensor import Tensor
 from . import grad as _grad
 from . import grad_mode
 
 
-def _as_tuple(x):
+def _as_tuple_and_form(x):
+    """(x as a tuple, whether x was a tuple or list), so results can be unpacked the same way."""
     return (tuple(x), True) if isinstance(x, (tuple, list)) else ((x,), False)
 
 
@@ -18,8 +21,7 @@ def _prepare(inputs):
 
 
 def _fill(grads, like):
-    from ..tensor import Tensor
-    return tuple(Tensor._make(np.zeros(x.shape, x.dtype)) if g is None else g
+    return tuple(Tensor.wrap(np.zeros(x.shape, x.dtype)) if g is None else g
                  for g, x in zip(grads, like))
 
 
@@ -33,11 +35,11 @@ def _finish(t, create_graph):
 
 def vjp(func, inputs, v=None, create_graph=False):
     """(func(inputs), v^T J)."""
-    inputs, inputs_tuple = _as_tuple(inputs)
+    inputs, inputs_tuple = _as_tuple_and_form(inputs)
     with grad_mode.enable_grad():
         xs = _prepare(inputs)
-        outputs, outputs_tuple = _as_tuple(func(*xs))
-        v = _as_tuple(v)[0] if v is not None else None
+        outputs, outputs_tuple = _as_tuple_and_form(func(*xs))
+        v = _as_tuple_and_form(v)[0] if v is not None else None
         grads = _grad(outputs, xs, v, create_graph=create_graph, allow_unused=True)
     grads = _fill(grads, xs)
     return (_unpack(tuple(_finish(o, create_graph) for o in outputs), outputs_tuple),
@@ -46,22 +48,21 @@ def vjp(func, inputs, v=None, create_graph=False):
 
 def jvp(func, inputs, v=None, create_graph=False):
     """(func(inputs), J v), by differentiating the vjp with respect to its cotangent."""
-    from ..tensor import Tensor
-    inputs, inputs_tuple = _as_tuple(inputs)
+    inputs, inputs_tuple = _as_tuple_and_form(inputs)
     with grad_mode.enable_grad():
         xs = _prepare(inputs)
-        outputs, outputs_tuple = _as_tuple(func(*xs))
+        outputs, outputs_tuple = _as_tuple_and_form(func(*xs))
         if v is None:
             if any(x.data.size != 1 for x in xs):
                 raise RuntimeError("jvp: v may be omitted only when every input has one element")
-            v = tuple(Tensor._make(np.ones(x.shape, x.dtype)) for x in xs)
-        v = _as_tuple(v)[0]
-        cotangents = tuple(Tensor._make(np.zeros(o.shape, o.dtype)).requires_grad_(True)
+            v = tuple(Tensor.wrap(np.ones(x.shape, x.dtype)) for x in xs)
+        v = _as_tuple_and_form(v)[0]
+        cotangents = tuple(Tensor.wrap(np.zeros(o.shape, o.dtype)).requires_grad_(True)
                            for o in outputs)
         grads = _grad(outputs, xs, cotangents, create_graph=True, allow_unused=True)
         used = [(g, vi) for g, vi in zip(grads, v) if g is not None]
         if not used:
-            jv = tuple(Tensor._make(np.zeros(o.shape, o.dtype)) for o in outputs)
+            jv = tuple(Tensor.wrap(np.zeros(o.shape, o.dtype)) for o in outputs)
         else:
             jv = _grad([g for g, _ in used], cotangents, [vi for _, vi in used],
                        create_graph=create_graph, allow_unused=True)
@@ -73,24 +74,22 @@ def jvp(func, inputs, v=None, create_graph=False):
 def jacobian(func, inputs, create_graph=False):
     """J[i][j] of shape outputs[i].shape + inputs[j].shape (unnested where func and inputs are
     single tensors)."""
-    from ..tensor import Tensor
-    inputs, inputs_tuple = _as_tuple(inputs)
+    inputs, inputs_tuple = _as_tuple_and_form(inputs)
     with grad_mode.enable_grad():
         xs = _prepare(inputs)
-        outputs, outputs_tuple = _as_tuple(func(*xs))
+        outputs, outputs_tuple = _as_tuple_and_form(func(*xs))
         rows = []
         for out in outputs:
             per_input = [[] for _ in xs]
             for k in range(out.data.size):
                 seed = np.zeros(out.data.size, out.dtype)
                 seed[k] = 1
-                grads = _grad(out, xs, Tensor._make(seed.reshape(out.shape)), retain_graph=True,
+                grads = _grad(out, xs, Tensor.wrap(seed.reshape(out.shape)), retain_graph=True,
                               create_graph=create_graph, allow_unused=True)
                 for j, g in enumerate(_fill(grads, xs)):
                     per_input[j].append(g)
-            from ..ops import stack
-            rows.append(tuple(_finish(stack(gs).reshape(out.shape + x.shape), create_graph)
-                              if gs else Tensor._make(np.zeros(out.shape + x.shape, x.dtype))
+            rows.append(tuple(_finish(ops.stack(gs).reshape(out.shape + x.shape), create_graph)
+                              if gs else Tensor.wrap(np.zeros(out.shape + x.shape, x.dtype))
                               for gs, x in zip(per_input, xs)))
     rows = tuple(_unpack(r, inputs_tuple) for r in rows)
     return _unpack(rows, outputs_tuple)
@@ -98,7 +97,7 @@ def jacobian(func, inputs, create_graph=False):
 
 def hessian(func, inputs, create_graph=False):
     """The Jacobian of the gradient of a scalar function."""
-    inputs, inputs_tuple = _as_tuple(inputs)
+    inputs, inputs_tuple = _as_tuple_and_form(inputs)
 
     def gradient(*xs):
         out = func(*xs)
@@ -113,8 +112,8 @@ def hessian(func, inputs, create_graph=False):
 
 def hvp(func, inputs, v, create_graph=False):
     """(func(inputs), H v) for a scalar func; H is symmetric, so this is also v^T H."""
-    inputs, inputs_tuple = _as_tuple(inputs)
-    v, _ = _as_tuple(v)
+    inputs, inputs_tuple = _as_tuple_and_form(inputs)
+    v, _ = _as_tuple_and_form(v)
     with grad_mode.enable_grad():
         xs = _prepare(inputs)
         out = func(*xs)

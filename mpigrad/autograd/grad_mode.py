@@ -1,17 +1,32 @@
-"""Grad modes: whether operations record the graph.
+"""Grad modes: whether operations record the graph, per thread.
 
-A module-level flag rather than a thread-local: mpigrad runs one training loop per
-process (MPI gives the parallelism), and the flag is read on every op.
+As in torch, the mode belongs to the thread that runs the ops: a forward on one thread records
+its graph while another thread runs backward (which switches grad mode off for itself only),
+and every new thread starts with grad enabled. Ops read `_State.enabled` directly: one
+attribute of a `threading.local`, so the per-op cost stays a dictionary lookup.
 """
 import functools
+import threading
 
 
-class _State:
+class _ThreadState(threading.local):
+    # Class attributes are every thread's starting values; assignments are per thread.
     enabled = True
+    inference = False
+    # The innermost active (pack, unpack) pair of saved_tensors_hooks, and the ones it hides.
+    saved_tensors_hooks = None
+    saved_tensors_hooks_stack = ()
+
+
+_State = _ThreadState()
 
 
 def is_grad_enabled():
     return _State.enabled
+
+
+def is_inference_mode_enabled():
+    return _State.inference
 
 
 class _ModeContext:
@@ -71,3 +86,36 @@ class set_grad_enabled(_ModeContext):
         # The constructor already switched the mode; as a decorator it must not leak.
         _State.enabled = self._prev
         return super().__call__(fn)
+
+
+class inference_mode(_ModeContext):
+    """`no_grad` for code that will never be differentiated (evaluation, serving).
+
+    mpigrad's no_grad already skips all autograd bookkeeping, so the two cost the same;
+    `inference_mode(False)` inside it re-enables recording, as torch's does.
+    `is_inference_mode_enabled()` tells which one is active. Unlike torch, tensors made here
+    are not marked: using them later in a recorded op is allowed.
+    """
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # used as a bare decorator: @inference_mode
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode=True):
+        self._inference = bool(mode)
+
+    def _mode(self):
+        return not self._inference
+
+    def _args(self):
+        return (self._inference,)
+
+    def __enter__(self):
+        self._prev_inference = _State.inference
+        _State.inference = self._inference
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _State.inference = self._prev_inference
+        return super().__exit__(*exc)

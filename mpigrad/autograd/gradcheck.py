@@ -3,19 +3,16 @@ import warnings
 
 import numpy as np
 
+from ..tensor import Tensor
+from . import _tensors_as_tuple, grad as autograd_grad
 
 
 class GradcheckError(RuntimeError):
     pass
 
 
-def _as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
 def _differentiable_outputs(func, inputs):
-    from ..tensor import Tensor
-    return tuple(o for o in _as_tuple(func(*inputs)) if isinstance(o, Tensor) and
+    return tuple(o for o in _tensors_as_tuple(func(*inputs)) if isinstance(o, Tensor) and
                  o.dtype.kind == "f")
 
 
@@ -42,14 +39,12 @@ def _numerical_jacobian(func, inputs, wrt, eps):
 
 
 def _analytical_jacobian(outputs, wrt):
-    from ..tensor import Tensor
-    from . import grad as autograd_grad
     jac = [[np.zeros((o.data.size, x.data.size)) for o in outputs] for x in wrt]
     for k, out in enumerate(outputs):
         for row in range(out.data.size):
             seed = np.zeros(out.data.size, dtype=out.dtype)
             seed[row] = 1
-            grads = autograd_grad(out, wrt, Tensor._make(seed.reshape(out.shape)),
+            grads = autograd_grad(out, wrt, Tensor.wrap(seed.reshape(out.shape)),
                                   retain_graph=True, allow_unused=True)
             for i, g in enumerate(grads):
                 if g is not None:
@@ -60,7 +55,7 @@ def _analytical_jacobian(outputs, wrt):
 def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
     """True if every analytical Jacobian entry matches finite differences within
     `atol + rtol * |numerical|`; otherwise raise (or return False) naming the worst entry."""
-    inputs = _as_tuple(inputs)
+    inputs = _tensors_as_tuple(inputs)
     wrt = [x for x in inputs if getattr(x, "requires_grad", False)]
     if not wrt:
         raise ValueError("gradcheck: no input requires grad, so there is nothing to check")
@@ -95,15 +90,13 @@ def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True
 def gradgradcheck(func, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3,
                   raise_exception=True, seed=0):
     """gradcheck of the gradient itself: checks second derivatives (create_graph=True)."""
-    from ..tensor import Tensor
-    from . import grad as autograd_grad
-    inputs = _as_tuple(inputs)
+    inputs = _tensors_as_tuple(inputs)
     outputs = _differentiable_outputs(func, inputs)
     if grad_outputs is None:
         rng = np.random.default_rng(seed)
         grad_outputs = tuple(Tensor(rng.standard_normal(o.shape), dtype=o.dtype,
                                     requires_grad=True) for o in outputs)
-    grad_outputs = _as_tuple(grad_outputs)
+    grad_outputs = _tensors_as_tuple(grad_outputs)
     n = len(inputs)
     wrt_positions = [i for i, x in enumerate(inputs) if getattr(x, "requires_grad", False)]
 

@@ -5,36 +5,28 @@ keeps `next_edges`, one per input: `(node, output_nr)` or None for an input that
 no gradient. Leaves that require grad are reached through their AccumulateGrad node.
 """
 import itertools
+import threading
 import weakref
 
+from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
 from . import anomaly
 
 _sequence = itertools.count()
+_accumulator_lock = threading.Lock()
 
 
-class RemovableHandle:
-    """Returned by every hook registration; `remove()` unregisters it."""
+class Meta:
+    """What a node keeps of an input whose value it did not save: its shape and dtype."""
 
-    _ids = itertools.count()
+    __slots__ = ("shape", "dtype")
 
-    def __init__(self, hooks_dict):
-        self.id = next(RemovableHandle._ids)
-        self._hooks = hooks_dict
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
 
-    def remove(self):
-        self._hooks.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
-
-
-def add_hook(hooks, fn):
-    handle = RemovableHandle(hooks)
-    hooks[handle.id] = fn
-    return handle
+    @property
+    def ndim(self):
+        return len(self.shape)
 
 
 class Node:
@@ -117,8 +109,12 @@ def accumulator_for(tensor):
     ref = tensor._accumulator
     acc = ref() if ref is not None else None
     if acc is None:
-        acc = AccumulateGrad(tensor)
-        tensor._accumulator = weakref.ref(acc)
+        with _accumulator_lock:  # two threads' forwards through one parameter share its node
+            ref = tensor._accumulator
+            acc = ref() if ref is not None else None
+            if acc is None:
+                acc = AccumulateGrad(tensor)
+                tensor._accumulator = weakref.ref(acc)
     return acc
 
 
@@ -140,3 +136,25 @@ def gradient_edge(tensor):
     if tensor.requires_grad:
         return (accumulator_for(tensor), 0)
     return None
+
+
+def reduce_to(grad, like):
+    """Sum a gradient over broadcast dimensions and cast it, so it matches its input.
+
+    Every node's gradients pass through here (`like` needs only `shape` and `dtype`), so
+    broadcasting and dtype are undone once, never inside a rule.
+    """
+    shape = like.shape
+    if grad.shape != shape:
+        lead = grad.ndim - len(shape)
+        if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, grad.shape[lead:])):
+            raise RuntimeError(f"a gradient of shape {tuple(grad.shape)} cannot be summed to "
+                               f"its input's shape {tuple(shape)}")
+        if lead:
+            grad = grad.sum(tuple(range(lead)))
+        ones = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
+        if ones:
+            grad = grad.sum(ones, keepdim=True)
+    if grad.dtype != like.dtype:
+        grad = grad.to(like.dtype)
+    return grad

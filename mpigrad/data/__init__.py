@@ -1,11 +1,11 @@
-"""Datasets, samplers and loaders, with PyTorch's ``torch.utils.data`` names.
+"""Datasets, samplers and loaders, with PyTorch's `torch.utils.data` names.
 
 Reproducible and resumable order
 --------------------------------
-A shuffled order (``RandomSampler``, ``DataLoader(shuffle=True)``,
-``DistributedSampler``) is a pure function of ``(seed, epoch)``: the same on
-every rank and in every run. To resume a job checkpointed after ``step``
-batches of ``epoch``, save those two numbers and, on restart, build the
+A shuffled order (`RandomSampler`, `DataLoader(shuffle=True)`,
+`DistributedSampler`) is a pure function of `(seed, epoch)`: the same on
+every rank and in every run. To resume a job checkpointed after `step`
+batches of `epoch`, save those two numbers and, on restart, build the
 loader with the same seed and skip what was already seen::
 
     sampler = DistributedSampler(dataset, seed=seed)   # or RandomSampler(dataset, generator=seed)
@@ -18,8 +18,8 @@ loader with the same seed and skip what was already seen::
         for batch in batches:
             ...
 
-The skipped batches are still read; for a ``TensorDataset`` (or a subset of
-one) that is a single indexing call per batch. ``RandomSampler`` also moves
+The skipped batches are still read; for a `TensorDataset` (or a subset of
+one) that is a single indexing call per batch. `RandomSampler` also moves
 to the next epoch by itself after every pass.
 """
 from .collate import default_collate

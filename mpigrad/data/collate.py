@@ -3,13 +3,15 @@ import collections.abc
 
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy
+from ..ops import stack
+from ..tensor import Tensor
 
 
 def default_collate(batch):
     """Stack a list of samples into a batch, following the samples' structure.
 
-    - Tensors are stacked along a new first dimension (``mpigrad.stack``).
+    - Tensors are stacked along a new first dimension (`mpigrad.stack`).
     - numpy arrays and numpy scalars are stacked into a Tensor of their dtype.
     - Python ints become an int64 Tensor, floats a float64 Tensor and bools a
       bool Tensor, as in PyTorch.
@@ -18,8 +20,8 @@ def default_collate(batch):
       sequences position by position; a tuple comes back as a list.
     """
     elem = batch[0]
-    if isinstance(elem, mg.Tensor):
-        return mg.stack(batch)
+    if isinstance(elem, Tensor):
+        return stack(batch)
     if isinstance(elem, (np.ndarray, np.generic)):
         # Object, string and structured arrays have no Tensor counterpart.
         if elem.dtype.kind in "OSUV":
@@ -27,13 +29,13 @@ def default_collate(batch):
                 f"default_collate: numpy arrays of dtype {elem.dtype} cannot become a Tensor; "
                 "expected a numeric or bool dtype"
             )
-        return mg.from_numpy(np.stack(batch))
+        return from_numpy(np.stack(batch))
     if isinstance(elem, bool):
-        return mg.from_numpy(np.array(batch, dtype=np.bool_))
+        return from_numpy(np.array(batch, dtype=np.bool_))
     if isinstance(elem, int):
-        return mg.from_numpy(np.array(batch, dtype=np.int64))
+        return from_numpy(np.array(batch, dtype=np.int64))
     if isinstance(elem, float):
-        return mg.from_numpy(np.array(batch, dtype=np.float64))
+        return from_numpy(np.array(batch, dtype=np.float64))
     if isinstance(elem, (str, bytes)):
         return list(batch)
     if isinstance(elem, collections.abc.Mapping):

@@ -1,12 +1,12 @@
-"""Map-style datasets: anything with ``__getitem__`` and ``__len__``."""
-import mpigrad as mg
+"""Map-style datasets: anything with `__getitem__` and `__len__`."""
+from ..tensor import Tensor
 
 
 class Dataset:
     """Base class for map-style datasets.
 
-    A subclass maps an integer index to a sample in ``__getitem__`` and
-    reports its size in ``__len__``, which the samplers need.
+    A subclass maps an integer index to a sample in `__getitem__` and
+    reports its size in `__len__`, which the samplers need.
     """
 
     def __getitem__(self, index):
@@ -14,10 +14,10 @@ class Dataset:
 
 
 class TensorDataset(Dataset):
-    """Samples are ``tuple(t[i] for t in tensors)``; all tensors share their first dimension.
+    """Samples are `tuple(t[i] for t in tensors)`; all tensors share their first dimension.
 
-    ``DataLoader`` recognises this class (and subclasses that keep its
-    ``__getitem__``) and gathers a whole batch with one indexing call per
+    `DataLoader` recognises this class (and subclasses that keep its
+    `__getitem__`) and gathers a whole batch with one indexing call per
     tensor instead of collating sample by sample. Datasets backed by arrays
     gain that fast path by subclassing it.
     """
@@ -26,7 +26,7 @@ class TensorDataset(Dataset):
         if not tensors:
             raise ValueError("TensorDataset needs at least one tensor")
         for position, t in enumerate(tensors):
-            if not isinstance(t, mg.Tensor):
+            if not isinstance(t, Tensor):
                 raise TypeError(
                     f"TensorDataset takes mpigrad Tensors, but argument {position} is a "
                     f"{type(t).__name__}; wrap numpy arrays with mpigrad.from_numpy"
@@ -49,7 +49,7 @@ class TensorDataset(Dataset):
 
 
 class Subset(Dataset):
-    """The samples of ``dataset`` at positions ``indices``, in that order."""
+    """The samples of `dataset` at positions `indices`, in that order."""
 
     def __init__(self, dataset, indices):
         self.dataset = dataset

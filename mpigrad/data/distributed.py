@@ -6,19 +6,19 @@ from .sampler import Sampler, epoch_rng
 
 
 class DistributedSampler(Sampler):
-    """The indices one of ``num_replicas`` ranks visits in an epoch.
+    """The indices one of `num_replicas` ranks visits in an epoch.
 
-    Every rank builds the same order: a permutation for ``(seed, epoch)``
-    when ``shuffle`` is true, ``0..N-1`` otherwise. The order is padded by
-    repeating it from the start up to a multiple of ``num_replicas`` (or,
-    with ``drop_last``, cut down to one), and rank ``r`` takes positions
-    ``r, r + num_replicas, ...``. So every rank gets ``len(self)`` indices,
-    ``ceil(N / num_replicas)`` or, with ``drop_last``, ``floor(N / num_replicas)``,
+    Every rank builds the same order: a permutation for `(seed, epoch)`
+    when `shuffle` is true, `0..N-1` otherwise. The order is padded by
+    repeating it from the start up to a multiple of `num_replicas` (or,
+    with `drop_last`, cut down to one), and rank `r` takes positions
+    `r, r + num_replicas, ...`. So every rank gets `len(self)` indices,
+    `ceil(N / num_replicas)` or, with `drop_last`, `floor(N / num_replicas)`,
     and the same number of batches; the ranks' shares are disjoint apart from
     the padding.
 
-    ``num_replicas`` and ``rank`` default to the world size and rank of the
-    ``mpigrad.distributed`` process group. Call ``set_epoch`` at the start of
+    `num_replicas` and `rank` default to the world size and rank of the
+    `mpigrad.distributed` process group. Call `set_epoch` at the start of
     every epoch; without it each epoch repeats the same order.
     """
 
@@ -26,7 +26,9 @@ class DistributedSampler(Sampler):
         self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False
     ):
         if num_replicas is None or rank is None:
-            from mpigrad import distributed as dist
+            # Not at the top: importing mpigrad.distributed initialises MPI, which a sampler
+            # given num_replicas and rank (or mpigrad.data itself) must not do.
+            from .. import distributed as dist
 
             if not dist.is_initialized():
                 raise RuntimeError(
@@ -60,7 +62,7 @@ class DistributedSampler(Sampler):
         return self.num_samples * self.num_replicas
 
     def set_epoch(self, epoch):
-        """Use the order of ``epoch`` in the next passes (all ranks must agree)."""
+        """Use the order of `epoch` in the next passes (all ranks must agree)."""
         self.epoch = check_int("epoch", epoch, 0)
 
     def __iter__(self):

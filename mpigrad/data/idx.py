@@ -1,8 +1,8 @@
 """The IDX file format used by MNIST and its relatives (Fashion-MNIST, KMNIST).
 
-An IDX file is a 4-byte magic number ``00 00 <type code> <ndim>``, then ``ndim``
+An IDX file is a 4-byte magic number `00 00 <type code> <ndim>`, then `ndim`
 big-endian uint32 dimension sizes, then the array in C order, big-endian.
-Files whose name ends in ``.gz`` are read and written through gzip.
+Files whose name ends in `.gz` are read and written through gzip.
 """
 import gzip
 import os
@@ -26,10 +26,10 @@ def _open(path, mode):
 
 
 def read_idx(path):
-    """Read an IDX file (plain, or gzipped if ``path`` ends in ``.gz``) into a
+    """Read an IDX file (plain, or gzipped if `path` ends in `.gz`) into a
     native-endian numpy array with the file's shape and element type.
 
-    Raises ``ValueError`` naming the file if the magic number, type code or
+    Raises `ValueError` naming the file if the magic number, type code or
     size does not match what the header promises.
     """
     try:
@@ -70,7 +70,7 @@ def read_idx(path):
 
 
 def write_idx(path, array):
-    """Write ``array`` to ``path`` in IDX format, gzipped if ``path`` ends in ``.gz``.
+    """Write `array` to `path` in IDX format, gzipped if `path` ends in `.gz`.
 
     Supported element types are those IDX can describe: uint8, int8, int16,
     int32, float32 and float64.

@@ -1,7 +1,7 @@
 """DataLoader: batches of a dataset in the order a sampler gives."""
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy
 
 from .collate import default_collate
 from .dataset import Subset, TensorDataset
@@ -15,23 +15,23 @@ def _getitem(dataset):
 
 
 class DataLoader:
-    """Iterate over ``dataset`` in batches.
+    """Iterate over `dataset` in batches.
 
     Args:
-        dataset: a map-style dataset (``__getitem__`` and ``__len__``).
+        dataset: a map-style dataset (`__getitem__` and `__len__`).
         batch_size: samples per batch.
         shuffle: visit the samples in a fresh random order each pass
-            (a ``RandomSampler`` seeded from ``generator``).
-        sampler: the order of the indices, e.g. a ``DistributedSampler``;
-            excludes ``shuffle``.
+            (a `RandomSampler` seeded from `generator`).
+        sampler: the order of the indices, e.g. a `DistributedSampler`;
+            excludes `shuffle`.
         batch_sampler: yields whole lists of indices; excludes
-            ``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``.
-        drop_last: drop the last batch if it is smaller than ``batch_size``.
+            `batch_size`, `shuffle`, `sampler` and `drop_last`.
+        drop_last: drop the last batch if it is smaller than `batch_size`.
         collate_fn: turns a list of samples into a batch
-            (``default_collate`` if not given).
-        generator: an int seed or ``mpigrad.Generator`` for ``shuffle``.
+            (`default_collate` if not given).
+        generator: an int seed or `mpigrad.Generator` for `shuffle`.
 
-    With the default collation, a ``TensorDataset`` (or a ``Subset`` of one)
+    With the default collation, a `TensorDataset` (or a `Subset` of one)
     whose tensors do not require grad is batched by indexing each tensor's
     array once per batch rather than sample by sample; the batch is the same.
     """
@@ -108,6 +108,6 @@ class DataLoader:
             if positions is not None:
                 rows = positions[rows]
             # A tuple sample collates to a list, so the batch is a list here too.
-            return [mg.from_numpy(a[rows]) for a in arrays]
+            return [from_numpy(a[rows]) for a in arrays]
 
         return gather

@@ -3,14 +3,13 @@ import os
 
 import numpy as np
 
-import mpigrad as mg
-
+from ..creation import from_numpy
 from .dataset import TensorDataset
 from .idx import read_idx
 
 
 def _locate(root, name):
-    """The path of ``name`` or ``name.gz`` under ``root`` or ``root/MNIST/raw``
+    """The path of `name` or `name.gz` under `root` or `root/MNIST/raw`
     (where torchvision keeps its copy)."""
     candidates = [
         os.path.join(folder, name + suffix)
@@ -27,16 +26,16 @@ def _locate(root, name):
 
 
 class MNIST(TensorDataset):
-    """The MNIST digits read from ``root``: 60,000 training images, or with
-    ``train=False`` the 10,000 test images.
+    """The MNIST digits read from `root`: 60,000 training images, or with
+    `train=False` the 10,000 test images.
 
-    ``root`` holds ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-    ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each plain or
-    gzipped (``.gz``), directly or in ``MNIST/raw``. The format is checked
+    `root` holds `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+    `t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each plain or
+    gzipped (`.gz`), directly or in `MNIST/raw`. The format is checked
     strictly; any IDX file pair of the same layout (Fashion-MNIST, KMNIST)
     reads as well.
 
-    Samples are ``(image, label)``: a float32 image of shape ``(1, 28, 28)``
+    Samples are `(image, label)`: a float32 image of shape `(1, 28, 28)`
     with values in [0, 1], and an int64 label.
     """
 
@@ -61,6 +60,6 @@ class MNIST(TensorDataset):
             )
         self.root, self.train = root, train
         super().__init__(
-            mg.from_numpy(images[:, None].astype(np.float32) / 255),
-            mg.from_numpy(labels.astype(np.int64)),
+            from_numpy(images[:, None].astype(np.float32) / 255),
+            from_numpy(labels.astype(np.int64)),
         )

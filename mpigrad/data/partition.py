@@ -18,13 +18,13 @@ from .dataset import Subset
 
 
 class Partition(Subset):
-    """One part of a dataset split by a ``DataPartitioner``."""
+    """One part of a dataset split by a `DataPartitioner`."""
 
 
 class DataPartitioner:
-    """Shuffle the indices of ``data`` with ``seed`` and cut them into parts.
+    """Shuffle the indices of `data` with `seed` and cut them into parts.
 
-    Part ``i`` gets ``floor(sizes[i] * len(data))`` indices; the fractions
+    Part `i` gets `floor(sizes[i] * len(data))` indices; the fractions
     must be non-negative and sum to at most 1, and whatever they leave over
     is in no part.
     """
@@ -49,7 +49,7 @@ class DataPartitioner:
             start += length
 
     def use(self, partition):
-        """The ``partition``-th part, as a dataset."""
+        """The `partition`-th part, as a dataset."""
         if not 0 <= partition < len(self.partitions):
             raise IndexError(
                 f"partition {partition} out of range: this partitioner has "

@@ -1,6 +1,6 @@
 """Samplers: the order in which a DataLoader visits a dataset's indices.
 
-Shuffled orders here are a pure function of ``(seed, epoch)``: nothing else
+Shuffled orders here are a pure function of `(seed, epoch)`: nothing else
 (no global random state, no previous iteration) affects them. That is what
 makes them identical on every rank and reproducible after a restart; see the
 package docstring for how a job resumes mid-epoch.
@@ -9,8 +9,8 @@ from itertools import islice
 
 import numpy as np
 
-import mpigrad as mg
-
+from ..creation import randint
+from ..random import Generator
 from ._checks import check_bool, check_int
 
 
@@ -22,14 +22,14 @@ def epoch_rng(seed, epoch):
 def seed_from(generator):
     """The integer seed a sampler derives its orders from.
 
-    ``generator`` may be a non-negative int, an ``mpigrad.Generator`` (its
+    `generator` may be a non-negative int, an `mpigrad.Generator` (its
     initial seed; its current state plays no part), or None to draw a seed
-    from mpigrad's default generator, so that ``mpigrad.manual_seed`` makes
+    from mpigrad's default generator, so that `mpigrad.manual_seed` makes
     the orders reproducible, as in PyTorch.
     """
     if generator is None:
-        return mg.randint(2**63 - 1, size=()).item()
-    if isinstance(generator, mg.Generator):
+        return randint(2**63 - 1, size=()).item()
+    if isinstance(generator, Generator):
         return int(generator.initial_seed())
     return check_int("generator", generator, 0)
 
@@ -42,7 +42,7 @@ class Sampler:
 
 
 class SequentialSampler(Sampler):
-    """Indices ``0, 1, ..., len(data_source) - 1`` in order."""
+    """Indices `0, 1, ..., len(data_source) - 1` in order."""
 
     def __init__(self, data_source):
         self.data_source = data_source
@@ -55,12 +55,12 @@ class SequentialSampler(Sampler):
 
 
 class RandomSampler(Sampler):
-    """A fresh random order of ``data_source``'s indices on every pass.
+    """A fresh random order of `data_source`'s indices on every pass.
 
     Without replacement each pass is a permutation (several concatenated, the
-    last cut short, if ``num_samples`` exceeds the dataset); with replacement
-    it is ``num_samples`` independent draws. Pass ``e`` uses the order for
-    ``(seed, e)``: passes count up from 0, and ``set_epoch`` moves the count,
+    last cut short, if `num_samples` exceeds the dataset); with replacement
+    it is `num_samples` independent draws. Pass `e` uses the order for
+    `(seed, e)`: passes count up from 0, and `set_epoch` moves the count,
     e.g. to resume a checkpointed job at its epoch.
     """
 
@@ -98,9 +98,9 @@ class RandomSampler(Sampler):
 
 
 class BatchSampler(Sampler):
-    """Groups the indices of ``sampler`` into lists of ``batch_size``.
+    """Groups the indices of `sampler` into lists of `batch_size`.
 
-    The last, shorter batch is kept unless ``drop_last`` is true.
+    The last, shorter batch is kept unless `drop_last` is true.
     """
 
     def __init__(self, sampler, batch_size, drop_last):

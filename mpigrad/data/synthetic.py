@@ -1,14 +1,14 @@
 """A synthetic image classification task, deterministic from a seed."""
 import numpy as np
 
-import mpigrad as mg
+from ..creation import from_numpy
 
 from ._checks import check_int
 from .dataset import TensorDataset
 
 
 def _smoothing_matrix(size, width):
-    """Rows of Gaussian weights: ``K @ x @ K.T`` blurs an image ``x`` by ``width`` pixels."""
+    """Rows of Gaussian weights: `K @ x @ K.T` blurs an image `x` by `width` pixels."""
     offsets = np.arange(size)[:, None] - np.arange(size)[None, :]
     weights = np.exp(-0.5 * (offsets / width) ** 2)
     return weights / weights.sum(axis=1, keepdims=True)
@@ -18,19 +18,19 @@ class SyntheticImages(TensorDataset):
     """Noisy, shifted views of one smooth random pattern per class.
 
     Each class has a prototype: white noise blurred into blobs a few pixels
-    wide, on a canvas ``max_shift`` pixels larger than the image on every
+    wide, on a canvas `max_shift` pixels larger than the image on every
     side, standardized to mean 0 and standard deviation 1. A sample is an
-    ``image_size`` crop of its class's prototype at a random offset of up to
-    ``max_shift`` pixels, plus Gaussian noise of standard deviation
-    ``noise``. With the defaults a pixel alone says little about the class
+    `image_size` crop of its class's prototype at a random offset of up to
+    `max_shift` pixels, plus Gaussian noise of standard deviation
+    `noise`. With the defaults a pixel alone says little about the class
     (the noise is twice the signal), while a linear model or a small MLP on
     all pixels reaches about 98% test accuracy after a few epochs on 20,000
     samples.
 
-    The prototypes depend only on ``seed``, so ``train=True`` and
-    ``train=False`` draw different samples (independent random streams) of
-    the same task. Samples are ``(image, label)``: a float32 image of shape
-    ``(channels, image_size, image_size)`` and an int64 label; the classes
+    The prototypes depend only on `seed`, so `train=True` and
+    `train=False` draw different samples (independent random streams) of
+    the same task. Samples are `(image, label)`: a float32 image of shape
+    `(channels, image_size, image_size)` and an int64 label; the classes
     are balanced and in random order.
     """
 
@@ -73,4 +73,4 @@ class SyntheticImages(TensorDataset):
         images += rng.standard_normal(images.shape, dtype=np.float32) * np.float32(noise)
 
         self.num_classes, self.seed, self.train = num_classes, seed, train
-        super().__init__(mg.from_numpy(images), mg.from_numpy(labels.astype(np.int64)))
+        super().__init__(from_numpy(images), from_numpy(labels.astype(np.int64)))

@@ -18,14 +18,21 @@ Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`, o
 - `checks`: before each collective, the ranks compare what they are about to do and all raise
   CollectiveMismatchError, naming ranks and fields, if they differ. MPIGRAD_CHECK_COLLECTIVES=0
   turns this off.
-- `abort`: importing this package makes an uncaught exception on any rank abort the whole
-  job (with the rank's traceback) instead of leaving the others waiting;
-  `set_abort_on_exception(False)` turns that off.
+- `abort`: after init_process_group, an uncaught exception on any rank aborts the whole job
+  (with the rank's traceback) instead of leaving the others waiting;
+  init_process_group(abort_on_exception=False), MPIGRAD_ABORT_ON_EXCEPTION=0 or
+  `set_abort_on_exception(False)` turns that off. Importing the package installs nothing.
 - `watchdog`: a rank blocked in one call for longer than the group's timeout
   (init_process_group(timeout=...), 30 minutes by default) aborts the job, saying where.
 - `nn` (import it explicitly): differentiable collectives, with their gradient conventions.
+- `work`: `Work`, the Future (mpigrad.futures) of a nonblocking operation.
+- DistributedDataParallel (`ddp`, as mpigrad.nn.parallel.DistributedDataParallel) is built
+  on the layers above: `reducer` (the Reducer and its lifecycle), `channel` (DDP's
+  communicators, every wait under the watchdog), `comm_hook` (GradBucket, the hook contract),
+  `joinable`, `buffers` (dtypes, float16), `timeline`. `algorithms` builds on DDP: `Join` and
+  `ddp_comm_hooks` (default_hooks, topk_hooks).
 """
-from . import abort
+from . import algorithms
 from .abort import set_abort_on_exception
 from .collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all,
                           all_to_all_single, barrier, broadcast, gather, reduce, reduce_scatter,
@@ -33,14 +40,10 @@ from .collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to
 from .errors import CollectiveMismatchError, DistError, MessageMismatchError
 from .objects import all_gather_object, broadcast_object_list
 from .p2p import irecv, isend, recv, send
-from .process_group import (GroupMember, ProcessGroup, _get_default_group, destroy_process_group,
+from .process_group import (GroupMember, ProcessGroup, destroy_process_group,
                             get_backend, get_global_rank, get_group_rank, get_local_rank,
                             get_local_world_size, get_process_group_ranks, get_rank,
                             get_world_size, group, init_process_group, is_available,
                             is_initialized, new_group)
 from .reduce_op import ReduceOp
 from .work import Work
-
-from . import algorithms  # noqa: E402,F401  (Join, DDP comm hooks)
-
-abort.install()

@@ -1,19 +1,24 @@
 """Abort the whole MPI job when any rank dies of an uncaught exception.
 
 Without this, a rank that raises exits (or hangs in MPI_Finalize) while the other ranks wait
-forever in their next collective. Importing mpigrad.distributed wraps `sys.excepthook`: the
-traceback is printed with the rank in front of every line, and `abort_job` flushes it and
-calls MPI.COMM_WORLD.Abort(1), which ends every rank and makes the launcher exit non-zero.
-A job of one process gets Python's usual behaviour. Exceptions that are caught (including by
-pytest) never reach the hook.
+forever in their next collective. `init_process_group` turns it on (unless told otherwise by
+its `abort_on_exception` argument or the MPIGRAD_ABORT_ON_EXCEPTION=0 environment variable):
+it wraps `sys.excepthook`, so the traceback is printed with the rank in front of every line,
+and `abort_job` flushes it and calls MPI.COMM_WORLD.Abort(1), which ends every rank and
+makes the launcher exit non-zero. Importing mpigrad.distributed changes nothing. A job of one
+process gets Python's usual behaviour. Exceptions that are caught (including by pytest) never
+reach the hook.
 """
+import os
 import sys
 import time
 import traceback
 
 from mpi4py import MPI
 
-_enabled = True
+ENV = "MPIGRAD_ABORT_ON_EXCEPTION"
+_ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
+_enabled = False
 _previous_hook = None
 # MPI_Abort has the launcher kill every process at once, and mpiexec may then drop output
 # still in the pipes between the ranks and itself; a short pause lets it arrive first.
@@ -21,13 +26,27 @@ _OUTPUT_GRACE_SECONDS = 0.5
 
 
 def set_abort_on_exception(enabled):
-    """Turn aborting the job on an uncaught exception on (the default) or off. With it off, an
-    uncaught exception is handled by whatever hook was in place before mpigrad.distributed."""
+    """Turn aborting the job on an uncaught exception on or off (`init_process_group` turns it
+    on by default). With it off, an uncaught exception is handled by whatever hook was in
+    place before."""
     global _enabled
     _enabled = bool(enabled)
+    if _enabled:
+        _install()
 
 
-def install():
+def setting(argument):
+    """Whether to abort on an uncaught exception: `argument` (init_process_group's
+    `abort_on_exception`) unless it is None, else MPIGRAD_ABORT_ON_EXCEPTION (default on)."""
+    if argument is not None:
+        return bool(argument)
+    value = os.environ.get(ENV, "1").strip().lower()
+    if value not in _ON + _OFF:
+        raise ValueError(f"{ENV} must be 1 or 0, got {value!r}")
+    return value in _ON
+
+
+def _install():
     global _previous_hook
     if sys.excepthook is not _abort_hook:
         _previous_hook = sys.excepthook

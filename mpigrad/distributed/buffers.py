@@ -2,6 +2,14 @@
 
 Everything the collectives move goes through `array_of`, so a Tensor is always sent as the
 memory of its `.data` array (never pickled) and bad input fails here with one clear message.
+
+float16. MPI-3 has no half-precision type. To *move* float16 data (send, broadcast, gather)
+its bit patterns travel as INT16_T, which is exact. To *reduce* it, an MPI needs the
+MPI_FLOAT16_T extension (MPICH >= 4.2 has it; many builds do not), probed once by
+`float16_sum_supported`. The collectives refuse to reduce float16 (reduce_op.mpi_op);
+DistributedDataParallel reduces float16 gradients only when the probe succeeds
+(`mpi_float_type`), and fp16_compress_hook falls back to gathering the float16 buffers and
+summing them locally when it fails.
 """
 import numpy as np
 from mpi4py import MPI
@@ -20,9 +28,7 @@ _MPI_TYPES = {
     np.dtype(np.uint16): MPI.UINT16_T,
     np.dtype(np.uint32): MPI.UINT32_T,
     np.dtype(np.uint64): MPI.UINT64_T,
-    # MPI has no half-precision type; the bit pattern travels as INT16_T, which is exact for
-    # moving data. reduce_op refuses to reduce float16.
-    np.dtype(np.float16): MPI.INT16_T,
+    np.dtype(np.float16): MPI.INT16_T,  # bits only; see "float16" above
     np.dtype(np.float32): MPI.FLOAT,
     np.dtype(np.float64): MPI.DOUBLE,
     np.dtype(np.complex64): MPI.C_FLOAT_COMPLEX,
@@ -87,8 +93,40 @@ def mpi_type(dtype):
     return _MPI_TYPES[np.dtype(dtype)]
 
 
+_FLOAT_SUM_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
+_float16_support = []
+
+
+def float16_sum_supported():
+    """Whether this MPI library can MPI_SUM float16 (MPI_FLOAT16_T); probed once, locally."""
+    if not _float16_support:
+        ok = False
+        datatype = getattr(MPI, "FLOAT16_T", MPI.DATATYPE_NULL)
+        if datatype != MPI.DATATYPE_NULL:
+            probe = np.ones(2, np.float16)
+            try:
+                MPI.COMM_SELF.Allreduce(MPI.IN_PLACE, [probe, datatype], MPI.SUM)
+                ok = bool(probe[0] == 1)
+            except MPI.Exception:
+                ok = False
+        _float16_support.append(ok)
+    return _float16_support[0]
+
+
+def mpi_float_type(dtype):
+    """The MPI datatype that sums arrays of the floating `dtype` (float16 only where
+    `float16_sum_supported`), for DistributedDataParallel's gradient reductions."""
+    dtype = np.dtype(dtype)
+    if dtype in _FLOAT_SUM_TYPES:
+        return _FLOAT_SUM_TYPES[dtype]
+    if dtype == np.float16 and float16_sum_supported():
+        return MPI.FLOAT16_T
+    raise TypeError(f"DistributedDataParallel cannot reduce gradients of dtype {dtype} with "
+                    f"this MPI; use float32 or float64 parameters")
+
+
 def mark_written(*objs):
     """Tell autograd that these tensors' storage changed outside it (arrays need nothing)."""
     for obj in objs:
         if isinstance(obj, Tensor):
-            obj._bump_version()
+            obj.mark_written()

@@ -1,10 +1,10 @@
 """Collectives on Tensors and numpy arrays, with torch.distributed's names and semantics.
 
-Tensors are reduced or received in place, in their own storage (`t.data`), which travels as
-an MPI buffer. Ranks are global ranks; every collective takes `group=`. With
-`async_op=True` the nonblocking MPI form is started and a `Work` is returned; outputs are
-valid after `work.wait()` (or once `work.is_completed()` is True), not before. Without it,
-the call returns None once the outputs are valid.
+Tensors are reduced or received in place, in their own storage (`t.data`), which travels as an
+MPI buffer. Ranks are global ranks; every collective takes `group=`. With `async_op=True` the
+nonblocking MPI form is started and a `Work` (a Future) is returned; outputs are valid after
+`work.wait()` (or once `work.is_completed()` is True), not before. Without it, the call
+returns None once the outputs are valid.
 
 Each call first validates its arguments and (unless MPIGRAD_CHECK_COLLECTIVES=0) checks
 across ranks that all of them are making the same call: see `checks`. That check is a small
@@ -29,7 +29,10 @@ def _launch(pg, name, args, async_op, on_complete=None):
     `on_complete()` runs once the outputs are valid."""
     if async_op:
         start = getattr(pg.comm, "I" + name[0].lower() + name[1:])
-        done = None if on_complete is None else (lambda statuses: on_complete())
+        def done(statuses):
+            if on_complete is not None:
+                on_complete()
+            return True  # torch's Work.wait() returns True
         return Work(pg, f"MPI {name}", [start(*args)], on_complete=done, keep_alive=args)
     with blocked(pg, f"MPI {name}"):
         getattr(pg.comm, name)(*args)

@@ -11,10 +11,11 @@ parameters and buffers from rank 0. Each forward re-broadcasts buffers from rank
 (`broadcast_buffers=True`) and arms the reducer for the backward that follows, unless inside
 `no_sync()`.
 
-DDP runs its MPI traffic on communicators of its own (duplicates of the process group's), so
-it never matches the user's collectives: one for the gradient reductions, one for small
-control messages (the construction check, the end-of-backward agreement, bucket rebuild and
-buffer broadcasts).
+DDP runs its MPI traffic through a `Channel` (channel.py) on the process group:
+communicators of its own (duplicates of the group's), so it never matches the user's
+collectives, and every blocking wait under the group's watchdog (its timeout is
+init_process_group's `timeout`). DDP is a `Joinable` (joinable.py) for
+`algorithms.join.Join`; `algorithms/` builds on this module, not the other way round.
 """
 import contextlib
 import os
@@ -25,7 +26,8 @@ from mpi4py import MPI
 
 from ..autograd import grad_mode
 from ..nn.module import Module
-from .algorithms.join import Join, JoinHook, Joinable
+from .channel import Channel
+from .joinable import JoinHook, Joinable, notify_join_context
 from .process_group import _get_default_group
 from .reducer import Reducer
 from .timeline import ENV as TIMELINE_ENV
@@ -63,16 +65,16 @@ class DistributedDataParallel(Module, Joinable):
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
-        self._comm = pg.comm.Dup()
-        self._control = pg.comm.Dup()
-        self.rank = self._comm.Get_rank()
-        self.world_size = self._comm.Get_size()
+        self._channel = Channel(pg)
+        self.rank = self._channel.rank
+        self.world_size = self._channel.world_size
         named_params = list(module.named_parameters())
         named_buffers = list(module.named_buffers())
-        verify_same_model(self._control, named_params, named_buffers)
+        verify_same_model(self._channel, named_params, named_buffers)
         with grad_mode.no_grad():
-            broadcast_arrays(self._control, [p.data for _, p in named_params] +
-                             [b.data for _, b in named_buffers], root=0)
+            self._channel.broadcast_arrays([p.data for _, p in named_params] +
+                                           [b.data for _, b in named_buffers], 0,
+                                           "broadcast of rank 0's parameters and buffers")
         trainable = [(name, p) for name, p in named_params if p.requires_grad]
         if not trainable:
             raise RuntimeError("DistributedDataParallel: the module has no parameter that "
@@ -81,7 +83,7 @@ class DistributedDataParallel(Module, Joinable):
         self.timeline = Timeline(timeline_path(template, self.rank), self.rank) \
             if template else None
         self.reducer = Reducer([p for _, p in trainable], [n for n, _ in trainable],
-                               self._comm, self._control, int(bucket_cap_mb * (1 << 20)),
+                               self._channel, int(bucket_cap_mb * (1 << 20)),
                                find_unused_parameters=find_unused_parameters,
                                gradient_as_bucket_view=gradient_as_bucket_view,
                                timeline=self.timeline)
@@ -91,7 +93,7 @@ class DistributedDataParallel(Module, Joinable):
     def forward(self, *inputs, **kwargs):
         root = 0
         if self._join_config is not None and self._join_config.enable:
-            active = Join.notify_join_context(self)
+            active = notify_join_context(self)
             root = int(np.flatnonzero(active)[-1])
         if self.broadcast_buffers:
             self._sync_buffers(root)
@@ -103,7 +105,7 @@ class DistributedDataParallel(Module, Joinable):
     def _sync_buffers(self, root):
         buffers = [b.data for b in self.module.buffers()]
         if buffers and self.world_size > 1:
-            broadcast_arrays(self._control, buffers, root)
+            self._channel.broadcast_arrays(buffers, root, f"broadcast of rank {root}'s buffers")
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -118,7 +120,8 @@ class DistributedDataParallel(Module, Joinable):
 
     def register_comm_hook(self, state, hook):
         """Reduce each bucket with `hook(state, bucket) -> Future` (see
-        algorithms/ddp_comm_hooks.py). Call once, before the first backward."""
+        comm_hook.py; hooks in algorithms.ddp_comm_hooks). Call once, before the first
+        backward."""
         self.reducer.register_comm_hook(state, hook)
 
     def enable_timeline(self, path):
@@ -145,10 +148,12 @@ class DistributedDataParallel(Module, Joinable):
         """After Join: every rank takes parameters and buffers from a rank that trained to
         the end (the highest such rank)."""
         candidate = np.array([self.rank if is_last_joiner else -1], np.int64)
-        self._control.Allreduce(MPI.IN_PLACE, [candidate, MPI.INT64_T], MPI.MAX)
+        self._channel.allreduce(candidate, MPI.MAX,
+                                "Join: choosing a rank that trained to the end")
         arrays = [p.data for p in self.module.parameters()] + \
             [b.data for b in self.module.buffers()]
-        broadcast_arrays(self._control, arrays, int(candidate[0]))
+        self._channel.broadcast_arrays(arrays, int(candidate[0]),
+                                       f"Join: broadcast of rank {int(candidate[0])}'s model")
 
 
 class _DDPJoinHook(JoinHook):
@@ -165,27 +170,6 @@ class _DDPJoinHook(JoinHook):
         self.ddp._sync_final_model(is_last_joiner)
 
 
-def broadcast_arrays(comm, arrays, root):
-    """Broadcast `arrays` from `root` in place, as one message of bytes."""
-    arrays = [a for a in arrays if a.size]
-    if not arrays or comm.Get_size() == 1:
-        return
-    total = sum(a.nbytes for a in arrays)
-    packed = np.empty(total, np.uint8)
-    if comm.Get_rank() == root:
-        offset = 0
-        for a in arrays:
-            packed[offset:offset + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-            offset += a.nbytes
-    comm.Bcast([packed, MPI.BYTE], root=root)
-    if comm.Get_rank() != root:
-        offset = 0
-        for a in arrays:
-            chunk = packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
-            np.copyto(a, chunk)
-            offset += a.nbytes
-
-
 def _signature(named_params, named_buffers):
     entries = [("param", n, tuple(p.shape), str(p.dtype), bool(p.requires_grad))
                for n, p in named_params]
@@ -193,7 +177,7 @@ def _signature(named_params, named_buffers):
     return entries
 
 
-def verify_same_model(comm, named_params, named_buffers):
+def verify_same_model(channel, named_params, named_buffers):
     """Raise on every rank, naming the first difference, if the ranks' models differ in the
     number, shapes, dtypes or requires_grad of parameters, or in buffers."""
     entries = _signature(named_params, named_buffers)
@@ -201,12 +185,11 @@ def verify_same_model(comm, named_params, named_buffers):
     described = repr([(kind, shape, dtype, rg) for kind, _, shape, dtype, rg in entries])
     mine = np.array([len(named_params), len(named_buffers),
                      zlib.crc32(described.encode())], np.int64)
-    everyone = np.empty((comm.Get_size(), 3), np.int64)
-    comm.Allgather([mine, MPI.INT64_T], [everyone, MPI.INT64_T])
+    everyone = channel.allgather(mine, "the check that every rank has the same model")
     if (everyone == everyone[0]).all():
         return
     # Small metadata: pickled objects are fine here.
-    all_entries = comm.allgather(entries)
+    all_entries = channel.allgather_object(entries, "gathering the models' descriptions")
     raise RuntimeError(_mismatch_message(all_entries))
 
 

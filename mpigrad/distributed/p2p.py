@@ -54,15 +54,26 @@ def irecv(tensor, src=None, group=None, tag=0):
         return None
     arr, peer = prepare(pg, tensor, src, "src", tag, writable=True)
     request = pg.comm.Irecv(message(arr), peer, tag)
+    return _ReceiveWork(pg, f"irecv from {_peer_text(src)} (tag {tag})", request, tensor, arr)
 
-    def done(statuses):
-        source = _sender_if_exact(statuses[0], arr, pg)
-        mark_written(tensor)
-        return source
 
-    return Work(pg, f"irecv from {_peer_text(src)} (tag {tag})", [request], on_complete=done,
-                on_error=lambda exc, statuses: _receive_error(exc, arr, pg, statuses[0]),
-                keep_alive=arr)
+class _ReceiveWork(Work):
+    """An irecv's Work: checks the message filled the buffer and remembers its sender."""
+
+    def __init__(self, pg, what, request, tensor, arr):
+        def done(statuses):
+            self._source = _sender_if_exact(statuses[0], arr, pg)
+            mark_written(tensor)
+            return True
+
+        super().__init__(pg, what, [request], on_complete=done,
+                         on_error=lambda exc, statuses: _receive_error(exc, arr, pg, statuses[0]),
+                         keep_alive=arr)
+        self._source = None
+
+    def source_rank(self):
+        self.wait()
+        return self._source
 
 
 def receive_exact(pg, comm, arr, peer, tag):

@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import checks
+from . import abort, checks
 
 _CHECK_ENV = "MPIGRAD_CHECK_COLLECTIVES"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -84,7 +84,8 @@ def is_initialized():
     return GroupMember.WORLD is not None
 
 
-def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT):
+def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT,
+                       abort_on_exception=None):
     """Start the default process group over `comm` (MPI.COMM_WORLD when None).
 
     Works under mpiexec/mpirun, under Slurm's `srun --mpi=pmi2`, and in a plain `python`
@@ -92,6 +93,10 @@ def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT):
     `backend` is accepted so torch scripts port unchanged; only "mpi" exists here.
     `timeout` (a timedelta): a rank blocked this long in one collective or message aborts
     the job, saying what it was waiting for (see `watchdog`).
+    `abort_on_exception`: an uncaught exception on any rank aborts the whole job instead of
+    leaving the other ranks waiting (see `abort`). None (the default) reads
+    MPIGRAD_ABORT_ON_EXCEPTION, which is on unless set to 0; `set_abort_on_exception`
+    changes it later.
     """
     if isinstance(comm, str):
         raise TypeError(f"init_process_group's first argument is an mpi4py communicator, not a "
@@ -108,6 +113,7 @@ def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT):
         raise TypeError(f"comm must be an mpi4py intracommunicator such as MPI.COMM_WORLD, "
                         f"got {comm!r}")
     seconds = _seconds(timeout)
+    abort_setting = abort.setting(abort_on_exception)
     check = _agreed_check_setting(comm)
     world = ProcessGroup(comm.Dup(), range(comm.Get_size()), check, seconds, "the default group")
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -115,6 +121,7 @@ def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT):
     node.Free()
     GroupMember.WORLD = world
     _live_groups.append(world)
+    abort.set_abort_on_exception(abort_setting)
 
 
 def _agreed_check_setting(comm):

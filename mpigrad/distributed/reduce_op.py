@@ -44,6 +44,7 @@ def mpi_op(op, dtype):
             raise TypeError("ReduceOp.AVG is not defined for bool tensors")
         return _LOGICAL[op]
     if dtype == np.float16:
+        # See buffers.py on float16: MPI-3 defines no reductions on it.
         raise TypeError("MPI defines no reductions on float16; reduce a float32 copy instead")
     if op is ReduceOp.AVG and dtype.kind in "iu":
         raise TypeError(f"ReduceOp.AVG needs a floating-point or complex tensor, got {dtype}: "

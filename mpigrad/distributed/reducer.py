@@ -13,8 +13,9 @@ Lifecycle, once per synchronized iteration:
                                  tests outstanding reductions so MPI progresses them while
                                  backward goes on.
   _finalize()                    (end of backward) agrees with the other ranks that everyone
-                                 launched every bucket (one tiny blocking Allreduce on a
-                                 control communicator), waits for the reductions, and writes
+                                 launched every bucket (one tiny blocking Allreduce on the
+                                 channel's control communicator), waits for the reductions
+                                 (under the process group's watchdog), and writes
                                  the averages into `.grad` (or leaves `.grad` a view of the
                                  bucket, with gradient_as_bucket_view). After the first
                                  iteration the buckets are rebuilt in the order gradients
@@ -41,6 +42,12 @@ When ranks disagree (a parameter got no gradient on some rank, so its bucket nev
 nobody waits forever: the agreement step sees it, every rank launches the buckets it still
 owes (zeros where gradients are missing) so all reductions complete, and every rank raises the
 same error naming the parameters and the ranks.
+
+The Reducer talks MPI only through its `Channel` (channel.py): the process group and DDP's
+duplicates of its communicator. Every blocking wait runs under the group's watchdog, so a
+peer that died or stopped mid-backward ends the job after the group's timeout, with a
+message naming the operation, instead of a hang. Each bucket is reduced by the comm hook
+(comm_hook.py: `GradBucket`, the contract, the default `allreduce_hook`).
 """
 import time
 import weakref
@@ -51,7 +58,7 @@ from mpi4py import MPI
 from ..autograd import engine
 from ..autograd.graph import AccumulateGrad, reachable
 from ..tensor import Tensor
-from .algorithms.ddp_comm_hooks import GradBucket, allreduce_hook
+from .comm_hook import GradBucket, allreduce_hook
 
 FIRST_BUCKET_BYTES = 1 << 20
 
@@ -139,15 +146,17 @@ def assign_buckets(params, order, cap_bytes, first_cap_bytes):
 
 
 class Reducer:
-    def __init__(self, params, names, comm, control_comm, bucket_cap_bytes,
+    """Averages the gradients of `params` (named `names`, for messages) over the ranks of
+    `channel.process_group`; see the module docstring for its lifecycle."""
+
+    def __init__(self, params, names, channel, bucket_cap_bytes,
                  find_unused_parameters=False, gradient_as_bucket_view=False,
                  first_bucket_bytes=FIRST_BUCKET_BYTES, timeline=None):
         self.params = list(params)
         self.names = list(names)
-        self.comm = comm
-        self.control = control_comm
-        self.world_size = comm.Get_size()
-        self.rank = comm.Get_rank()
+        self.channel = channel
+        self.world_size = channel.world_size
+        self.rank = channel.rank
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.bucket_cap_bytes = bucket_cap_bytes
@@ -194,7 +203,7 @@ class Reducer:
                 if p.grad is not None and not bucket.in_place:
                     view = bucket.views[self._slot_of[i]]
                     np.copyto(view, p.grad.data)
-                    p.grad = Tensor._make(view)
+                    p.grad = Tensor.wrap(view)
 
     def bucket_layout(self):
         """The parameter indices of each bucket, in launch order."""
@@ -206,7 +215,7 @@ class Reducer:
         order = self._ready_order + [i for i in reversed(range(len(self.params)))
                                      if i not in seen]
         order = np.array(order, np.int64)
-        self.control.Bcast([order, MPI.INT64_T], root=0)
+        self.channel.broadcast_arrays([order], 0, "the bucket rebuild (rank 0's ready order)")
         self._build(order.tolist())
         self.rebuilt = True
 
@@ -224,7 +233,7 @@ class Reducer:
         roots = [t for t in _tensors_in(outputs) if t.requires_grad]
         for t in roots:
             if t.grad_fn is not None:
-                t.grad_fn.register_prehook(self._on_backward_start, t._output_nr)
+                t.register_hook(self._on_backward_start)
         if self.find_unused_parameters:
             nodes = reachable([t.grad_fn for t in roots if t.grad_fn is not None])
             reached = {id(n.variable) for n in nodes if type(n) is AccumulateGrad}
@@ -274,7 +283,7 @@ class Reducer:
             else:
                 np.multiply(grad, self._scale, out=view)
                 if self.gradient_as_bucket_view:
-                    param.grad = Tensor._make(view)
+                    param.grad = Tensor.wrap(view)
             self._used[i] = True
             if not self.rebuilt:
                 self._ready_order.append(i)
@@ -307,7 +316,7 @@ class Reducer:
         state, hook = self._comm_hook
         grad_bucket = GradBucket(bucket.index, bucket.buffer,
                                  [self.params[i] for i in bucket.members], bucket.views,
-                                 bucket.index == len(self.buckets) - 1, self.comm)
+                                 bucket.index == len(self.buckets) - 1, self.channel)
         bucket.launched = time.perf_counter()
         bucket.future = hook(state, grad_bucket)
         self._in_flight.append(bucket)
@@ -334,7 +343,7 @@ class Reducer:
             globally_used = self._agree(self._next_launch, self._used)
             wait_start = time.perf_counter()
             for bucket in self.buckets:
-                result = bucket.future.wait()
+                result = self._wait(bucket)
                 if bucket.completed is None:
                     bucket.completed = time.perf_counter()
                 if result is not bucket.buffer:
@@ -348,6 +357,12 @@ class Reducer:
         finally:
             self._reset_iteration()
 
+    def _wait(self, bucket):
+        """The value of bucket's Future, waited for under the watchdog (a hook may return any
+        Future, not only a Work that watches itself)."""
+        with self.channel.blocked(f"waiting for the reduction of bucket {bucket.index}"):
+            return bucket.future.wait()
+
     def _agree(self, launched, used):
         """Blocking agreement on the control communicator that every rank launched every
         bucket. Returns the parameters used on some rank (with find_unused_parameters).
@@ -357,7 +372,7 @@ class Reducer:
         vec[0], vec[1] = launched, -launched
         if self.find_unused_parameters:
             vec[2:] = used
-        self.control.Allreduce(MPI.IN_PLACE, [vec, MPI.INT64_T], MPI.MAX)
+        self.channel.allreduce(vec, MPI.MAX, "the end-of-backward agreement on launched buckets")
         if vec[0] == n and -vec[1] == n:
             return vec[2:].astype(bool) if self.find_unused_parameters else None
         # Someone is short: owe no reduction to anyone, then explain.
@@ -367,10 +382,9 @@ class Reducer:
             bucket.pending = 0
         self._launch_full_buckets()
         for bucket in self.buckets:
-            bucket.future.wait()
-        masks = np.empty((self.world_size, len(self.params)), np.uint8)
-        self.control.Allgather([self._ready.astype(np.uint8), MPI.UINT8_T],
-                               [masks, MPI.UINT8_T])
+            self._wait(bucket)
+        masks = self.channel.allgather(self._ready.astype(np.uint8),
+                                       "gathering which parameters got a gradient")
         raise RuntimeError(_unready_message(masks, self.names, self.params))
 
     def _unpack(self, globally_used):
@@ -380,14 +394,14 @@ class Reducer:
             view = self._bucket_of[i].views[self._slot_of[i]]
             grad = param.grad
             if grad is not None and grad.data is view:  # reduced in place
-                grad._bump_version()
+                grad.mark_written()
             elif self.gradient_as_bucket_view:
-                param.grad = Tensor._make(view)
+                param.grad = Tensor.wrap(view)
             elif grad is None or grad.shape != view.shape or not grad.data.flags.writeable:
-                param.grad = Tensor._make(view.copy())
+                param.grad = Tensor.wrap(view.copy())
             else:
-                np.copyto(grad.data, view)
-                grad._bump_version()
+                with grad.writing() as data:
+                    np.copyto(data, view)
 
     def _record(self, backward_end, wait_seconds):
         end = time.perf_counter()
@@ -427,7 +441,7 @@ class Reducer:
             self._ready[:] = True
             self._agree(len(self.buckets), self._used)
             for bucket in self.buckets:
-                bucket.future.wait()
+                self._wait(bucket)
             if not self.rebuilt and not self.find_unused_parameters:
                 self._rebuild()
         finally:

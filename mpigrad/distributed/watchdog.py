@@ -25,19 +25,30 @@ _thread = None
 
 
 class blocked:
-    """`with blocked(pg, "all_reduce"): <blocking MPI call>` puts the call under watch."""
-    __slots__ = ("_entry",)
+    """`with blocked(pg, "all_reduce"): <blocking MPI call>` puts the call under watch.
+
+    Watches nest: DistributedDataParallel waits for a comm hook's Future under its own watch
+    (a hook may return any Future), and a Work inside it adds its own; leaving the inner one
+    puts the outer one back."""
+    __slots__ = ("_entry", "_outer")
 
     def __init__(self, pg, what):
         self._entry = (time.monotonic() + pg.timeout, what, pg)
+        self._outer = None
 
     def __enter__(self):
         if _thread is None:
             _start()
-        _waiting[threading.get_ident()] = self._entry
+        thread = threading.get_ident()
+        self._outer = _waiting.get(thread)
+        _waiting[thread] = self._entry
 
     def __exit__(self, *exc_info):
-        _waiting.pop(threading.get_ident(), None)
+        thread = threading.get_ident()
+        if self._outer is None:
+            _waiting.pop(thread, None)
+        else:
+            _waiting[thread] = self._outer
         return False
 
 

@@ -1,10 +1,21 @@
-"""`Work`: the handle `async_op=True` returns, over one or more MPI requests."""
+"""`Work`: the Future of a communication in flight, over one or more MPI requests.
+
+`async_op=True` collectives, `isend`/`irecv` and DistributedDataParallel's comm hooks all
+return a Work. It keeps torch.distributed.Work's API (`wait()`, `is_completed()`,
+`get_future()`, `source_rank()` for an irecv) and is an `mpigrad.futures.Future`
+(`done()`, `value()`, `then()`, `add_done_callback()`), so one type serves both.
+
+What `wait()` returns: the Work's value, as for every Future. A collective's or a message's
+value is True, which is what torch's `Work.wait()` returns; a comm hook's is the reduced
+bucket array, which is what torch's hook futures hold. `get_future()` is the Work itself.
+"""
 from mpi4py import MPI
 
+from ..futures import Future
 from .watchdog import blocked
 
 
-class Work:
+class Work(Future):
     """A nonblocking operation in flight, like `torch.distributed.Work`.
 
     `requests` are the mpi4py requests behind it, public so that code batching many
@@ -13,47 +24,42 @@ class Work:
     irecv's completion step needs the receive's status: wait for it through `wait()` only.)
     `on_complete(statuses)` runs once, when the requests finish, for the part MPI cannot do
     (AVG's division, copying out of staging buffers, autograd version bumps); what it returns
-    is the Work's result. `on_error(exc, statuses)` turns an MPI error into a clearer
-    exception. `keep_alive` holds the buffers MPI is reading or writing, so they outlive the
-    call that started the operation. `wait()` runs under the watchdog of `pg`, the group the
-    operation (described by `what`) runs on.
+    is the Work's value (True without it). `on_error(exc, statuses)` turns an MPI error into a
+    clearer exception. `keep_alive` holds the buffers MPI is reading or writing, so they
+    outlive the call that started the operation. Blocking waits run under the watchdog of
+    `pg`, the group the operation (described by `what`) runs on, so they end within its
+    timeout. A Work is driven by the thread that started it.
     """
 
     def __init__(self, pg, what, requests, on_complete=None, on_error=None, keep_alive=()):
+        super().__init__()
         self._pg, self._what = pg, what
         self.requests = list(requests)
         self._on_complete = on_complete
         self._on_error = on_error
         self._keep_alive = keep_alive
         self._statuses = [MPI.Status() for _ in self.requests]
-        self._done = False
-        self._exception = None
-        self._result = None
-
-    def wait(self):
-        """Block until the operation finishes (the outputs are then valid); returns True."""
-        if not self._done:
-            self._finish(block=True)
-        if self._exception is not None:
-            raise self._exception
-        return True
 
     def is_completed(self):
-        """Whether the operation has finished. Each call also lets MPI make progress on it."""
-        if not self._done:
-            self._finish(block=False)
-        if self._exception is not None:
-            raise self._exception
-        return self._done
+        """Whether the operation has finished; raises its error if it failed. Each call also
+        lets MPI make progress on it."""
+        completed = self.done()
+        if completed and self.exception() is not None:
+            raise self.exception()
+        return completed
+
+    def get_future(self):
+        """The Future of this operation: the Work itself."""
+        return self
 
     def source_rank(self):
         """For an `irecv`: the (global) rank the message came from. Waits for it first."""
         self.wait()
-        if self._result is None:
-            raise ValueError("source_rank() is only defined for the Work of an irecv")
-        return self._result
+        raise ValueError("source_rank() is only defined for the Work of an irecv")
 
-    def _finish(self, block):
+    def _progress(self, block):
+        if self._completed:
+            return
         try:
             if block:
                 with blocked(self._pg, f"waiting for {self._what}"):
@@ -61,18 +67,20 @@ class Work:
             elif not MPI.Request.Testall(self.requests, self._statuses):
                 return
         except MPI.Exception as exc:
-            self._done = True
+            self._keep_alive = ()
             cause = _request_error(exc, self._statuses)
-            self._exception = self._on_error(cause, self._statuses) if self._on_error else cause
-            raise self._exception from exc
-        self._done = True
+            error = self._on_error(cause, self._statuses) if self._on_error else cause
+            if error is not exc:
+                error.__cause__ = exc
+            self.set_exception(error)
+            return
         self._keep_alive = ()
         try:
-            if self._on_complete is not None:
-                self._result = self._on_complete(self._statuses)
-        except Exception as exc:
-            self._exception = exc
-            raise
+            value = True if self._on_complete is None else self._on_complete(self._statuses)
+        except Exception as exc:  # handed to whoever waits, as the Work's error
+            self.set_exception(exc)
+            return
+        self.set_result(value)
 
 
 def _request_error(exc, statuses):

@@ -16,9 +16,9 @@ class Conv2d(Module):
                  groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
         super().__init__()
         check_device(device, "Conv2d")
-        self.in_channels = positive_int(in_channels, "in_channels", "Conv2d")
-        self.out_channels = positive_int(out_channels, "out_channels", "Conv2d")
-        self.groups = positive_int(groups, "groups", "Conv2d")
+        self.in_channels = positive_int("in_channels", in_channels, "Conv2d")
+        self.out_channels = positive_int("out_channels", out_channels, "Conv2d")
+        self.groups = positive_int("groups", groups, "Conv2d")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels "
                              f"({out_channels}) must both be divisible by groups ({groups})")

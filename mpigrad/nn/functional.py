@@ -221,7 +221,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     tap_row, tap_col = np.divmod(taps.data.reshape(n, c, oh, ow), kernel_size[1])
     rows = np.arange(oh)[:, None] * stride[0] - padding[0] + tap_row * dilation[0]
     columns = np.arange(ow)[None, :] * stride[1] - padding[1] + tap_col * dilation[1]
-    indices = Tensor._make((rows * w + columns).astype(np.int64))
+    indices = Tensor.wrap((rows * w + columns).astype(np.int64))
     return out, (indices.squeeze(0) if unbatched else indices)
 
 
@@ -248,7 +248,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
             counted[..., :h + 2 * ph, :w + 2 * pw] = 1
         else:
             counted[..., ph:ph + h, pw:pw + w] = 1
-        divisor = conv_ops.unfold(Tensor._make(counted), kernel_size=kernel_size,
+        divisor = conv_ops.unfold(Tensor.wrap(counted), kernel_size=kernel_size,
                                   dilation=(1, 1), padding=(0, 0), stride=stride).data.sum(1)
     out = (sums / divisor).reshape(n, c, oh, ow)
     return out.squeeze(0) if unbatched else out
@@ -302,7 +302,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0:
         return input
     keep = random.uniform_array(input.shape, 0.0, 1.0, np.float64) >= p
-    scale = Tensor._make(keep.astype(input.dtype) / (1 - p) if p < 1
+    scale = Tensor.wrap(keep.astype(input.dtype) / (1 - p) if p < 1
                          else np.zeros(input.shape, input.dtype))
     return input.mul_(scale) if inplace else input * scale
 
@@ -413,7 +413,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if padding_idx is not None:
         keep = input.data != padding_idx
         if not keep.all():
-            rows = ops.where(Tensor._make(keep[..., None]), rows, rows.detach())
+            rows = ops.where(Tensor.wrap(keep[..., None]), rows, rows.detach())
     return rows
 
 
@@ -434,7 +434,7 @@ def one_hot(tensor, num_classes=-1):
     if num_classes == -1:
         num_classes = int(tensor.data.max()) + 1 if tensor.data.size else 0
     _check_indices(tensor.data, num_classes, "one_hot", "num_classes")
-    return Tensor._make((tensor.data[..., None] == np.arange(num_classes)).astype(np.int64))
+    return Tensor.wrap((tensor.data[..., None] == np.arange(num_classes)).astype(np.int64))
 
 
 # ----------------------------------------------------------------------------- losses
@@ -493,13 +493,13 @@ def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label
             target_weight = np.where(ignored, 0, target_weight)
     elif any_ignored:
         target_weight = (~ignored).astype(log_probs.dtype)
-    loss = -picked if target_weight is None else picked * Tensor._make(-target_weight)
+    loss = -picked if target_weight is None else picked * Tensor.wrap(-target_weight)
     if label_smoothing:
         per_class = log_probs if weight is None else log_probs * _along_classes(weight, log_probs,
                                                                                 class_dim)
         smooth = -per_class.sum(class_dim, keepdim=True)
         if any_ignored:
-            smooth = smooth.masked_fill(Tensor._make(ignored), 0.0)
+            smooth = smooth.masked_fill(Tensor.wrap(ignored), 0.0)
         loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
     if reduction == "none":
         return loss.squeeze(class_dim)

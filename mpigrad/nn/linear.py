@@ -24,8 +24,8 @@ class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
         check_device(device, "Linear")
-        self.in_features = positive_int(in_features, "in_features", "Linear")
-        self.out_features = positive_int(out_features, "out_features", "Linear")
+        self.in_features = positive_int("in_features", in_features, "Linear")
+        self.out_features = positive_int("out_features", out_features, "Linear")
         self.weight = Parameter(creation.empty(self.out_features, self.in_features, dtype=dtype))
         self.register_parameter(
             "bias", Parameter(creation.empty(self.out_features, dtype=dtype)) if bias else None)

@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 
 from ..autograd import grad_mode
-from ..autograd.graph import add_hook
-from ..tensor import Tensor
+from ..hooks import add_hook
+from ..tensor import Tensor, zero_grads
 from .parameter import Buffer, Parameter
 
 IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -59,7 +59,7 @@ class Module:
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Buffer):
-            self._buffers[name] = Tensor._make(value.data)
+            self._buffers[name] = Tensor.wrap(value.data)
         elif isinstance(value, Module):
             self._modules[name] = value
         else:
@@ -191,14 +191,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none=True):
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.data[...] = 0
-                p.grad._bump_version()
+        zero_grads(self.parameters(), set_to_none)
 
     def apply(self, fn):
         for module in self.children():

@@ -25,7 +25,7 @@ class _BatchNorm(Module):
         super().__init__()
         layer = type(self).__name__
         check_device(device, layer)
-        self.num_features = positive_int(num_features, "num_features", layer)
+        self.num_features = positive_int("num_features", num_features, layer)
         if momentum is not None and not 0 <= momentum <= 1:
             raise ValueError(f"{layer}: momentum must be in [0, 1] or None, got {momentum!r}")
         self.eps = eps
@@ -108,7 +108,7 @@ class LayerNorm(Module):
             else tuple(normalized_shape)
         if not shape:
             raise ValueError("LayerNorm: normalized_shape must name at least one dimension")
-        self.normalized_shape = tuple(positive_int(s, "normalized_shape", "LayerNorm")
+        self.normalized_shape = tuple(positive_int("normalized_shape", s, "LayerNorm")
                                       for s in shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine

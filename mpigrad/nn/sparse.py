@@ -16,8 +16,8 @@ class Embedding(Module):
                  _freeze=False, device=None, dtype=None):
         super().__init__()
         check_device(device, "Embedding")
-        self.num_embeddings = positive_int(num_embeddings, "num_embeddings", "Embedding")
-        self.embedding_dim = positive_int(embedding_dim, "embedding_dim", "Embedding")
+        self.num_embeddings = positive_int("num_embeddings", num_embeddings, "Embedding")
+        self.embedding_dim = positive_int("embedding_dim", embedding_dim, "Embedding")
         self.padding_idx = F._embedding_options(num_embeddings, padding_idx, scale_grad_by_freq,
                                                 sparse, "Embedding")
         self.max_norm = max_norm

@@ -4,6 +4,8 @@ import numpy as np
 from ..autograd import grad_mode
 from ..tensor import Tensor
 from .core import Op
+from .elementwise import log, where
+from .reduction import sum
 
 
 def _inplace_ufunc(ufunc):
@@ -114,7 +116,7 @@ clone = Op("clone", np.copy, (lambda g, ans, x: g,))
 def _constant(forward):
     """A function whose result never requires grad (comparisons, logic)."""
     def run(*args):
-        return Tensor._make(np.asarray(forward(*[a.data if isinstance(a, Tensor) else a
+        return Tensor.wrap(np.asarray(forward(*[a.data if isinstance(a, Tensor) else a
                                                   for a in args])))
     run.__name__ = forward.__name__
     return run
@@ -131,7 +133,3 @@ logical_or = _constant(np.logical_or)
 logical_not = _constant(np.logical_not)
 isnan = _constant(np.isnan)
 isfinite = _constant(np.isfinite)
-
-
-from .elementwise import log, where  # noqa: E402
-from .reduction import sum  # noqa: E402

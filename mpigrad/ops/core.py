@@ -11,22 +11,12 @@ import inspect
 import numpy as np
 
 from ..autograd import grad_mode
-from ..autograd.graph import Node, gradient_edge
+from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
 from ..tensor import Tensor
 
 
-class Meta:
-    """What a VJP may know about an input whose value was not saved."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        self.shape = shape
-        self.dtype = dtype
-
-    @property
-    def ndim(self):
-        return len(self.shape)
+# Every Op by name, so tests can check that each one has a gradcheck case.
+REGISTRY = {}
 
 
 class Op:
@@ -55,6 +45,9 @@ class Op:
         self.saves_ans = "ans" in names
         self.view = view
         self.inplace_fast = inplace_fast
+        if name in REGISTRY:
+            raise ValueError(f"two ops are named {name!r}; op names must be unique")
+        REGISTRY[name] = self
 
     def __call__(self, *args, **params):
         return apply(self, args, params)
@@ -75,18 +68,16 @@ def apply(op, args, params):
     out = op.forward(*arrays, **params)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
-    result = Tensor._make(out)
     # numpy's advanced indexing returns a copy that still has a base; only real views share.
     if op.view and out.base is not None and np.may_share_memory(out, arrays[0]):
-        source = args[0]
-        result._vc = source._vc
-        result._base = source._base if source._base is not None else source
+        result = args[0].alias(out)
+    else:
+        result = Tensor.wrap(out)
     if not grad_mode._State.enabled:
         return result
     needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
     if True in needs:
-        result.grad_fn = OpNode(op, args, params, needs, result)
-        result.requires_grad = True
+        result.set_history(OpNode(op, args, params, needs, result))
     return result
 
 
@@ -117,7 +108,7 @@ class OpNode(Node):
             versions.append((result._vc, result._vc[0], 0))
         self.inputs = inputs
         self.versions = versions
-        self.ans = [result.data, result._vc, result._vc[0]] if op.saves_ans else None
+        self.ans = _saved_output(result) if op.saves_ans else None
 
     def name(self):
         return self.op.node_name
@@ -125,7 +116,7 @@ class OpNode(Node):
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""
         if self.ans is not None:
-            self.ans = [tensor.data, tensor._vc, tensor._vc[0]]
+            self.ans = _saved_output(tensor)
 
     def _stale(self, what, shape, dtype, version, expected):
         return RuntimeError(
@@ -136,20 +127,20 @@ class OpNode(Node):
             "the tensor before changing it.")
 
     def apply(self, grad_outputs):
+        # Read before checking: another thread's backward may release this node meanwhile,
+        # and release() marks it freed before it drops anything.
+        inputs, saved_ans = self.inputs, self.ans
         self.check_not_freed()
-        inputs = self.inputs
         for vc, expected, i in self.versions:
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
-        if self.ans is not None:
-            data, vc, expected = self.ans
-            if vc[0] != expected:
-                raise self._stale("the output", data.shape, data.dtype, vc[0], expected)
-            ans = Tensor._make(data)
-            ans._vc = vc
-            ans.grad_fn = self
-            ans.requires_grad = True
+        if saved_ans is not None:
+            saved, expected = saved_ans
+            if saved._version != expected:
+                raise self._stale("the output", saved.shape, saved.dtype, saved._version, expected)
+            ans = saved.alias(view=False)
+            ans.set_history(self)
         g = grad_outputs[0]
         vjps = self.op.vjps
         per_input = type(vjps) is tuple
@@ -168,27 +159,15 @@ class OpNode(Node):
 
     def release(self):
         if self.op.saved_positions or self.op.saves_ans:
+            self._freed = True
             self.inputs = None
             self.ans = None
-            self._freed = True
 
 
-def reduce_to(grad, like):
-    """Sum a gradient over broadcast dimensions and cast it, so it matches its input."""
-    shape = like.shape
-    if grad.shape != shape:
-        lead = grad.ndim - len(shape)
-        if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, grad.shape[lead:])):
-            raise RuntimeError(f"a gradient of shape {tuple(grad.shape)} cannot be summed to "
-                               f"its input's shape {tuple(shape)}")
-        if lead:
-            grad = grad.sum(tuple(range(lead)))
-        ones = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
-        if ones:
-            grad = grad.sum(ones, keepdim=True)
-    if grad.dtype != like.dtype:
-        grad = grad.to(like.dtype)
-    return grad
+def _saved_output(tensor):
+    """The output as a rule may read it: an alias (no graph link, so no reference cycle through
+    the node) and the version it must still have at backward."""
+    return tensor.alias(view=False), tensor._version
 
 
 def _check_inplace_allowed(target):
@@ -213,27 +192,24 @@ def inplace(op, target, *others, **params):
         target.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))
     if not record:
         arrays = [o.data if isinstance(o, Tensor) else o for o in others]
-        if op.inplace_fast is not None:
-            op.inplace_fast(target.data, *arrays, **params)
-        else:
-            np.copyto(target.data, op.forward(target.data, *arrays, **params), casting="same_kind")
-        target._vc[0] += 1
+        with target.writing() as data:
+            if op.inplace_fast is not None:
+                op.inplace_fast(data, *arrays, **params)
+            else:
+                np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
         return target
     _check_inplace_allowed(target)
     source = target
     if 0 in op.saved_positions:
-        source = Tensor._make(target.data.copy())
-        source.grad_fn = target.grad_fn
-        source._output_nr = target._output_nr
-        source.requires_grad = target.requires_grad
+        source = Tensor.wrap(target.data.copy())
+        if target.grad_fn is not None:
+            source.set_history(target.grad_fn, target._output_nr)
     result = apply(op, (source,) + others, params)
     if result.shape != target.shape:
         raise RuntimeError(f"in-place {op.name}: the result's shape {tuple(result.shape)} "
                            f"doesn't match the tensor's shape {tuple(target.shape)}")
-    np.copyto(target.data, result.data, casting="same_kind")
-    target._vc[0] += 1
-    target.grad_fn = result.grad_fn
-    target._output_nr = 0
-    target.requires_grad = True
+    with target.writing() as data:
+        np.copyto(data, result.data, casting="same_kind")
+    target.set_history(result.grad_fn)
     result.grad_fn.rebind_output(target)
     return target

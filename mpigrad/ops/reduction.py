@@ -6,6 +6,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from .core import Op
+from .elementwise import where
 
 
 def normalize_dims(dim, ndim):
@@ -138,12 +139,12 @@ def _check_nonempty(x, what):
 
 def argmax(x, dim=None, keepdim=False):
     _check_nonempty(x, "argmax")
-    return Tensor._make(np.asarray(np.argmax(x.data, axis=dim, keepdims=keepdim)))
+    return Tensor.wrap(np.asarray(np.argmax(x.data, axis=dim, keepdims=keepdim)))
 
 
 def argmin(x, dim=None, keepdim=False):
     _check_nonempty(x, "argmin")
-    return Tensor._make(np.asarray(np.argmin(x.data, axis=dim, keepdims=keepdim)))
+    return Tensor.wrap(np.asarray(np.argmin(x.data, axis=dim, keepdims=keepdim)))
 
 
 MinMax = collections.namedtuple("MinMax", ["values", "indices"])
@@ -249,6 +250,3 @@ def take_along_dim(x, indices, dim):
     if isinstance(indices, Tensor) and indices.dtype.kind not in "iu":
         raise TypeError(f"take_along_dim: indices must be an integer tensor, got {indices.dtype}")
     return _take_along(x, indices, dim=dim)
-
-
-from .elementwise import where  # noqa: E402

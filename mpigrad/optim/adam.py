@@ -11,7 +11,7 @@ __all__ = ["Adam", "AdamW"]
 class Adam(Optimizer):
     """torch.optim.Adam: the same arguments, update rule and state.
 
-    With gradient g of parameter p (negated if ``maximize``), at step t::
+    With gradient g of parameter p (negated if `maximize`), at step t::
 
         p = p * (1 - lr * weight_decay)   if decoupled_weight_decay
         g = g + weight_decay * p          otherwise
@@ -20,8 +20,8 @@ class Adam(Optimizer):
         v_max = max(v_max, v)                     # max_exp_avg_sq, if amsgrad
         p = p - lr / (1 - beta1**t) * m / (sqrt(v or v_max) / sqrt(1 - beta2**t) + eps)
 
-    ``state[p]`` holds ``step`` (a Python int; torch keeps a 0-d tensor),
-    ``exp_avg``, ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``.
+    `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
+    `exp_avg`, `exp_avg_sq` and, with amsgrad, `max_exp_avg_sq`.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
@@ -98,8 +98,8 @@ class Adam(Optimizer):
 
 class AdamW(Adam):
     """torch.optim.AdamW: Adam whose weight decay shrinks the parameters
-    directly (``p *= 1 - lr * weight_decay``) instead of adding to the
-    gradient, with a default ``weight_decay`` of 1e-2."""
+    directly (`p *= 1 - lr * weight_decay`) instead of adding to the
+    gradient, with a default `weight_decay` of 1e-2."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False):

@@ -1,17 +1,17 @@
 """Learning-rate schedulers, with torch.optim.lr_scheduler's names and semantics.
 
-A scheduler sets each parameter group's ``'lr'`` from the group's
-``'initial_lr'`` (its base lr) and the number of ``step()`` calls so far,
-``last_epoch``. Call ``scheduler.step()`` after ``optimizer.step()``, once per
+A scheduler sets each parameter group's `'lr'` from the group's
+`'initial_lr'` (its base lr) and the number of `step()` calls so far,
+`last_epoch`. Call `scheduler.step()` after `optimizer.step()`, once per
 epoch or per iteration, whichever the schedule is counted in.
 
 Every scheduler here computes the lr in closed form, from the base lr and
-``last_epoch`` alone (torch's ``_get_closed_form_lr``), rather than by
+`last_epoch` alone (torch's `_get_closed_form_lr`), rather than by
 updating the previous lr as torch's chainable forms do. The values agree
 with torch's to rounding, do not drift over long runs, and a run resumed from
 a checkpoint gets the same lrs bit for bit. The price: two schedulers cannot
 act on one optimizer at the same time, each multiplying the other's lr; to
-run schedules one after another, use :class:`SequentialLR`. Linear warm-up
+run schedules one after another, use `SequentialLR`. Linear warm-up
 followed by cosine decay::
 
     warmup = LinearLR(optimizer, start_factor=0.01, total_iters=5)
@@ -29,12 +29,12 @@ __all__ = ["LRScheduler", "LambdaLR", "StepLR", "LinearLR", "CosineAnnealingLR",
 
 
 class LRScheduler:
-    """Base class: a subclass defines :meth:`get_lr`, the lrs at ``last_epoch``.
+    """Base class: a subclass defines `get_lr`, the lrs at `last_epoch`.
 
-    ``last_epoch=-1`` starts a new schedule, recording each group's current
-    lr as its ``'initial_lr'``. To resume, create the scheduler as for a new
-    run and call :meth:`load_state_dict`. The constructor performs the first
-    ``step()``, which sets the lrs for epoch 0.
+    `last_epoch=-1` starts a new schedule, recording each group's current
+    lr as its `'initial_lr'`. To resume, create the scheduler as for a new
+    run and call `load_state_dict`. The constructor performs the first
+    `step()`, which sets the lrs for epoch 0.
     """
 
     def __init__(self, optimizer, last_epoch=-1):
@@ -55,11 +55,11 @@ class LRScheduler:
         self.step()
 
     def get_lr(self):
-        """The lr of each parameter group at epoch ``last_epoch``."""
+        """The lr of each parameter group at epoch `last_epoch`."""
         raise NotImplementedError
 
     def get_last_lr(self):
-        """The lrs set by the latest ``step()``, one per parameter group."""
+        """The lrs set by the latest `step()`, one per parameter group."""
         return self._last_lr
 
     def step(self):
@@ -67,11 +67,11 @@ class LRScheduler:
         self._move_to(self.last_epoch + 1)
 
     def state_dict(self):
-        """Everything but the optimizer: ``last_epoch``, ``base_lrs`` and the settings."""
+        """Everything but the optimizer: `last_epoch`, `base_lrs` and the settings."""
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict):
-        """Restore a state from :meth:`state_dict` of the same kind of scheduler.
+        """Restore a state from `state_dict` of the same kind of scheduler.
 
         The restored lrs are also put back into the optimizer, so it does not
         matter whether the optimizer's state is loaded before or after.
@@ -102,8 +102,8 @@ class LRScheduler:
 class LambdaLR(LRScheduler):
     """lr = base_lr * lr_lambda(epoch).
 
-    ``lr_lambda`` is one function, or a list with one per parameter group.
-    Functions cannot be saved: :meth:`state_dict` leaves them out, so pass
+    `lr_lambda` is one function, or a list with one per parameter group.
+    Functions cannot be saved: `state_dict` leaves them out, so pass
     the same ones when re-creating the scheduler to resume.
     """
 
@@ -128,7 +128,7 @@ class LambdaLR(LRScheduler):
 
 
 class StepLR(LRScheduler):
-    """Multiply the lr by ``gamma`` every ``step_size`` epochs."""
+    """Multiply the lr by `gamma` every `step_size` epochs."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         if not step_size > 0:
@@ -143,8 +143,8 @@ class StepLR(LRScheduler):
 
 
 class LinearLR(LRScheduler):
-    """Scale the lr linearly from ``start_factor`` to ``end_factor`` times the
-    base lr over ``total_iters`` epochs, then keep it: the usual warm-up."""
+    """Scale the lr linearly from `start_factor` to `end_factor` times the
+    base lr over `total_iters` epochs, then keep it: the usual warm-up."""
 
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5,
                  last_epoch=-1):
@@ -170,7 +170,7 @@ class LinearLR(LRScheduler):
 class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2.
 
-    The lr falls from the base lr to ``eta_min`` over ``T_max`` epochs; past
+    The lr falls from the base lr to `eta_min` over `T_max` epochs; past
     that it rises again along the same cosine, as torch's does.
     """
 
@@ -188,9 +188,9 @@ class CosineAnnealingLR(LRScheduler):
 
 
 class SequentialLR(LRScheduler):
-    """Run ``schedulers`` one after another, switching at each of ``milestones``.
+    """Run `schedulers` one after another, switching at each of `milestones`.
 
-    ``schedulers[i]`` is in charge from epoch ``milestones[i - 1]`` on, and
+    `schedulers[i]` is in charge from epoch `milestones[i - 1]` on, and
     starts its own schedule at epoch 0 there.
     """
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..autograd.grad_mode import enable_grad
-from ..tensor import Tensor
+from ..tensor import Tensor, zero_grads
 
 __all__ = ["Optimizer"]
 
@@ -14,16 +14,17 @@ __all__ = ["Optimizer"]
 class Optimizer:
     """Base class of all optimizers, with torch.optim.Optimizer's interface.
 
-    ``params`` is an iterable of Tensors, or of dicts ("parameter groups")
-    each holding ``'params'`` and any hyper-parameters that override
-    ``defaults`` for that group. ``state`` maps each parameter to a dict of
+    `params` is an iterable of Tensors, or of dicts ("parameter groups")
+    each holding `'params'` and any hyper-parameters that override
+    `defaults` for that group. `state` maps each parameter to a dict of
     its buffers (Tensors shaped like the parameter) and counters.
 
-    A subclass sets its hyper-parameter names in ``defaults``, checks them in
-    :meth:`_check_hyperparameters` and updates one parameter in
-    :meth:`_update`, writing into ``param.data`` in place: the arrays are
+    A subclass sets its hyper-parameter names in `defaults`, checks them in
+    `_check_hyperparameters` and updates one parameter in
+    `_update`, writing into `param.data` in place: the arrays are
     never rebound, because DistributedDataParallel and views hold references
-    to parameter storage.
+    to parameter storage. `step` runs `_update` inside `param.writing()`, so
+    the parameter is marked written without the subclass having to remember.
     """
 
     def __init__(self, params, defaults):
@@ -53,7 +54,7 @@ class Optimizer:
     def add_param_group(self, param_group):
         """Add a group of parameters, e.g. layers unfrozen while fine-tuning.
 
-        Hyper-parameters the group leaves out are taken from ``defaults``.
+        Hyper-parameters the group leaves out are taken from `defaults`.
         """
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
@@ -88,24 +89,17 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         """Reset the gradients of all optimized parameters.
 
-        With ``set_to_none`` (the default) gradients become None, which saves
-        memory and lets :meth:`step` skip parameters no loss reached;
+        With `set_to_none` (the default) gradients become None, which saves
+        memory and lets `step` skip parameters no loss reached;
         otherwise they are filled with zeros in place.
         """
         for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if set_to_none:
-                    param.grad = None
-                else:
-                    param.grad.data.fill(0)
-                    param.grad._bump_version()
+            zero_grads(group["params"], set_to_none)
 
     def step(self, closure=None):
-        """Update every parameter that has a gradient; return ``closure()``'s loss.
+        """Update every parameter that has a gradient; return `closure()`'s loss.
 
-        ``closure``, if given, re-evaluates the model (zero_grad, forward,
+        `closure`, if given, re-evaluates the model (zero_grad, forward,
         backward) and returns the loss; it runs with gradients enabled.
         """
         loss = None
@@ -115,14 +109,14 @@ class Optimizer:
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
-                    self._update(param, param.grad.data, group)
-                    param._bump_version()
+                    with param.writing():
+                        self._update(param, param.grad.data, group)
         return loss
 
     def state_dict(self):
         """The optimizer's state, in torch's layout.
 
-        ``{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}``
+        `{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}`
         where parameters are numbered across groups in order. The state
         Tensors are the optimizer's own (not copies), as in torch: save them
         or copy them before stepping again.
@@ -140,7 +134,7 @@ class Optimizer:
         return {"state": state, "param_groups": param_groups}
 
     def load_state_dict(self, state_dict):
-        """Restore state saved by :meth:`state_dict`, from this or a fresh optimizer.
+        """Restore state saved by `state_dict`, from this or a fresh optimizer.
 
         The parameter groups must match in number and size, and each saved
         buffer must have its parameter's shape. Buffers are copied (cast to
@@ -180,17 +174,17 @@ class Optimizer:
         self.state = state
 
     def _check_hyperparameters(self, group):
-        """Raise ValueError for an invalid hyper-parameter in ``group``."""
+        """Raise ValueError for an invalid hyper-parameter in `group`."""
 
     def _update(self, param, grad, group):
-        """Update ``param.data`` in place from ``grad`` (an ndarray)."""
+        """Update `param.data` in place from `grad` (an ndarray)."""
         raise NotImplementedError
 
 
 def regularized_grad(param, grad, weight_decay, maximize):
-    """The gradient a step descends: ``grad``, negated to maximize, plus the
-    L2 term ``weight_decay * param``. Either ``grad`` itself or a new array,
-    never ``grad`` modified: it belongs to the parameter."""
+    """The gradient a step descends: `grad`, negated to maximize, plus the
+    L2 term `weight_decay * param`. Either `grad` itself or a new array,
+    never `grad` modified: it belongs to the parameter."""
     if weight_decay != 0:
         g = np.multiply(param, weight_decay)
         return np.subtract(g, grad, out=g) if maximize else np.add(g, grad, out=g)

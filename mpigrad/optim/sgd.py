@@ -9,7 +9,7 @@ __all__ = ["SGD"]
 class SGD(Optimizer):
     """torch.optim.SGD: the same arguments, update rule and state.
 
-    With gradient g of parameter p (negated if ``maximize``)::
+    With gradient g of parameter p (negated if `maximize`)::
 
         g = g + weight_decay * p
         b = g                                   on the first step
@@ -17,8 +17,8 @@ class SGD(Optimizer):
         g = g + momentum * b  if nesterov  else  b
         p = p - lr * g
 
-    The momentum buffer is ``state[p]['momentum_buffer']``, kept only when
-    ``momentum != 0``.
+    The momentum buffer is `state[p]['momentum_buffer']`, kept only when
+    `momentum != 0`.
     """
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,

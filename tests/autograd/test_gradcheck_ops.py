@@ -5,6 +5,8 @@ import pytest
 import mpigrad as mg
 from mpigrad.autograd import Function, gradcheck, gradgradcheck
 from mpigrad.autograd.gradcheck import GradcheckError
+from mpigrad.autograd.graph import reachable
+from mpigrad.ops.core import REGISTRY, OpNode
 
 F = mg.ops
 
@@ -24,7 +26,14 @@ def _normal(shape, rng):
     return rng.standard_normal(shape)
 
 
-# (name, function, [(shape, sampler), ...]) -- shapes include broadcasting pairs.
+def _setitem(a, b):
+    out = a * 1.0
+    out[1:3, [0, 2]] = b
+    return out
+
+
+# (name, function, [(shape, sampler), ...]) -- shapes include broadcasting pairs. Every op in
+# the registry must be reached by some case (test_every_op_has_a_case).
 CASES = [
     ("add", lambda a, b: a + b, [((3, 4), _normal), ((4,), _normal)]),
     ("add_scalar", lambda a: 2.5 + a, [((2, 3), _normal)]),
@@ -101,6 +110,16 @@ CASES = [
     ("chunk", lambda a: a.chunk(3, dim=0)[2], [((5, 2), _normal)]),
     ("pad", lambda a: F.pad(a, (1, 2, 0, 1), value=0.5), [((2, 3, 4), _normal)]),
     ("clone", lambda a: a.clone(), [((3,), _normal)]),
+    ("cast", lambda a: F.cast(a, mg.float64), [((3,), _normal)]),
+    ("sign", lambda a: a.sign() * a, [((3, 4), _spread)]),
+    ("setitem", _setitem, [((4, 3), _normal), ((2,), _normal)]),
+    ("copy_", lambda a, b: (a * 1.0).copy_(b) * a, [((3, 4), _normal), ((4,), _normal)]),
+    ("fill_", lambda a: (a * 1.0).fill_(2.0) * a, [((3, 4), _normal)]),
+    ("unfold", lambda a: mg.nn.functional.unfold(a, kernel_size=(2, 3), padding=1, stride=2),
+     [((2, 2, 4, 5), _normal)]),
+    ("fold", lambda a: mg.nn.functional.fold(a, (4, 5), kernel_size=(2, 3), padding=1,
+                                             stride=2),
+     [((2, 12, 9), _normal)]),
 ]
 
 
@@ -116,6 +135,24 @@ def test_gradcheck(name, fn, specs, float64, rng):
 @pytest.mark.parametrize("name,fn,specs", CASES, ids=[c[0] for c in CASES])
 def test_gradgradcheck(name, fn, specs, float64, rng):
     assert gradgradcheck(fn, _inputs(specs, rng))
+
+
+def _ops_reached(fn, specs, rng):
+    """Names of the ops in the graph of fn and in the graph of its gradient, which is where
+    the ops that only backward rules use (index_scatter, say) appear."""
+    inputs = _inputs(specs, rng)
+    out = fn(*inputs)
+    # A seed that requires grad, so the gradient's graph records every op a rule runs.
+    seed = mg.ones(*out.shape, requires_grad=True)
+    grads = mg.autograd.grad(out, inputs, seed, create_graph=True, allow_unused=True)
+    roots = [t.grad_fn for t in (out,) + grads if t is not None and t.grad_fn is not None]
+    return {node.op.name for node in reachable(roots) if isinstance(node, OpNode)}
+
+
+def test_every_op_has_a_case(float64, rng):
+    reached = set().union(*(_ops_reached(fn, specs, rng) for _, fn, specs in CASES))
+    untested = sorted(set(REGISTRY) - reached)
+    assert not untested, f"ops with no gradcheck case in CASES: {untested}"
 
 
 def test_cast_gradient_comes_back_in_the_input_dtype(float64):

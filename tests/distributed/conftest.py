@@ -1,11 +1,11 @@
 """Shared set-up for the communication-layer tests.
 
-Run serially (`pytest`, a world of one process) and under MPI
-(`mpiexec -n 2|3 python -m pytest --with-mpi tests/distributed`). Tests marked
-`mpi(min_size=2)` only run under MPI. Every rank runs the same tests in the same order, so a
-test must never skip on some ranks only. Inputs are generated from a seed per rank, so each
-rank can also build every other rank's input and compute the expected result in numpy
-(see _helpers).
+Every test runs serially (`pytest`, a world of one process) and under MPI (`mpiexec -n 2|3
+python -m pytest --only-mpi tests/distributed`; tests/conftest.py marks them), except those
+marked `mpi(min_size=k)`, which need k ranks. Every rank runs the same tests in the same
+order, so a test must never skip on some ranks only. Inputs are generated from a seed per
+rank, so each rank can also build every other rank's input and compute the expected result in
+numpy (see _helpers).
 """
 import pytest
 

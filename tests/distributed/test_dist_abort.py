@@ -1,6 +1,7 @@
 """An uncaught exception on one rank ends the whole MPI job instead of leaving the others
 waiting, and so does a rank blocked for longer than its group's timeout. The jobs run as
 subprocesses, under `timeout`, so a regression fails instead of hanging."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,8 +68,41 @@ def test_collectives_that_cannot_meet_end_the_job_after_the_timeout(tmp_path):
     assert 'job.py", line 9' in result.stderr
 
 
-def test_hook_installed_on_import():
+def test_hook_installed_by_init_process_group():
     assert sys.excepthook is abort._abort_hook
+
+
+WHICH_HOOK = """
+import sys
+import mpigrad.distributed as dist
+from mpigrad.distributed import abort
+
+print("import:", "abort" if sys.excepthook is abort._abort_hook else "python's")
+dist.init_process_group(**ARGUMENTS)
+print("init:", "abort" if sys.excepthook is abort._abort_hook else "python's")
+"""
+
+
+@pytest.mark.mpi_skip  # a fresh interpreter: the session's group is already initialised
+@pytest.mark.parametrize("arguments,env,expected", [
+    ({}, {}, "abort"),
+    ({"abort_on_exception": False}, {}, "python's"),
+    ({}, {abort.ENV: "0"}, "python's"),
+    ({"abort_on_exception": True}, {abort.ENV: "0"}, "abort"),
+], ids=["default", "argument-off", "env-off", "argument-wins"])
+def test_importing_installs_nothing_init_decides(arguments, env, expected, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(WHICH_HOOK.replace("ARGUMENTS", repr(arguments)))
+    result = subprocess.run(["timeout", "120", sys.executable, str(script)], capture_output=True,
+                            text=True, env={**os.environ, **env})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["import: python's", f"init: {expected}"]
+
+
+def test_bad_setting_is_an_error(monkeypatch):
+    monkeypatch.setenv(abort.ENV, "maybe")
+    with pytest.raises(ValueError, match="MPIGRAD_ABORT_ON_EXCEPTION must be 1 or 0"):
+        abort.setting(None)
 
 
 @pytest.mark.mpi(min_size=2)

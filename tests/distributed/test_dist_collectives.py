@@ -7,6 +7,7 @@ import pytest
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad.distributed import ReduceOp
+from mpigrad.futures import Future, wait_all
 
 from ._helpers import all_inputs, assert_matches, rank_input, reference_reduce
 
@@ -34,6 +35,22 @@ def test_all_reduce(dtype, op, async_op, wrap, rank):
     else:
         assert work is None
     assert_matches(arr, reference_reduce(np.stack(all_inputs((3, 5), dtype)), op))
+
+
+def test_work_is_a_future(rank):
+    """An async collective's Work is the project's Future: `then` chains run once the data
+    has arrived, `get_future()` is the Work, and its value is True (torch's `wait()`)."""
+    arr = rank_input(rank, (6,))
+    work = dist.all_reduce(arr, async_op=True)
+    assert isinstance(work, Future) and work.get_future() is work
+    total = work.then(lambda fut: arr.sum())
+    other = rank_input(rank, (2,), seed=1)
+    second = dist.all_reduce(other, op=ReduceOp.MAX, async_op=True)
+    expected = np.stack(all_inputs((6,))).sum(0)
+    assert wait_all([total, second]) == [pytest.approx(expected.sum()), True]
+    assert work.done() and work.value() is True
+    assert_matches(arr, expected)
+    assert_matches(other, np.stack(all_inputs((2,), seed=1)).max(0))
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (1,), (2, 0, 3)], ids=str)

@@ -7,12 +7,13 @@ import pytest
 from mpi4py import MPI
 
 import mpigrad.distributed as dist
+from mpigrad.distributed.process_group import _get_default_group
 
 
 def test_default_group_is_comm_world():
     world = dist.group.WORLD
     assert dist.is_initialized() and dist.is_available()
-    assert world is dist._get_default_group() is dist.GroupMember.WORLD
+    assert world is _get_default_group() is dist.GroupMember.WORLD
     assert dist.get_rank() == MPI.COMM_WORLD.Get_rank() == world.rank()
     assert dist.get_world_size() == MPI.COMM_WORLD.Get_size() == world.size()
     # Our own context: same processes, but the user's messages on COMM_WORLD never match ours.

@@ -16,6 +16,23 @@ def to_torch(t, requires_grad=False):
     return torch.tensor(t.data.copy(), requires_grad=requires_grad)
 
 
+def leaf_pair(*shape):
+    """A random float64 leaf and its torch twin, both requiring grad."""
+    x = mg.randn(*shape, requires_grad=True)
+    return x, to_torch(x, requires_grad=True)
+
+
+def assert_same_forward_and_backward(out, tout, inputs, tinputs):
+    """The outputs agree, and backward from one random output gradient gives every input the
+    same gradient in both libraries."""
+    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
+    g = mg.randn(*out.shape)
+    out.backward(g)
+    tout.backward(to_torch(g))
+    for x, tx in zip(inputs, tinputs):
+        np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+
+
 def copy_weights(ours, theirs):
     """Load our parameters and buffers into the torch module (made float64 first, so nothing
     is rounded); the names must agree."""
@@ -104,13 +121,8 @@ def test_conv2d_matches_torch(kwargs):
     ours = nn.Conv2d(4, 6, (3, 4), **kwargs)
     theirs = tnn.Conv2d(4, 6, (3, 4), **kwargs)
     copy_weights(ours, theirs)
-    x = mg.randn(2, 4, 9, 8, requires_grad=True)
-    tx = to_torch(x, requires_grad=True)
-    g = mg.randn(*ours(x).shape)
-    ours(x).backward(g)
-    theirs(tx).backward(to_torch(g))
-    np.testing.assert_allclose(ours(x).data, theirs(tx).detach().numpy(), **TOL)
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    x, tx = leaf_pair(2, 4, 9, 8)
+    assert_same_forward_and_backward(ours(x), theirs(tx), [x], [tx])
     assert_same_state(ours, theirs)
 
 
@@ -126,8 +138,7 @@ def test_conv2d_unbatched_matches_torch():
     dict(kernel_size=(2, 3), stride=(1, 2)), dict(kernel_size=3, dilation=2),
     dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=2, padding=1, ceil_mode=True)])
 def test_max_pool2d_matches_torch(kwargs):
-    x = mg.randn(2, 3, 9, 8, requires_grad=True)
-    tx = to_torch(x, requires_grad=True)
+    x, tx = leaf_pair(2, 3, 9, 8)
     out, indices = F.max_pool2d(x, return_indices=True, **kwargs)
     tout, tindices = torch.nn.functional.max_pool2d(tx, return_indices=True, **kwargs)
     np.testing.assert_array_equal(out.data, tout.detach().numpy())
@@ -160,15 +171,9 @@ def test_max_pool2d_picks_the_same_winner_as_torch_for_ties_and_a_nan():
     dict(kernel_size=(3, 2), stride=2, padding=1, ceil_mode=True, count_include_pad=False),
     dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=2, divisor_override=3)])
 def test_avg_pool2d_matches_torch(kwargs):
-    x = mg.randn(2, 3, 9, 8, requires_grad=True)
-    tx = to_torch(x, requires_grad=True)
-    out = F.avg_pool2d(x, **kwargs)
-    tout = torch.nn.functional.avg_pool2d(tx, **kwargs)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    g = mg.randn(*out.shape)
-    out.backward(g)
-    tout.backward(to_torch(g))
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    x, tx = leaf_pair(2, 3, 9, 8)
+    assert_same_forward_and_backward(F.avg_pool2d(x, **kwargs),
+                                     torch.nn.functional.avg_pool2d(tx, **kwargs), [x], [tx])
 
 
 def test_unfold_and_fold_match_torch():
@@ -190,12 +195,8 @@ def test_batch_norm1d_train_then_eval_matches_torch(make, shape):
     ours, theirs = make(nn), make(tnn)
     copy_weights(ours, theirs)
     for _ in range(3):
-        x = mg.randn(*shape, requires_grad=True)
-        tx = to_torch(x, requires_grad=True)
-        g = mg.randn(*shape)
-        ours(x).backward(g)
-        theirs(tx).backward(to_torch(g))
-        np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+        x, tx = leaf_pair(*shape)
+        assert_same_forward_and_backward(ours(x), theirs(tx), [x], [tx])
     assert_same_state(ours, theirs)
     ours.eval()
     theirs.eval()
@@ -209,14 +210,8 @@ def test_layer_norm_matches_torch():
         ours.weight.normal_()
         ours.bias.normal_()
     copy_weights(ours, theirs)
-    x = mg.randn(2, 5, 3, 4, requires_grad=True)
-    tx = to_torch(x, requires_grad=True)
-    g = mg.randn(*x.shape)
-    out, tout = ours(x), theirs(tx)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    out.backward(g)
-    tout.backward(to_torch(g))
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    x, tx = leaf_pair(2, 5, 3, 4)
+    assert_same_forward_and_backward(ours(x), theirs(tx), [x], [tx])
     assert_same_state(ours, theirs)
 
 
@@ -244,14 +239,9 @@ def test_embedding_max_norm_matches_torch():
     ("GELU", dict(approximate="tanh")), ("SiLU", {}), ("Tanh", {}), ("Sigmoid", {}),
     ("Softmax", dict(dim=1)), ("LogSoftmax", dict(dim=-1))])
 def test_activations_match_torch(name, kwargs):
-    x = mg.randn(4, 5, requires_grad=True)
-    tx = to_torch(x, requires_grad=True)
-    out, tout = getattr(nn, name)(**kwargs)(x), getattr(tnn, name)(**kwargs)(tx)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    g = mg.randn(4, 5)
-    out.backward(g)
-    tout.backward(to_torch(g))
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    x, tx = leaf_pair(4, 5)
+    assert_same_forward_and_backward(getattr(nn, name)(**kwargs)(x),
+                                     getattr(tnn, name)(**kwargs)(tx), [x], [tx])
 
 
 # ----------------------------------------------------------------------------- losses
@@ -269,13 +259,8 @@ def class_problem(shape, classes, ignore=False, seed=1):
 def loss_case(fn, tfn, scores, target, **kwargs):
     x = mg.tensor(scores, requires_grad=True)
     tx = torch.tensor(scores, requires_grad=True)
-    out = fn(x, mg.tensor(target), **kwargs)
-    tout = tfn(tx, torch.tensor(target), **kwargs)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    g = mg.randn(*out.shape)
-    out.backward(g)
-    tout.backward(to_torch(g))
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    assert_same_forward_and_backward(fn(x, mg.tensor(target), **kwargs),
+                                     tfn(tx, torch.tensor(target), **kwargs), [x], [tx])
 
 
 REDUCTIONS = ["mean", "sum", "none"]
@@ -289,18 +274,12 @@ REDUCTIONS = ["mean", "sum", "none"]
 def test_cross_entropy_matches_torch(reduction, smoothing, weighted, ignore, shape):
     scores, target = class_problem(shape, 4, ignore)
     weight = np.array([0.5, 2.0, 1.0, 3.0]) if weighted else None
-    x = mg.tensor(scores, requires_grad=True)
-    tx = torch.tensor(scores, requires_grad=True)
-    out = F.cross_entropy(x, mg.tensor(target), None if weight is None else mg.tensor(weight),
-                          reduction=reduction, label_smoothing=smoothing)
-    tout = torch.nn.functional.cross_entropy(
-        tx, torch.tensor(target), None if weight is None else torch.tensor(weight),
-        reduction=reduction, label_smoothing=smoothing)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    g = mg.randn(*out.shape)
-    out.backward(g)
-    tout.backward(to_torch(g))
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    kwargs = dict(reduction=reduction, label_smoothing=smoothing)
+    loss_case(lambda x, t: F.cross_entropy(x, t, None if weight is None else mg.tensor(weight),
+                                           **kwargs),
+              lambda x, t: torch.nn.functional.cross_entropy(
+                  x, t, None if weight is None else torch.tensor(weight), **kwargs),
+              scores, target)
 
 
 def test_cross_entropy_module_matches_torch_with_custom_ignore_index():
@@ -326,16 +305,10 @@ def test_cross_entropy_probability_targets_match_torch(reduction, smoothing):
     scores = rng.standard_normal((4, 3, 2))
     probs = rng.dirichlet(np.ones(3), (4, 2)).transpose(0, 2, 1).copy()
     weight = np.array([1.0, 0.5, 2.0])
-    x = mg.tensor(scores, requires_grad=True)
-    tx = torch.tensor(scores, requires_grad=True)
-    out = F.cross_entropy(x, mg.tensor(probs), mg.tensor(weight), reduction=reduction,
-                          label_smoothing=smoothing)
-    tout = torch.nn.functional.cross_entropy(tx, torch.tensor(probs), torch.tensor(weight),
-                                             reduction=reduction, label_smoothing=smoothing)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    out.sum().backward()
-    tout.sum().backward()
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
+    kwargs = dict(reduction=reduction, label_smoothing=smoothing)
+    loss_case(lambda x, t: F.cross_entropy(x, t, mg.tensor(weight), **kwargs),
+              lambda x, t: torch.nn.functional.cross_entropy(x, t, torch.tensor(weight), **kwargs),
+              scores, probs)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -356,10 +329,5 @@ def test_mse_loss_matches_torch(reduction):
     x = mg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
     t = mg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
     tx, tt = to_torch(x, True), to_torch(t, True)
-    out = nn.MSELoss(reduction=reduction)(x, t)
-    tout = tnn.MSELoss(reduction=reduction)(tx, tt)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    out.sum().backward()
-    tout.sum().backward()
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), **TOL)
-    np.testing.assert_allclose(t.grad.data, tt.grad.numpy(), **TOL)
+    assert_same_forward_and_backward(nn.MSELoss(reduction=reduction)(x, t),
+                                     tnn.MSELoss(reduction=reduction)(tx, tt), [x, t], [tx, tt])

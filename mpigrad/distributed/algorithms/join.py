@@ -18,48 +18,16 @@ Every forward inside the context must be followed by a synchronized backward (no
 evaluation forward with gradients enabled), since the joined ranks shadow a full iteration.
 """
 import numpy as np
-from mpi4py import MPI
+
+from ..joinable import JoinConfig, JoinHook, Joinable, active_ranks, notify_join_context
+from ..watchdog import blocked
 
 __all__ = ["Join", "Joinable", "JoinHook"]
 
 
-class JoinHook:
-    """What a joined rank runs: `main_hook()` once per iteration of the still-active ranks,
-    `post_hook(is_last_joiner)` once everyone has joined."""
-
-    def main_hook(self):
-        pass
-
-    def post_hook(self, is_last_joiner):
-        pass
-
-
-class Joinable:
-    """A class whose per-iteration collectives Join can shadow. It provides `join_hook()`,
-    `join_device` and `join_process_group`, and calls `Join.notify_join_context(self)` at the
-    start of each iteration while `self._join_config.enable` is set."""
-
-    def join_hook(self, **kwargs):
-        raise NotImplementedError
-
-    @property
-    def join_device(self):
-        return "cpu"
-
-    @property
-    def join_process_group(self):
-        raise NotImplementedError
-
-
-class _JoinConfig:
-    def __init__(self, enable, is_first, comm):
-        self.enable = enable
-        self.is_first = is_first
-        self.comm = comm
-        self.active = None
-
-
 class Join:
+    """The context manager: see the module docstring. `joinables` share one process group."""
+
     def __init__(self, joinables, enable=True, throw_on_early_termination=False, **kwargs):
         joinables = list(joinables)
         if not joinables:
@@ -71,13 +39,17 @@ class Join:
         self._hooks = [j.join_hook(**kwargs) for j in joinables]
         self._enable = enable
         self._throw = throw_on_early_termination
-        self._comm = None
+        self._process_group = joinables[0].join_process_group
+        self._config = None
 
     def __enter__(self):
+        comm = None
         if self._enable:
-            self._comm = self._joinables[0].join_process_group.comm.Dup()
+            with blocked(self._process_group, "Join: duplicating the group's communicator"):
+                comm = self._process_group.comm.Dup()  # collective
+        self._config = JoinConfig(self._enable, True, self._process_group, comm)
         for k, joinable in enumerate(self._joinables):
-            joinable._join_config = _JoinConfig(self._enable, k == 0, self._comm)
+            joinable._join_config = JoinConfig(self._enable, k == 0, self._process_group, comm)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -87,11 +59,12 @@ class Join:
                 return False
             is_last_joiner = True
             while True:
-                active = _active_ranks(self._comm, False)
+                active = active_ranks(self._config, False)
                 if not active.any():
                     break
                 if self._throw:
-                    raise RuntimeError(f"rank {self._comm.Get_rank()} ran out of inputs before "
+                    rank = self._config.comm.Get_rank()
+                    raise RuntimeError(f"rank {rank} ran out of inputs before "
                                        f"rank(s) {np.flatnonzero(active).tolist()} "
                                        f"(Join(throw_on_early_termination=True))")
                 for joinable, hook in zip(self._joinables, self._hooks):
@@ -104,24 +77,8 @@ class Join:
         finally:
             for joinable in self._joinables:
                 joinable._join_config = None
-            if self._comm is not None:
-                self._comm.Free()
-                self._comm = None
+            if self._config.comm is not None:
+                self._config.comm.Free()
+            self._config = None
 
-    @staticmethod
-    def notify_join_context(joinable):
-        """Called by a Joinable at the start of each iteration: tell the joined ranks this one
-        is still active. Returns the 0/1 vector of active ranks."""
-        config = joinable._join_config
-        if config is None or not config.enable:
-            return None
-        if config.is_first:
-            config.active = _active_ranks(config.comm, True)
-        return config.active
-
-
-def _active_ranks(comm, active):
-    flags = np.zeros(comm.Get_size(), np.int64)
-    flags[comm.Get_rank()] = int(active)
-    comm.Allreduce(MPI.IN_PLACE, [flags, MPI.INT64_T], MPI.SUM)
-    return flags
+    notify_join_context = staticmethod(notify_join_context)

@@ -4,14 +4,18 @@ Each rank starts from a different random model (DDP must broadcast rank 0's), ta
 of a global batch, and after a few SGD-with-momentum steps must hold the parameters one
 process gets from the whole batch, to 1e-10, bit-identical on every rank.
 """
+import gc
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import mpigrad as mg
-from mpigrad.distributed.algorithms.ddp_comm_hooks import allreduce_hook
+from mpigrad.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from mpigrad.distributed.reducer import assign_buckets
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
+from mpigrad.tensor import Tensor
 
 from ._models import MLP, mse, params_of, regression_data
 
@@ -113,7 +117,6 @@ def test_grad_is_average_and_view_mode_keeps_views(rank, size):
 def test_large_parameters_get_a_bucket_of_their_own():
     """The rule: a parameter of at least the first bucket's cap is alone in its bucket; the
     others fill buckets of their dtype up to the caps; buckets come in the order they fill."""
-    from mpigrad.distributed.reducer import assign_buckets
     params = [mg.tensor(np.zeros(n, np.float32)) for n in (10, 300, 10, 10, 300, 100)]
     # 300 float32 = 1200 bytes >= the first cap of 1000 bytes.
     assert assign_buckets(params, [5, 4, 3, 2, 1, 0], 2000, 1000) == \
@@ -176,13 +179,12 @@ def test_large_parameter_reduced_in_the_array_the_engine_stored(rank, size, as_v
 def test_unusable_grad_array_is_copied_on_that_rank_only(rank, size, as_view):
     """Rank 1's w1 gradient is not C-contiguous, rank 2's is read-only: those ranks reduce a
     private copy, the others the array itself, in one and the same reduction."""
-    from mpigrad.tensor import Tensor
     batches = global_batches(size)
     inner = MLP(sizes=BIG, seed=rank)
 
     def spoil(p):
         if rank == 1:
-            p.grad = Tensor._make(np.asfortranarray(p.grad.data))
+            p.grad = Tensor.wrap(np.asfortranarray(p.grad.data))
         elif rank == 2:
             p.grad.data.flags.writeable = False
     inner.w1.register_post_accumulate_grad_hook(spoil)
@@ -283,7 +285,6 @@ def test_reductions_progress_during_backward(rank):
 
 @pytest.mark.mpi(min_size=2)
 def test_rewrapping_a_model_leaves_one_ddp_hook_per_parameter():
-    import gc
     model = MLP()
     for _ in range(3):
         DDP(model)

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import mpigrad as mg
 from mpigrad.distributed.algorithms import Join
-from mpigrad.distributed.algorithms.ddp_comm_hooks import (Future, TopKState, allreduce_hook,
+from mpigrad.distributed.algorithms.ddp_comm_hooks import (TopKState, allreduce_hook,
                                                            fp16_compress_hook, topk_hook)
 from mpigrad.distributed.timeline import summarize, timeline_path
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
@@ -99,16 +99,21 @@ def test_compression_hooks_train_nearly_as_well(rank, size, name):
         assert state.residuals and any(np.abs(r).sum() > 0 for r in state.residuals.values())
 
 
+def one_backward_grads(rank, hook):
+    """The gradients after one DDP backward with `hook` (the default reduction if None), one
+    bucket per parameter."""
+    model = DDP(MLP(seed=0), bucket_cap_mb=0)
+    if hook is not None:
+        model.register_comm_hook(None, hook)
+    x, y = regression_data(4, seed=rank)
+    mse(model(mg.tensor(x)), mg.tensor(y)).backward()
+    return [p.grad.data.copy() for p in model.parameters()]
+
+
 @pytest.mark.mpi(min_size=2)
 def test_fp16_hook_gradient_is_close_to_exact(rank, size):
-    def grads(hook):
-        model = DDP(MLP(seed=0), bucket_cap_mb=0)
-        if hook is not None:
-            model.register_comm_hook(None, hook)
-        x, y = regression_data(4, seed=rank)
-        mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-        return [p.grad.data.copy() for p in model.parameters()]
-    for exact, half in zip(grads(None), grads(fp16_compress_hook)):
+    for exact, half in zip(one_backward_grads(rank, None),
+                           one_backward_grads(rank, fp16_compress_hook)):
         np.testing.assert_allclose(half, exact, rtol=2e-3, atol=2e-3)
         assert not np.array_equal(half, exact) or np.all(exact == 0)
 
@@ -123,7 +128,7 @@ def test_hook_returning_a_new_array_fills_grad(rank, size, as_view):
         out = np.empty_like(buf)
         request = bucket.comm.Iallreduce(buf, out, MPI.SUM)
         state.append(bucket.index())
-        return Future([request], lambda: out)
+        return bucket.future("out_of_place", [request], lambda: out)
 
     def grads(hook):
         # 300 bytes: w1 is reduced in place, the other parameters are copied into buckets.
@@ -142,6 +147,19 @@ def test_hook_returning_a_new_array_fills_grad(rank, size, as_view):
             assert calls == expected
         return [p.grad.data.copy() for p in model.parameters()]
     for exact, got in zip(grads(None), grads(out_of_place)):
+        np.testing.assert_allclose(got, exact, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_hook_chained_with_then(rank, size):
+    """A hook may return any Future: here `then` on the default hook's Work, as torch's hooks
+    post-process with `fut.then(...)`; the Reducer waits for it and uses its value."""
+    def doubled_then_halved(state, bucket):
+        bucket.buffer()[:] *= 2
+        return allreduce_hook(state, bucket).then(lambda fut: fut.value() / 2)
+
+    for exact, got in zip(one_backward_grads(rank, None),
+                          one_backward_grads(rank, doubled_then_halved)):
         np.testing.assert_allclose(got, exact, rtol=1e-14, atol=1e-15)
 
 

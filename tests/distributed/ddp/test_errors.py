@@ -7,8 +7,10 @@ watchdog in conftest; `test_scenarios_finish_under_timeout` (serial run) also ru
 situations as separate 2-rank jobs under a hard timeout.
 """
 import os
+import signal
 import subprocess
 import sys
+import uuid
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from mpigrad.optim import SGD
 from ._models import MLP, mse, params_of, regression_data
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT_EXIT = 124  # what coreutils' `timeout` exits with when it had to stop the job
 
 
 def step(model, rank, seed=0):
@@ -120,8 +123,7 @@ def test_mismatched_dtype_raises_on_every_rank(rank):
 SCENARIOS = ["unused_one_rank", "unused_all_ranks", "mismatch", "join_uneven"]
 
 
-@pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1,
-                    reason="launches its own MPI jobs; runs in the serial test run")
+@pytest.mark.mpi_skip  # launches its own MPI jobs
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenarios_finish_under_timeout(scenario):
     """Each scenario would hang (or pass silently) without its feature; here it must exit 0
@@ -136,3 +138,48 @@ def test_scenarios_finish_under_timeout(scenario):
         pytest.fail(f"scenario {scenario} did not finish within 120 s (a hang)")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(f"OK {scenario}") == 2, result.stdout + result.stderr
+
+
+def _run_job_losing_a_rank(scenario):
+    """Run `scenario` on 3 ranks under `timeout`; returns the result and the pids of its
+    processes still alive afterwards (killed here, so a failure leaves nothing behind)."""
+    marker = f"mpigrad-test-{uuid.uuid4().hex}"  # finds this job's processes afterwards
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    try:
+        result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
+                                 sys.executable, os.path.join(HERE, "scenarios.py"), scenario,
+                                 marker], capture_output=True, text=True, env=env)
+    finally:
+        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+        leftovers = [int(pid) for pid in found.stdout.split()]
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+    return result, leftovers
+
+
+@pytest.mark.mpi_skip  # launches its own MPI job
+def test_rank_stopped_mid_backward_ends_the_job_through_the_watchdog():
+    """The last of 3 ranks is stopped (SIGSTOP) in the middle of DDP's backward. The others
+    wait for it in the end-of-backward agreement until the group's timeout (5 s), then the
+    watchdog aborts the job naming the operation and the rank; nothing is left running."""
+    result, leftovers = _run_job_losing_a_rank("stop_mid_backward")
+    output = result.stdout + result.stderr
+    assert result.returncode not in (0, TIMEOUT_EXIT), output
+    assert all(f"READY {rank}" in result.stdout for rank in range(3)), output
+    for rank in (0, 1):
+        assert (f"[rank {rank}] mpigrad.distributed: DistributedDataParallel: the "
+                f"end-of-backward agreement on launched buckets on the default group has been "
+                f"blocked on rank {rank} for longer than the group's timeout (5 s)") in output
+    assert leftovers == [], f"processes left behind: {leftovers}"
+
+
+@pytest.mark.mpi_skip  # launches its own MPI job
+def test_rank_killed_mid_backward_ends_the_job():
+    """The last of 3 ranks dies (SIGKILL) mid-backward: the job ends (the launcher notices the
+    death, or else the watchdog after the group's timeout) and leaves nothing running."""
+    result, leftovers = _run_job_losing_a_rank("kill_mid_backward")
+    output = result.stdout + result.stderr
+    assert result.returncode not in (0, TIMEOUT_EXIT), output
+    assert "backward finished without rank" not in output
+    assert leftovers == [], f"processes left behind: {leftovers}"

@@ -1,23 +1,30 @@
 """Situations that hang without DDP's safeguards, as standalone MPI jobs.
 
-    mpiexec -n 2 python tests/parallel/scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
+    cd tests/distributed/ddp
+    mpiexec -n 2 python scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
+    mpiexec -n 3 python scenarios.py stop_mid_backward|kill_mid_backward
 
 Each rank prints "OK <scenario>" when the expected outcome happened. test_errors.py runs them
-under a timeout, so a regression shows up as a failure rather than a stuck test run.
+under a timeout, so a regression shows up as a failure rather than a stuck test run. The
+`*_mid_backward` scenarios end differently: the last rank stops (SIGSTOP) or dies (SIGKILL)
+in the middle of DDP's backward, and the others must abort the job through the watchdog
+within the group's timeout (SHORT_TIMEOUT here) instead of waiting forever.
 """
+import datetime
+import signal
 import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 from mpigrad.distributed.algorithms import Join  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
-from parallel._models import MLP, mse, regression_data  # noqa: E402
+from _models import MLP, mse, regression_data  # noqa: E402
 
 
 def expect_error(fn, *needles):
@@ -66,9 +73,36 @@ def join_uneven(rank):
     assert all(np.array_equal(f, flat) for f in everyone), "parameters differ after Join"
 
 
+SHORT_TIMEOUT = datetime.timedelta(seconds=5)
+
+
+def _lose_last_rank_mid_backward(rank, sig):
+    """Every rank starts a backward; the last one receives `sig` once some of its buckets are
+    launched, at the first layer's weight (whose gradient comes last)."""
+    model = DDP(MLP(), bucket_cap_mb=0)
+    if rank == dist.get_world_size() - 1:
+        model.module.w0.register_post_accumulate_grad_hook(
+            lambda param: os.kill(os.getpid(), sig))
+    print(f"READY {rank}", flush=True)
+    backward(model, rank)
+    raise AssertionError(f"rank {rank}: backward finished without rank "
+                         f"{dist.get_world_size() - 1}")
+
+
+def stop_mid_backward(rank):
+    _lose_last_rank_mid_backward(rank, signal.SIGSTOP)
+
+
+def kill_mid_backward(rank):
+    _lose_last_rank_mid_backward(rank, signal.SIGKILL)
+
+
 def main():
     scenario = sys.argv[1]
-    dist.init_process_group()
+    if scenario.endswith("_mid_backward"):
+        dist.init_process_group(timeout=SHORT_TIMEOUT)
+    else:
+        dist.init_process_group()
     rank = dist.get_rank()
     globals()[scenario](rank)
     print(f"OK {scenario}", flush=True)

@@ -1,0 +1,23 @@
+"""Communication hooks for DistributedDataParallel, with PyTorch's module paths.
+
+    from mpigrad.distributed.algorithms.ddp_comm_hooks import default_hooks
+    ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+
+The contract a hook follows (`GradBucket`, what its Future must hold) is in
+`mpigrad.distributed.comm_hook`, beside the Reducer that calls it.
+
+- `default_hooks`: allreduce_hook (what DDP does without a hook), fp16_compress_hook.
+- `topk_hooks`: topk_hook with TopKState, top-k sparsification with error feedback.
+
+The names are also importable from this package, as they were when it was one module.
+"""
+from ...buffers import float16_sum_supported, mpi_float_type
+from ...comm_hook import GradBucket
+from ....futures import Future
+from . import default_hooks, topk_hooks
+from .default_hooks import allreduce_hook, fp16_compress_hook
+from .topk_hooks import TopKState, topk_hook
+
+__all__ = ["Future", "GradBucket", "allreduce_hook", "fp16_compress_hook", "TopKState",
+           "topk_hook", "mpi_float_type", "float16_sum_supported", "default_hooks",
+           "topk_hooks"]

@@ -1,0 +1,76 @@
+"""`Channel`: DistributedDataParallel's MPI traffic on a process group, under its watchdog.
+
+DDP talks on communicators of its own, duplicates of the process group's, so its messages
+never match the user's collectives: `comm` carries the gradient reductions (the comm hooks'
+nonblocking calls), `control` the small blocking messages (the construction check, the
+end-of-backward agreement, the bucket rebuild, buffer broadcasts). Every blocking call here
+runs inside `watchdog.blocked` with the group's timeout, and `work()` wraps a hook's requests
+in a `Work` that does the same, so a dead or stopped peer ends the job with a message saying
+what this rank was waiting for instead of a hang.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from .buffers import mpi_type
+from .watchdog import blocked
+from .work import Work
+
+
+class Channel:
+    """The communicators and blocking operations DDP (the Reducer, DDP itself, Join's DDP
+    hook) uses on `process_group`."""
+
+    def __init__(self, process_group):
+        self.process_group = process_group
+        with self.blocked("duplicating the group's communicator"):  # Dup is collective
+            self.comm = process_group.comm.Dup()
+            self.control = process_group.comm.Dup()
+        self.rank = self.comm.Get_rank()
+        self.world_size = self.comm.Get_size()
+
+    def blocked(self, what):
+        """A watch (see watchdog) for a blocking wait of DDP's on this group."""
+        return blocked(self.process_group, f"DistributedDataParallel: {what}")
+
+    def work(self, what, requests, on_complete=None, keep_alive=()):
+        """A Work over requests started on `comm` (a comm hook's reduction)."""
+        return Work(self.process_group, f"DistributedDataParallel: {what}", requests,
+                    on_complete=on_complete, keep_alive=keep_alive)
+
+    def allreduce(self, array, op, what):
+        """Reduce `array` (a small int64 vector of control data) in place over the ranks."""
+        with self.blocked(what):
+            self.control.Allreduce(MPI.IN_PLACE, [array, mpi_type(array.dtype)], op)
+
+    def allgather(self, array, what):
+        """Every rank's `array`, stacked along a new first axis."""
+        gathered = np.empty((self.world_size,) + array.shape, array.dtype)
+        with self.blocked(what):
+            self.control.Allgather([array, mpi_type(array.dtype)],
+                                   [gathered, mpi_type(array.dtype)])
+        return gathered
+
+    def allgather_object(self, obj, what):
+        """Every rank's picklable `obj` (small metadata only)."""
+        with self.blocked(what):
+            return self.control.allgather(obj)
+
+    def broadcast_arrays(self, arrays, root, what):
+        """Broadcast `arrays` from `root` in place, as one message of bytes."""
+        arrays = [a for a in arrays if a.size]
+        if not arrays or self.world_size == 1:
+            return
+        packed = np.empty(sum(a.nbytes for a in arrays), np.uint8)
+        if self.rank == root:
+            offset = 0
+            for a in arrays:
+                packed[offset:offset + a.nbytes] = \
+                    np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                offset += a.nbytes
+        with self.blocked(what):
+            self.control.Bcast([packed, MPI.BYTE], root=root)
+        if self.rank != root:
+            offset = 0
+            for a in arrays:
+                np.copyto(a, packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
+                offset += a.nbytes

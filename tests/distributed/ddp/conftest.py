@@ -1,0 +1,23 @@
+"""Shared set-up for the DistributedDataParallel tests (distributed/ddp.py, reducer.py,
+channel.py, comm_hook.py, joinable.py and algorithms/).
+
+Run under MPI: `mpiexec -n 2|3 python -m pytest --only-mpi tests/distributed/ddp`
+(tests/conftest.py marks every test here `mpi`; most need `mpi(min_size=2)` and skip in a
+world of one); serially, the others run, with the tests marked `mpi_skip` that launch their
+own small MPI jobs in a subprocess (under a timeout). Every test is also bounded in-process: a
+watchdog dumps the stacks and exits the rank if a test runs longer than WATCHDOG_SECONDS, so a
+regression that hangs fails the run instead of blocking it.
+"""
+import faulthandler
+
+import pytest
+
+WATCHDOG_SECONDS = 240
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
