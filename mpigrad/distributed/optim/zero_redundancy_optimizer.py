@@ -156,7 +156,7 @@ class ZeroRedundancyOptimizer(Optimizer):
             MPI.Request.Waitall(requests)
         for g in self.param_groups:
             for p in g["params"]:
-                p._bump_version()
+                p.mark_written()
 
     # ------------------------------------------------------------------ state dicts
     def _global_index(self):
@@ -201,7 +201,7 @@ class ZeroRedundancyOptimizer(Optimizer):
                     shape, dtype = rest[0], np.dtype(rest[1])
                     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                     array = received[offset:offset + nbytes].view(dtype).reshape(shape).copy()
-                    values[key] = Tensor._make(array)
+                    values[key] = Tensor.wrap(array)
                     offset += nbytes
                 state[i] = values
         self._all_state_dicts = state
