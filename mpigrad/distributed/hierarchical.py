@@ -1,0 +1,72 @@
+"""Hierarchical allreduce: inside each host over shared memory, across hosts by one rank each.
+
+With several ranks per host, a flat allreduce sends every rank's data over the network.
+Here a bucket goes in three rounds:
+
+  1. reduce to the host's first rank (MPI_Reduce on the ranks of the host: shared memory),
+  2. allreduce among the hosts' first ranks (the only round that crosses the network, with
+     one rank per host, so the network carries what one rank per host would send),
+  3. broadcast from the host's first rank to the others on the host.
+
+Hosts are the groups of `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`; `ranks_per_host=k`
+groups ranks 0..k-1, k..2k-1, ... instead, to try the algorithm on one machine.
+DistributedDataParallel's default reduction uses it when the ranks share hosts (more than
+one host, and more than one rank on some host); `hierarchical_allreduce_hook` forces it.
+
+Rounds 1 and 3 use two communicators over the same host ranks, round 2 a third, so that
+every communicator sees the buckets' collectives in bucket order (see rounds.py). Sums are
+taken in another order than a flat allreduce's, so results may differ in the last bits, but
+every rank gets the same bits (round 3 copies them).
+"""
+from mpi4py import MPI
+
+from .buffers import mpi_float_type
+from .rounds import rounds
+from .watchdog import blocked
+
+__all__ = ["Hierarchy"]
+
+
+class Hierarchy:
+    """The hosts of communicator `comm` (collective: every rank of `comm` builds it at the
+    same point). `spans_shared_hosts`: more than one host and more than one rank on some."""
+
+    def __init__(self, comm, process_group, ranks_per_host=None):
+        if ranks_per_host is not None and not (isinstance(ranks_per_host, int)
+                                               and ranks_per_host >= 1):
+            raise ValueError(f"ranks_per_host must be a positive int or None, got "
+                             f"{ranks_per_host!r}")
+        rank = comm.Get_rank()
+        with blocked(process_group, "splitting the communicator by host"):
+            if ranks_per_host is None:
+                host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+            else:
+                host = comm.Split(rank // ranks_per_host, rank)
+            self.host_reduce = host
+            self.host_broadcast = host.Dup()
+            first = host.Get_rank() == 0
+            self.across = comm.Split(0 if first else MPI.UNDEFINED, rank)
+            self.host_sizes = comm.allgather(host.Get_size() if first else 0)
+        self.host_sizes = [n for n in self.host_sizes if n]
+        self.spans_shared_hosts = len(self.host_sizes) > 1 and max(self.host_sizes) > 1
+
+    def allreduce(self, bucket, what="hierarchical allreduce"):
+        """The Future of the bucket's sum over all ranks, in the three rounds above."""
+        return rounds(bucket, what, self._rounds(bucket.buffer()))
+
+    def _rounds(self, buf):
+        datatype = mpi_float_type(buf.dtype)
+        first = self.host_reduce.Get_rank() == 0
+        if self.host_reduce.Get_size() > 1:
+            send = MPI.IN_PLACE if first else [buf, datatype]
+            receive = [buf, datatype] if first else None
+            yield [self.host_reduce.Ireduce(send, receive, MPI.SUM, root=0)]
+        else:
+            yield []
+        if first and self.across.Get_size() > 1:
+            yield [self.across.Iallreduce(MPI.IN_PLACE, [buf, datatype], MPI.SUM)]
+        else:
+            yield []
+        if self.host_broadcast.Get_size() > 1:
+            yield [self.host_broadcast.Ibcast([buf, datatype], root=0)]
+        return buf
