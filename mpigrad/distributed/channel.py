@@ -12,6 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .buffers import mpi_type
+from .hierarchical import Hierarchy
 from .watchdog import blocked
 from .work import Work
 
@@ -25,6 +26,8 @@ class Channel:
         with self.blocked("duplicating the group's communicator"):  # Dup is collective
             self.comm = process_group.comm.Dup()
             self.control = process_group.comm.Dup()
+        # Which ranks share a host; the default reduction goes hierarchical when that helps.
+        self.hierarchy = Hierarchy(self.comm, process_group)
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
 

@@ -34,7 +34,8 @@ class GradBucket:
     gradients divided by the world size), `parameters()` the Parameters it holds,
     `gradients()` views of the buffer shaped like them, `is_last()` whether it is the last
     bucket. `comm` is the communicator to run the reduction on, `world_size` its size,
-    `process_group` the group DDP runs on; `future()` wraps the reduction's requests.
+    `process_group` the group DDP runs on, `hierarchy` the hosts of `comm` (hierarchical.py);
+    `future()` wraps the reduction's requests.
     """
 
     def __init__(self, index, buffer, parameters, gradients, is_last, channel):
@@ -47,6 +48,7 @@ class GradBucket:
         self.comm = channel.comm
         self.world_size = channel.world_size
         self.process_group = channel.process_group
+        self.hierarchy = channel.hierarchy
 
     def index(self):
         return self._index
@@ -73,7 +75,12 @@ class GradBucket:
 
 
 def allreduce_hook(state, bucket):
-    """The default: sum the (pre-divided) buffer over ranks, in place. `state` is unused."""
+    """The default: sum the (pre-divided) buffer over ranks, in place: one Iallreduce, or,
+    when the ranks share hosts (more than one host, more than one rank on some), the
+    hierarchical allreduce of hierarchical.py. `state` is unused."""
+    hierarchy = bucket.hierarchy
+    if hierarchy.spans_shared_hosts:
+        return hierarchy.allreduce(bucket, "allreduce_hook")
     buf = bucket.buffer()
     request = bucket.comm.Iallreduce(MPI.IN_PLACE, [buf, mpi_float_type(buf.dtype)], MPI.SUM)
     return bucket.future("allreduce_hook", [request], lambda: buf)

@@ -1,6 +1,7 @@
 """Run under MPI on the simulated cluster by test_cluster.py: a few DDP steps of an MLP in
 float64, each rank on its slice of a global batch. Rank 0 saves the parameters and the
-hostname of every rank to the .npz named on the command line."""
+hostname of every rank, and whether DDP chose the hierarchical allreduce, to the .npz named
+on the command line."""
 import sys
 
 import numpy as np
@@ -44,12 +45,14 @@ def train(net, batches, lo, hi):
 def main(out):
     dist.init_process_group()
     rank, size = dist.get_rank(), dist.get_world_size()
-    params = train(DDP(model()), global_batches(size), rank * PER_RANK, (rank + 1) * PER_RANK)
+    ddp = DDP(model())
+    params = train(ddp, global_batches(size), rank * PER_RANK, (rank + 1) * PER_RANK)
     hosts = MPI.COMM_WORLD.gather(MPI.Get_processor_name(), root=0)
     local_sizes = MPI.COMM_WORLD.gather(dist.get_local_world_size(), root=0)
     if rank == 0:
         np.savez(out, hosts=np.array(hosts), local_sizes=np.array(local_sizes),
                  library=np.array(MPI.Get_library_version()),
+                 hierarchical=np.array(ddp._channel.hierarchy.spans_shared_hosts),
                  **{f"p{i}": p for i, p in enumerate(params)})
     dist.destroy_process_group()
 

@@ -1,7 +1,8 @@
 """DDP across two simulated hosts (jobs/cluster.py): network namespaces joined by a shaped
 veth, Open MPI over TCP. On 2 hosts x 1 rank and 2 hosts x 2 ranks the parameters after a
 few steps must equal one process's on the whole batch (float64, 1e-10), the ranks must sit on
-two hosts, and the link's counters must show the gradients crossed it.
+two hosts (DDP then reduces hierarchically on 2 x 2), and the link's counters must show the
+gradients crossed it.
 
 Needs root and `ip netns` (else skipped, with the reason), and a venv with Open MPI's wheel
 and an mpi4py bound to it, kept apart from the project's MPICH venv: MPIGRAD_CLUSTER_VENV
@@ -66,6 +67,8 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, per_host,
     assert str(result["library"]).startswith("Open MPI")
     assert list(result["hosts"]) == ["mgt1"] * per_host + ["mgt2"] * per_host
     assert list(result["local_sizes"]) == [per_host] * (2 * per_host)
+    # Several ranks per host: DDP's default reduction goes inside hosts, then across.
+    assert bool(result["hierarchical"]) == (per_host > 1)
 
     world = 2 * per_host
     net = worker.model()
