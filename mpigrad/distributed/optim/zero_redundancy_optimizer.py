@@ -1,5 +1,6 @@
 """ZeroRedundancyOptimizer: optimizer state sharded across ranks (ZeRO stage 1), as in
-`torch.distributed.optim.ZeroRedundancyOptimizer`.
+`torch.distributed.optim.ZeroRedundancyOptimizer`. With DDP's `reduce_to_owner_hook`
+(algorithms/ddp_comm_hooks/ddp_zero_hook.py) gradients are sharded too (stage 2).
 
     opt = ZeroRedundancyOptimizer(model.parameters(), optim.Adam, lr=1e-3)
     loss.backward()        # gradients averaged by DDP, on every rank as usual
@@ -66,6 +67,8 @@ class ZeroRedundancyOptimizer(Optimizer):
         self.optimizer_class = optimizer_class
         self.parameters_as_bucket_view = parameters_as_bucket_view
         self._all_state_dicts = None
+        # Set by ddp_comm_hooks.ddp_zero_hook (ZeRO-2): only owners then hold true gradients.
+        self._drop_foreign_gradients = False
         self._repartition()
         self.optim = optimizer_class(self._partition_parameters()[self.rank], **defaults)
         self._local = self.optim
@@ -101,7 +104,11 @@ class ZeroRedundancyOptimizer(Optimizer):
 
     def owner_of(self, param):
         """The group rank that owns `param`."""
-        return self._param_to_rank[id(param)]
+        try:
+            return self._param_to_rank[id(param)]
+        except KeyError:
+            raise ValueError(f"a parameter of shape {tuple(param.shape)} is not optimized by "
+                             f"this ZeroRedundancyOptimizer") from None
 
     def add_param_group(self, param_group):
         """Add a group; its parameters are partitioned after the existing ones (whose owners
@@ -140,6 +147,11 @@ class ZeroRedundancyOptimizer(Optimizer):
         _copy_hyperparameters(self.param_groups, self.optim.param_groups)
         loss = self.optim.step(closure)
         self._sync_params()
+        if self._drop_foreign_gradients:
+            for g in self.param_groups:
+                for p in g["params"]:
+                    if self.owner_of(p) != self.rank:
+                        p.grad = None
         _copy_hyperparameters(self.optim.param_groups, self.param_groups)
         return loss
 

@@ -12,6 +12,7 @@ from mpi4py import MPI
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad import nn
+from mpigrad.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import reduce_to_owner_hook
 from mpigrad.distributed.optim import ZeroRedundancyOptimizer
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD, Adam
@@ -56,12 +57,14 @@ def plain_run(name, size, steps=STEPS):
     return net, opt
 
 
-def zero_run(name, rank, size, steps=STEPS, as_view=False):
+def zero_run(name, rank, size, steps=STEPS, as_view=False, stage=1):
     cls, kwargs = OPTIMIZERS[name]
     net = model()
-    ddp = DDP(net)
+    ddp = DDP(net, bucket_cap_mb=300 / 2**20)  # several buckets, one reduced in place
     opt = ZeroRedundancyOptimizer(param_groups(net), cls, parameters_as_bucket_view=as_view,
                                   **kwargs)
+    if stage == 2:
+        ddp.register_comm_hook(opt, reduce_to_owner_hook)
     train(ddp, opt, batches(size)[:steps], rank * PER_RANK, (rank + 1) * PER_RANK)
     return net, opt
 
@@ -72,10 +75,11 @@ def state_bytes(optimizer):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("stage", [1, 2], ids=["ZeRO-1", "ZeRO-2"])
 @pytest.mark.parametrize("as_view", [False, True], ids=["per-parameter", "bucket-view"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_same_parameters_as_the_plain_optimizer(rank, size, name, as_view):
-    net, opt = zero_run(name, rank, size, as_view=as_view)
+def test_same_parameters_as_the_plain_optimizer(rank, size, name, as_view, stage):
+    net, opt = zero_run(name, rank, size, as_view=as_view, stage=stage)
     want, plain = plain_run(name, size)
     for got, expected in zip(net.parameters(), want.parameters()):
         np.testing.assert_allclose(got.data, expected.data, rtol=0, atol=1e-10)
@@ -87,6 +91,12 @@ def test_same_parameters_as_the_plain_optimizer(rank, size, name, as_view):
     assert owned == {id(p) for g in opt._partition_parameters()[rank] for p in g["params"]}
     totals = MPI.COMM_WORLD.allgather(state_bytes(opt.optim))
     assert sum(totals) == state_bytes(plain)
+    # ZeRO-2: between steps a rank holds only its own parameters' gradients.
+    held = [p for p in net.parameters() if p.grad is not None]
+    if stage == 2:
+        assert {id(p) for p in held} == owned
+    else:
+        assert len(held) == len(list(net.parameters()))
 
 
 @pytest.mark.mpi(min_size=2)
