@@ -4,13 +4,20 @@
     mpiexec -n 2 python jobs/bench_link.py --link shm --out runs/bench-shm.json
     # the simulated cluster, 2 hosts x 1 rank (jobs/cluster.py; RATE 1gbit or 10gbit):
     python jobs/cluster.py up --rate 1gbit
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi --per-host 1 -- \
-        python jobs/bench_link.py --link 1gbit --master-addr 10.77.0.1 --out runs/bench-1gbit.json
+    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
+        python jobs/bench_link.py --link 1gbit --master-addr 10.77.0.1 --cluster-prefix mgh \
+        --out runs/bench-1gbit.json
+    # 2 hosts x 2 ranks: DDP's default goes hierarchical; "flat" forces one Iallreduce
+    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- \
+        python jobs/bench_link.py --link 1gbit-2x2 --cluster-prefix mgh --only default flat \
+        --no-torch
 
 Model: the MLP 784-1024-1024-1024-10 (float32, ReLU, cross-entropy), batch 64 per rank, SGD
 with momentum, one BLAS thread per rank. Configurations:
 
-  mpigrad  none (the same step without DDP), default (DDP's own reduction), fp16, bf16,
+  mpigrad  none (the same step without DDP), default (DDP's own reduction: hierarchical
+           when ranks share hosts), flat (one Iallreduce per bucket, always), ring (mpigrad's
+           own ring of nonblocking messages), fp16, bf16,
            powerSGD (rank 4), topk (1% of each bucket, error feedback)
   PyTorch  default, fp16, powerSGD (rank 4): torch DDP over gloo on the same link
            (GLOO_SOCKET_IFNAME: the host's one non-loopback interface, else lo)
@@ -45,6 +52,7 @@ from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
 
 import cost_model  # noqa: E402
+from cluster import Cluster  # noqa: E402
 from bench_ddp import BATCH, SIZES, batch, mpigrad_mlp, timed, torch_mlp  # noqa: E402
 
 WARMUP = 4
@@ -52,6 +60,8 @@ WARMUP = 4
 
 def mpigrad_hooks():
     return {"default": (None, None),
+            "flat": (None, default_hooks.flat_allreduce_hook),
+            "ring": (None, default_hooks.ring_allreduce_hook),
             "fp16": (None, default_hooks.fp16_compress_hook),
             "bf16": (None, default_hooks.bf16_compress_hook),
             "powerSGD": (powersgd.PowerSGDState(None, matrix_approximation_rank=4,
@@ -146,6 +156,8 @@ def main():
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--only", nargs="*", help="mpigrad configurations to run")
     parser.add_argument("--torch-only", nargs="*", help="PyTorch configurations to run")
+    parser.add_argument("--cluster-prefix", help="on jobs/cluster.py's hosts (e.g. mgh): "
+                        "count the bytes that cross the link per step")
     parser.add_argument("--out", help="write the results as JSON here (rank 0)")
     args = parser.parse_args()
 
@@ -165,10 +177,15 @@ def main():
         for _ in range(WARMUP):
             run.step()
     times = {key: [] for key in runs}
+    link_bytes = {key: [] for key in runs}
+    cluster = Cluster(prefix=args.cluster_prefix) if args.cluster_prefix and rank == 0 else None
     samples = []
     for _ in range(args.rounds):
         for key, run in runs.items():
+            before = sum(cluster.link_bytes()) if cluster else 0
             times[key].append(timed(comm, run.step, args.steps))
+            if cluster:
+                link_bytes[key].append((sum(cluster.link_bytes()) - before) / args.steps)
         samples.append(cost_model.link_samples(comm))
     phases = runs[("mpigrad", "none")].phases(args.steps)
     phases = {k: max(comm.allgather(v)) for k, v in phases.items()}
@@ -184,6 +201,9 @@ def main():
                   **cost_model.median_samples(samples), "codec": cost_model.codec_costs(),
                   "mpigrad": {n: ms for (who, n), ms in step_ms.items() if who == "mpigrad"},
                   "torch": {n: ms for (who, n), ms in step_ms.items() if who == "torch"}}
+        if cluster:
+            result["link_MB_per_step"] = {f"{who} {n}": statistics.median(b) / 1e6
+                                          for (who, n), b in link_bytes.items()}
         print_table(result)
         if args.out:
             with open(args.out, "w") as f:
@@ -204,6 +224,9 @@ def print_table(result):
         ratio = f"{ms / torch_ms:16.2f}" if torch_ms else f"{'':16s}"
         torch_col = f"{torch_ms:11.1f}" if torch_ms else f"{'':11s}"
         print(f"{name:12s} {ms:10.1f} {ms / none:7.2f} {torch_col} {ratio}")
+    if "link_MB_per_step" in result:
+        print("MB crossing the link per step (both directions): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in result["link_MB_per_step"].items()))
     print("compute of the no-communication step (ms): " +
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in result["compute"].items()))
 

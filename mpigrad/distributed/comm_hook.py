@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from .buffers import mpi_float_type
 
-__all__ = ["GradBucket", "allreduce_hook"]
+__all__ = ["GradBucket", "allreduce_hook", "flat_allreduce_hook"]
 
 
 class GradBucket:
@@ -75,12 +75,18 @@ class GradBucket:
 
 
 def allreduce_hook(state, bucket):
-    """The default: sum the (pre-divided) buffer over ranks, in place: one Iallreduce, or,
-    when the ranks share hosts (more than one host, more than one rank on some), the
-    hierarchical allreduce of hierarchical.py. `state` is unused."""
+    """The default: sum the (pre-divided) buffer over ranks, in place: one Iallreduce
+    (`flat_allreduce_hook`), or, when the ranks share hosts (more than one host, more than
+    one rank on some), the hierarchical allreduce of hierarchical.py. `state` is unused."""
     hierarchy = bucket.hierarchy
     if hierarchy.spans_shared_hosts:
         return hierarchy.allreduce(bucket, "allreduce_hook")
+    return flat_allreduce_hook(state, bucket)
+
+
+def flat_allreduce_hook(state, bucket):
+    """One Iallreduce(SUM) of the buffer in place, even when ranks share hosts. `state` is
+    unused."""
     buf = bucket.buffer()
     request = bucket.comm.Iallreduce(MPI.IN_PLACE, [buf, mpi_float_type(buf.dtype)], MPI.SUM)
     return bucket.future("allreduce_hook", [request], lambda: buf)

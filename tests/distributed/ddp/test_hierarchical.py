@@ -1,6 +1,7 @@
-"""Hierarchical allreduce (inside hosts, across hosts, back) equals the flat allreduce: bit
-for bit on integer-valued gradients (every order of summation is exact), to 1e-10 through
-DDP training, for every way of grouping the ranks into hosts on this machine."""
+"""The other ways to sum a bucket equal the flat allreduce: the hierarchical allreduce
+(inside hosts, across hosts, back) for every way of grouping the ranks into hosts on this
+machine, and mpigrad's own ring of nonblocking messages. Bit for bit on integer-valued
+gradients (every order of summation is then exact), to 1e-10 through DDP training."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -8,12 +9,21 @@ from mpi4py import MPI
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad.distributed.algorithms.ddp_comm_hooks.default_hooks import (
-    HierarchicalState, allreduce_hook, hierarchical_allreduce_hook)
+    HierarchicalState, flat_allreduce_hook, hierarchical_allreduce_hook, ring_allreduce_hook)
 from mpigrad.distributed.hierarchical import Hierarchy
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
 from ._models import MLP, mse, params_of, regression_data
+
+# id -> (hook, a function making a fresh state for it)
+REDUCTIONS = {
+    "hosts-of-1": (hierarchical_allreduce_hook, lambda: HierarchicalState(1)),
+    "hosts-of-2": (hierarchical_allreduce_hook, lambda: HierarchicalState(2)),
+    "hosts-of-3": (hierarchical_allreduce_hook, lambda: HierarchicalState(3)),
+    "shared-memory-hosts": (hierarchical_allreduce_hook, lambda: HierarchicalState(None)),
+    "ring": (ring_allreduce_hook, lambda: None),
+}
 
 
 def train(rank, hook=None, state=None, steps=3, bucket_cap_mb=300 / 2**20):
@@ -30,15 +40,18 @@ def train(rank, hook=None, state=None, steps=3, bucket_cap_mb=300 / 2**20):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("ranks_per_host", [1, 2, 3])
-def test_hierarchical_training_equals_flat(rank, size, ranks_per_host):
-    flat, _ = train(rank)
-    state = HierarchicalState(ranks_per_host=ranks_per_host)
-    got, model = train(rank, hierarchical_allreduce_hook, state)
+@pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
+def test_training_equals_flat(rank, size, reduction):
+    hook, make_state = REDUCTIONS[reduction]
+    flat, _ = train(rank, flat_allreduce_hook)
+    state = make_state()
+    got, model = train(rank, hook, state)
     assert len(model.reducer.buckets) > 1  # several buckets in flight through the rounds
-    hosts = -(-size // ranks_per_host)
-    assert state.hierarchy.host_sizes == [min(ranks_per_host, size - h * ranks_per_host)
-                                          for h in range(hosts)]
+    ranks_per_host = getattr(state, "ranks_per_host", None)
+    if ranks_per_host is not None:
+        hosts = -(-size // ranks_per_host)
+        assert state.hierarchy.host_sizes == [min(ranks_per_host, size - h * ranks_per_host)
+                                              for h in range(hosts)]
     for a, b in zip(got, flat):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
     joined = np.concatenate([p.ravel() for p in got])
@@ -46,10 +59,10 @@ def test_hierarchical_training_equals_flat(rank, size, ranks_per_host):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("ranks_per_host", [1, 2, 3, None])
-def test_integer_sums_are_bit_identical(rank, size, ranks_per_host):
-    """Gradients of whole numbers: any order of summation gives the exact sum, so the
-    hierarchical result must equal the flat one bit for bit."""
+@pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
+def test_integer_sums_are_bit_identical(rank, size, reduction):
+    """Gradients of whole numbers: any order of summation gives the exact sum, so the result
+    must equal the flat one bit for bit."""
     def with_integer_gradients(hook):
         def wrapped(state, bucket):
             buf = bucket.buffer()
@@ -57,16 +70,16 @@ def test_integer_sums_are_bit_identical(rank, size, ranks_per_host):
             return hook(state, bucket)
         return wrapped
 
+    hook, make_state = REDUCTIONS[reduction]
     results = {}
-    for name, hook, state in (("flat", allreduce_hook, None),
-                              ("hierarchical", hierarchical_allreduce_hook,
-                               HierarchicalState(ranks_per_host))):
+    for name, reduce_hook, state in (("flat", flat_allreduce_hook, None),
+                                     (reduction, hook, make_state())):
         model = DDP(MLP(seed=0), bucket_cap_mb=300 / 2**20)
-        model.register_comm_hook(state, with_integer_gradients(hook))
+        model.register_comm_hook(state, with_integer_gradients(reduce_hook))
         x, y = regression_data(4, seed=rank)
         mse(model(mg.tensor(x)), mg.tensor(y)).backward()
         results[name] = [p.grad.data.copy() for p in model.parameters()]
-    for a, b in zip(results["hierarchical"], results["flat"]):
+    for a, b in zip(results[reduction], results["flat"]):
         assert np.array_equal(a, b)
 
 

@@ -24,9 +24,10 @@ same bits.
 import numpy as np
 from mpi4py import MPI
 
+from ...buffers import mpi_float_type
 from ...rounds import rounds
 
-__all__ = ["FLOAT16", "BFLOAT16", "compressed_allreduce"]
+__all__ = ["FLOAT16", "BFLOAT16", "Uncompressed", "compressed_allreduce", "ring_allreduce"]
 
 RING_FROM = 4
 
@@ -34,6 +35,7 @@ RING_FROM = 4
 class _Float16:
     name = "fp16"
     header = 1
+    wire, wire_mpi, accumulate = np.uint16, MPI.UINT16_T, np.float32
 
     @staticmethod
     def encode(x, out):
@@ -54,6 +56,7 @@ class _Float16:
 class _BFloat16:
     name = "bf16"
     header = 0
+    wire, wire_mpi, accumulate = np.uint16, MPI.UINT16_T, np.float32
 
     @staticmethod
     def encode(x, out):
@@ -72,6 +75,24 @@ class _BFloat16:
     def decode(message, out):
         out.view(np.uint32)[...] = message
         out.view(np.uint32)[...] <<= 16
+
+
+class Uncompressed:
+    """No encoding: the ring of `ring_allreduce` in the buffer's own dtype."""
+    name = "ring"
+    header = 0
+
+    def __init__(self, dtype):
+        self.wire = self.accumulate = np.dtype(dtype)
+        self.wire_mpi = mpi_float_type(dtype)
+
+    @staticmethod
+    def encode(x, out):
+        np.copyto(out, x)
+
+    @staticmethod
+    def decode(message, out):
+        np.copyto(out, message)
 
 
 FLOAT16, BFLOAT16 = _Float16(), _BFloat16()
@@ -93,15 +114,15 @@ def compressed_allreduce(bucket, codec):
     buf = bucket.buffer()
     what = f"{codec.name}_compress_hook"
     if bucket.world_size >= RING_FROM:
-        return rounds(bucket, what, _ring(bucket, codec, buf))
-    message = np.empty(codec.header + buf.size, np.uint16)
+        return ring_allreduce(bucket, codec)
+    message = np.empty(codec.header + buf.size, codec.wire)
     codec.encode(buf, message)
-    gathered = np.empty((bucket.world_size, message.size), np.uint16)
-    request = bucket.comm.Iallgather([message, MPI.UINT16_T], [gathered, MPI.UINT16_T])
+    gathered = np.empty((bucket.world_size, message.size), codec.wire)
+    request = bucket.comm.Iallgather([message, codec.wire_mpi], [gathered, codec.wire_mpi])
 
     def sum_in_float32():
-        total = np.empty(buf.size, np.float32)
-        term = np.empty(buf.size, np.float32)
+        total = np.empty(buf.size, codec.accumulate)
+        term = np.empty(buf.size, codec.accumulate)
         codec.decode(gathered[0], total)
         for r in range(1, bucket.world_size):  # rank order: the same bits on every rank
             codec.decode(gathered[r], term)
@@ -111,38 +132,50 @@ def compressed_allreduce(bucket, codec):
     return bucket.future(what, [request], sum_in_float32, keep_alive=(message, gathered))
 
 
+def ring_allreduce(bucket, codec=None):
+    """The Future of the bucket's sum by a ring of nonblocking point-to-point messages
+    (reduce-scatter, then all-gather: each rank sends 2(N-1)/N of the bucket, the bandwidth
+    lower bound), carrying `codec` messages (None: the buffer's own numbers)."""
+    codec = Uncompressed(bucket.buffer().dtype) if codec is None else codec
+    return rounds(bucket, f"{codec.name}_allreduce", _ring(bucket, codec, bucket.buffer()))
+
+
 def _ring(bucket, codec, buf):
-    """Ring allreduce whose hops carry `codec` messages; each rank adds in float32."""
+    """Ring allreduce whose hops carry `codec` messages; each rank adds in the codec's
+    accumulation dtype."""
     comm, size, rank = bucket.comm, bucket.world_size, bucket.comm.Get_rank()
-    total = buf if buf.dtype == np.float32 else buf.astype(np.float32)
+    total = buf if buf.dtype == codec.accumulate else buf.astype(codec.accumulate)
     sizes = np.full(size, buf.size // size)
     sizes[:buf.size % size] += 1
     ends = np.cumsum(sizes)
     chunks = [total[end - n:end] for n, end in zip(sizes, ends)]
     right, left = (rank + 1) % size, (rank - 1) % size
     tag = bucket.index()  # buckets' rings run at once on one communicator
-    term = np.empty(sizes[0], np.float32)
+    term = np.empty(sizes[0], codec.accumulate)
+
+    def message(n):
+        return np.empty(codec.header + n, codec.wire)
 
     def exchange(outgoing, incoming):
-        return [comm.Isend([outgoing, MPI.UINT16_T], right, tag),
-                comm.Irecv([incoming, MPI.UINT16_T], left, tag)]
+        return [comm.Isend([outgoing, codec.wire_mpi], right, tag),
+                comm.Irecv([incoming, codec.wire_mpi], left, tag)]
 
     for step in range(size - 1):  # reduce-scatter: afterwards chunk rank+1 is complete here
         sending, receiving = chunks[(rank - step) % size], chunks[(rank - step - 1) % size]
-        outgoing = np.empty(codec.header + sending.size, np.uint16)
+        outgoing = message(sending.size)
         codec.encode(sending, outgoing)
-        incoming = np.empty(codec.header + receiving.size, np.uint16)
+        incoming = message(receiving.size)
         yield exchange(outgoing, incoming)
         codec.decode(incoming, term[:receiving.size])
         receiving += term[:receiving.size]
 
     own = chunks[(rank + 1) % size]
-    outgoing = np.empty(codec.header + own.size, np.uint16)
+    outgoing = message(own.size)
     codec.encode(own, outgoing)
     codec.decode(outgoing, own)  # the owner keeps what the others will decode
     for step in range(size - 1):  # all-gather: pass the encoded sums on unchanged
         receiving = chunks[(rank - step) % size]
-        incoming = np.empty(codec.header + receiving.size, np.uint16)
+        incoming = message(receiving.size)
         yield exchange(outgoing, incoming)
         codec.decode(incoming, receiving)
         outgoing = incoming

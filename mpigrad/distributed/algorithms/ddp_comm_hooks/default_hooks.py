@@ -10,14 +10,23 @@ allgather-or-ring choice):
                       CPU (PyTorch's refuses to run on its CPU build)
 
 hierarchical_allreduce_hook (with HierarchicalState) forces the hierarchical allreduce that
-DDP's default picks by itself when ranks share hosts (see distributed/hierarchical.py).
+DDP's default picks by itself when ranks share hosts (see distributed/hierarchical.py);
+flat_allreduce_hook forces the single Iallreduce; ring_allreduce_hook uses mpigrad's own
+ring of nonblocking point-to-point messages instead.
 """
-from ...comm_hook import allreduce_hook
+from ...comm_hook import allreduce_hook, flat_allreduce_hook
 from ...hierarchical import Hierarchy
-from .compression import BFLOAT16, FLOAT16, compressed_allreduce
+from .compression import BFLOAT16, FLOAT16, compressed_allreduce, ring_allreduce
 
-__all__ = ["allreduce_hook", "fp16_compress_hook", "bf16_compress_hook", "HierarchicalState",
-           "hierarchical_allreduce_hook"]
+__all__ = ["allreduce_hook", "flat_allreduce_hook", "ring_allreduce_hook", "fp16_compress_hook",
+           "bf16_compress_hook", "HierarchicalState", "hierarchical_allreduce_hook"]
+
+
+def ring_allreduce_hook(state, bucket):
+    """Sum the bucket with mpigrad's own ring of nonblocking messages instead of the MPI
+    library's Iallreduce (bandwidth-optimal whatever the library does on a slow link).
+    `state` is unused."""
+    return ring_allreduce(bucket)
 
 
 def fp16_compress_hook(state, bucket):
