@@ -131,12 +131,15 @@ class Cluster:
         """The command that runs `argv` on both hosts, `per_host` ranks each, under the Open
         MPI of `venv`, with its traffic between hosts on the shaped link (TCP) and between the
         ranks of one host in shared memory (`sm`, which Open MPI uses only within a host: a
-        host is a hostname). Run it with `environment(venv)`."""
+        host is a hostname). The simulated hosts share this machine's cores, so ranks
+        outnumber cores: a rank waiting in MPI yields its core (`mpi_yield_when_idle`) instead
+        of spinning on it. Run it with `environment(venv)`."""
         hosts = ",".join(f"{a}:{per_host}" for a in self.addresses)
         inner = [str(Path(venv) / "bin" / "mpiexec"), "--mca", "plm_rsh_agent",
                  self._launcher_agent(), "--mca", "btl", "tcp,sm,self", "--mca", "pml", "ob1",
                  "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include",
-                 self.subnet, "--bind-to", "none", "--host", hosts, "-x", "PATH",
+                 self.subnet, "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
+                 "--host", hosts, "-x", "PATH",
                  *[arg for name in export for arg in ("-x", name)], "-n", str(2 * per_host),
                  *argv]
         return ["ip", "netns", "exec", self.hosts[0], "unshare", "--uts", "sh", "-c",
