@@ -27,7 +27,7 @@ class Channel:
             self.comm = process_group.comm.Dup()
             self.control = process_group.comm.Dup()
         # Which ranks share a host; the default reduction goes hierarchical when that helps.
-        self.hierarchy = Hierarchy(self.comm, process_group)
+        self.hierarchy = Hierarchy(self.comm, process_group, only_if_useful=True)
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
 

@@ -29,9 +29,12 @@ __all__ = ["Hierarchy"]
 
 class Hierarchy:
     """The hosts of communicator `comm` (collective: every rank of `comm` builds it at the
-    same point). `spans_shared_hosts`: more than one host and more than one rank on some."""
+    same point). `spans_shared_hosts`: more than one host and more than one rank on some.
+    With `only_if_useful`, the communicators of the three rounds are made only when
+    `spans_shared_hosts` (on one machine, or one rank per host, nothing is kept: every DDP
+    model asks, and MPI libraries allow a few thousand communicators per process)."""
 
-    def __init__(self, comm, process_group, ranks_per_host=None):
+    def __init__(self, comm, process_group, ranks_per_host=None, only_if_useful=False):
         if ranks_per_host is not None and not (isinstance(ranks_per_host, int)
                                                and ranks_per_host >= 1):
             raise ValueError(f"ranks_per_host must be a positive int or None, got "
@@ -42,13 +45,17 @@ class Hierarchy:
                 host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
             else:
                 host = comm.Split(rank // ranks_per_host, rank)
+            first = host.Get_rank() == 0
+            sizes = comm.allgather(host.Get_size() if first else 0)
+            self.host_sizes = [n for n in sizes if n]
+            self.spans_shared_hosts = len(self.host_sizes) > 1 and max(self.host_sizes) > 1
+            if only_if_useful and not self.spans_shared_hosts:
+                host.Free()  # the same decision on every rank: collective, as it must be
+                self.host_reduce = self.host_broadcast = self.across = None
+                return
             self.host_reduce = host
             self.host_broadcast = host.Dup()
-            first = host.Get_rank() == 0
             self.across = comm.Split(0 if first else MPI.UNDEFINED, rank)
-            self.host_sizes = comm.allgather(host.Get_size() if first else 0)
-        self.host_sizes = [n for n in self.host_sizes if n]
-        self.spans_shared_hosts = len(self.host_sizes) > 1 and max(self.host_sizes) > 1
 
     def allreduce(self, bucket, what="hierarchical allreduce"):
         """The Future of the bucket's sum over all ranks, in the three rounds above."""

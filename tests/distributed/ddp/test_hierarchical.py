@@ -87,3 +87,6 @@ def test_integer_sums_are_bit_identical(rank, size, reduction):
 def test_one_machine_is_one_host(rank, size):
     hierarchy = Hierarchy(dist.group.WORLD.comm, dist.group.WORLD)
     assert hierarchy.host_sizes == [size] and not hierarchy.spans_shared_hosts
+    # What DDP builds: nothing is kept when the hierarchy would not be used.
+    unused = Hierarchy(dist.group.WORLD.comm, dist.group.WORLD, only_if_useful=True)
+    assert unused.host_sizes == [size] and unused.host_reduce is None
