@@ -36,8 +36,7 @@ step is then a prediction.
 
 forward/backward/optimizer are the no-communication step's, measured in the same run. Per
 method: default = the library's Allreduce (its 2-rank fit, scaled to N ranks as a ring
-scales); fp16/bf16 = half the bytes, allgathered up to 3 ranks (each rank decodes every
-message), a ring beyond (each hop encodes and decodes); PowerSGD rank 4 = per weight matrix
+scales); fp16/bf16 = half the bytes in a ring whose hops encode and decode; PowerSGD rank 4 = per weight matrix
 (n + m) 4 numbers in two ring allreduces, vectors uncompressed; top-k 1% = (index, value)
 pairs allgathered, so its bytes grow with N. Not modelled: contention between the two ranks
 of a host for memory bandwidth, congestion in a switch, stragglers.
@@ -247,13 +246,12 @@ def reduction_time(link, bucket, world, method):
     if method == "ring":
         return link.ring(nbytes, world), 0.0, ring_share * nbytes
     if method in ("fp16", "bf16"):
+        # the ring of encoded chunks: per number, encode and decode at each reduce-scatter
+        # hop, once more for the owner, and a decode at each all-gather hop
         codec = link.codec[method]
-        if world <= 3:  # encode once, decode every rank's message, add them
-            cpu = elements * (codec["encode"] + world * codec["decode"]
-                              + (world - 1) * 4 * link.gamma)
-            return link.allgather(nbytes / 2, world), cpu, (world - 1) * nbytes / 2
-        # a ring: every hop encodes and decodes a chunk
-        cpu = elements * ring_share * (codec["encode"] + codec["decode"])
+        cpu = elements * (ring_share / 2 * (codec["encode"] + 2 * codec["decode"])
+                          + (codec["encode"] + codec["decode"]) / world
+                          + ring_share / 2 * 4 * link.gamma)
         return link.ring(nbytes / 2, world), cpu, ring_share * nbytes / 2
     if method == "powerSGD":
         compressed = plain = 0

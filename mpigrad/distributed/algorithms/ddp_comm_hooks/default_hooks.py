@@ -2,7 +2,7 @@
 
 The compressing hooks send each gradient as 16 bits (half the bytes of float32) and sum what
 they receive in float32, never in 16 bits (see compression.py for the encodings and the
-allgather-or-ring choice):
+ring that carries them):
 
   fp16_compress_hook  float16 after scaling the bucket by a power of two into float16's
                       normal range (so small gradients keep their precision and convert fast)
