@@ -49,6 +49,8 @@ class GradBucket:
         self.world_size = channel.world_size
         self.process_group = channel.process_group
         self.hierarchy = channel.hierarchy
+        # For hooks that reduce in several rounds (rounds.py), kept by DDP's channel.
+        self.rounds_in_flight = channel.rounds_in_flight
 
     def index(self):
         return self._index
@@ -64,6 +66,11 @@ class GradBucket:
 
     def is_last(self):
         return self._is_last
+
+    def round_comms(self, n):
+        """`n` communicators for a hook's rounds (see rounds.py): `comm`, then duplicates
+        of it that DDP makes once and frees with its own."""
+        return self._channel.round_comms(n)
 
     def future(self, what, requests, on_complete, keep_alive=()):
         """The Future a hook returns for `requests` started on `comm`: once they finish,

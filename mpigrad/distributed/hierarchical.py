@@ -57,6 +57,11 @@ class Hierarchy:
             self.host_broadcast = host.Dup()
             self.across = comm.Split(0 if first else MPI.UNDEFINED, rank)
 
+    def communicators(self):
+        """The communicators this hierarchy made (for their owner to free)."""
+        comms = [self.host_reduce, self.host_broadcast, self.across]
+        return [c for c in comms if c is not None and c != MPI.COMM_NULL]
+
     def allreduce(self, bucket, what="hierarchical allreduce"):
         """The Future of the bucket's sum over all ranks, in the three rounds above."""
         return rounds(bucket, what, self._rounds(bucket.buffer()))

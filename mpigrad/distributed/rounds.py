@@ -13,7 +13,7 @@ Collectives must be started in the same order on every rank of a communicator, b
 finish when MPI says so, which differs between ranks: bucket 1's first round may finish
 before bucket 0's on one rank and after it on another. Two rules keep the order fixed:
 
-- each round number has a communicator of its own (`round_comms(bucket, n)`: round 1
+- each round number has a communicator of its own (`bucket.round_comms(n)`: round 1
   may use `bucket.comm`, later ones duplicates of it), so the collectives on one
   communicator are those of one round, and
 - a bucket starts round k only after every earlier bucket (in launch order) has started it
@@ -22,25 +22,8 @@ before bucket 0's on one rank and after it on another. Two rules keep the order 
 Point-to-point rounds (a ring) need no such care if their tags are distinct per bucket.
 """
 from ..futures import Future
-from .watchdog import blocked
 
-__all__ = ["rounds", "round_comms"]
-
-_duplicates = {}   # base communicator handle -> its duplicates, one per later round
-_in_flight = {}    # base communicator handle -> unfinished round futures, in launch order
-
-
-def round_comms(bucket, n):
-    """`n` communicators for the rounds of a hook on `bucket.comm`: that communicator, then
-    duplicates of it made once (collectively: every rank's first call must come at the same
-    point, as a hook's call for bucket 0 does)."""
-    comm = bucket.comm
-    duplicates = _duplicates.setdefault(comm.py2f(), [])
-    while len(duplicates) < n - 1:
-        with blocked(bucket.process_group, "duplicating DDP's communicator for a hook's rounds"):
-            duplicates.append(comm.Dup())
-    return [comm] + duplicates[:n - 1]
-
+__all__ = ["rounds"]
 
 def rounds(bucket, what, steps):
     """The Future of the generator `steps` (see the module docstring)."""
@@ -53,7 +36,7 @@ class _Rounds(Future):
         self._bucket, self._what, self._steps = bucket, what, steps
         self._round = 0
         self._work = None
-        self._earlier = _in_flight.setdefault(bucket.comm.py2f(), [])
+        self._earlier = bucket.rounds_in_flight
         self._earlier[:] = [f for f in self._earlier if not f._completed]
         self._earlier.append(self)
         self._advance()

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from ...optim.optimizer import Optimizer
 from ...tensor import Tensor
-from ..process_group import _get_default_group, _live
+from ..process_group import _get_default_group, _live, duplicate
 from ..watchdog import blocked
 
 __all__ = ["ZeroRedundancyOptimizer"]
@@ -61,7 +61,8 @@ class ZeroRedundancyOptimizer(Optimizer):
             else _live(process_group, "ZeroRedundancyOptimizer")
         self.process_group = pg
         # A communicator of its own, so the broadcasts never match DDP's or the user's traffic.
-        self._comm = pg.comm.Dup()
+        with blocked(pg, "ZeroRedundancyOptimizer: duplicating the group's communicator"):
+            self._comm = duplicate(pg.comm, "ZeroRedundancyOptimizer")
         self.rank = self._comm.Get_rank()
         self.world_size = self._comm.Get_size()
         self.optimizer_class = optimizer_class

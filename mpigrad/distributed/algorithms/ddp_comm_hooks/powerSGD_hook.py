@@ -29,7 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...buffers import mpi_float_type
-from ...rounds import round_comms, rounds
+from ...rounds import rounds
 
 __all__ = ["PowerSGDState", "powerSGD_hook"]
 
@@ -113,7 +113,7 @@ def powerSGD_hook(state, bucket):
 def _power_step(state, bucket, buf, datatype):
     index = bucket.index()
     world_size = bucket.world_size
-    p_comm, q_comm = round_comms(bucket, 2)
+    p_comm, q_comm = bucket.round_comms(2)
     if state.use_error_feedback:
         residual = state.error_dict.get(index)
         if residual is not None and residual.shape == buf.shape:
