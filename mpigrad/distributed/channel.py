@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from .buffers import mpi_type
 from .hierarchical import Hierarchy
-from .process_group import duplicate
+from .process_group import duplicate, free_communicators
 from .watchdog import blocked
 from .work import Work
 
@@ -40,12 +40,11 @@ class Channel:
         self._comms = [comm, control]
         self.rank = comm.Get_rank()
         self.world_size = comm.Get_size()
-        self.close = weakref.finalize(self, _free, self._comms)
+        # `close()` frees them, once: when the Channel is collected, or its group destroyed.
+        self.close = weakref.finalize(self, free_communicators, self._comms)
         process_group._dependents.add(self)
-        # Which ranks share a host; the default reduction goes hierarchical when that helps
-        # (its communicators, if any, are freed with the others).
+        # Which ranks share a host; the default reduction goes hierarchical when that helps.
         self.hierarchy = Hierarchy(comm, process_group, only_if_useful=True)
-        self._comms.extend(self.hierarchy.communicators())
         # For hooks reducing in several rounds (rounds.py): a communicator per round after
         # the first, and the rounds in flight, in launch order.
         self._round_comms = []
@@ -122,11 +121,3 @@ class Channel:
                 np.copyto(a, packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
                 offset += a.nbytes
 
-
-def _free(comms):
-    """`Channel.close()`: free the communicators, once (when the Channel is collected, or its
-    group destroyed, whichever comes first)."""
-    if not MPI.Is_finalized():
-        for comm in comms:
-            comm.Free()
-    comms.clear()

@@ -23,12 +23,14 @@ state on rank `to` of the group, where `state_dict()` then returns an ordinary o
 dict numbered over all parameters, loadable into a ZeroRedundancyOptimizer of any world size
 (each rank keeps the entries it owns) or into the plain optimizer.
 """
+import weakref
+
 import numpy as np
 from mpi4py import MPI
 
 from ...optim.optimizer import Optimizer
 from ...tensor import Tensor
-from ..process_group import _get_default_group, _live, duplicate
+from ..process_group import _get_default_group, _live, duplicate, free_communicators
 from ..watchdog import blocked
 
 __all__ = ["ZeroRedundancyOptimizer"]
@@ -63,6 +65,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         # A communicator of its own, so the broadcasts never match DDP's or the user's traffic.
         with blocked(pg, "ZeroRedundancyOptimizer: duplicating the group's communicator"):
             self._comm = duplicate(pg.comm, "ZeroRedundancyOptimizer")
+        weakref.finalize(self, free_communicators, [self._comm])
         self.rank = self._comm.Get_rank()
         self.world_size = self._comm.Get_size()
         self.optimizer_class = optimizer_class
