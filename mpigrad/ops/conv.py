@@ -28,7 +28,7 @@ from .core import Op
 _CHUNK_BYTES = 2 << 20
 
 _scratch = threading.local()
-_SCRATCH_ARRAYS = 16
+_SCRATCH_ARRAYS = 64
 
 
 def _scratch_array(shape, dtype, key, zeros=False):
