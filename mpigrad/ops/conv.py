@@ -231,7 +231,8 @@ def _column_chunks(x, layout, side_by_side=False):
 
 
 def _conv2d(x, weight, bias, stride, padding, dilation):
-    if winograd_fits(weight.shape, stride, dilation):
+    out_size = sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding, stride)
+    if winograd_fits("conv2d", weight.shape, stride, dilation, out_size):
         return _winograd_conv2d(x, weight, bias, padding)
     n, out_channels = x.shape[0], weight.shape[0]
     layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
@@ -262,7 +263,8 @@ def _conv_transpose2d(g, weight, input_size, stride, padding, dilation):
     stride-1 kernel that is again a 3x3 correlation, of g padded by 2 - padding with the
     kernel flipped and its channels swapped (the taps that a padding over 2 crops off are
     not, so those take columns)."""
-    if winograd_fits(weight.shape, stride, dilation) and max(padding) <= 2:
+    if (winograd_fits("conv_transpose2d", weight.shape, stride, dilation, input_size)
+            and max(padding) <= 2):
         return _winograd_conv2d(g, weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), None,
                                 (2 - padding[0], 2 - padding[1]))
     n, out_channels = g.shape[:2]
@@ -291,7 +293,8 @@ def _conv_transpose2d(g, weight, input_size, stride, padding, dilation):
 
 def _conv2d_weight(x, g, kernel_size, stride, padding, dilation):
     """The weight's gradient of conv2d: g times the columns, summed over the samples."""
-    if winograd_fits(g.shape[1:2] + x.shape[1:2] + tuple(kernel_size), stride, dilation):
+    if winograd_fits("conv2d_weight", g.shape[1:2] + x.shape[1:2] + tuple(kernel_size),
+                     stride, dilation, g.shape[2:]):
         return _winograd_conv2d_weight(x, g, padding)
     n, out_channels = g.shape[:2]
     layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
@@ -322,17 +325,25 @@ def _conv2d_weight(x, g, kernel_size, stride, padding, dilation):
 _WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
 
-def winograd_fits(weight_shape, stride, dilation):
-    """Whether the Winograd path computes this convolution: 3x3, stride 1, undilated, and
-    enough channels on both sides that its GEMMs (K = in channels, M = out channels) outweigh
-    its transforms. Measured against im2col at batch 32: 0-25% faster at 32 and 64 channels
-    (images 8x8 to 32x32), slower at 16 and below."""
+def winograd_fits(op, weight_shape, stride, dilation, out_size):
+    """Whether the Winograd path computes `op` ("conv2d", "conv_transpose2d" or
+    "conv2d_weight") of this convolution: 3x3, stride 1, undilated, and big enough that its
+    GEMMs (K = in channels, M = out channels) outweigh its transforms and junk tiles."""
     out_channels, channels, kh, kw = weight_shape
+    min_channels, min_area = _WINOGRAD_FROM[op]
     return ((kh, kw) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-            and min(channels, out_channels) >= _WINOGRAD_MIN_CHANNELS)
+            and min(channels, out_channels) >= min_channels
+            and out_size[0] * out_size[1] >= min_area)
 
 
-_WINOGRAD_MIN_CHANNELS = 32
+# Per op, the fewest channels (on both sides) and output pixels per image that take the
+# Winograd path; measured with jobs/bench_winograd.py at batch 32 on a shared machine. The
+# input's gradient replaces GEMM and col2im, the costlier pair, so it gains already on 8x8
+# images (15-30% at 32 and 64 channels); forward and weight gradient gain from 16x16 (0-20%,
+# 10-40% on 32x32) and lose on 8x8 images, where a third of the tiles are junk. At 16
+# channels the transforms cost as much as the GEMMs save.
+_WINOGRAD_FROM = {"conv2d": (32, 16 * 16), "conv2d_weight": (32, 16 * 16),
+                  "conv_transpose2d": (32, 8 * 8)}
 
 
 class _Tiles:

@@ -148,8 +148,9 @@ WINOGRAD_IDS = [f"n{n}-c{c}-o{o}-{h}x{w}-p{p}" for n, c, o, h, w, p in WINOGRAD_
 
 @pytest.fixture
 def winograd_everywhere(monkeypatch):
-    """Take the Winograd path for any channel count, and count its calls."""
-    monkeypatch.setattr(conv_ops, "_WINOGRAD_MIN_CHANNELS", 1)
+    """Take the Winograd path at any size, and count its calls."""
+    monkeypatch.setattr(conv_ops, "_WINOGRAD_FROM", dict.fromkeys(conv_ops._WINOGRAD_FROM,
+                                                                  (1, 1)))
     calls = collections.Counter()
     for name in ("_winograd_conv2d", "_winograd_conv2d_weight"):
         original = getattr(conv_ops, name)
@@ -200,8 +201,7 @@ WINOGRAD_FLOAT32_TOL = 2e-6
 
 @pytest.mark.parametrize("n,c,o,h,w,p", [(4, 64, 64, 16, 16, 1), (2, 128, 64, 9, 7, 1),
                                          (2, 256, 32, 8, 8, 0)])
-def test_winograd_in_float32_is_as_accurate_as_torch(n, c, o, h, w, p):
-    assert conv_ops.winograd_fits((o, c, 3, 3), (1, 1), (1, 1))
+def test_winograd_in_float32_is_as_accurate_as_torch(n, c, o, h, w, p, winograd_everywhere):
     rng = np.random.default_rng(8)
     x = rng.standard_normal((n, c, h, w))
     weight = rng.standard_normal((o, c, 3, 3)) / math.sqrt(9 * c)
@@ -215,6 +215,7 @@ def test_winograd_in_float32_is_as_accurate_as_torch(n, c, o, h, w, p):
 
     single = results(*(a.astype(np.float32) for a in (x, weight, g)))
     exact = results(x, weight, g)  # float64: equal to the direct path's to 1e-10, as above
+    assert winograd_everywhere == {"_winograd_conv2d": 4, "_winograd_conv2d_weight": 2}
     for name, ours, expected in zip(("output", "input's gradient", "weight's gradient"),
                                     single, exact):
         assert ours.dtype == np.float32
