@@ -337,12 +337,12 @@ def winograd_fits(op, weight_shape, stride, dilation, out_size):
 
 
 # Per op, the fewest channels (on both sides) and output pixels per image that take the
-# Winograd path; measured with jobs/bench_winograd.py at batch 32 on a shared machine. The
-# input's gradient replaces GEMM and col2im, the costlier pair, so it gains already on 8x8
-# images (15-30% at 32 and 64 channels); forward and weight gradient gain from 16x16 (0-20%,
-# 10-40% on 32x32) and lose on 8x8 images, where a third of the tiles are junk. At 16
-# channels the transforms cost as much as the GEMMs save.
-_WINOGRAD_FROM = {"conv2d": (32, 16 * 16), "conv2d_weight": (32, 16 * 16),
+# Winograd path; measured with jobs/bench_winograd.py at batch 32 on a shared machine (single
+# runs vary by 20%). The input's gradient replaces GEMM and col2im, the costlier pair, so it
+# gains already on 8x8 images (15-45% at 32 and 64 channels); the weight's gradient gains
+# 0-15% from 32 channels on 16x16 images, the forward 5-15% from 64. On 8x8 images a third
+# of the tiles are junk and both lose; at 16 channels every op loses.
+_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 16 * 16),
                   "conv_transpose2d": (32, 8 * 8)}
 
 
