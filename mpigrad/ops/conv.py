@@ -9,6 +9,7 @@ so convolution and pooling are differentiable to any order:
 - `conv2d`, `conv_transpose2d` (its gradient for the input) and `conv2d_weight` (for the
   weight): im2col and one GEMM per chunk of samples, the chunk sized so that its columns are
   still in cache when the GEMM (or col2im) reads them; a 1x1 convolution needs no columns;
+  3x3 stride-1 convolutions with many channels take Winograd's F(2x2, 3x3) instead;
 - `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
   the taps' views; backward finds each window's winning tap again (the first maximum, as
   torch) and sends the gradient there.
@@ -28,7 +29,7 @@ from .core import Op
 _CHUNK_BYTES = 2 << 20
 
 _scratch = threading.local()
-_SCRATCH_ARRAYS = 16
+_SCRATCH_ARRAYS = 64
 
 
 def _scratch_array(shape, dtype, key, zeros=False):
@@ -230,6 +231,9 @@ def _column_chunks(x, layout, side_by_side=False):
 
 
 def _conv2d(x, weight, bias, stride, padding, dilation):
+    out_size = sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding, stride)
+    if winograd_fits("conv2d", weight.shape, stride, dilation, out_size):
+        return _winograd_conv2d(x, weight, bias, padding)
     n, out_channels = x.shape[0], weight.shape[0]
     layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
     matrix = weight.reshape(out_channels, -1)
@@ -255,7 +259,14 @@ def _conv2d(x, weight, bias, stride, padding, dilation):
 
 
 def _conv_transpose2d(g, weight, input_size, stride, padding, dilation):
-    """The input's gradient of conv2d: columns W^T g, folded back onto the image."""
+    """The input's gradient of conv2d: columns W^T g, folded back onto the image. For a 3x3
+    stride-1 kernel that is again a 3x3 correlation, of g padded by 2 - padding with the
+    kernel flipped and its channels swapped (the taps that a padding over 2 crops off are
+    not, so those take columns)."""
+    if (winograd_fits("conv_transpose2d", weight.shape, stride, dilation, input_size)
+            and max(padding) <= 2):
+        return _winograd_conv2d(g, weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), None,
+                                (2 - padding[0], 2 - padding[1]))
     n, out_channels = g.shape[:2]
     channels = weight.shape[1]
     layout = _Columns(input_size, weight.shape[2:], dilation, padding, stride)
@@ -282,6 +293,9 @@ def _conv_transpose2d(g, weight, input_size, stride, padding, dilation):
 
 def _conv2d_weight(x, g, kernel_size, stride, padding, dilation):
     """The weight's gradient of conv2d: g times the columns, summed over the samples."""
+    if winograd_fits("conv2d_weight", g.shape[1:2] + x.shape[1:2] + tuple(kernel_size),
+                     stride, dilation, g.shape[2:]):
+        return _winograd_conv2d_weight(x, g, padding)
     n, out_channels = g.shape[:2]
     layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
     total = np.zeros((out_channels, x.shape[1] * kernel_size[0] * kernel_size[1]),
@@ -297,6 +311,201 @@ def _conv2d_weight(x, g, kernel_size, stride, padding, dilation):
         else:
             total += np.matmul(g_cols, cols.transpose(0, 2, 1)).sum(0)
     return total.reshape((out_channels, x.shape[1]) + tuple(kernel_size))
+
+
+# ----------------------------------------------------------------------------- Winograd
+# F(2x2, 3x3): each 2x2 block of outputs of a 3x3 stride-1 correlation is A^T [(G w G^T) .
+# (B^T d B)] A, d the 4x4 input tile under it. Per output that is 4 multiplications (at each
+# of the 16 transform points, one GEMM over the channels) instead of 9; the transforms are
+# adds over shifted runs of the images. B and A have entries 0 and +-1, G 0, 1/2 and 1, so
+# in exact arithmetic the result is the direct one and float32 rounding stays that of a short
+# sum (as torch's, see the tests). F(4x4, 3x3) would save more multiplications, but its
+# transforms hold 2, 4, 8 and 1/4, 1/6, 1/24, which cost float32 accuracy, and twice the
+# adds per point; not tried.
+_WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+
+
+def winograd_fits(op, weight_shape, stride, dilation, out_size):
+    """Whether the Winograd path computes `op` ("conv2d", "conv_transpose2d" or
+    "conv2d_weight") of this convolution: 3x3, stride 1, undilated, and big enough that its
+    GEMMs (K = in channels, M = out channels) outweigh its transforms and junk tiles."""
+    out_channels, channels, kh, kw = weight_shape
+    min_channels, min_area = _WINOGRAD_FROM[op]
+    return ((kh, kw) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+            and min(channels, out_channels) >= min_channels
+            and out_size[0] * out_size[1] >= min_area)
+
+
+# Per op, the fewest channels (on both sides) and output pixels per image that take the
+# Winograd path; measured with jobs/bench_winograd.py at batch 32 on a shared machine (single
+# runs vary by 20%). The input's gradient replaces GEMM and col2im, the costlier pair, so it
+# gains already on 8x8 images (15-45% at 32 and 64 channels); the weight's gradient gains
+# 0-15% from 32 channels on 16x16 images, the forward 5-15% from 64. On 8x8 images a third
+# of the tiles are junk and both lose; at 16 channels every op loses.
+_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 16 * 16),
+                  "conv_transpose2d": (32, 8 * 8)}
+
+
+class _Tiles:
+    """The 2x2 output tiles of a 3x3 stride-1 convolution of images `in_size` with
+    `padding`, laid out so that every transform is a few long contiguous runs.
+
+    The padded image (zero below and right as far as the last tile reads; tiles overhang an
+    odd output) is kept as its four phases, (row, column) parity, each an (hh, wh) image of
+    every other row and column, all samples' in one flat run. A tile's input (2i + k, 2j + l)
+    is then phase (k % 2, l % 2) at flat position q + (k // 2) * wh + l // 2, q = i * wh + j
+    the tile's own: each of the 16 taps is one shifted run of a phase. Positions with
+    i = th or j = tw are junk tiles: computed, and dropped from outputs or zero in gradients.
+    """
+
+    def __init__(self, in_size, padding):
+        self.in_size, self.padding = tuple(in_size), tuple(padding)
+        self.out_size = tuple(s + 2 * p - 2 for s, p in zip(in_size, padding))
+        self.tiles = tuple((o + 1) // 2 for o in self.out_size)
+        self.phase_size = tuple(t + 1 for t in self.tiles)
+        self.per_sample = self.phase_size[0] * self.phase_size[1]
+
+    def chunk(self, n, channels, itemsize):
+        return _chunk_size(n, 16 * channels * self.per_sample * itemsize)
+
+    def _phases(self, images, dtype, key, offset=(0, 0)):
+        """Scatter images (n, C, H, W), shifted by `offset`, into zeroed phases (2, 2,
+        C * n * hh * wh + wh + 1), channels and samples one flat run so that every transform
+        is one long contiguous operation (a real tile's taps never leave its own sample and
+        channel), the tail for the last junk tiles' shifted reads. Only the images' cells
+        are written, so the rest stays zero across calls (`key` names the geometry)."""
+        (size, channels), (hh, wh) = images.shape[:2], self.phase_size
+        length = channels * size * self.per_sample
+        phases = _scratch_array((2, 2, length + wh + 1), dtype, key, zeros=True)
+        grid = phases[..., :length].reshape(2, 2, channels, size, hh, wh)
+        for a in range(2):
+            first_row = (a - offset[0]) % 2
+            for b in range(2):
+                first_col = (b - offset[1]) % 2
+                part = images[:, :, first_row::2, first_col::2].transpose(1, 0, 2, 3)
+                i, j = (first_row + offset[0]) // 2, (first_col + offset[1]) // 2
+                grid[a, b, :, :, i:i + part.shape[2], j:j + part.shape[3]] = part
+        return phases
+
+    def transform_input(self, x, start, stop, out):
+        """B^T d B of every 4x4 tile of images x[start:stop], into `out` (4, 4, C, length)."""
+        wh, length = self.phase_size[1], out[0, 0].size
+        phases = self._phases(x[start:stop], out.dtype,
+                              ("winograd input", self.in_size, self.padding), self.padding)
+        across = _scratch_array((4, 2, length + 1), out.dtype, "winograd rows")
+        _input_transform([phases[k % 2, :, (k // 2) * wh:(k // 2) * wh + length + 1]
+                          for k in range(4)], across)
+        for a in range(4):
+            _input_transform([across[a, l % 2, l // 2:l // 2 + length] for l in range(4)],
+                             out[a].reshape(4, length))
+
+    def transform_gradient(self, g, start, stop, out):
+        """The adjoint of untransform_output: A g A^T of every 2x2 tile of g[start:stop],
+        junk tiles and the overhang zero, into `out` (4, 4, O, length)."""
+        length = out[0, 0].size
+        phases = self._phases(g[start:stop], out.dtype, ("winograd gradient", self.out_size))
+        across = _scratch_array((4, 2, length), out.dtype, "winograd rows")
+        _gradient_transform([phases[r, :, :length] for r in range(2)], across)
+        for a in range(4):
+            _gradient_transform([across[a, s] for s in range(2)], out[a].reshape(4, length))
+
+    def untransform_output(self, products, bias, out, start):
+        """A^T m A of every tile's 16 points `products` (4, 4, O, length) into the outputs
+        out[start:...], plus bias."""
+        (th, tw), (hh, wh), (oh, ow) = self.tiles, self.phase_size, self.out_size
+        channels, length = products.shape[2:]
+        size = length // self.per_sample
+        rows = _scratch_array((2, 4, channels, length), products.dtype, "winograd out")
+        _output_transform(products, rows)
+        corners = _scratch_array((2, 2, channels, length), products.dtype, "winograd corners")
+        for r in range(2):
+            _output_transform(rows[r], corners[r])
+        if bias is not None:
+            corners += bias.reshape(channels, 1)
+        grid = corners.reshape(2, 2, channels, size, hh, wh)
+        chunk = out[start:start + size]
+        for r in range(2):
+            for s in range(2):
+                part = chunk[:, :, r::2, s::2]
+                part[...] = grid[r, s, :, :, :part.shape[2], :part.shape[3]].transpose(
+                    1, 0, 2, 3)
+
+
+def _input_transform(d, out):
+    """B^T applied along the axis that d's four entries run over."""
+    np.subtract(d[0], d[2], out=out[0])
+    np.add(d[1], d[2], out=out[1])
+    np.subtract(d[2], d[1], out=out[2])
+    np.subtract(d[1], d[3], out=out[3])
+
+
+def _gradient_transform(g, out):
+    """A applied along the axis that g's two entries run over (A^T's transpose)."""
+    np.copyto(out[0], g[0])
+    np.add(g[0], g[1], out=out[1])
+    np.subtract(g[0], g[1], out=out[2])
+    np.negative(g[1], out=out[3])
+
+
+def _output_transform(m, out):
+    """A^T applied along the axis that m's four entries run over."""
+    np.add(m[0], m[1], out=out[0])
+    out[0] += m[2]
+    np.subtract(m[1], m[2], out=out[1])
+    out[1] -= m[3]
+
+
+def _winograd_chunks(n, tiles, rows, dtype, key):
+    """(start, stop, points): chunks of samples and a (4, 4, rows, length) work array for
+    each, contiguous even for the last, shorter chunk."""
+    step = tiles.chunk(n, rows, dtype.itemsize)
+    buffer = _scratch_array((16 * rows * step * tiles.per_sample,), dtype, key)
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        length = (stop - start) * tiles.per_sample
+        yield start, stop, buffer[:16 * rows * length].reshape(4, 4, rows, length)
+
+
+def _winograd_conv2d(x, weight, bias, padding):
+    n, channels, out_channels = x.shape[0], x.shape[1], weight.shape[0]
+    tiles = _Tiles(x.shape[2:], padding)
+    dtype = np.result_type(x, weight)
+    # G w G^T of each 3x3 kernel, as (4, 4, O, C): one (O, C) matrix per point.
+    transformed = np.tensordot(_WINOGRAD_G, np.tensordot(weight, _WINOGRAD_G, (3, 1)), (1, 2))
+    transformed = np.ascontiguousarray(transformed.transpose(0, 3, 1, 2), dtype)
+    transformed = transformed.reshape(16, out_channels, channels)
+    out = np.empty((n, out_channels) + tiles.out_size, dtype)
+    products = None
+    for start, stop, points in _winograd_chunks(n, tiles, channels, dtype, "winograd in"):
+        tiles.transform_input(x, start, stop, points)
+        shape = (4, 4, out_channels, points.shape[3])
+        if products is None or products.shape != shape:
+            products = _scratch_array(shape, dtype, "winograd products")
+        np.matmul(transformed, points.reshape(16, channels, -1),
+                  out=products.reshape(16, out_channels, -1))
+        tiles.untransform_output(products, bias, out, start)
+    return out
+
+
+def _winograd_conv2d_weight(x, g, padding):
+    """conv2d_weight through the transposes of the forward's transforms: the points' GEMMs
+    sum over samples and tiles, G^T . G takes the sum back to 3x3."""
+    n, channels, out_channels = x.shape[0], x.shape[1], g.shape[1]
+    tiles = _Tiles(x.shape[2:], padding)
+    dtype = np.result_type(x, g)
+    total = np.zeros((16, out_channels, channels), dtype)
+    gradients = None
+    for start, stop, points in _winograd_chunks(n, tiles, channels, dtype, "winograd in"):
+        tiles.transform_input(x, start, stop, points)
+        shape = (4, 4, out_channels, points.shape[3])
+        if gradients is None or gradients.shape != shape:
+            gradients = _scratch_array(shape, dtype, "winograd products")
+        tiles.transform_gradient(g, start, stop, gradients)
+        total += np.matmul(gradients.reshape(16, out_channels, -1),
+                           points.reshape(16, channels, -1).transpose(0, 2, 1))
+    total = np.tensordot(_WINOGRAD_G, total.reshape(4, 4, out_channels, channels), (0, 0))
+    return np.ascontiguousarray(
+        np.tensordot(total, _WINOGRAD_G, (1, 0)).transpose(1, 2, 0, 3), dtype)
 
 
 conv2d = Op("conv2d", _conv2d,
