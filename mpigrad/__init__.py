@@ -22,7 +22,7 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   unsqueeze, cat, concat, stack, split, chunk, eq, ne, lt, le, gt, ge,
                   isnan, isfinite, clone, masked_fill)
 from .serialization import save, load  # noqa: F401
-from . import autograd, futures, ops, utils, nn, optim, data  # noqa: F401
+from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 # mpigrad.distributed is imported explicitly: importing it initialises MPI.
 
 clip = clamp

@@ -7,8 +7,8 @@ import numpy as np
 
 from .. import ops
 from ..tensor import Tensor
+from . import forward_ad, grad_mode
 from . import grad as _grad
-from . import grad_mode
 
 
 def _as_tuple_and_form(x):
@@ -46,27 +46,42 @@ def vjp(func, inputs, v=None, create_graph=False):
             _unpack(tuple(_finish(g, create_graph) for g in grads), inputs_tuple))
 
 
+def forward_jvp(func, primals, tangents, create_graph=False):
+    """Push `tangents` through `func(*primals)` in one forward pass with dual tensors.
+
+    Returns (outputs, output tangents, whether func returned a tuple), zeros where an output
+    does not depend on the primals. Shared by `jvp` here and `mpigrad.func.jvp`.
+    """
+    if len(tangents) != len(primals):
+        raise RuntimeError(f"jvp: got {len(tangents)} tangents for {len(primals)} inputs")
+    for i, (x, t) in enumerate(zip(primals, tangents)):
+        if not isinstance(t, Tensor) or t.shape != x.shape:
+            raise RuntimeError(f"jvp: the tangent for input {i} must be a tensor of the input's "
+                               f"shape {tuple(x.shape)}, got {getattr(t, 'shape', type(t))}")
+    if forward_ad.active_level() is not None:
+        raise RuntimeError("jvp uses forward-mode AD, and dual levels do not nest: call it "
+                           "outside the `with forward_ad.dual_level():` block")
+    with grad_mode.set_grad_enabled(create_graph), forward_ad.dual_level():
+        duals = tuple(forward_ad.make_dual(x.detach().requires_grad_(create_graph),
+                                           t.to(x.dtype))
+                      for x, t in zip(primals, tangents))
+        outputs, outputs_tuple = _as_tuple_and_form(func(*duals))
+        unpacked = [forward_ad.unpack_dual(o) for o in outputs]
+        primal_outputs = tuple(u.primal for u in unpacked)
+        jv = tuple(Tensor.wrap(np.zeros(o.shape, o.dtype)) if u.tangent is None else u.tangent
+                   for o, u in zip(outputs, unpacked))
+    return primal_outputs, jv, outputs_tuple
+
+
 def jvp(func, inputs, v=None, create_graph=False):
-    """(func(inputs), J v), by differentiating the vjp with respect to its cotangent."""
+    """(func(inputs), J v), in one forward pass with dual tensors (forward-mode AD)."""
     inputs, inputs_tuple = _as_tuple_and_form(inputs)
-    with grad_mode.enable_grad():
-        xs = _prepare(inputs)
-        outputs, outputs_tuple = _as_tuple_and_form(func(*xs))
-        if v is None:
-            if any(x.data.size != 1 for x in xs):
-                raise RuntimeError("jvp: v may be omitted only when every input has one element")
-            v = tuple(Tensor.wrap(np.ones(x.shape, x.dtype)) for x in xs)
-        v = _as_tuple_and_form(v)[0]
-        cotangents = tuple(Tensor.wrap(np.zeros(o.shape, o.dtype)).requires_grad_(True)
-                           for o in outputs)
-        grads = _grad(outputs, xs, cotangents, create_graph=True, allow_unused=True)
-        used = [(g, vi) for g, vi in zip(grads, v) if g is not None]
-        if not used:
-            jv = tuple(Tensor.wrap(np.zeros(o.shape, o.dtype)) for o in outputs)
-        else:
-            jv = _grad([g for g, _ in used], cotangents, [vi for _, vi in used],
-                       create_graph=create_graph, allow_unused=True)
-            jv = _fill(jv, outputs)
+    if v is None:
+        if any(x.data.size != 1 for x in inputs):
+            raise RuntimeError("jvp: v may be omitted only when every input has one element")
+        v = tuple(Tensor.wrap(np.ones(x.shape, x.dtype)) for x in inputs)
+    v = _as_tuple_and_form(v)[0]
+    outputs, jv, outputs_tuple = forward_jvp(func, inputs, v, create_graph)
     return (_unpack(tuple(_finish(o, create_graph) for o in outputs), outputs_tuple),
             _unpack(tuple(_finish(j, create_graph) for j in jv), outputs_tuple))
 

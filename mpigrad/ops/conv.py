@@ -1,7 +1,8 @@
 """Sliding windows: im2col (`unfold`) and its adjoint col2im (`fold`).
 
-Each is the other's vector-Jacobian product, so convolution and pooling built from them
-(with matmul, max, mean) are differentiable to any order. Sizes are (height, width) pairs.
+Each is the other's vector-Jacobian product and, being linear, its own tangent rule; so
+convolution and pooling built from them (with matmul, max, mean) are differentiable to any
+order in both modes. Sizes are (height, width) pairs.
 """
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -49,8 +50,14 @@ def _fold(cols, output_size, kernel_size, dilation, padding, stride):
 unfold = Op("unfold", _unfold,
             (lambda g, ans, x, kernel_size, dilation, padding, stride:
              fold(g, output_size=x.shape[2:], kernel_size=kernel_size, dilation=dilation,
-                  padding=padding, stride=stride),))
+                  padding=padding, stride=stride),),
+            (lambda t, ans, x, kernel_size, dilation, padding, stride:
+             unfold(t, kernel_size=kernel_size, dilation=dilation, padding=padding,
+                    stride=stride),))
 
 fold = Op("fold", _fold,
           (lambda g, ans, cols, output_size, kernel_size, dilation, padding, stride:
-           unfold(g, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride),))
+           unfold(g, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride),),
+          (lambda t, ans, cols, output_size, kernel_size, dilation, padding, stride:
+           fold(t, output_size=output_size, kernel_size=kernel_size, dilation=dilation,
+                padding=padding, stride=stride),))

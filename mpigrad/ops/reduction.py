@@ -41,7 +41,9 @@ def expand_reduced(g, shape, dim, keepdim):
 
 _sum = Op("sum", lambda x, dim, keepdim, dtype: np.sum(x, axis=_axis(dim, x.ndim),
                                                        keepdims=keepdim, dtype=dtype),
-          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),))
+          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),),
+          (lambda t, ans, x, dim, keepdim, dtype:
+           _sum(t, dim=dim, keepdim=keepdim, dtype=dtype),))
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
@@ -54,7 +56,8 @@ def _count(shape, dim):
 
 _mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
            (lambda g, ans, x, dim, keepdim:
-            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),)
+            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),
+           (lambda t, ans, x, dim, keepdim: _mean(t, dim=dim, keepdim=keepdim),))
 
 
 def mean(x, dim=None, keepdim=False):
@@ -74,6 +77,9 @@ _var = Op("var", lambda x, dim, keepdim, correction:
           np.var(x, axis=_axis(dim, x.ndim), ddof=correction, keepdims=keepdim),
           (lambda g, ans, x, dim, keepdim, correction:
            expand_reduced(g, x.shape, dim, keepdim) * 2 * (x - x.mean(dim, keepdim=True))
+           / (_count(x.shape, dim) - correction),),
+          (lambda t, ans, x, dim, keepdim, correction:
+           (t * (x - x.mean(dim, keepdim=True))).sum(dim, keepdim=keepdim) * 2
            / (_count(x.shape, dim) - correction),),
           saves="x")
 
@@ -101,7 +107,13 @@ def _norm_forward(x, p, dim, keepdim):
     return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdim))
 
 
-_norm = Op("norm", _norm_forward, (_norm_grad,), saves="x ans")
+def _norm_tangent(t, ans, x, p, dim, keepdim):
+    if p == 1:
+        return (t * x.sign()).sum(dim, keepdim=keepdim)
+    return where(ans == 0, 0.0, (t * x).sum(dim, keepdim=keepdim) / where(ans == 0, 1.0, ans))
+
+
+_norm = Op("norm", _norm_forward, (_norm_grad,), (_norm_tangent,), saves="x ans")
 
 
 def norm(x, p=2, dim=None, keepdim=False):
@@ -118,10 +130,16 @@ def _extreme_grad(g, ans, x, dim, keepdim):
     return expand_reduced(g, x.shape, dim, keepdim) * hit / hit.sum(dim, keepdim=True)
 
 
+def _extreme_tangent(t, ans, x, dim, keepdim):
+    # The mean of the tangents where the extreme is reached (torch's rule for ties).
+    hit = x == expand_reduced(ans, x.shape, dim, keepdim)
+    return (t * hit).sum(dim, keepdim=keepdim) / hit.sum(dim, keepdim=keepdim)
+
+
 _amax = Op("amax", lambda x, dim, keepdim: np.max(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-           (_extreme_grad,), saves="x ans")
+           (_extreme_grad,), (_extreme_tangent,), saves="x ans")
 _amin = Op("amin", lambda x, dim, keepdim: np.min(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-           (_extreme_grad,), saves="x ans")
+           (_extreme_grad,), (_extreme_tangent,), saves="x ans")
 
 
 def amax(x, dim=None, keepdim=False):
@@ -187,12 +205,15 @@ def _log_softmax(x, dim):
     return shifted
 
 
+# softmax's Jacobian is symmetric: its tangent rule is its gradient rule.
 _softmax_op = Op("softmax", _softmax,
              (lambda g, ans, x, dim: ans * (g - (g * ans).sum(dim, keepdim=True)),),
+             (lambda t, ans, x, dim: ans * (t - (t * ans).sum(dim, keepdim=True)),),
              saves="ans")
 
 _log_softmax_op = Op("log_softmax", _log_softmax,
                  (lambda g, ans, x, dim: g - ans.exp() * g.sum(dim, keepdim=True),),
+                 (lambda t, ans, x, dim: t - (t * ans.exp()).sum(dim, keepdim=True),),
                  saves="ans")
 
 
@@ -207,6 +228,9 @@ def _logsumexp(x, dim, keepdim):
 _logsumexp_op = Op("logsumexp", _logsumexp,
                    (lambda g, ans, x, dim, keepdim: expand_reduced(g, x.shape, dim, keepdim)
                     * (x - expand_reduced(ans, x.shape, dim, keepdim)).exp(),),
+                   (lambda t, ans, x, dim, keepdim:
+                    (t * (x - expand_reduced(ans, x.shape, dim, keepdim)).exp())
+                    .sum(dim, keepdim=keepdim),),
                    saves="x ans")
 
 
@@ -237,12 +261,16 @@ def _scatter_along(g, indices, dim, shape):
 scatter_along = Op("scatter_along", _scatter_along,
                    (lambda g, ans, grad, indices, dim, shape: take_along_dim(g, indices, dim),
                     None),
+                   (lambda t, ans, grad, indices, dim, shape:
+                    scatter_along(t, indices, dim=dim, shape=shape),
+                    None),
                    saves="indices")
 
 _take_along = Op("take_along_dim",
                  lambda x, indices, dim: np.take_along_axis(x, indices, axis=dim),
                  (lambda g, ans, x, indices, dim: scatter_along(g, indices, dim=dim, shape=x.shape),
                   None),
+                 (lambda t, ans, x, indices, dim: _take_along(t, indices, dim=dim), None),
                  saves="indices")
 
 
