@@ -112,11 +112,13 @@ def exit_dual_level(*, level=None):
     """End the active dual level, dropping every tangent it holds."""
     with _global.lock:
         current = _global.level
-        if current is None or (level is not None and level != current.index):
+        if current is None:
+            raise RuntimeError("exit_dual_level: no dual level is active (enter one with "
+                               "enter_dual_level() or `with dual_level():`)")
+        if level is not None and level != current.index:
             raise RuntimeError("Trying to exit a forward AD level that was not the last one "
                                f"that was created (asked for level {level}, the active one is "
-                               f"{None if current is None else current.index}). This is not "
-                               "supported.")
+                               f"{current.index}). This is not supported.")
         _global.level = None
         current.tangents.clear()
 
@@ -156,8 +158,9 @@ def make_dual(tensor, tangent, *, level=None):
     """
     current = _level_for(level)
     if current is None:
-        raise RuntimeError("To create a dual Tensor, you must be in a dual level context. Use "
-                           "`with fwAD.dual_level():` (mpigrad.autograd.forward_ad.dual_level)")
+        raise RuntimeError("Trying to create a dual Tensor for forward AD but no level exists, "
+                           "make sure to enter_dual_level() first (or make it inside "
+                           "`with forward_ad.dual_level():`)")
     if not isinstance(tensor, Tensor) or not isinstance(tangent, Tensor):
         raise TypeError(f"make_dual expects two tensors, got {type(tensor).__name__} and "
                         f"{type(tangent).__name__}")
