@@ -2,12 +2,13 @@
 
     python jobs/bench_jvp.py [--batch 256] [--width 512] [--rounds 9] [--repeat 5]
 
-J v of a 784-W-W-W-10 tanh MLP (float64, one BLAS thread) with respect to its input, four ways:
+J v of a 784-W-W-W-10 tanh MLP (float64, one BLAS thread) with respect to its input:
 mpigrad's `autograd.functional.jvp` (dual tensors, one forward pass), the double-vjp trick it
-used before (forward, a backward with create_graph, a second backward), a plain mpigrad
-forward pass (what one forward pass costs), and `torch.func.jvp`. They run interleaved in
+used before (forward, a backward with create_graph, a second backward), `torch.func.jvp`,
+and a plain forward pass of each library (what one forward pass costs). They run interleaved in
 rounds on the same weights and data, so a noisy neighbour slows all alike; the median round
-is reported, as ratios.
+is reported, as ratios, in wall-clock time and in the process's CPU time (on a shared machine
+the second is the steadier: it leaves out the time other jobs held the core).
 """
 import os
 
@@ -57,10 +58,11 @@ def double_vjp_jvp(func, x, v):
 
 
 def timed(fn, repeat):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds) per call."""
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(repeat):
-        result = fn()
-    return (time.perf_counter() - start) / repeat, result
+        fn()
+    return (time.perf_counter() - wall) / repeat, (time.process_time() - cpu) / repeat
 
 
 def main():
@@ -85,6 +87,7 @@ def main():
         "mpigrad double vjp (the old jvp)": lambda: double_vjp_jvp(f_mg, x, v)[1].numpy(),
         "mpigrad forward pass alone": lambda: f_mg(x).numpy(),
         "torch.func.jvp": lambda: torch.func.jvp(f_torch, (tx,), (tv,))[1].numpy(),
+        "torch forward pass alone": lambda: f_torch(tx).numpy(),
     }
     results = {name: fn() for name, fn in methods.items()}
     reference = results["torch.func.jvp"]
@@ -95,14 +98,17 @@ def main():
     times = {name: [] for name in methods}
     for _ in range(args.rounds):
         for name, fn in methods.items():
-            times[name].append(timed(fn, args.repeat)[0])
-    median = {name: statistics.median(t) for name, t in times.items()}
-    forward_mode = median["mpigrad forward mode (functional.jvp)"]
+            times[name].append(timed(fn, args.repeat))
+    wall = {name: statistics.median(w for w, _ in t) for name, t in times.items()}
+    cpu = {name: statistics.median(c for _, c in t) for name, t in times.items()}
+    ours = "mpigrad forward mode (functional.jvp)"
     print(f"J v of a 784-{args.width}-{args.width}-{args.width}-10 tanh MLP, batch {args.batch}, "
           f"float64, 1 thread; median of {args.rounds} interleaved rounds of {args.repeat} calls")
-    print(f"{'method':42s} {'ms/call':>9s} {'forward mode / this':>20s}")
-    for name, t in median.items():
-        print(f"{name:42s} {t * 1e3:9.2f} {forward_mode / t:20.2f}")
+    print(f"{'method':40s} {'wall ms':>8s} {'CPU ms':>8s} {'forward mode / this':>20s}")
+    print(f"{'':40s} {'':8s} {'':8s} {'wall':>9s} {'CPU':>9s}")
+    for name in methods:
+        print(f"{name:40s} {wall[name] * 1e3:8.2f} {cpu[name] * 1e3:8.2f} "
+              f"{wall[ours] / wall[name]:9.2f} {cpu[ours] / cpu[name]:9.2f}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ class Function:
         single = not isinstance(outputs, tuple)
         outputs = (outputs,) if single else outputs
         level = forward_ad.active_level()
-        tangents = [forward_ad.tangent_of(a, level) for a in args] if level else ()
+        tangents = [forward_ad.tangent_of(a, level) for a in args] if level is not None else ()
         dual = any(t is not None for t in tangents)
         if not record and not dual:
             return outputs[0] if single else outputs
@@ -169,8 +169,8 @@ def _push_tangents(cls, ctx, args, tangents, results, level):
                            "implements no jvp: you must implement the jvp function for custom "
                            "autograd.Function to use it with forward mode AD.")
     if ctx._materialize_grads:
-        tangents = [Tensor.wrap(np.zeros(a.shape, a.dtype)) if t is None and isinstance(a, Tensor)
-                    else t for t, a in zip(tangents, args)]
+        tangents = [Tensor.wrap(np.zeros(a.shape, a.dtype))
+                    if t is None and isinstance(a, Tensor) else t for t, a in zip(tangents, args)]
     ctx._in_jvp = True
     try:
         with forward_ad.paused():
