@@ -453,3 +453,23 @@ def test_nn_layers_forward_ad_match_torch(name, build, shape, float64, rng):
                                rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(mine_t.detach().numpy(), expected_t.detach().numpy(),
                                rtol=1e-10, atol=1e-12)
+
+
+def test_loss_of_an_mlp_forward_ad_matches_torch(float64, rng):
+    """The directional derivative of a training loss (cross-entropy with label smoothing)
+    along a direction in input space."""
+    xv, tv = rng.standard_normal((6, 5)), rng.standard_normal((6, 5))
+    target = rng.integers(0, 3, 6)
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.GELU(),
+                                 torch.nn.Linear(8, 3)).double()
+    mine = mg.nn.Sequential(mg.nn.Linear(5, 8), mg.nn.GELU(), mg.nn.Linear(8, 3))
+    _copy_parameters(mine, theirs)
+    results = []
+    for lib, model, func in ((mg, mine, mg.func), (torch, theirs, torch.func)):
+        y = lib.tensor(target)
+        loss, slope = func.jvp(
+            lambda x: lib.nn.functional.cross_entropy(model(x), y, label_smoothing=0.1),
+            (lib.tensor(xv),), (lib.tensor(tv),))
+        results.append((loss.item(), slope.item()))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-10)
