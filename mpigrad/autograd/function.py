@@ -132,13 +132,18 @@ class Function:
         metas = tuple(Meta(a.shape, a.dtype) if t else Meta((), None)
                       for t, a in zip(is_tensor, args))
         ctx = BackwardFunction(cls, edges, needs, metas)
+        level = forward_ad.active_level()
+        tangents = [forward_ad.tangent_of(a, level) for a in args] if level is not None else ()
+        dual = any(t is not None for t in tangents)
+        if dual and cls.jvp is Function.jvp:
+            # Before forward runs: a forward with side effects (a collective) happens or not.
+            raise RuntimeError(f"{cls.__name__} was used on dual tensors (forward-mode AD) but "
+                               "implements no jvp: you must implement the jvp function for "
+                               "custom autograd.Function to use it with forward mode AD.")
         with grad_mode.no_grad(), forward_ad.paused():
             outputs = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(outputs, tuple)
         outputs = (outputs,) if single else outputs
-        level = forward_ad.active_level()
-        tangents = [forward_ad.tangent_of(a, level) for a in args] if level is not None else ()
-        dual = any(t is not None for t in tangents)
         if not record and not dual:
             return outputs[0] if single else outputs
         results = []
@@ -164,10 +169,6 @@ class Function:
 
 def _push_tangents(cls, ctx, args, tangents, results, level):
     """Run the Function's jvp and give each differentiable output its tangent."""
-    if cls.jvp is Function.jvp:
-        raise RuntimeError(f"{cls.__name__} was used on dual tensors (forward-mode AD) but "
-                           "implements no jvp: you must implement the jvp function for custom "
-                           "autograd.Function to use it with forward mode AD.")
     if ctx._materialize_grads:
         tangents = [Tensor.wrap(np.zeros(a.shape, a.dtype))
                     if t is None and isinstance(a, Tensor) else t for t, a in zip(tangents, args)]
