@@ -22,6 +22,7 @@ gradients without tangents.
 """
 import collections
 import contextlib
+import functools
 import threading
 import weakref
 
@@ -40,7 +41,7 @@ UnpackedDualTensor = collections.namedtuple("UnpackedDualTensor", ["primal", "ta
 class _Level:
     """One dual level: the tangent of every dual tensor, by the tensor's id."""
 
-    __slots__ = ("index", "tangents", "__weakref__")
+    __slots__ = ("index", "tangents")
 
     def __init__(self, index):
         self.index = index
@@ -134,10 +135,10 @@ class dual_level:
         return False
 
     def __call__(self, fn):
+        @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with dual_level():
                 return fn(*args, **kwargs)
-        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
         return wrapper
 
 

@@ -152,6 +152,15 @@ def test_exiting_a_level_that_is_not_active_says_so():
             fwAD.exit_dual_level(level=3)
 
 
+def test_dual_level_as_a_decorator(float64):
+    @fwAD.dual_level()
+    def directional_derivative(x, v):
+        return fwAD.unpack_dual((fwAD.make_dual(x, v) ** 2).sum()).tangent
+
+    assert directional_derivative(mg.tensor([1.0, 2.0]), mg.tensor([1.0, -1.0])).item() == -2.0
+    assert fwAD._global.level is None
+
+
 def test_make_dual_checks_the_tangent(float64):
     with fwAD.dual_level():
         with pytest.raises(RuntimeError, match=r"tangent has shape \(2,\).*\(3,\)"):
