@@ -4,10 +4,7 @@ Both are eager (no vmap): `jacfwd` runs one forward pass per element of the argu
 pushing one basis tangent. Results carry no reverse-mode graph; for a differentiable J v use
 `mpigrad.autograd.functional.jvp(..., create_graph=True)`.
 """
-import numpy as np
-
-from .autograd.functional import forward_jvp
-from .ops import stack
+from .autograd.functional import forward_jacobian, forward_jvp
 from .tensor import Tensor
 
 __all__ = ["jvp", "jacfwd"]
@@ -55,24 +52,9 @@ def jacfwd(func, argnums=0, has_aux=False):
     def jacobian(*args):
         aux = []
         run = _with_aux(func, has_aux, aux)
-        per_arg = []
-        for position in positions:
-            x = args[position]
-
-            def of_x(value, position=position):
-                return run(*args[:position], value, *args[position + 1:])
-
-            columns = []
-            for k in range(x.data.size):
-                seed = np.zeros(x.data.size, x.dtype)
-                seed[k] = 1
-                outputs, jv, was_tuple = forward_jvp(
-                    of_x, (x,), (Tensor.wrap(seed.reshape(x.shape)),))
-                columns.append(jv)
-            per_arg.append(tuple(
-                stack([c[j] for c in columns], dim=-1).reshape(out.shape + x.shape).detach()
-                for j, out in enumerate(outputs)))
-        per_output = tuple(zip(*per_arg))
+        per_arg = [forward_jacobian(run, args, position) for position in positions]
+        was_tuple = per_arg[0][1]
+        per_output = tuple(zip(*(jac for jac, _ in per_arg)))
         jac = tuple(j[0] if single_arg else j for j in per_output)
         jac = jac if was_tuple else jac[0]
         return (jac, aux[0]) if has_aux else jac

@@ -86,10 +86,42 @@ def jvp(func, inputs, v=None, create_graph=False):
             _unpack(tuple(_finish(j, create_graph) for j in jv), outputs_tuple))
 
 
-def jacobian(func, inputs, create_graph=False):
+def forward_jacobian(func, inputs, position, create_graph=False):
+    """(d outputs[i] / d inputs[position] for each output, of shape outputs[i].shape +
+    inputs[position].shape; whether func returned a tuple), by forward mode: one forward pass
+    per element of that input, each pushing one basis tangent."""
+    x = inputs[position]
+
+    def of_x(value):
+        return func(*inputs[:position], value, *inputs[position + 1:])
+
+    columns = []
+    for k in range(x.data.size):
+        seed = np.zeros(x.data.size, x.dtype)
+        seed[k] = 1
+        outputs, jv, outputs_tuple = forward_jvp(of_x, (x,), (Tensor.wrap(seed.reshape(x.shape)),),
+                                                 create_graph)
+        columns.append(jv)
+    return tuple(_finish(ops.stack([c[i] for c in columns], dim=-1).reshape(out.shape + x.shape),
+                         create_graph) for i, out in enumerate(outputs)), outputs_tuple
+
+
+def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
+             strategy="reverse-mode"):
     """J[i][j] of shape outputs[i].shape + inputs[j].shape (unnested where func and inputs are
-    single tensors)."""
+    single tensors). `strategy="forward-mode"` builds it a column at a time with dual tensors
+    (fewer passes when the inputs have fewer elements than the outputs); `strict` and
+    `vectorize` are accepted for torch's signature and change nothing."""
+    if strategy not in ("reverse-mode", "forward-mode"):
+        raise ValueError(f"jacobian: strategy must be 'reverse-mode' or 'forward-mode', got "
+                         f"{strategy!r}")
     inputs, inputs_tuple = _as_tuple_and_form(inputs)
+    if strategy == "forward-mode":
+        per_input = [forward_jacobian(func, inputs, j, create_graph) for j in range(len(inputs))]
+        outputs_tuple = per_input[0][1]
+        rows = tuple(_unpack(tuple(column[0][i] for column in per_input), inputs_tuple)
+                     for i in range(len(per_input[0][0])))
+        return _unpack(rows, outputs_tuple)
     with grad_mode.enable_grad():
         xs = _prepare(inputs)
         outputs, outputs_tuple = _as_tuple_and_form(func(*xs))

@@ -8,6 +8,7 @@ import pytest
 
 import mpigrad as mg
 from mpigrad.autograd import Function, forward_ad as fwAD, gradcheck
+from mpigrad.autograd import functional
 from mpigrad.autograd.functional import jvp as functional_jvp
 from mpigrad.autograd.gradcheck import GradcheckError
 from mpigrad.autograd.graph import reachable
@@ -482,3 +483,23 @@ def test_loss_of_an_mlp_forward_ad_matches_torch(float64, rng):
             (lib.tensor(xv),), (lib.tensor(tv),))
         results.append((loss.item(), slope.item()))
     np.testing.assert_allclose(results[0], results[1], rtol=1e-10)
+
+
+def test_functional_jacobian_forward_mode_matches_torch_and_reverse_mode(float64, rng):
+    xv, yv = rng.standard_normal((2, 3)), rng.standard_normal(3)
+
+    def f(a, b):
+        return (a * b).sin(), (a @ b).exp()
+
+    mine = functional.jacobian(f, (mg.tensor(xv), mg.tensor(yv)), strategy="forward-mode")
+    reverse = functional.jacobian(f, (mg.tensor(xv), mg.tensor(yv)))
+    theirs = torch.autograd.functional.jacobian(f, (torch.tensor(xv), torch.tensor(yv)),
+                                                vectorize=True, strategy="forward-mode")
+    for i in range(2):
+        for j in range(2):
+            np.testing.assert_allclose(mine[i][j].numpy(), theirs[i][j].numpy(), rtol=1e-12)
+            np.testing.assert_allclose(mine[i][j].numpy(), reverse[i][j].numpy(), rtol=1e-12)
+    single = functional.jacobian(lambda a: a.tanh(), mg.tensor(yv), strategy="forward-mode")
+    np.testing.assert_allclose(single.numpy(), np.diag(1 - np.tanh(yv) ** 2), rtol=1e-12)
+    with pytest.raises(ValueError, match="strategy"):
+        functional.jacobian(f, (mg.tensor(xv), mg.tensor(yv)), strategy="sideways")
