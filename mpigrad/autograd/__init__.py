@@ -6,7 +6,7 @@ from .grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
 from .anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled  # noqa: F401
 from .engine import queue_callback, run_backward
 from .function import Function, FunctionCtx  # noqa: F401
-from . import forward_ad
+from . import forward_ad  # noqa: F401
 from .graph import Node, gradient_edge
 from ..tensor import Tensor
 
@@ -50,16 +50,6 @@ def _edges(tensors, what):
     return edges
 
 
-def _run_backward(outputs, roots, grads, retain_graph, create_graph, capture_edges=None):
-    if forward_ad.active_level() is None:
-        return run_backward(roots, grads, retain_graph, create_graph, capture_edges)
-    # Under a dual level, the gradient rules see primals only: reverse-over-forward (the
-    # gradient of a tangent) is exact, forward-over-reverse is refused.
-    forward_ad.refuse_backward_through_duals(outputs)
-    with forward_ad.paused():
-        return run_backward(roots, grads, retain_graph, create_graph, capture_edges)
-
-
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate d(tensors)/d(leaf) into every leaf's `.grad` (or only `inputs`' if given)."""
     tensors = _tensors_as_tuple(tensors)
@@ -67,11 +57,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     retain_graph = create_graph if retain_graph is None else retain_graph
     roots = _edges(tensors, "tensors")
     if inputs is None:
-        _run_backward(tensors, roots, grads, retain_graph, create_graph)
+        run_backward(roots, grads, retain_graph, create_graph)
         return
     inputs = _tensors_as_tuple(inputs)
-    for t, g in zip(inputs, _run_backward(tensors, roots, grads, retain_graph, create_graph,
-                                          _edges(inputs, "inputs"))):
+    for t, g in zip(inputs, run_backward(roots, grads, retain_graph, create_graph,
+                                         _edges(inputs, "inputs"))):
         if g is not None:
             t.grad = g if t.grad is None else t.grad + g
 
@@ -82,8 +72,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     outputs, inputs = _tensors_as_tuple(outputs), _tensors_as_tuple(inputs)
     grads = _root_grads(outputs, grad_outputs)
     retain_graph = create_graph if retain_graph is None else retain_graph
-    results = _run_backward(outputs, _edges(outputs, "outputs"), grads, retain_graph,
-                            create_graph, _edges(inputs, "inputs"))
+    results = run_backward(_edges(outputs, "outputs"), grads, retain_graph, create_graph,
+                           _edges(inputs, "inputs"))
     out = []
     for i, (t, g) in enumerate(zip(inputs, results)):
         if g is None:

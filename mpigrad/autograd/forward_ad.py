@@ -16,9 +16,12 @@ Views and in-place ops behave as in torch: a view of a dual tensor has as tangen
 view of its tangent (so they share storage), an in-place op on a dual tensor writes the new
 tangent into its tangent's storage (its views see it), and an in-place op that gives a tangent
 to a view of a tensor with none gives the base a zero tangent that the view's is a view of.
-Differences: a view made before its base became dual does not see the base's tangent later,
-and backward through dual tensors (forward-over-reverse) is refused rather than giving
-gradients without tangents.
+Both directions of composing with reverse mode work: a tangent is an ordinary tensor whose
+gradient backward computes (reverse-over-forward), and backward through dual tensors gives
+dual gradients (forward-over-reverse: the gradient rules' ops propagate tangents like any
+other ops, the tensors a node saved keep theirs). Differences from torch: a view made before
+its base became dual does not see the base's tangent later, and a `.grad` accumulated in
+place a second time under a level keeps only its first tangent.
 """
 import collections
 import contextlib
@@ -214,21 +217,6 @@ def _differentiable_alias(tensor):
     if grad_mode.is_grad_enabled() and tensor.requires_grad:
         view.set_history(_AliasBackward((gradient_edge(tensor),)))
     return view
-
-
-def refuse_backward_through_duals(tensors):
-    """Backward and grad call this with their outputs: gradients of dual tensors would need
-    tangents of their own (forward-over-reverse), which mpigrad does not compute."""
-    level = active_level()
-    if level is None:
-        return
-    for t in tensors:
-        if level.get(t) is not None:
-            raise NotImplementedError(
-                "backward through a dual tensor (forward-over-reverse AD) is not supported: "
-                "the gradients would carry no tangents. Compute the gradient outside the dual "
-                "level, or differentiate the tangent instead (reverse-over-forward: "
-                "unpack_dual(y).tangent is an ordinary differentiable tensor).")
 
 
 def view_tangent_in_base(view, base, base_tangent):

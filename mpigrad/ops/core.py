@@ -116,6 +116,10 @@ def _push_tangent(op, args, params, result):
         tangent = _output_tangent(op, args, params, result, tangents)
     if tangent is not None:
         level.set(result, tangent)
+        node = result.grad_fn
+        if type(node) is OpNode and node.ans is not None:
+            # Backward through this node then sees a dual output (forward-over-reverse).
+            level.set(node.ans[0], tangent)
 
 
 def _output_tangent(op, args, params, result, tangents):
@@ -207,6 +211,8 @@ class OpNode(Node):
                 raise self._stale("the output", saved.shape, saved.dtype, saved._version, expected)
             ans = saved.alias(view=False)
             ans.set_history(self)
+            if _dual.level is not None:
+                _copy_tangent(saved, ans)
         g = grad_outputs[0]
         vjps = self.op.vjps
         per_input = type(vjps) is tuple
@@ -233,7 +239,17 @@ class OpNode(Node):
 def _saved_output(tensor):
     """The output as a rule may read it: an alias (no graph link, so no reference cycle through
     the node) and the version it must still have at backward."""
-    return tensor.alias(view=False), tensor._version
+    alias = tensor.alias(view=False)
+    if _dual.level is not None:
+        _copy_tangent(tensor, alias)
+    return alias, tensor._version
+
+
+def _copy_tangent(tensor, alias):
+    level = _dual.level
+    tangent = level.get(tensor)
+    if tangent is not None:
+        level.set(alias, tangent)
 
 
 def _check_inplace_allowed(target):
@@ -283,11 +299,11 @@ def inplace(op, target, *others, **params):
                            f"doesn't match the tensor's shape {tuple(target.shape)}")
     with target.writing() as data:
         np.copyto(data, result.data, casting="same_kind")
+    if dual:
+        _give_tangent(level, target, level.get(result))
     if record:
         target.set_history(result.grad_fn)
         result.grad_fn.rebind_output(target)
-    if dual:
-        _give_tangent(level, target, level.get(result))
     return target
 
 

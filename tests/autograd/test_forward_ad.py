@@ -278,16 +278,42 @@ def test_reverse_over_forward_matches_torch(float64, rng):
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12)
 
 
-def test_backward_through_a_dual_is_refused(float64):
-    x = mg.tensor([1.0, 2.0], requires_grad=True)
-    with fwAD.dual_level():
-        y = (fwAD.make_dual(x, mg.ones(2)) ** 2).sum()
-        with pytest.raises(NotImplementedError, match="forward-over-reverse"):
-            mg.autograd.grad(y, x)
-        # A result that is not dual differentiates as usual, dual inputs in its graph or not.
-        z = fwAD.unpack_dual(y).primal * 3
-        (g,) = mg.autograd.grad(z, x)
-    np.testing.assert_allclose(g.numpy(), [6.0, 12.0])
+def _scalar_function(lib, w):
+    def f(x):
+        return ((w @ x).softmax(0) * x.exp()).sum() + (x.tanh() ** 3).sum() + x.norm()
+    return f
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_forward_over_reverse_gives_hessian_vector_products_as_torch(create_graph, float64,
+                                                                     rng):
+    """Backward through dual tensors gives dual gradients: the gradient's tangent is H v."""
+    xv, vv, wv = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal((4, 4))
+    results = []
+    for lib, fw in ((mg, fwAD), (torch, torch.autograd.forward_ad)):
+        f = _scalar_function(lib, lib.tensor(wv))
+        x = lib.tensor(xv, requires_grad=True)
+        with fw.dual_level():
+            y = f(fw.make_dual(x, lib.tensor(vv)))
+            (g,) = lib.autograd.grad(y, x, create_graph=create_graph)
+            results.append([_numpy(fw.unpack_dual(g).primal), _numpy(fw.unpack_dual(g).tangent)])
+    for mine, theirs in zip(*results):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10)
+
+
+def test_jvp_of_a_function_that_takes_gradients(float64, rng):
+    """functional.jvp of x -> grad f(x) is H v, as the double-vjp trick used to give it."""
+    xv, vv, wv = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal((4, 4))
+    jvs = []
+    for lib, jvp_fn in ((mg, functional_jvp), (torch, torch.autograd.functional.jvp)):
+        f = _scalar_function(lib, lib.tensor(wv))
+
+        def gradient(x):
+            return lib.autograd.grad(f(x), x, create_graph=True)[0]
+        jvs.append(_numpy(jvp_fn(gradient, lib.tensor(xv), lib.tensor(vv))[1]))
+    np.testing.assert_allclose(jvs[0], jvs[1], rtol=1e-10)
+    hv = functional.hvp(_scalar_function(mg, mg.tensor(wv)), mg.tensor(xv), mg.tensor(vv))[1]
+    np.testing.assert_allclose(jvs[0], hv.numpy(), rtol=1e-10)
 
 
 # ----------------------------------------------------------------------------- Function.jvp
