@@ -31,6 +31,11 @@ class _Running(threading.local):
 
 _running = _Running()
 
+# Set by the profiler while one is recording: `observer(name, fn, *args)` runs fn(*args) as a
+# timed event. The engine cannot import the profiler (it sits above the Tensor layer), so the
+# profiler plugs itself in here.
+observer = None
+
 
 class GraphTask:
     """One call of run_backward: its id, whether it accumulates into `.grad`, its callbacks."""
@@ -156,8 +161,8 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     tiebreak = itertools.count()
     ready = [(-n.priority, next(tiebreak), n) for n in buffers if n in deps and deps[n] == 0]
     heapq.heapify(ready)
-    executed = []
     check_anomaly = anomaly.is_anomaly_enabled()
+    observe = observer
     task = GraphTask(accumulate)
     callbacks = task.callbacks
     outer_tasks = _running.tasks
@@ -182,13 +187,18 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
                     results[pos] = g
             if type(node) is AccumulateGrad:
                 if accumulate and grads is not None and grads[0] is not None:
-                    _accumulate_into_leaf(node.variable, grads[0], create_graph,
-                                          grads_owned[0])
+                    leaf_args = (node.variable, grads[0], create_graph, grads_owned[0])
+                    if observe is None:
+                        _accumulate_into_leaf(*leaf_args)
+                    else:
+                        observe("AccumulateGrad", _accumulate_into_leaf, *leaf_args)
                 continue
             input_grads = None
             if grads is not None and any(g is not None for g in grads):
-                input_grads = node.apply(grads)
-                executed.append(node)
+                input_grads = (node.apply(grads) if observe is None
+                               else observe(node.name(), node.apply, grads))
+                if not retain_graph:
+                    node.release()  # its saved tensors are dead weight from here on
                 if check_anomaly:
                     _check_finite(node, input_grads)
             for i, edge in enumerate(node.next_edges):
@@ -210,7 +220,4 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     finally:
         mode.enabled = previous_mode
         _running.tasks = outer_tasks
-    if not retain_graph:
-        for node in executed:
-            node.release()
     return results

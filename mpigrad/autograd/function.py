@@ -1,9 +1,12 @@
 """Custom differentiable functions: subclass Function, write forward and backward."""
+import functools
+
 import numpy as np
 
 from ..tensor import Tensor
 from . import forward_ad, grad_mode
 from .graph import Meta, Node, gradient_edge, reduce_to
+from .saved_tensors import SavedTensor
 
 
 def _check_saveable(tensors, what):
@@ -43,7 +46,12 @@ class FunctionCtx:
                     f"an in-place operation: saved tensor {i} of {self.name()} is at version "
                     f"{t._version}; expected version {expected}. Clone it before changing it, or "
                     "use an out-of-place op.")
-        return saved
+        return tuple(t.unpack(self) if type(t) is SavedTensor else t for t in saved)
+
+    def mark_dirty(self, *tensors):
+        """Declare the inputs forward modified in place; forward must return them, and they
+        come back as the same objects with their history continued by this Function."""
+        self._dirty = tensors
 
     def mark_non_differentiable(self, *tensors):
         self._non_differentiable = {id(t) for t in tensors}
@@ -64,6 +72,7 @@ class BackwardFunction(Node, FunctionCtx):
         self._saved = ()
         self._saved_versions = ()
         self._non_differentiable = set()
+        self._dirty = ()
         self._materialize_grads = True
 
     def name(self):
@@ -144,6 +153,9 @@ class Function:
             outputs = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(outputs, tuple)
         outputs = (outputs,) if single else outputs
+        if not all(any(d is o for o in outputs) for d in ctx._dirty):
+            raise RuntimeError(f"{cls.__name__}: some tensors marked dirty in forward were not "
+                               "returned; every input modified in place must be an output")
         if not record and not dual:
             return outputs[0] if single else outputs
         results = []
@@ -154,7 +166,10 @@ class Function:
                 metas_out.append(((), np.float64))
                 continue
             differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
-            if any(out is a for a in args):
+            if any(out is d for d in ctx._dirty):
+                if record:
+                    _check_dirty(cls, out)  # modified in place: it keeps its identity, new history
+            elif any(out is a for a in args):
                 # An input returned as-is becomes a new tensor so the input keeps its history.
                 out = out.alias(view=False)
             metas_out.append((out.shape, out.dtype))
@@ -162,6 +177,9 @@ class Function:
                 out.set_history(ctx, nr)
             results.append(out)
         ctx._output_metas = tuple(metas_out)
+        hooks = grad_mode._State.saved_tensors_hooks
+        if hooks is not None and ctx._saved:
+            ctx._saved = tuple(_saved_for(hooks, t, outputs) for t in ctx._saved)
         if dual:
             _push_tangents(cls, ctx, args, tangents, results, level)
         return results[0] if single else tuple(results)
@@ -194,3 +212,53 @@ def _push_tangents(cls, ctx, args, tangents, results, level):
         if any(s is not None and np.may_share_memory(t.data, s.data) for s in tangents):
             t = t.clone()  # an output's tangent must not be an input's, which may change in place
         level.set(out, t if t.dtype == out.dtype else t.to(out.dtype))
+
+
+def _check_dirty(cls, tensor):
+    if tensor.grad_fn is None and tensor.requires_grad:
+        raise RuntimeError(f"{cls.__name__}: a leaf tensor that requires grad was modified in "
+                           "place (mark_dirty); pass a clone, or do it under no_grad.")
+    if tensor._base is not None:
+        raise RuntimeError(f"{cls.__name__}: an input marked dirty is a view of another tensor, "
+                           "whose history would not follow; pass a clone of the view.")
+
+
+def once_differentiable(backward):
+    """Decorate a Function's backward that is not itself differentiable: it runs without
+    recording, and differentiating its result (create_graph=True, then backward again)
+    raises instead of silently giving a zero second derivative."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grad_outputs):
+        with grad_mode.no_grad():
+            grads = backward(ctx, *grad_outputs)
+        if not grad_mode.is_grad_enabled() or not any(
+                isinstance(g, Tensor) and g.requires_grad for g in grad_outputs):
+            return grads
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        return _DelayedError.apply(*[None if g is None else g.detach().requires_grad_()
+                                     for g in grads])
+    return wrapper
+
+
+class _DelayedError(Function):
+    """Passes values through; its backward is the error once_differentiable promises."""
+
+    @staticmethod
+    def forward(ctx, *values):
+        return values
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("trying to differentiate twice a function that was marked with "
+                           "@once_differentiable")
+
+
+def _saved_for(hooks, tensor, outputs):
+    """What ctx keeps of a saved tensor while saved_tensors_hooks are active (as in torch, the
+    hooks see what forward saved once it has returned)."""
+    if tensor is None:
+        return None
+    for nr, out in enumerate(outputs):
+        if out is tensor:
+            return SavedTensor(hooks, tensor, nr)
+    return SavedTensor(hooks, tensor, gradient_edge(tensor) if tensor.requires_grad else None)

@@ -13,9 +13,10 @@ class _ThreadState(threading.local):
     # Class attributes are every thread's starting values; assignments are per thread.
     enabled = True
     inference = False
-    # The innermost active (pack, unpack) pair of saved_tensors_hooks, and the ones it hides.
+    # The innermost active (pack, unpack) pair of saved_tensors_hooks, and the error to raise
+    # while disable_saved_tensors_hooks is in force.
     saved_tensors_hooks = None
-    saved_tensors_hooks_stack = ()
+    saved_tensors_hooks_disabled = None
 
 
 _State = _ThreadState()

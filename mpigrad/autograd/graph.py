@@ -9,7 +9,7 @@ import threading
 import weakref
 
 from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
-from . import anomaly
+from . import anomaly, grad_mode
 
 _sequence = itertools.count()
 _accumulator_lock = threading.Lock()
@@ -158,3 +158,66 @@ def reduce_to(grad, like):
     if grad.dtype != like.dtype:
         grad = grad.to(like.dtype)
     return grad
+
+
+class saved_tensors_hooks:
+    """Context manager choosing how the graph keeps the tensors backward will need.
+
+    Inside `with saved_tensors_hooks(pack, unpack):` every tensor an op or a custom Function
+    saves for backward is handed to `pack(tensor)`, and the graph keeps only what pack
+    returns. When backward needs the tensor, and not before, it calls `unpack(packed)`, which
+    must return a tensor with the same values. Hooks are per thread; when several are nested,
+    the innermost pair alone applies. Activation checkpointing (`mpigrad.utils.checkpoint`)
+    and offloading are built this way, e.g. to disk:
+
+        def pack(tensor):                      # write it out, keep only the file name
+            path = os.path.join(tmpdir, f"{uuid.uuid4().hex}.npy")
+            np.save(path, tensor.detach().numpy())
+            return path
+
+        def unpack(path):                      # mapped back only when backward gets there
+            return mpigrad.from_numpy(np.load(path, mmap_mode="r"))
+
+        with saved_tensors_hooks(pack, unpack):
+            loss = model(x).sum()
+        loss.backward()
+
+    An unpacked tensor takes over the graph position of the one that was saved, so gradients
+    of gradients (`create_graph=True`) still reach the original inputs.
+    """
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook = pack_hook
+        self.unpack_hook = unpack_hook
+
+    def __enter__(self):
+        state = grad_mode._State
+        if state.saved_tensors_hooks_disabled is not None:
+            raise RuntimeError(state.saved_tensors_hooks_disabled)
+        self._outer = state.saved_tensors_hooks
+        state.saved_tensors_hooks = (self.pack_hook, self.unpack_hook)
+        return self
+
+    def __exit__(self, *exc):
+        grad_mode._State.saved_tensors_hooks = self._outer
+        return False
+
+
+class disable_saved_tensors_hooks:
+    """Make any use of saved_tensors_hooks inside it an error carrying `error_message`."""
+
+    def __init__(self, error_message):
+        self.error_message = error_message
+
+    def __enter__(self):
+        state = grad_mode._State
+        self._outer = state.saved_tensors_hooks_disabled, state.saved_tensors_hooks
+        if state.saved_tensors_hooks is not None:
+            raise RuntimeError(self.error_message)
+        state.saved_tensors_hooks_disabled = self.error_message
+        return self
+
+    def __exit__(self, *exc):
+        state = grad_mode._State
+        state.saved_tensors_hooks_disabled, state.saved_tensors_hooks = self._outer
+        return False

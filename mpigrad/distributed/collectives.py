@@ -14,6 +14,7 @@ rank of the group has reached it; the data itself then moves in the background.
 import numpy as np
 from mpi4py import MPI
 
+from ..autograd.profiler import record_function
 from . import checks, ring
 from .buffers import array_of, arrays_of, expect_layout, mark_written, message, mpi_type
 from .process_group import group_rank_of, member_group
@@ -34,7 +35,7 @@ def _launch(pg, name, args, async_op, on_complete=None):
                 on_complete()
             return True  # torch's Work.wait() returns True
         return Work(pg, f"MPI {name}", [start(*args)], on_complete=done, keep_alive=args)
-    with blocked(pg, f"MPI {name}"):
+    with blocked(pg, f"MPI {name}"), record_function(f"mpi:{name}"):
         getattr(pg.comm, name)(*args)
     if on_complete is not None:
         on_complete()

@@ -1,10 +1,11 @@
 """Module: the base of every layer. Holds parameters, buffers and submodules by name."""
 import collections
 import itertools
+import warnings
 
 import numpy as np
 
-from ..autograd import grad_mode
+from ..autograd import Function, grad_mode
 from ..hooks import add_hook
 from ..tensor import Tensor, zero_grads
 from .parameter import Buffer, Parameter
@@ -24,6 +25,8 @@ class Module:
         object.__setattr__(self, "_modules", collections.OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", collections.OrderedDict())
         object.__setattr__(self, "_forward_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_backward_hooks", collections.OrderedDict())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must implement forward()")
@@ -33,11 +36,17 @@ class Module:
             result = hook(self, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
+        backward_hooks = None
+        if (self._backward_hooks or self._backward_pre_hooks) and grad_mode.is_grad_enabled():
+            backward_hooks = _BackwardHooks(self)
+            args = backward_hooks.wrap_inputs(args)
         output = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):
             result = hook(self, args, output)
             if result is not None:
                 output = result
+        if backward_hooks is not None:
+            output = backward_hooks.wrap_outputs(output)
         return output
 
     def register_forward_pre_hook(self, hook):
@@ -45,6 +54,18 @@ class Module:
 
     def register_forward_hook(self, hook):
         return add_hook(self._forward_hooks, hook)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """`hook(module, grad_output) -> new grad_output or None`, called when the gradients
+        with respect to the module's outputs are known, before they go into the module."""
+        return _add_ordered_hook(self._backward_pre_hooks, hook, prepend)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """`hook(module, grad_input, grad_output) -> new grad_input or None`, called once the
+        gradients with respect to the module's positional inputs are known (as in torch: None
+        for arguments that are not tensors, zeros for tensors that do not require grad, and
+        None for all when none does, the hook then running as soon as grad_output is known)."""
+        return _add_ordered_hook(self._backward_hooks, hook, prepend)
 
     # ------------------------------------------------------------- registration
     def __setattr__(self, name, value):
@@ -282,3 +303,113 @@ class Module:
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
                       | set(self._modules))
+
+
+def _add_ordered_hook(hooks, hook, prepend):
+    handle = add_hook(hooks, hook)
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
+def _call_gradient_hooks(hooks, call, grads, what):
+    """Run hooks in order; one that returns a tuple replaces the gradients the next sees."""
+    for hook in list(hooks.values()):
+        result = call(hook, grads)
+        if result is None:
+            continue
+        result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+        if len(result) != len(grads):
+            raise RuntimeError(f"backward hook {getattr(hook, '__name__', hook)!r} returned "
+                               f"{len(result)} values for {what}, expected {len(grads)}")
+        grads = result
+    return grads
+
+
+class _BackwardHooks:
+    """One forward call's full backward hooks (torch's BackwardHook).
+
+    The inputs that require grad, and the outputs, each pass through an identity Function.
+    In backward the outputs' identity runs first, with every gradient w.r.t. the outputs at
+    once: the pre-hooks see (and may replace) them. The inputs' identity runs when every
+    gradient w.r.t. the inputs is known: the full hooks see both and may replace grad_input.
+    """
+
+    def __init__(self, module):
+        self.module = module
+        self.n_inputs = 0
+        self.input_positions = ()
+        self.constant_inputs = ()  # (position, shape, dtype) of tensors not requiring grad
+        self.grad_outputs = None
+
+    def wrap_inputs(self, args):
+        self.n_inputs = len(args)
+        self.input_positions = tuple(i for i, a in enumerate(args)
+                                     if isinstance(a, Tensor) and a.requires_grad)
+        self.constant_inputs = tuple((i, a.shape, a.dtype) for i, a in enumerate(args)
+                                     if isinstance(a, Tensor) and not a.requires_grad)
+        if not self.input_positions or not self.module._backward_hooks:
+            return args
+        wrapped = _Identity.apply(self._inputs_done, *[args[i] for i in self.input_positions])
+        args = list(args)
+        for i, w in zip(self.input_positions, wrapped):
+            args[i] = w
+        return tuple(args)
+
+    def wrap_outputs(self, output):
+        single = isinstance(output, Tensor)
+        outputs = (output,) if single else output
+        if not isinstance(outputs, (tuple, list)):
+            return output
+        positions = [i for i, o in enumerate(outputs) if isinstance(o, Tensor) and o.requires_grad]
+        if not positions:
+            return output
+        wrapped = _Identity.apply(self._outputs_done, *[outputs[i] for i in positions])
+        outputs = list(outputs)
+        for i, w in zip(positions, wrapped):
+            outputs[i] = w
+        return outputs[0] if single else type(output)(outputs)
+
+    def _outputs_done(self, grads):
+        module = self.module
+        grads = _call_gradient_hooks(module._backward_pre_hooks,
+                                     lambda hook, g: hook(module, g), grads, "grad_output")
+        self.grad_outputs = grads
+        if not self.input_positions and module._backward_hooks:
+            # No input needs a gradient, so the input side never runs: call the hooks now.
+            warnings.warn("Full backward hook is firing when gradients are computed with "
+                          "respect to module outputs since no inputs require gradients",
+                          stacklevel=2)
+            none = (None,) * self.n_inputs
+            for hook in list(module._backward_hooks.values()):
+                result = hook(module, none, grads)
+                if result is not None and any(r is not None for r in result):
+                    raise RuntimeError("a full backward hook of a module none of whose inputs "
+                                       "requires grad must return None (or all None)")
+        return grads
+
+    def _inputs_done(self, grads):
+        module = self.module
+        grad_input = [None] * self.n_inputs
+        for i, g in zip(self.input_positions, grads):
+            grad_input[i] = g
+        for i, shape, dtype in self.constant_inputs:  # torch shows them zero, not None
+            grad_input[i] = Tensor.wrap(np.zeros(shape, dtype))
+        grad_input = _call_gradient_hooks(
+            module._backward_hooks, lambda hook, g: hook(module, g, self.grad_outputs),
+            tuple(grad_input), "grad_input")
+        return tuple(grad_input[i] for i in self.input_positions)
+
+
+class _Identity(Function):
+    """Passes tensors through; in backward hands all their gradients to `on_backward` at once."""
+
+    @staticmethod
+    def forward(ctx, on_backward, *tensors):
+        ctx.on_backward = on_backward
+        ctx.set_materialize_grads(False)
+        return tensors
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + tuple(ctx.on_backward(grads))

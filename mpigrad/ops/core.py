@@ -17,8 +17,9 @@ import inspect
 
 import numpy as np
 
-from ..autograd import forward_ad, grad_mode
+from ..autograd import forward_ad, grad_mode, profiler
 from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
+from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
 
@@ -82,6 +83,12 @@ def _input_names(vjps):
 
 
 def apply(op, args, params):
+    if profiler.active is None:
+        return _apply(op, args, params)
+    return profiler.active.run(op.name, _apply, op, args, params)
+
+
+def _apply(op, args, params):
     arrays = [a.data if isinstance(a, Tensor) else a for a in args]
     out = op.forward(*arrays, **params)
     if type(out) is not np.ndarray:
@@ -152,7 +159,7 @@ def _output_tangent(op, args, params, result, tangents):
 
 
 class OpNode(Node):
-    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans")
+    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed")
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
@@ -164,11 +171,12 @@ class OpNode(Node):
         self.needs = needs
         inputs = []
         versions = []
+        hooks = grad_mode._State.saved_tensors_hooks
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
                 inputs.append(a)
             elif i in op.saved_positions:
-                inputs.append(a)
+                inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
                 inputs.append(Meta(a.data.shape, a.data.dtype))
@@ -178,15 +186,20 @@ class OpNode(Node):
             versions.append((result._vc, result._vc[0], 0))
         self.inputs = inputs
         self.versions = versions
-        self.ans = _saved_output(result) if op.saves_ans else None
+        self.packed = hooks is not None
+        self.ans = None
+        if op.saves_ans:
+            self.rebind_output(result)
 
     def name(self):
         return self.op.node_name
 
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""
-        if self.ans is not None:
-            self.ans = _saved_output(tensor)
+        if self.op.saves_ans:
+            hooks = grad_mode._State.saved_tensors_hooks if self.packed else None
+            self.ans = (_saved_output(tensor) if hooks is None
+                        else (SavedTensor(hooks, tensor, 0), tensor._version))
 
     def _stale(self, what, shape, dtype, version, expected):
         return RuntimeError(
@@ -205,12 +218,17 @@ class OpNode(Node):
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
+        if self.packed:
+            inputs = [x.unpack(self) if type(x) is SavedTensor else x for x in inputs]
         if saved_ans is not None:
             saved, expected = saved_ans
             if saved._version != expected:
                 raise self._stale("the output", saved.shape, saved.dtype, saved._version, expected)
-            ans = saved.alias(view=False)
-            ans.set_history(self)
+            if type(saved) is SavedTensor:
+                ans = saved.unpack(self)
+            else:
+                ans = saved.alias(view=False)
+                ans.set_history(self)
             if _dual.level is not None:
                 _copy_tangent(saved, ans)
         g = grad_outputs[0]

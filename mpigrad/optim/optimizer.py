@@ -6,6 +6,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..autograd.grad_mode import enable_grad
+from ..autograd.profiler import record_function
 from ..tensor import Tensor, zero_grads
 
 __all__ = ["Optimizer"]
@@ -26,6 +27,14 @@ class Optimizer:
     to parameter storage. `step` runs `_update` inside `param.writing()`, so
     the parameter is marked written without the subclass having to remember.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        # Every optimizer's step is one profiler row named as torch names it, whether the
+        # subclass keeps the inherited step or brings its own (unwrapped first, so a
+        # subclass of a subclass is not counted twice).
+        super().__init_subclass__(**kwargs)
+        step = getattr(cls.step, "__wrapped__", cls.step)
+        cls.step = record_function(f"Optimizer.step#{cls.__name__}.step")(step)
 
     def __init__(self, params, defaults):
         self._check_hyperparameters(defaults)

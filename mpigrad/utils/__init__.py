@@ -1,2 +1,2 @@
 """Utilities: activation checkpointing."""
-from .checkpoint import checkpoint  # noqa: F401
+from .checkpoint import checkpoint, checkpoint_sequential  # noqa: F401

@@ -6,6 +6,7 @@ import pytest
 
 import mpigrad as mg
 import mpigrad.distributed as dist
+from mpigrad.autograd.profiler import profile
 from mpigrad.distributed import ReduceOp
 from mpigrad.futures import Future, wait_all
 
@@ -283,3 +284,12 @@ def test_collectives_on_a_group(rank, size):
     else:
         assert_matches(arr, original)
     dist.destroy_process_group(group)
+
+
+def test_blocking_collectives_are_profiler_rows():
+    t = mg.ones(4)
+    with profile() as prof:
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+    calls = {row.key: row.count for row in prof.key_averages()}
+    assert calls["mpi:Allreduce"] == 1 and calls["mpi:Bcast"] == 1
