@@ -529,3 +529,14 @@ def test_functional_jacobian_forward_mode_matches_torch_and_reverse_mode(float64
     np.testing.assert_allclose(single.numpy(), np.diag(1 - np.tanh(yv) ** 2), rtol=1e-12)
     with pytest.raises(ValueError, match="strategy"):
         functional.jacobian(f, (mg.tensor(xv), mg.tensor(yv)), strategy="sideways")
+
+
+def test_forward_ad_through_a_module_with_full_backward_hooks(float64, rng):
+    layer = mg.nn.Linear(3, 2)
+    seen = []
+    layer.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append(grad_out))
+    xv, tv = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    _, jv = mg.func.jvp(layer, (mg.tensor(xv),), (mg.tensor(tv),))
+    np.testing.assert_allclose(jv.numpy(), tv @ layer.weight.detach().numpy().T, rtol=1e-12)
+    layer(mg.tensor(xv, requires_grad=True)).sum().backward()
+    assert len(seen) == 1
