@@ -3,11 +3,10 @@
     python jobs/bench_jvp.py [--batch 256] [--width 512] [--rounds 9] [--repeat 5]
 
 J v of a 784-W-W-W-10 tanh MLP (float64, one BLAS thread) with respect to its input:
-mpigrad's `autograd.functional.jvp` (dual tensors, one forward pass; like torch's functional
-API it records the graph, so that func may take gradients itself) and `mpigrad.func.jvp`
-(the same pass, recording nothing); the double-vjp trick functional.jvp used before (forward,
-a backward with create_graph, a second backward); `torch.func.jvp`; and a plain forward pass
-of each library (what one forward pass costs). They run interleaved in rounds on the same
+mpigrad's `autograd.functional.jvp` (dual tensors, one forward pass; like torch's, it records
+the graph so that func may take gradients itself, and drops it); the double-vjp trick it used
+before (forward, a backward with create_graph, a second backward); `torch.func.jvp`; and a
+plain forward pass of each library (what one forward pass costs). They run interleaved in rounds on the same
 weights and data, so a noisy neighbour slows all alike; the median round is reported, as
 ratios, in wall-clock time and in the process's CPU time (on a shared machine the second is
 the steadier: it leaves out the time other jobs held the core).
@@ -86,7 +85,6 @@ def main():
 
     methods = {
         "mpigrad forward mode (functional.jvp)": lambda: functional.jvp(f_mg, x, v)[1].numpy(),
-        "mpigrad forward mode (func.jvp)": lambda: mg.func.jvp(f_mg, (x,), (v,))[1].numpy(),
         "mpigrad double vjp (the old jvp)": lambda: double_vjp_jvp(f_mg, x, v)[1].numpy(),
         "mpigrad forward pass alone": lambda: f_mg(x).numpy(),
         "torch.func.jvp": lambda: torch.func.jvp(f_torch, (tx,), (tv,))[1].numpy(),
@@ -94,8 +92,7 @@ def main():
     }
     results = {name: fn() for name, fn in methods.items()}
     reference = results["torch.func.jvp"]
-    for name in ("mpigrad forward mode (functional.jvp)", "mpigrad forward mode (func.jvp)",
-                 "mpigrad double vjp (the old jvp)"):
+    for name in ("mpigrad forward mode (functional.jvp)", "mpigrad double vjp (the old jvp)"):
         np.testing.assert_allclose(results[name], reference, rtol=1e-9, atol=1e-9,
                                    err_msg=f"{name} disagrees with torch.func.jvp")
 

@@ -1,8 +1,9 @@
 """torch.func's forward-mode pair: `jvp` and `jacfwd`, on mpigrad's dual tensors.
 
 Both are eager (no vmap): `jacfwd` runs one forward pass per element of the argument, each
-pushing one basis tangent. Results carry no reverse-mode graph; for a differentiable J v use
-`mpigrad.autograd.functional.jvp(..., create_graph=True)`.
+pushing one basis tangent. func may take gradients itself (jvp of a gradient is a
+Hessian-vector product); results carry no reverse-mode graph (for a differentiable J v use
+`mpigrad.autograd.functional.jvp(..., create_graph=True)`).
 """
 from .autograd.functional import forward_jacobian, forward_jvp
 from .tensor import Tensor
@@ -30,6 +31,17 @@ def _detached(values, was_tuple):
     return values if was_tuple else values[0]
 
 
+def _detach_nested(value):
+    """aux as torch.func returns it: its tensors cut from the graph func recorded."""
+    if isinstance(value, Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detach_nested(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detach_nested(v) for k, v in value.items()}
+    return value
+
+
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     """(func(*primals), J tangents), plus aux when `has_aux`; primals and tangents are tuples."""
     for name, value in (("primals", primals), ("tangents", tangents)):
@@ -39,7 +51,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     aux = []
     outputs, jv, was_tuple = forward_jvp(_with_aux(func, has_aux, aux), primals, tangents)
     result = (_detached(outputs, was_tuple), _detached(jv, was_tuple))
-    return result + (aux[0],) if has_aux else result
+    return result + (_detach_nested(aux[0]),) if has_aux else result
 
 
 def jacfwd(func, argnums=0, has_aux=False):
@@ -57,5 +69,5 @@ def jacfwd(func, argnums=0, has_aux=False):
         per_output = tuple(zip(*(jac for jac, _ in per_arg)))
         jac = tuple(j[0] if single_arg else j for j in per_output)
         jac = jac if was_tuple else jac[0]
-        return (jac, aux[0]) if has_aux else jac
+        return (jac, _detach_nested(aux[0])) if has_aux else jac
     return jacobian

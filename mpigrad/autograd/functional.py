@@ -46,13 +46,13 @@ def vjp(func, inputs, v=None, create_graph=False):
             _unpack(tuple(_finish(g, create_graph) for g in grads), inputs_tuple))
 
 
-def forward_jvp(func, primals, tangents, create_graph=False, differentiable_inputs=False):
+def forward_jvp(func, primals, tangents, create_graph=False):
     """Push `tangents` through `func(*primals)` in one forward pass with dual tensors.
 
     Returns (outputs, output tangents, whether func returned a tuple), zeros where an output
-    does not depend on the primals. With `differentiable_inputs` (or `create_graph`), func
-    sees inputs that require grad and may differentiate them itself (autograd.grad inside a
-    jvp gives Hessian-vector products). Shared by `jvp` here and `mpigrad.func.jvp`.
+    does not depend on the primals. As with torch, func sees inputs that require grad and may
+    differentiate them itself (autograd.grad inside a jvp gives Hessian-vector products); the
+    graph is dropped unless `create_graph`. Shared by `jvp` here and `mpigrad.func`.
     """
     if len(tangents) != len(primals):
         raise RuntimeError(f"jvp: got {len(tangents)} tangents for {len(primals)} inputs")
@@ -63,9 +63,8 @@ def forward_jvp(func, primals, tangents, create_graph=False, differentiable_inpu
     if forward_ad.active_level() is not None:
         raise RuntimeError("jvp uses forward-mode AD, and dual levels do not nest: call it "
                            "outside the `with forward_ad.dual_level():` block")
-    record = create_graph or differentiable_inputs
-    with grad_mode.set_grad_enabled(record), forward_ad.dual_level():
-        duals = tuple(forward_ad.make_dual(x.detach().requires_grad_(record), t.to(x.dtype))
+    with grad_mode.enable_grad(), forward_ad.dual_level():
+        duals = tuple(forward_ad.make_dual(x.detach().requires_grad_(True), t.to(x.dtype))
                       for x, t in zip(primals, tangents))
         outputs, outputs_tuple = _as_tuple_and_form(func(*duals))
         unpacked = [forward_ad.unpack_dual(o) for o in outputs]
@@ -85,8 +84,7 @@ def jvp(func, inputs, v=None, create_graph=False):
             raise RuntimeError("jvp: v may be omitted only when every input has one element")
         v = tuple(Tensor.wrap(np.ones(x.shape, x.dtype)) for x in inputs)
     v = _as_tuple_and_form(v)[0]
-    outputs, jv, outputs_tuple = forward_jvp(func, inputs, v, create_graph,
-                                             differentiable_inputs=True)
+    outputs, jv, outputs_tuple = forward_jvp(func, inputs, v, create_graph)
     return (_unpack(tuple(_finish(o, create_graph) for o in outputs), outputs_tuple),
             _unpack(tuple(_finish(j, create_graph) for j in jv), outputs_tuple))
 

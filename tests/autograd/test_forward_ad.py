@@ -18,15 +18,7 @@ from .test_gradcheck_ops import CASES, _normal
 
 torch = pytest.importorskip("torch")
 
-# Ops only gradient rules use (so no forward case reaches them), called directly.
-GRADIENT_ONLY_CASES = [
-    ("index_scatter", lambda a: mg.ops.shape.index_scatter(
-        a, index=(slice(None), np.array([0, 2, 0])), shape=(3, 4)), [((3, 3), _normal)]),
-    ("scatter_along", lambda a: mg.ops.reduction.scatter_along(
-        a, np.array([[0, 2, 0], [1, 1, 3]]), dim=1, shape=(2, 4)), [((2, 3), _normal)]),
-]
-FORWARD_CASES = CASES + GRADIENT_ONLY_CASES
-IDS = [c[0] for c in FORWARD_CASES]
+IDS = [c[0] for c in CASES]
 
 
 def _arrays(specs, rng):
@@ -61,29 +53,62 @@ def test_every_op_with_a_gradient_has_a_tangent_rule():
     assert not missing, f"ops with a gradient rule but no tangent rule (jvps): {missing}"
 
 
-def _forward_ops(fn, specs, rng):
-    """Names of the ops a forward pass of fn runs on tensors that have tangents."""
+def _gradient_function(fn, n):
+    """(inputs..., seed) -> the gradient of fn along seed. Forward AD through it runs the
+    tangent rules of the ops the gradient rules use (index_scatter, conv_transpose2d, ...)."""
+    def gradient(*args):
+        grads = mg.autograd.grad(fn(*args[:n]), args[:n], args[n], create_graph=True,
+                                 allow_unused=True)
+        return tuple(g for g in grads if g is not None)
+    return gradient
+
+
+def _with_seed(fn, specs, rng):
     inputs = [mg.tensor(a, requires_grad=True) for a in _arrays(specs, rng)]
+    seed = mg.tensor(rng.standard_normal(fn(*inputs).shape), requires_grad=True)
+    return inputs + [seed]
+
+
+def _rules_run(fn, specs, rng, monkeypatch):
+    """Names of the ops whose tangent rule runs in forward AD through fn and its gradient."""
+    ran = set()
+    output_tangent = mg.ops.core._output_tangent
+
+    def recording(op, *args):
+        ran.add(op.name)
+        return output_tangent(op, *args)
+    monkeypatch.setattr(mg.ops.core, "_output_tangent", recording)
+    args = _with_seed(fn, specs, rng)
     with fwAD.dual_level():
-        out = fn(*[fwAD.make_dual(x, mg.ones_like(x)) for x in inputs])
-        assert fwAD.unpack_dual(out).tangent is not None
-    return {n.op.name for n in reachable([out.grad_fn]) if isinstance(n, OpNode)}
+        duals = [fwAD.make_dual(x, mg.ones_like(x)) for x in args]
+        _gradient_function(fn, len(specs))(*duals)
+        assert fwAD.unpack_dual(fn(*duals[:-1])).tangent is not None
+    monkeypatch.undo()
+    return ran
 
 
-def test_every_tangent_rule_is_reached_by_a_case(float64, rng):
-    reached = set().union(*(_forward_ops(fn, specs, rng) for _, fn, specs in FORWARD_CASES))
+def test_every_tangent_rule_is_run_by_a_case(float64, rng, monkeypatch):
+    ran = set().union(*(_rules_run(fn, specs, rng, monkeypatch) for _, fn, specs in CASES))
     untested = sorted(name for name, op in REGISTRY.items() if op.jvps is not None
-                      and name not in reached)
-    assert not untested, f"tangent rules no case in FORWARD_CASES runs: {untested}"
+                      and name not in ran)
+    assert not untested, f"tangent rules that no case in CASES runs: {untested}"
 
 
-@pytest.mark.parametrize("name,fn,specs", FORWARD_CASES, ids=IDS)
+@pytest.mark.parametrize("name,fn,specs", CASES, ids=IDS)
 def test_gradcheck_forward_ad(name, fn, specs, float64, rng):
     inputs = tuple(mg.tensor(a, requires_grad=True) for a in _arrays(specs, rng))
     assert gradcheck(fn, inputs, check_forward_ad=True, check_backward_ad=False)
 
 
-@pytest.mark.parametrize("name,fn,specs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,fn,specs", CASES, ids=IDS)
+def test_gradcheck_forward_over_reverse(name, fn, specs, float64, rng):
+    """Tangents of every gradient against finite differences: the tangent rules of the ops
+    that gradient rules use, and backward through dual tensors."""
+    assert gradcheck(_gradient_function(fn, len(specs)), tuple(_with_seed(fn, specs, rng)),
+                     check_forward_ad=True, check_backward_ad=False)
+
+
+@pytest.mark.parametrize("name,fn,specs", CASES, ids=IDS)
 def test_tangent_equals_torch_func_jvp(name, fn, specs, float64, rng):
     primals = _arrays(specs, rng)
     tangents = [rng.standard_normal(p.shape) for p in primals]
