@@ -6,10 +6,10 @@ J v of a 784-W-W-W-10 tanh MLP (float64, one BLAS thread) with respect to its in
 mpigrad's `autograd.functional.jvp` (dual tensors, one forward pass; like torch's, it records
 the graph so that func may take gradients itself, and drops it); the double-vjp trick it used
 before (forward, a backward with create_graph, a second backward); `torch.func.jvp`; and a
-plain forward pass of each library (what one forward pass costs). They run interleaved in rounds on the same
-weights and data, so a noisy neighbour slows all alike; the median round is reported, as
-ratios, in wall-clock time and in the process's CPU time (on a shared machine the second is
-the steadier: it leaves out the time other jobs held the core).
+plain forward pass of each library (what one forward pass costs). They run interleaved in
+rounds on the same weights and data, so a noisy neighbour slows all alike; the median round
+is reported, as ratios, in wall-clock time and in the process's CPU time (on a shared
+machine the second is the steadier: it leaves out the time other jobs held the core).
 """
 import os
 
