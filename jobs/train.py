@@ -17,10 +17,10 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import glob  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -30,6 +30,7 @@ import mpigrad.distributed as dist  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad import data, nn, optim  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel  # noqa: E402
+from mpigrad.serialization import remove_stale_temporaries  # noqa: E402
 
 PREEMPTED_EXIT_CODE = 99
 
@@ -122,19 +123,75 @@ class StopFlag:
         return bool(flag[0])
 
 
-def newest_checkpoint(directory):
-    """The checkpoint furthest along in training (epoch, then step within it)."""
+def check_checkpoint_directory(directory, rank):
+    """Create `directory` and prove rank 0 can write there, before any training is spent;
+    also remove the temporaries of saves that were killed. Every rank learns the outcome."""
+    problem = [None]
+    if rank == 0:
+        try:
+            os.makedirs(directory, exist_ok=True)
+            remove_stale_temporaries(directory)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
+                pass
+        except OSError as err:
+            problem[0] = (f"checkpoint directory {directory} is not writable ({err}); choose "
+                          "another --checkpoint DIR or fix its permissions")
+    dist.broadcast_object_list(problem)
+    return problem[0]
+
+
+def checkpoint_position(state, world, batch_size):
+    """(epoch, samples of that epoch's order already trained on) of a checkpoint. Older
+    checkpoints recorded only [epoch, step]; their step is counted at the present world
+    size and batch size, the only ones they could be resumed with."""
+    position = state["position"]
+    if isinstance(position, dict):
+        return int(position["epoch"]), int(position["samples"])
+    epoch, step = (int(v) for v in position)
+    return epoch, step * world * batch_size
+
+
+def newest_checkpoint(directory, world, batch_size, rank):
+    """The readable checkpoint furthest along in training (epoch, then samples within it);
+    a damaged one is skipped, saying so, for the one before it."""
     best, best_position = None, None
     for path in glob.glob(os.path.join(directory, "ckpt-*.npz")):
-        position = tuple(int(v) for v in mg.load(path)["position"])
+        try:
+            state = mg.load(path)
+        except ValueError as err:
+            log(rank, f"warning: skipping a damaged checkpoint: {err}")
+            continue
+        position = checkpoint_position(state, world, batch_size)
         if best_position is None or position > best_position:
             best, best_position = path, position
     return best
 
 
-def save_checkpoint(path, model, optimizer, epoch, step):
+def save_checkpoint(path, model, optimizer, epoch, samples, world, batch_size):
+    """`samples`: how many of the epoch's order (all ranks together) are done; with the
+    world size and batch size that produced them, so a resume at another size can tell."""
     mg.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "position": np.array([epoch, step]), "rng": mg.get_rng_state()}, path)
+             "position": {"epoch": epoch, "samples": samples, "world_size": world,
+                          "batch_size": batch_size},
+             "rng": mg.get_rng_state()}, path)
+
+
+def remaining_share(sampler, done):
+    """This rank's indices for the rest of the epoch after the first `done` samples of the
+    epoch's order, whatever world size trained those.
+
+    DistributedSampler deals the epoch's order out round-robin, so the samples all ranks
+    have trained on after a number of full steps are a prefix of that order. The rest is
+    dealt the same way, padded from the start of the order: at an unchanged world size
+    each rank continues exactly the shard it had.
+    """
+    whole = data.DistributedSampler(sampler.dataset, 1, 0, shuffle=sampler.shuffle,
+                                    seed=sampler.seed)
+    whole.set_epoch(sampler.epoch)
+    order = list(whole)
+    rest = order[done:]
+    rest += order[:-len(rest) % sampler.num_replicas]
+    return rest[sampler.rank::sampler.num_replicas]
 
 
 def log(rank, message):
@@ -166,18 +223,26 @@ def train(args):
     mg.manual_seed(args.seed)
     model = build_model(args.model, tuple(image.shape), num_classes)
     optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    start_epoch, start_step = 0, 0
+    start_epoch, start_samples = 0, 0
     if args.checkpoint:
-        os.makedirs(args.checkpoint, exist_ok=True)
+        problem = check_checkpoint_directory(args.checkpoint, rank)
+        if problem:
+            log(rank, f"error: {problem}")
+            return 1
     if args.resume:
-        path = newest_checkpoint(args.checkpoint)
+        path = newest_checkpoint(args.checkpoint, world, args.batch_size, rank)
         if path:
             state = mg.load(path)
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             mg.set_rng_state(state["rng"])
-            start_epoch, start_step = (int(v) for v in state["position"])
-            log(rank, f"resuming from {path} at epoch {start_epoch + 1}, step {start_step}")
+            start_epoch, start_samples = checkpoint_position(state, world, args.batch_size)
+            written_by = state["position"]
+            written_by = (f"{written_by['world_size']} ranks x batch {written_by['batch_size']}"
+                          if isinstance(written_by, dict) else "an older train.py")
+            log(rank, f"resuming from {path} at epoch {start_epoch + 1}, sample "
+                      f"{start_samples} of {len(train_set)} (written by {written_by}; now "
+                      f"{world} ranks x batch {args.batch_size})")
     ddp = DistributedDataParallel(model, timeline=args.timeline)
     sampler = data.DistributedSampler(train_set, seed=args.seed)
     loader = data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
@@ -188,24 +253,27 @@ def train(args):
     test_accuracy = 0.0
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
-        skip = start_step if epoch == start_epoch else 0
-        batches = itertools.islice(iter(loader), skip, None)
+        done = start_samples if epoch == start_epoch else 0
+        batches = loader if not done else data.DataLoader(
+            train_set, batch_size=args.batch_size, sampler=remaining_share(sampler, done))
         progress = None
         if rank == 0:
             from tqdm import tqdm
-            progress = tqdm(total=len(loader), initial=skip, desc=f"epoch {epoch + 1}",
-                            disable=None, file=sys.stderr, leave=False)
+            progress = tqdm(total=len(loader), initial=len(loader) - len(batches),
+                            desc=f"epoch {epoch + 1}", disable=None, file=sys.stderr,
+                            leave=False)
         totals = np.zeros(3)  # loss sum, correct, samples
         started = time.perf_counter()
-        for step, (x, y) in enumerate(batches, start=skip):
+        for x, y in batches:
             if stop.agreed():
                 if rank == 0 and args.checkpoint:
                     save_checkpoint(os.path.join(args.checkpoint, "ckpt-preempt.npz"), model,
-                                    optimizer, epoch, step)
+                                    optimizer, epoch, done, world, args.batch_size)
                 dist.barrier()
-                log(rank, f"stopped by signal at epoch {epoch + 1} step {step}; checkpoint "
+                log(rank, f"stopped by signal at epoch {epoch + 1} sample {done}; checkpoint "
                           f"{'saved' if args.checkpoint else 'not saved (no --checkpoint)'}")
                 return PREEMPTED_EXIT_CODE
+            done += world * args.batch_size
             optimizer.zero_grad()
             logits = ddp(x)
             loss = F.cross_entropy(logits, y)
@@ -221,7 +289,7 @@ def train(args):
         test_accuracy = evaluate(model, test_set, rank, world)
         metrics = {"epoch": epoch + 1, "loss": totals[0] / max(totals[2], 1),
                    "accuracy": totals[1] / max(totals[2], 1), "test_accuracy": test_accuracy,
-                   "samples_per_sec": totals[2] / elapsed}
+                   "samples": int(totals[2]), "samples_per_sec": totals[2] / elapsed}
         log(rank, f"epoch {epoch + 1}/{args.epochs} loss {metrics['loss']:.4f} "
                   f"acc {metrics['accuracy']:.4f} test_acc {test_accuracy:.4f} "
                   f"samples/s {metrics['samples_per_sec']:.0f}")
@@ -231,7 +299,7 @@ def train(args):
                     f.write(json.dumps(metrics) + "\n")
             if args.checkpoint:
                 save_checkpoint(os.path.join(args.checkpoint, f"ckpt-epoch{epoch + 1:04d}.npz"),
-                                model, optimizer, epoch + 1, 0)
+                                model, optimizer, epoch + 1, 0, world, args.batch_size)
     if rank == 0 and args.checkpoint:
         mg.save(model.state_dict(), os.path.join(args.checkpoint, "final.npz"))
     if ddp.timeline is not None:

@@ -31,3 +31,23 @@ def is_floating_point(dtype):
 
 def to_dtype(dtype):
     return None if dtype is None else np.dtype(dtype)
+
+
+_TORCH_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double", "int8": "Char",
+                "uint8": "Byte", "int16": "Short", "int32": "Int", "int64": "Long",
+                "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def torch_name(dtype):
+    """The name torch's error messages give `dtype` (Float for float32, Double, Long ...)."""
+    return _TORCH_NAMES.get(np.dtype(dtype).name, np.dtype(dtype).name)
+
+
+def check_same_dtype(message, *arrays):
+    """Matrix products, convolutions and normalisations refuse operands of different dtypes,
+    as torch's do (elementwise ops promote instead); `message` is formatted with the
+    torch names of the first two differing dtypes as `{}` and `{}`."""
+    dtypes = [a.dtype for a in arrays if a is not None]
+    for dtype in dtypes[1:]:
+        if dtype != dtypes[0]:
+            raise RuntimeError(message.format(torch_name(dtypes[0]), torch_name(dtype)))

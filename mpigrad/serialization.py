@@ -1,20 +1,38 @@
 """Checkpoints: `save(obj, path)` and `load(path)`, the roles of torch.save/torch.load.
 
-A checkpoint is an ordinary numpy `.npz` archive. Every array (a Tensor's
-storage, a numpy array, a numpy scalar) is one member; the nesting around them
-(dicts, lists, tuples, numbers, strings) is a JSON manifest stored as a uint8
-member. Nothing is pickled, so loading a file cannot run code: numpy is asked
-to refuse pickled members and the manifest is parsed by `json`.
+A checkpoint is a zip archive of `.npy` members that numpy's `np.load` also
+reads. Every array (a Tensor's storage, a numpy array, a numpy scalar) is one
+member; the nesting around them (dicts, lists, tuples, numbers, strings) is a
+JSON manifest stored as a uint8 member. The archive's comment, its last bytes, is the
+SHA-256 of everything before it. Nothing is pickled, so loading a file cannot
+run code: pickled members are refused and the manifest is parsed by `json`.
 
-Writes are atomic: the archive goes to a hidden temporary file in the target's
-directory, is flushed to disk, and only then renamed over the target. A crash
-mid-write leaves the previous checkpoint untouched (and, after a hard kill, a
-stray `.<name>.<random>.tmp` file that is safe to delete).
+Loading trusts nothing in the file: the checksum is verified before anything is
+parsed, then members must be stored uncompressed and unencrypted and each is
+read whole (zip's CRC-32 checked) and its header compared with its size before
+numpy sees it, so any damage -- a truncation, a flipped bit in the zip
+structure, the manifest or the array data -- raises one `ValueError` naming
+the file instead of loading wrong numbers.
+
+Writes are atomic: the archive goes to a hidden temporary file
+`.<name>.<random>.tmp` in the target's directory, is flushed to disk, and only
+then renamed over the target. The writer holds an exclusive `flock` on its
+temporary for as long as it writes; the lock dies with the process, even on
+`kill -9`, so every save (and `remove_stale_temporaries`) deletes the
+temporaries in its directory that no live writer holds, and never another
+writer's work in progress. On a file system without locks (Lustre mounted
+without `flock`) saves still work, and no temporary is ever deleted.
 """
 
+import errno
+import fcntl
+import hashlib
+import io
 import json
 import os
+import re
 import secrets
+import struct
 import zipfile
 import zlib
 
@@ -22,17 +40,25 @@ import numpy as np
 
 from .tensor import Tensor
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "remove_stale_temporaries"]
 
 _FORMAT = "mpigrad.checkpoint"
-_VERSION = 1
+_VERSION = 2  # 2: the archive ends with the SHA-256 of the file as its comment
 _MANIFEST = "manifest"
+_CHECKSUM_TAG = b"mpigrad-sha256:"
+_TRAILER_BYTES = len(_CHECKSUM_TAG) + 64  # the tag and the hex digest
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+# What flock raises where the file system has no locks: nobody can be proven dead there.
+_NO_LOCKS = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL)
 
-# What can fail while numpy reads an archive that is not what it claims to be:
-# random bytes look like a pickle (ValueError), a cut-off file ends early
-# (EOFError) or has no zip directory (BadZipFile), a flipped byte fails the
-# CRC (BadZipFile) or the inflater (zlib.error).
-_READ_ERRORS = (ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+# What zipfile and numpy raise on bytes that are not what they claim to be: a
+# cut-off file ends early (EOFError) or has no zip directory (BadZipFile), a
+# flipped bit fails the CRC (BadZipFile), points a header past the end of the
+# file (OSError from a negative seek, struct.error) or names a compression
+# method that does not exist (NotImplementedError); the manifest may no longer
+# decode or parse (ValueError).
+_READ_ERRORS = (ValueError, EOFError, OSError, KeyError, struct.error, zipfile.BadZipFile,
+                zlib.error, NotImplementedError)
 
 
 def save(obj, path):
@@ -42,25 +68,34 @@ def save(obj, path):
     leaves are Tensors, numpy arrays and scalars, Python numbers, strings,
     bools and None: model and optimizer state dicts, scheduler states, epoch
     counters. A Tensor or array that appears several times is stored once and
-    comes back as one shared object.
+    comes back as one shared object. Stale temporaries of writers that died in
+    the same directory are removed first.
     """
     arrays = []
     root = _encode(obj, arrays, {}, "obj")
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    remove_stale_temporaries(directory)
     manifest = json.dumps({"format": _FORMAT, "version": _VERSION, "root": root})
     members = {_MANIFEST: np.frombuffer(manifest.encode("utf-8"), dtype=np.uint8)}
     members.update((f"a{i}", array) for i, array in enumerate(arrays))
-
-    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
-    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
-    # os.open with 0o666 (not mkstemp's 0o600) so the checkpoint gets the same
-    # permissions as any other file the user creates under their umask.
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    descriptor, temporary = _create_locked_temporary(directory, name)
     try:
-        with os.fdopen(descriptor, "wb") as file:
-            np.savez(file, **members)
+        with os.fdopen(descriptor, "w+b") as file:
+            with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+                for member, array in members.items():
+                    with archive.open(f"{member}.npy", "w", force_zip64=True) as stream:
+                        np.lib.format.write_array(stream, np.asanyarray(array),
+                                                  allow_pickle=False)
+                # A placeholder of the digest's length, so the bytes before it are final.
+                archive.comment = _CHECKSUM_TAG + b"0" * 64
+            digest = _sha256_before_trailer(file)
+            file.seek(-64, os.SEEK_END)
+            file.write(digest.encode("ascii"))
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
+            # Renamed while still locked: a cleaner never sees an unlocked,
+            # finished temporary.
+            os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
@@ -73,17 +108,95 @@ def load(path):
     Tensors come back as Tensors (dtype, shape and `requires_grad` kept),
     numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
     dict comes back as a plain `dict`. Raises `ValueError` naming the file
-    if it is not an mpigrad checkpoint or is damaged.
+    if it is not an mpigrad checkpoint or is damaged in any way.
     """
     with open(path, "rb") as file:
         try:
-            archive = np.load(file, allow_pickle=False)
-            if not isinstance(archive, np.lib.npyio.NpzFile):
+            if file.read(6) == b"\x93NUMPY":
                 raise ValueError("it holds a single .npy array")
-            with archive:
-                return _Reader(archive).read()
+            checked = _verify_checksum(file)
+            with zipfile.ZipFile(file) as archive:
+                return _Reader(archive, checked).read()
         except _READ_ERRORS as err:
-            raise ValueError(f"{os.fspath(path)} is not a valid mpigrad checkpoint: {err}") from err
+            raise ValueError(f"{os.fspath(path)} is not a valid mpigrad checkpoint "
+                             f"(damaged, cut short or another kind of file): {err}") from err
+
+
+def remove_stale_temporaries(directory):
+    """Delete the `.<name>.<random>.tmp` files that `save` left in `directory`
+    when its process died mid-write; the temporaries of live writers (locked) stay.
+    Returns the names removed."""
+    removed = []
+    for entry in os.listdir(directory):
+        if not _TEMPORARY.fullmatch(entry):
+            continue
+        candidate = os.path.join(directory, entry)
+        try:
+            descriptor = os.open(candidate, os.O_RDONLY)
+        except OSError:
+            continue  # renamed or removed by its writer meanwhile
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Locked, so its writer is gone; the name must still be this file.
+            if os.stat(candidate).st_ino == os.fstat(descriptor).st_ino:
+                os.unlink(candidate)
+                removed.append(entry)
+        except OSError as err:
+            if err.errno in _NO_LOCKS:
+                break
+            # Otherwise held by a live writer, or gone meanwhile.
+        finally:
+            os.close(descriptor)
+    return removed
+
+
+def _create_locked_temporary(directory, name):
+    while True:
+        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        # os.open with 0o666 (not mkstemp's 0o600) so the checkpoint gets the same
+        # permissions as any other file the user creates under their umask.
+        descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError as err:
+            if err.errno not in _NO_LOCKS:
+                os.close(descriptor)
+                os.unlink(temporary)
+                raise
+            return descriptor, temporary  # no cleaner can run here either
+        # Another process's cleaner may have locked and deleted the file between
+        # its creation and our lock; then start over with a new name.
+        try:
+            if os.stat(temporary).st_ino == os.fstat(descriptor).st_ino:
+                return descriptor, temporary
+        except FileNotFoundError:
+            pass
+        os.close(descriptor)
+
+
+def _sha256_before_trailer(file):
+    """Hex SHA-256 of `file` up to its checksum trailer, read in chunks."""
+    end = file.seek(0, os.SEEK_END) - _TRAILER_BYTES
+    file.seek(0)
+    digest = hashlib.sha256()
+    while file.tell() < end:
+        digest.update(file.read(min(1 << 20, end - file.tell())))
+    return digest.hexdigest()
+
+
+def _verify_checksum(file):
+    """Whether `file` ends with a checksum, which must then match; version 1
+    checkpoints have none and rely on zip's CRC-32 alone."""
+    size = file.seek(0, os.SEEK_END)
+    if size < _TRAILER_BYTES:
+        return False
+    file.seek(size - _TRAILER_BYTES)
+    trailer = file.read()
+    if not trailer.startswith(_CHECKSUM_TAG):
+        return False
+    if _sha256_before_trailer(file).encode("ascii") != trailer[len(_CHECKSUM_TAG):]:
+        raise ValueError("its SHA-256 checksum does not match: the file is damaged")
+    return True
 
 
 def _encode(obj, arrays, slots, where):
@@ -134,23 +247,27 @@ def _store(owner, array, arrays, slots, where):
 class _Reader:
     """Rebuilds the saved object from an open archive, checking every node."""
 
-    def __init__(self, archive):
+    def __init__(self, archive, checked):
         self.archive = archive
+        self.checked = checked
         self.built = {}  # member index -> object, so shared arrays stay shared
 
     def read(self):
-        if _MANIFEST not in self.archive.files:
+        if f"{_MANIFEST}.npy" not in self.archive.namelist():
             raise ValueError("an .npz archive without an mpigrad manifest")
-        raw = self.archive[_MANIFEST]
+        raw = self.array(_MANIFEST)
         if raw.dtype != np.uint8 or raw.ndim != 1:
             raise ValueError(f"manifest member is {raw.dtype} of shape {raw.shape}, "
                              "expected 1-D uint8")
         manifest = json.loads(raw.tobytes().decode("utf-8"))
         if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
             raise ValueError("manifest does not describe an mpigrad checkpoint")
-        if manifest.get("version") != _VERSION:
-            raise ValueError(f"checkpoint format version {manifest.get('version')!r}; "
-                             f"this mpigrad reads version {_VERSION}")
+        version = manifest.get("version")
+        if version not in (1, _VERSION):
+            raise ValueError(f"checkpoint format version {version!r}; this mpigrad reads "
+                             f"versions 1 to {_VERSION}")
+        if version > 1 and not self.checked:
+            raise ValueError(f"a version {version} checkpoint without its checksum")
         return self.decode(manifest.get("root"))
 
     def decode(self, node):
@@ -180,11 +297,36 @@ class _Reader:
 
     def member(self, index, build):
         name = f"a{index}"
-        if type(index) is not int or name not in self.archive.files:
+        if type(index) is not int or f"{name}.npy" not in self.archive.namelist():
             raise ValueError(f"manifest refers to a missing array {index!r}")
         if index not in self.built:
-            self.built[index] = build(self.archive[name])
+            self.built[index] = build(self.array(name))
         return self.built[index]
+
+    def array(self, name):
+        """The array stored as member `name`, checked whole before numpy parses it."""
+        info = self.archive.getinfo(f"{name}.npy")
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            raise ValueError(f"member {name} is compressed or encrypted; mpigrad writes "
+                             "neither")
+        raw = self.archive.read(info)  # checks zip's CRC-32
+        header = io.BytesIO(raw)
+        version = np.lib.format.read_magic(header)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            raise ValueError(f"member {name} has .npy format version {version}")
+        shape, fortran_order, dtype = read_header(header)
+        if dtype.hasobject:
+            raise ValueError(f"member {name} holds Python objects, which only pickle could "
+                             "load; refused (mpigrad never pickles, see allow_pickle)")
+        count = int(np.prod(shape, dtype=np.int64))
+        if len(raw) - header.tell() != count * dtype.itemsize:
+            raise ValueError(f"member {name} holds {len(raw) - header.tell()} bytes of data "
+                             f"for an array of shape {shape} and dtype {dtype}")
+        flat = np.frombuffer(raw, dtype=dtype, count=count, offset=header.tell())
+        # A copy: the parameters built from it must be writeable.
+        return flat.reshape(shape, order="F" if fortran_order else "C").copy(order="K")
 
 
 def _fsync_directory(directory):

@@ -18,7 +18,7 @@ holds what the others allocated meanwhile.
 
 Timestamps are `time.perf_counter()` (CLOCK_MONOTONIC: one clock for every process on a
 node), written to the Chrome trace in microseconds, so traces of several ranks, and of
-DistributedDataParallel's timeline once it uses the same origin, line up when merged.
+DistributedDataParallel's timeline (the same clock), line up when merged.
 
 When no profile is recording, an op pays one attribute read.
 """

@@ -7,11 +7,18 @@ end-of-backward agreement, the bucket rebuild, buffer broadcasts). Every blockin
 runs inside `watchdog.blocked` with the group's timeout, and `work()` wraps a hook's requests
 in a `Work` that does the same, so a dead or stopped peer ends the job with a message saying
 what this rank was waiting for instead of a hang.
+
+The two communicators are freed when the Channel is (its DDP wrapper was dropped) or when its
+process group is destroyed, whichever comes first: MPI has a fixed number of them per process
+(2048 in MPICH), which a sweep creating DDP wrappers in a loop would otherwise exhaust.
 """
+import weakref
+
 import numpy as np
 from mpi4py import MPI
 
 from .buffers import mpi_type
+from .process_group import duplicate
 from .watchdog import blocked
 from .work import Work
 
@@ -23,10 +30,31 @@ class Channel:
     def __init__(self, process_group):
         self.process_group = process_group
         with self.blocked("duplicating the group's communicator"):  # Dup is collective
-            self.comm = process_group.comm.Dup()
-            self.control = process_group.comm.Dup()
-        self.rank = self.comm.Get_rank()
-        self.world_size = self.comm.Get_size()
+            comm = duplicate(process_group.comm, "DistributedDataParallel")
+            try:
+                control = duplicate(process_group.comm, "DistributedDataParallel")
+            except BaseException:
+                comm.Free()
+                raise
+        self._comms = [comm, control]
+        self.rank = comm.Get_rank()
+        self.world_size = comm.Get_size()
+        self.close = weakref.finalize(self, _free, self._comms)
+        process_group._dependents.add(self)
+
+    @property
+    def comm(self):
+        return self._open()[0]
+
+    @property
+    def control(self):
+        return self._open()[1]
+
+    def _open(self):
+        if not self._comms:
+            raise RuntimeError("DistributedDataParallel: its process group was destroyed "
+                               "(destroy_process_group); wrap the model again, in a live group")
+        return self._comms
 
     def blocked(self, what):
         """A watch (see watchdog) for a blocking wait of DDP's on this group."""
@@ -74,3 +102,12 @@ class Channel:
             for a in arrays:
                 np.copyto(a, packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
                 offset += a.nbytes
+
+
+def _free(comms):
+    """`Channel.close()`: free the communicators, once (when the Channel is collected, or its
+    group destroyed, whichever comes first)."""
+    if not MPI.Is_finalized():
+        for comm in comms:
+            comm.Free()
+    comms.clear()

@@ -91,6 +91,9 @@ class DistributedDataParallel(Module, Joinable):
 
     # ------------------------------------------------------------------ forward
     def forward(self, *inputs, **kwargs):
+        # Before any other collective: a backward that raised here left the other ranks
+        # waiting in the end-of-backward agreement, which must be answered first.
+        self.reducer.settle_previous_iteration()
         root = 0
         if self._join_config is not None and self._join_config.enable:
             active = notify_join_context(self)

@@ -21,7 +21,7 @@ def send(tensor, dst, group=None, tag=0):
     if pg is None:
         return
     arr, peer = prepare(pg, tensor, dst, "dst", tag, blocking=True)
-    with blocked(pg, f"send to rank {dst} (tag {tag})"):
+    with blocked(pg, f"send to rank {dst} (tag {tag})", collective=False):
         pg.comm.Send(message(arr), peer, tag)
 
 
@@ -43,7 +43,8 @@ def isend(tensor, dst, group=None, tag=0):
         return None
     arr, peer = prepare(pg, tensor, dst, "dst", tag)
     request = pg.comm.Isend(message(arr), peer, tag)
-    return Work(pg, f"isend to rank {dst} (tag {tag})", [request], keep_alive=arr)
+    return Work(pg, f"isend to rank {dst} (tag {tag})", [request], keep_alive=arr,
+                collective=False)
 
 
 def irecv(tensor, src=None, group=None, tag=0):
@@ -66,7 +67,7 @@ class _ReceiveWork(Work):
             mark_written(tensor)
             return True
 
-        super().__init__(pg, what, [request], on_complete=done,
+        super().__init__(pg, what, [request], on_complete=done, collective=False,
                          on_error=lambda exc, statuses: _receive_error(exc, arr, pg, statuses[0]),
                          keep_alive=arr)
         self._source = None
@@ -83,7 +84,7 @@ def receive_exact(pg, comm, arr, peer, tag):
     status = MPI.Status()
     source = None if peer == MPI.ANY_SOURCE else pg.ranks[peer]
     try:
-        with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})"):
+        with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})", collective=False):
             comm.Recv(message(arr), peer, tag, status)
     except MPI.Exception as exc:
         raise _receive_error(exc, arr, pg, status) from exc

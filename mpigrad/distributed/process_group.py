@@ -5,13 +5,15 @@ default group ("global" ranks), as in torch.distributed.
 import datetime
 import numbers
 import os
+import re
 import warnings
+import weakref
 import zlib
 
 import numpy as np
 from mpi4py import MPI
 
-from . import abort, checks
+from . import abort, checks, watchdog
 
 _CHECK_ENV = "MPIGRAD_CHECK_COLLECTIVES"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -39,9 +41,11 @@ class ProcessGroup:
         # Separate contexts keep each kind of internal traffic from matching the user's own
         # messages on `comm`: the cross-rank signature checks and the ring algorithm's
         # messages on one, gradients sent back by differentiable send/recv on the other.
-        self._internal_comm = comm.Dup()
-        self._autograd_comm = comm.Dup()
+        self._internal_comm = duplicate(comm, f"creating {name}")
+        self._autograd_comm = duplicate(comm, f"creating {name}")
         self._collective_count = 0
+        # Communicators of code built on this group (DDP's Channel), freed with the group.
+        self._dependents = weakref.WeakSet()
 
     def rank(self):
         return self.comm.Get_rank()
@@ -53,9 +57,35 @@ class ProcessGroup:
         return f"<ProcessGroup: {self.name}, rank {self.rank()} of {self.size()}>"
 
     def _free(self):
+        for dependent in list(self._dependents):
+            dependent.close()
         for comm in (self._autograd_comm, self._internal_comm, self.comm):
             comm.Free()
         self.comm = None
+
+
+# MPICH's message for an exhausted context-id space; other MPIs word it differently.
+_OUT_OF_COMMUNICATORS = re.compile(r"Too many communicators \(\d+/(\d+) free")
+
+
+def duplicate(comm, what, make=None):
+    """`comm.Dup()` (or `make()`), with MPI's cryptic error for running out of communicators
+    replaced by one that says what holds them and how to free them."""
+    try:
+        return comm.Dup() if make is None else make()
+    except MPI.Exception as err:
+        text = err.Get_error_string()
+        limit = _OUT_OF_COMMUNICATORS.search(text)
+        if limit is None and "communicator" not in text.lower():
+            raise
+        allowed = f"this MPI allows {limit.group(1)}" if limit else "MPI limits how many"
+        raise RuntimeError(
+            f"{what}: MPI has run out of communicators ({allowed} per process). Each live "
+            f"process group holds 3 ({len(_live_groups)} are live) and each live "
+            f"DistributedDataParallel 2. Free what is no longer needed: "
+            f"destroy_process_group(group) for groups, and drop DistributedDataParallel "
+            f"wrappers (del model; their communicators are freed when they are collected)."
+        ) from err
 
 
 class _NonGroupMember:
@@ -115,13 +145,15 @@ def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT,
     seconds = _seconds(timeout)
     abort_setting = abort.setting(abort_on_exception)
     check = _agreed_check_setting(comm)
-    world = ProcessGroup(comm.Dup(), range(comm.Get_size()), check, seconds, "the default group")
+    world = ProcessGroup(duplicate(comm, "init_process_group"), range(comm.Get_size()), check,
+                         seconds, "the default group")
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     _local.update(rank=node.Get_rank(), size=node.Get_size())
     node.Free()
     GroupMember.WORLD = world
     _live_groups.append(world)
     abort.set_abort_on_exception(abort_setting)
+    watchdog.start(world.comm)
 
 
 def _agreed_check_setting(comm):
@@ -148,6 +180,7 @@ def destroy_process_group(group=None):
         return
     default = _get_default_group("destroy_process_group")
     if group is None or group is default:
+        watchdog.stop()
         for pg in reversed(_live_groups):
             pg._free()
         _live_groups.clear()
@@ -174,7 +207,7 @@ def new_group(ranks=None, timeout=None):
         check.value("len(ranks)", len(members))
     mpi_group = world.comm.Get_group()
     subset = mpi_group.Incl(members)
-    comm = world.comm.Create(subset)
+    comm = duplicate(world.comm, "new_group", lambda: world.comm.Create(subset))
     subset.Free()
     mpi_group.Free()
     if comm == MPI.COMM_NULL:

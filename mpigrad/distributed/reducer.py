@@ -43,6 +43,16 @@ nobody waits forever: the agreement step sees it, every rank launches the bucket
 owes (zeros where gradients are missing) so all reductions complete, and every rank raises the
 same error naming the parameters and the ranks.
 
+A backward that raised on one rank after its first buckets were launched (an exception the
+user caught around `loss.backward()`) leaves that rank's reductions in flight while the other
+ranks wait in the agreement. The next forward on that rank (with or without gradients)
+notices the unfinished iteration before any other collective (`settle_previous_iteration`):
+it joins the agreement saying it failed, every rank completes the reductions
+(MPI never keeps a buffer that is reused), drops the iteration's gradients (every `.grad`
+becomes None, so an optimizer step changes nothing and the ranks' parameters stay equal) and
+raises the same error, as PyTorch's "Expected to have finished reduction in the prior
+iteration" does.
+
 The Reducer talks MPI only through its `Channel` (channel.py): the process group and DDP's
 duplicates of its communicator. Every blocking wait runs under the group's watchdog, so a
 peer that died or stopped mid-backward ends the job after the group's timeout, with a
@@ -227,6 +237,12 @@ class Reducer:
         self._comm_hook = (state, hook)
 
     # ------------------------------------------------------------------ lifecycle
+    def settle_previous_iteration(self):
+        """Called first by every forward: if the last backward started but never finished
+        here (it raised), settle it with the other ranks (see `_abandon`), which raises."""
+        if self._finalize_queued:
+            self._abandon()
+
     def prepare_for_backward(self, outputs):
         self._reset_iteration()
         self._armed = True
@@ -363,19 +379,29 @@ class Reducer:
         with self.channel.blocked(f"waiting for the reduction of bucket {bucket.index}"):
             return bucket.future.wait()
 
-    def _agree(self, launched, used):
+    def _abandon(self):
+        """The last backward started (buckets may be in flight) but never finished on this
+        rank: it raised. Take part in the agreement the other ranks are waiting in, as the
+        rank that failed, which completes every reduction and raises on every rank."""
+        try:
+            self._agree(self._next_launch, self._used, failed=True)
+        finally:
+            self._reset_iteration()
+
+    def _agree(self, launched, used, failed=False):
         """Blocking agreement on the control communicator that every rank launched every
-        bucket. Returns the parameters used on some rank (with find_unused_parameters).
-        On disagreement, completes every outstanding reduction and raises on every rank."""
+        bucket and none failed. Returns the parameters used on some rank (with
+        find_unused_parameters). Otherwise completes every outstanding reduction and raises
+        on every rank."""
         n = len(self.buckets)
-        vec = np.empty(2 + (len(used) if self.find_unused_parameters else 0), np.int64)
-        vec[0], vec[1] = launched, -launched
+        vec = np.empty(3 + (len(used) if self.find_unused_parameters else 0), np.int64)
+        vec[0], vec[1], vec[2] = launched, -launched, failed
         if self.find_unused_parameters:
-            vec[2:] = used
+            vec[3:] = used
         self.channel.allreduce(vec, MPI.MAX, "the end-of-backward agreement on launched buckets")
-        if vec[0] == n and -vec[1] == n:
-            return vec[2:].astype(bool) if self.find_unused_parameters else None
-        # Someone is short: owe no reduction to anyone, then explain.
+        if vec[0] == n and -vec[1] == n and not vec[2]:
+            return vec[3:].astype(bool) if self.find_unused_parameters else None
+        # Someone is short or failed: owe no reduction to anyone, then explain.
         for i in np.flatnonzero(~self._ready):
             self._zero_slot(i)
         for bucket in self.buckets:
@@ -383,9 +409,14 @@ class Reducer:
         self._launch_full_buckets()
         for bucket in self.buckets:
             self._wait(bucket)
-        masks = self.channel.allgather(self._ready.astype(np.uint8),
-                                       "gathering which parameters got a gradient")
-        raise RuntimeError(_unready_message(masks, self.names, self.params))
+        state = np.concatenate([[failed], self._ready]).astype(np.uint8)
+        states = self.channel.allgather(state, "gathering which parameters got a gradient")
+        if states[:, 0].any():
+            for param in self.params:
+                param.grad = None
+            raise RuntimeError(_failed_message(np.flatnonzero(states[:, 0]).tolist(),
+                                               self.iteration))
+        raise RuntimeError(_unready_message(states[:, 1:], self.names, self.params))
 
     def _unpack(self, globally_used):
         for i, param in enumerate(self.params):
@@ -416,6 +447,8 @@ class Reducer:
             self.timeline.record_step(self.iteration, backward, buckets, end, wait_seconds)
 
     def _reset_iteration(self):
+        if not self.rebuilt:
+            self._ready_order = []  # an iteration that failed leaves no half-recorded order
         self._armed = False
         self._finalize_queued = False
         self._ready[:] = False
@@ -459,6 +492,17 @@ def _ready_hook(reducer_ref, i):
 def _remove_all(handles):
     for handle in handles:
         handle.remove()
+
+
+def _failed_message(ranks, iteration):
+    return (f"DistributedDataParallel: the backward pass of iteration {iteration} did not "
+            f"finish on rank(s) {ranks}: it raised an exception there, which was caught, and a "
+            f"new forward started. Expected to have finished reduction in the prior iteration "
+            f"before starting a new one (as PyTorch puts it). The iteration's gradients were "
+            f"incomplete, so every rank dropped them (every parameter's .grad is None) and the "
+            f"parameters are still the same on all ranks. Let exceptions inside backward "
+            f"propagate (an uncaught one aborts the whole job), or decide to skip a batch on "
+            f"every rank alike, before backward (all_reduce a flag).")
 
 
 def _unready_message(masks, names, params):

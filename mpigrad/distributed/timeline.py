@@ -12,7 +12,11 @@ Turn it on for every DDP model with the environment variable
     MPIGRAD_TIMELINE=/path/trace.{rank}.json   ({rank} is replaced by the rank)
 
 or per model with `DistributedDataParallel(..., timeline=path)` / `ddp.enable_timeline(path)`.
-Events are kept in memory and written by `flush()` (also called at interpreter exit).
+The file is written as the job runs: each step's events are appended when the step ends, and
+the file is valid JSON after every write (the closing brackets are rewritten behind the new
+events), so memory stays flat however long the job runs and a job that is killed keeps its
+trace up to its last finished step. Without a path the events stay in memory, the newest
+`MEMORY_EVENTS` of them.
 
 The per-step summary event carries `backward_ms` (first gradient hook to the end-of-backward
 callback), `comm_ms` (the time during which at least one bucket's reduction was in flight),
@@ -20,12 +24,17 @@ callback), `comm_ms` (the time during which at least one bucket's reduction was 
 end-of-backward callback spent waiting). `summarize(events)` reads them back.
 """
 import atexit
+import collections
 import json
 import os
 import time
 import weakref
 
 ENV = "MPIGRAD_TIMELINE"
+MEMORY_EVENTS = 100_000
+
+_HEADER = b'{"displayTimeUnit": "ms", "traceEvents": [\n'
+_CLOSING = b"\n]}\n"
 
 __all__ = ["Timeline", "timeline_path", "summarize", "hidden_fraction", "ENV"]
 
@@ -61,25 +70,39 @@ def hidden_fraction(backward, intervals):
 
 
 class Timeline:
-    """Collects trace events for one rank; `flush()` writes them to `path` (already per rank)."""
+    """Trace events of one rank, appended to `path` (already per rank) at the end of every
+    step; with `path` None kept in `events` (the newest MEMORY_EVENTS)."""
 
     _live = weakref.WeakSet()
 
     def __init__(self, path, rank):
         self.path = path
         self.rank = rank
-        self.origin = time.perf_counter()
-        self.events = [
+        # With a file, `events` only holds what the current step has not written yet.
+        self.events = collections.deque(maxlen=None if path else MEMORY_EVENTS)
+        self.events.extend([
             {"name": "process_name", "ph": "M", "pid": rank, "tid": 0,
              "args": {"name": f"rank {rank}"}},
             {"name": "thread_name", "ph": "M", "pid": rank, "tid": 0,
              "args": {"name": "backward / step"}},
-        ]
+        ])
         self._named_tracks = set()
+        self._file = None
+        if path is not None:
+            directory = os.path.dirname(path)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            self._file = open(path, "wb")
+            self._file.write(_HEADER + _CLOSING)
+            self._first = True
+            self.flush()
         Timeline._live.add(self)
 
-    def _us(self, t):
-        return round((t - self.origin) * 1e6, 3)
+    @staticmethod
+    def _us(t):
+        # perf_counter microseconds, not time since this timeline began: the autograd
+        # profiler writes the same clock, so the two traces line up when merged.
+        return round(t * 1e6, 3)
 
     def _span(self, name, tid, start, end, args=None):
         event = {"name": name, "ph": "X", "pid": self.rank, "tid": tid,
@@ -108,17 +131,25 @@ class Timeline:
                    {"step": step, "backward_ms": (backward[1] - backward[0]) * 1e3,
                     "comm_ms": comm * 1e3, "hidden_fraction": hidden,
                     "wait_ms": wait_seconds * 1e3})
+        self.flush()
 
     def flush(self):
-        if self.path is None:
+        """Append the buffered events to the file (one write, ending with the closing
+        brackets, so the file parses after every flush); nothing to do without a file."""
+        if self._file is None or not self.events:
             return
-        directory = os.path.dirname(self.path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"traceEvents": self.events, "displayTimeUnit": "ms"}, f)
-        os.replace(tmp, self.path)
+        text = ",\n".join(json.dumps(event) for event in self.events).encode("utf-8")
+        self._file.seek(-len(_CLOSING), os.SEEK_END)
+        self._file.write((b"" if self._first else b",\n") + text + _CLOSING)
+        self._file.flush()
+        self._first = False
+        self.events.clear()
+
+    def close(self):
+        if self._file is not None:
+            self.flush()
+            self._file.close()
+            self._file = None
 
 
 def summarize(events):

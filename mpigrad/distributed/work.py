@@ -31,9 +31,10 @@ class Work(Future):
     timeout. A Work is driven by the thread that started it.
     """
 
-    def __init__(self, pg, what, requests, on_complete=None, on_error=None, keep_alive=()):
+    def __init__(self, pg, what, requests, on_complete=None, on_error=None, keep_alive=(),
+                 collective=True):
         super().__init__()
-        self._pg, self._what = pg, what
+        self._pg, self._what, self._collective = pg, what, collective
         self.requests = list(requests)
         self._on_complete = on_complete
         self._on_error = on_error
@@ -62,7 +63,7 @@ class Work(Future):
             return
         try:
             if block:
-                with blocked(self._pg, f"waiting for {self._what}"):
+                with blocked(self._pg, f"waiting for {self._what}", self._collective):
                     MPI.Request.Waitall(self.requests, self._statuses)
             elif not MPI.Request.Testall(self.requests, self._statuses):
                 return

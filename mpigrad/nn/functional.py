@@ -5,13 +5,13 @@ derivatives (double backward) work without extra rules. Conventions follow torch
 are (N, C, H, W) (or unbatched (C, H, W)), class scores (N, C, d1, ...) with the class
 dimension second.
 """
-import math
 import numbers
 
 import numpy as np
 
 from .. import ops, random
 from ..autograd import grad_mode
+from ..dtypes import check_same_dtype
 from ..ops import conv as conv_ops
 from ..ops.conv import sliding_output_size
 from ..ops.shape import pad  # noqa: F401  (torch.nn.functional.pad)
@@ -111,7 +111,8 @@ def _same_padding(kernel_size, dilation, stride):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """2-D cross-correlation as im2col plus one batched matrix product.
+    """2-D cross-correlation: im2col and a GEMM per chunk of samples (grouped: im2col plus one
+    batched matrix product per group).
 
     weight is (out_channels, in_channels // groups, kh, kw); padding is an int, a pair,
     'valid' or 'same'.
@@ -138,17 +139,19 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         padding = (sides[0][0], sides[1][0])
     else:
         padding = _pair(padding, "padding", 0)
+    check_same_dtype("expected scalar type {} but found {}", x, weight)
+    check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
     n = x.shape[0]
     _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
+    if groups == 1:
+        out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
+        return out.squeeze(0) if unbatched else out
     oh, ow = sliding_output_size(x.shape[2:], (kh, kw), dilation, padding, stride)
     cols = conv_ops.unfold(x, kernel_size=(kh, kw), dilation=dilation, padding=padding,
                            stride=stride)
-    if groups == 1:
-        out = weight.reshape(out_channels, -1) @ cols
-    else:
-        # unfold orders rows channel-major, so each group's rows are one contiguous block.
-        out = (weight.reshape(groups, out_channels // groups, -1)
-               @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
+    # unfold orders rows channel-major, so each group's rows are one contiguous block.
+    out = (weight.reshape(groups, out_channels // groups, -1)
+           @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
     if bias is not None:
         out = out + bias.reshape(out_channels, 1)
     out = out.reshape(n, out_channels, oh, ow)
@@ -188,14 +191,14 @@ def _pool_geometry(what, size, kernel_size, stride, padding, dilation, ceil_mode
     return tuple(out), tuple(extra)
 
 
-def _pool_columns(x, kernel_size, stride, padding, dilation, extra, value):
-    """Every pooling window of every channel: (N * C, kh * kw, L), padded with `value`."""
+def _pool_columns(x, kernel_size, stride, padding, extra):
+    """Every pooling window of every channel: (N * C, kh * kw, L), zero-padded."""
     n, c, h, w = x.shape
     planes = x.reshape(n * c, 1, h, w)
     (ph, pw), (eh, ew) = padding, extra
     if ph or pw or eh or ew:
-        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh), value=value)
-    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=dilation, padding=(0, 0),
+        planes = ops.pad(planes, (pw, pw + ew, ph, ph + eh))
+    return conv_ops.unfold(planes, kernel_size=kernel_size, dilation=(1, 1), padding=(0, 0),
                            stride=stride)
 
 
@@ -208,21 +211,23 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     stride = kernel_size if stride is None else _pair(stride, "stride", 1)
     padding, dilation = _pair(padding, "padding", 0), _pair(dilation, "dilation", 1)
     n, c, h, w = x.shape
-    (oh, ow), extra = _pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding,
-                                     dilation, ceil_mode)
-    cols = _pool_columns(x, kernel_size, stride, padding, dilation, extra, -math.inf)
-    # One winner per window (the first maximum), so a tie sends the whole gradient to one
-    # input, as in torch.
-    values, taps = cols.max(dim=1)
-    out = values.reshape(n, c, oh, ow)
-    out = out.squeeze(0) if unbatched else out
+    _, extra = _pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding, dilation,
+                              ceil_mode)
+    geometry = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                    extra=extra)
+    out = conv_ops.max_pool2d(x, **geometry)
     if not return_indices:
-        return out
-    tap_row, tap_col = np.divmod(taps.data.reshape(n, c, oh, ow), kernel_size[1])
+        return out.squeeze(0) if unbatched else out
+    # One winner per window (the first maximum), as torch returns.
+    taps = conv_ops.winning_taps(x.data, out.data, **geometry)
+    tap_row, tap_col = np.divmod(taps.astype(np.int64), kernel_size[1])
+    oh, ow = out.shape[2:]
     rows = np.arange(oh)[:, None] * stride[0] - padding[0] + tap_row * dilation[0]
     columns = np.arange(ow)[None, :] * stride[1] - padding[1] + tap_col * dilation[1]
-    indices = Tensor.wrap((rows * w + columns).astype(np.int64))
-    return out, (indices.squeeze(0) if unbatched else indices)
+    indices = Tensor.wrap(rows * w + columns)
+    if unbatched:
+        return out.squeeze(0), indices.squeeze(0)
+    return out, indices
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -237,7 +242,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     n, c, h, w = x.shape
     (oh, ow), extra = _pool_geometry("avg_pool2d", (h, w), kernel_size, stride, padding,
                                      (1, 1), ceil_mode)
-    sums = _pool_columns(x, kernel_size, stride, padding, (1, 1), extra, 0.0).sum(1)
+    sums = _pool_columns(x, kernel_size, stride, padding, extra).sum(1)
     if divisor_override is not None:
         divisor = float(divisor_override)
     else:
@@ -312,6 +317,9 @@ def _normalize(x, mean, var, eps):
     return (x - mean) / (var + eps).sqrt()
 
 
+_MIXED_DTYPES = "mixed dtype (CPU): all inputs must share same datatype ({} and {})."
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the trailing dimensions `normalized_shape` (biased variance)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) \
@@ -319,6 +327,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if not shape or tuple(input.shape[input.ndim - len(shape):]) != shape:
         raise ValueError(f"layer_norm: expected input with trailing shape {shape}, got shape "
                          f"{tuple(input.shape)}")
+    check_same_dtype(_MIXED_DTYPES, input, weight, bias)
     dims = tuple(range(input.ndim - len(shape), input.ndim))
     out = _normalize(input, input.mean(dims, keepdim=True),
                      input.var(dims, keepdim=True, correction=0), eps)
@@ -347,6 +356,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if t is not None and tuple(t.shape) != (channels,):
             raise ValueError(f"batch_norm: expected {name} of shape ({channels},) for an input "
                              f"with {channels} channels, got shape {tuple(t.shape)}")
+    check_same_dtype(_MIXED_DTYPES, input, running_mean, running_var, weight, bias)
     if training:
         count = input.numel() // channels
         if count <= 1:

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..autograd import grad_mode
+from ..dtypes import check_same_dtype
 from ..tensor import Tensor
 from .core import Op
 from .elementwise import log, where
@@ -58,9 +59,11 @@ _matmul = Op("matmul", np.matmul,
 
 
 def matmul(a, b):
-    """torch.matmul: 1-D operands are promoted to matrices and the added dimension removed."""
+    """torch.matmul: 1-D operands are promoted to matrices and the added dimension removed.
+    Operands of different dtypes are an error, not promoted."""
     a = a if isinstance(a, Tensor) else Tensor(a)
     b = b if isinstance(b, Tensor) else Tensor(b)
+    check_same_dtype("mat1 and mat2 must have the same dtype, but got {} and {}", a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError("both arguments to matmul need to be at least 1-D, got "
                            f"{a.ndim}-D and {b.ndim}-D")
@@ -78,10 +81,11 @@ def matmul(a, b):
 
 
 def _linear_forward(x, weight, bias):
+    check_same_dtype("mat1 and mat2 must have the same dtype, but got {} and {}", x, weight)
+    check_same_dtype("self and mat2 must have the same dtype, but got {} and {}", bias, weight)
     out = np.matmul(x, weight.T)
     if bias is not None:
-        # In place unless the bias's dtype would widen the result (numpy refuses that cast).
-        out = np.add(out, bias, out=out if np.result_type(out, bias) == out.dtype else None)
+        np.add(out, bias, out=out)
     return out
 
 

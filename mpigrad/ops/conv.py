@@ -1,13 +1,54 @@
-"""Sliding windows: im2col (`unfold`) and its adjoint col2im (`fold`).
+"""Sliding windows: im2col and col2im, convolution, max pooling.
 
-Each is the other's vector-Jacobian product and, being linear, its own tangent rule; so
-convolution and pooling built from them (with matmul, max, mean) are differentiable to any
-order in both modes. Sizes are (height, width) pairs.
+Everything here reads and writes images through one strided view, `windows`: for padded
+images (N, C, Hp, Wp) it is (N, C, kh, kw, oh, ow), tap (i, j) of the window at (r, s), with
+no copy. The ops come in adjoint families, each member the others' vector-Jacobian product,
+so convolution and pooling are differentiable to any order, in both modes (each op's
+tangent rule applies a member of its family to the tangent):
+
+- `unfold` (im2col) and `fold` (col2im), torch's F.unfold and F.fold;
+- `conv2d`, `conv_transpose2d` (its gradient for the input) and `conv2d_weight` (for the
+  weight): im2col and one GEMM per chunk of samples, the chunk sized so that its columns are
+  still in cache when the GEMM (or col2im) reads them; a 1x1 convolution needs no columns;
+- `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
+  the taps' views; backward finds each window's winning tap again (the first maximum, as
+  torch) and sends the gradient there.
+
+Sizes are (height, width) pairs.
 """
+import collections
+import threading
+
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from .core import Op
+
+# Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
+# so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
+_CHUNK_BYTES = 2 << 20
+
+_scratch = threading.local()
+_SCRATCH_ARRAYS = 16
+
+
+def _scratch_array(shape, dtype, key, zeros=False):
+    """A work array that the next call with the same key gets again (per thread), never
+    handed out of this module. Training repeats shapes, and faulting in the fresh pages of a
+    new megabyte-sized array each step costs more than the copy that fills it. `key` names
+    what the caller relies on, e.g. which cells stay zero because it never writes them."""
+    arrays = getattr(_scratch, "arrays", None)
+    if arrays is None:
+        arrays = _scratch.arrays = collections.OrderedDict()
+    full_key = (key, tuple(shape), np.dtype(dtype))
+    array = arrays.get(full_key)
+    if array is None:
+        array = arrays[full_key] = (np.zeros if zeros else np.empty)(shape, dtype)
+        if len(arrays) > _SCRATCH_ARRAYS:
+            arrays.popitem(last=False)
+    else:
+        arrays.move_to_end(full_key)
+    return array
 
 
 def sliding_output_size(size, kernel_size, dilation, padding, stride):
@@ -16,35 +57,66 @@ def sliding_output_size(size, kernel_size, dilation, padding, stride):
                  for n, k, d, p, s in zip(size, kernel_size, dilation, padding, stride))
 
 
+def windows(padded, kernel_size, dilation, stride, out_size):
+    """The (N, C, kh, kw, oh, ow) view of every window of `padded` (N, C, H, W); writable, so
+    col2im can add into it tap by tap."""
+    (kh, kw), (dh, dw), (sh, sw), (oh, ow) = kernel_size, dilation, stride, out_size
+    n, c, row, col = padded.strides
+    return as_strided(padded, padded.shape[:2] + (kh, kw, oh, ow),
+                      (n, c, dh * row, dw * col, sh * row, sw * col))
+
+
+def _pad(x, padding, value=0, extra=(0, 0)):
+    """x with `padding` on every side and `extra` more at the bottom and right (ceil_mode)."""
+    (ph, pw), (eh, ew) = padding, extra
+    if not (ph or pw or eh or ew):
+        return x
+    n, c, h, w = x.shape
+    out = np.full((n, c, h + 2 * ph + eh, w + 2 * pw + ew), value, x.dtype)
+    out[:, :, ph:ph + h, pw:pw + w] = x
+    return out
+
+
+def _crop(padded, padding, size):
+    (ph, pw), (h, w) = padding, size
+    if padded.shape[2:] == (h, w):
+        return padded
+    return np.ascontiguousarray(padded[:, :, ph:ph + h, pw:pw + w])
+
+
+# ----------------------------------------------------------------------------- im2col, col2im
+def _im2col_into(cols, taps):
+    """Copy each tap's view (N, C, kh, kw, ...) into columns (N, C * kh * kw, ...)."""
+    np.copyto(cols.reshape(taps.shape), taps)
+
+
+def _fold_into(taps, cols):
+    """Add columns into their taps' views of an image, one strided add per tap; overlapping
+    windows accumulate."""
+    cols = cols.reshape(taps.shape)
+    for i in range(taps.shape[2]):
+        for j in range(taps.shape[3]):
+            taps[:, :, i, j] += cols[:, :, i, j]
+
+
 def _unfold(x, kernel_size, dilation, padding, stride):
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
     n, c = x.shape[:2]
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    # Windows span the dilated kernel; striding the window axes by the dilation keeps the taps.
-    windows = sliding_window_view(x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
-    windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]
-    oh, ow = windows.shape[2:4]
-    return windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * kh * kw, oh * ow)
+    out_size = sliding_output_size(x.shape[2:], kernel_size, dilation, padding, stride)
+    # Always a copy, even where a view would do (1x1): the result must not alias x.
+    cols = np.empty((n, c * kernel_size[0] * kernel_size[1], out_size[0] * out_size[1]),
+                    x.dtype)
+    _im2col_into(cols, windows(_pad(x, padding), kernel_size, dilation, stride, out_size))
+    return cols
 
 
 def _fold(cols, output_size, kernel_size, dilation, padding, stride):
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
-    h, w = output_size
+    (ph, pw), (h, w) = padding, output_size
     n = cols.shape[0]
-    c = cols.shape[1] // (kh * kw)
-    oh, ow = sliding_output_size((h, w), kernel_size, dilation, padding, stride)
-    cols = cols.reshape(n, c, kh, kw, oh, ow)
+    c = cols.shape[1] // (kernel_size[0] * kernel_size[1])
     out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), cols.dtype)
-    # One vectorised strided add per kernel tap; overlapping windows accumulate.
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-            columns = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
-            out[:, :, rows, columns] += cols[:, :, i, j]
-    if ph or pw:
-        out = np.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + w])
-    return out
+    out_size = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
+    _fold_into(windows(out, kernel_size, dilation, stride, out_size), cols)
+    return _crop(out, padding, output_size)
 
 
 unfold = Op("unfold", _unfold,
@@ -61,3 +133,313 @@ fold = Op("fold", _fold,
           (lambda t, ans, cols, output_size, kernel_size, dilation, padding, stride:
            fold(t, output_size=output_size, kernel_size=kernel_size, dilation=dilation,
                 padding=padding, stride=stride),))
+
+
+# ----------------------------------------------------------------------------- convolution
+class _Columns:
+    """Where a convolution's columns live: column q = r * pitch + s is the window at (r, s).
+
+    With stride 1 the pitch is the padded width, so one tap's columns of one channel are a
+    single contiguous run of the padded image: im2col and col2im move a few long runs instead
+    of many rows of ow. The columns with s >= ow then are junk: computed and dropped in the
+    output, zero in gradients (so they add nothing). Otherwise the pitch is ow and every
+    column is a window.
+    """
+
+    def __init__(self, in_size, kernel_size, dilation, padding, stride):
+        self.kernel_size, self.dilation, self.padding, self.stride = (
+            tuple(kernel_size), dilation, padding, stride)
+        self.in_size = tuple(in_size)
+        self.padded_size = tuple(s + 2 * p for s, p in zip(in_size, padding))
+        self.out_size = sliding_output_size(in_size, kernel_size, dilation, padding, stride)
+        oh, ow = self.out_size
+        self.flat = stride == (1, 1)
+        self.pitch = self.padded_size[1] if self.flat else ow
+        self.length = (oh - 1) * self.pitch + ow
+        self.pointwise = self.kernel_size == (1, 1) and padding == (0, 0) and self.flat
+
+    def taps(self, padded):
+        """The (N, C, kh, kw, length) view, or (..., oh, ow) when strided, of padded images
+        whose rows are contiguous."""
+        if not self.flat:
+            return windows(padded, self.kernel_size, self.dilation, self.stride, self.out_size)
+        (dh, dw), (n, c, row, col) = self.dilation, padded.strides
+        return as_strided(padded, padded.shape[:2] + self.kernel_size + (self.length,),
+                          (n, c, dh * row, dw * col, col))
+
+    def padded_chunks(self, x, step):
+        """(start, stop, images): consecutive chunks of x, padded, with contiguous rows."""
+        n, c, h, w = x.shape
+        ph, pw = self.padding
+        rows_contiguous = x.strides[3] == x.itemsize and x.strides[2] == w * x.itemsize
+        buffer = None
+        if ph or pw or (self.flat and not rows_contiguous):
+            # Only the interior is ever written: the border stays zero across calls.
+            buffer = _scratch_array((min(step, n), c) + self.padded_size, x.dtype,
+                                    ("padded", self.padding), zeros=True)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            if buffer is None:
+                yield start, stop, x[start:stop]
+            else:
+                images = buffer[:stop - start]
+                images[:, :, ph:ph + h, pw:pw + w] = x[start:stop]  # the border stays zero
+                yield start, stop, images
+
+    def spread_buffer(self, step, channels, dtype):
+        if self.pitch == self.out_size[1]:
+            return None
+        # Only the real columns are ever written: the junk stays zero across calls.
+        return _scratch_array((step, channels, self.out_size[0] * self.pitch), dtype,
+                              ("spread", self.pitch, self.out_size[1]), zeros=True)
+
+    def spread(self, g, buffer):
+        """g (N, O, oh, ow) as columns (N, O, length), junk columns zero (never written)."""
+        if buffer is None:
+            return g.reshape(g.shape[0], g.shape[1], -1)
+        n, channels = g.shape[:2]
+        full = buffer[:n]
+        full.reshape(n, channels, self.out_size[0], self.pitch)[..., :self.out_size[1]] = g
+        return full[..., :self.length]
+
+    def crop(self, product):
+        """Columns (N, O, length) as the (N, O, oh, ow) view of their real windows."""
+        n, c, q = product.strides
+        return as_strided(product, product.shape[:2] + self.out_size, (n, c, self.pitch * q, q))
+
+
+def _chunk_size(n, column_bytes):
+    return min(n, max(1, _CHUNK_BYTES // column_bytes))
+
+
+def _column_chunks(x, layout, side_by_side=False):
+    """(start, stop, columns) for consecutive chunks of samples; columns (stop - start,
+    C * kh * kw, length) live in one buffer that the next chunk overwrites. `side_by_side`
+    gives them as (C * kh * kw, (stop - start) * length) instead: the samples' columns next
+    to each other, for one GEMM over the whole chunk."""
+    n, c = x.shape[:2]
+    if layout.pointwise and not side_by_side:
+        yield 0, n, x.reshape(n, c, -1)  # the image is its own column matrix
+        return
+    rows = c * layout.kernel_size[0] * layout.kernel_size[1]
+    step = _chunk_size(n, rows * layout.length * x.itemsize)
+    buffer = _scratch_array((step, rows, layout.length), x.dtype, "columns")
+    for start, stop, images in layout.padded_chunks(x, step):
+        size = stop - start
+        taps = layout.taps(images)
+        if side_by_side:
+            cols = buffer.reshape(-1)[:size * rows * layout.length].reshape(rows, -1)
+            _im2col_into(cols, taps.transpose((1, 2, 3, 0) + tuple(range(4, taps.ndim))))
+        else:
+            cols = buffer[:size]
+            _im2col_into(cols, taps)
+        yield start, stop, cols
+
+
+def _conv2d(x, weight, bias, stride, padding, dilation):
+    n, out_channels = x.shape[0], weight.shape[0]
+    layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
+    matrix = weight.reshape(out_channels, -1)
+    dtype = np.result_type(x, weight)
+    out = np.empty((n, out_channels) + layout.out_size, dtype)
+    if bias is not None:
+        bias = bias.reshape(out_channels, 1, 1)
+    for start, stop, cols in _column_chunks(x, layout):
+        chunk = out[start:stop]
+        if layout.pitch == layout.out_size[1]:
+            np.matmul(matrix, cols, out=chunk.reshape(stop - start, out_channels, -1))
+            if bias is not None:
+                chunk += bias  # while the chunk is in cache
+        else:
+            product = _scratch_array((len(cols), out_channels, layout.length), dtype, "product")
+            np.matmul(matrix, cols, out=product)
+            # Crop the junk columns and add the bias in one pass.
+            if bias is None:
+                np.copyto(chunk, layout.crop(product))
+            else:
+                np.add(layout.crop(product), bias, out=chunk)
+    return out
+
+
+def _conv_transpose2d(g, weight, input_size, stride, padding, dilation):
+    """The input's gradient of conv2d: columns W^T g, folded back onto the image."""
+    n, out_channels = g.shape[:2]
+    channels = weight.shape[1]
+    layout = _Columns(input_size, weight.shape[2:], dilation, padding, stride)
+    matrix = weight.reshape(out_channels, -1).T
+    dtype = np.result_type(g, weight)
+    out = np.empty((n, channels) + layout.in_size, dtype)
+    if layout.pointwise:
+        np.matmul(matrix, g.reshape(n, out_channels, -1), out=out.reshape(n, channels, -1))
+        return out
+    step = _chunk_size(n, matrix.shape[0] * layout.length * dtype.itemsize)
+    cols = _scratch_array((step, matrix.shape[0], layout.length), dtype, "columns")
+    spread = layout.spread_buffer(step, out_channels, g.dtype)
+    images = _scratch_array((step, channels) + layout.padded_size, dtype, "images")
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        size = stop - start
+        np.matmul(matrix, layout.spread(g[start:stop], spread), out=cols[:size])
+        image = images[:size]
+        image.fill(0)
+        _fold_into(layout.taps(image), cols[:size])
+        out[start:stop] = _crop(image, padding, layout.in_size)
+    return out
+
+
+def _conv2d_weight(x, g, kernel_size, stride, padding, dilation):
+    """The weight's gradient of conv2d: g times the columns, summed over the samples."""
+    n, out_channels = g.shape[:2]
+    layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
+    total = np.zeros((out_channels, x.shape[1] * kernel_size[0] * kernel_size[1]),
+                     np.result_type(x, g))
+    spread = layout.spread_buffer(_chunk_size(n, 1), out_channels, g.dtype)
+    # Few columns per sample (fewer than rows): one GEMM over the chunk's samples side by side
+    # beats a thin GEMM per sample; otherwise the per-sample GEMMs are the faster ones.
+    side_by_side = layout.length < total.shape[1]
+    for start, stop, cols in _column_chunks(x, layout, side_by_side):
+        g_cols = layout.spread(g[start:stop], spread)
+        if side_by_side:
+            total += g_cols.transpose(1, 0, 2).reshape(out_channels, -1) @ cols.T
+        else:
+            total += np.matmul(g_cols, cols.transpose(0, 2, 1)).sum(0)
+    return total.reshape((out_channels, x.shape[1]) + tuple(kernel_size))
+
+
+conv2d = Op("conv2d", _conv2d,
+            (lambda g, ans, x, weight, bias, stride, padding, dilation:
+             conv_transpose2d(g, weight, input_size=x.shape[2:], stride=stride, padding=padding,
+                              dilation=dilation),
+             lambda g, ans, x, weight, bias, stride, padding, dilation:
+             conv2d_weight(x, g, kernel_size=weight.shape[2:], stride=stride, padding=padding,
+                           dilation=dilation),
+             lambda g, ans, x, weight, bias, stride, padding, dilation: g.sum((0, 2, 3))),
+            # Bilinear in (x, weight), linear in the bias: each tangent through the op itself.
+            (lambda t, ans, x, weight, bias, stride, padding, dilation:
+             conv2d(t, weight, None, stride=stride, padding=padding, dilation=dilation),
+             lambda t, ans, x, weight, bias, stride, padding, dilation:
+             conv2d(x, t, None, stride=stride, padding=padding, dilation=dilation),
+             lambda t, ans, x, weight, bias, stride, padding, dilation: t.reshape(-1, 1, 1)),
+            saves="x weight")
+
+conv_transpose2d = Op(
+    "conv_transpose2d", _conv_transpose2d,
+    (lambda gg, ans, g, weight, input_size, stride, padding, dilation:
+     conv2d(gg, weight, None, stride=stride, padding=padding, dilation=dilation),
+     lambda gg, ans, g, weight, input_size, stride, padding, dilation:
+     conv2d_weight(gg, g, kernel_size=weight.shape[2:], stride=stride, padding=padding,
+                   dilation=dilation)),
+    (lambda t, ans, g, weight, input_size, stride, padding, dilation:
+     conv_transpose2d(t, weight, input_size=input_size, stride=stride, padding=padding,
+                      dilation=dilation),
+     lambda t, ans, g, weight, input_size, stride, padding, dilation:
+     conv_transpose2d(g, t, input_size=input_size, stride=stride, padding=padding,
+                      dilation=dilation)),
+    saves="g weight")
+
+conv2d_weight = Op(
+    "conv2d_weight", _conv2d_weight,
+    (lambda gw, ans, x, g, kernel_size, stride, padding, dilation:
+     conv_transpose2d(g, gw, input_size=x.shape[2:], stride=stride, padding=padding,
+                      dilation=dilation),
+     lambda gw, ans, x, g, kernel_size, stride, padding, dilation:
+     conv2d(x, gw, None, stride=stride, padding=padding, dilation=dilation)),
+    (lambda t, ans, x, g, kernel_size, stride, padding, dilation:
+     conv2d_weight(t, g, kernel_size=kernel_size, stride=stride, padding=padding,
+                   dilation=dilation),
+     lambda t, ans, x, g, kernel_size, stride, padding, dilation:
+     conv2d_weight(x, t, kernel_size=kernel_size, stride=stride, padding=padding,
+                   dilation=dilation)),
+    saves="x g")
+
+
+# ----------------------------------------------------------------------------- max pooling
+def _taps(padded, kernel_size, dilation, stride):
+    """Each tap's (N, C, oh, ow) view, in torch's order (row by row); the output size follows
+    from the padded size, with ceil_mode's extra padding already in."""
+    out_size = sliding_output_size(padded.shape[2:], kernel_size, dilation, (0, 0), stride)
+    view = windows(padded, kernel_size, dilation, stride, out_size)
+    return [view[:, :, i, j] for i in range(kernel_size[0]) for j in range(kernel_size[1])]
+
+
+def _max_pool2d(x, kernel_size, stride, padding, dilation, extra):
+    taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
+    out = taps[0].copy()
+    for tap in taps[1:]:
+        np.maximum(out, tap, out=out)  # propagates nan, as torch does
+    return out
+
+
+def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
+    """Which tap of each window holds its maximum: the first one, or the last nan (torch's
+    order); an integer array shaped like `maxima`."""
+    taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
+    dtype = np.uint8 if len(taps) <= 256 else np.int64
+    # The index of the first hit is the number of taps before it that missed.
+    found = taps[0] == maxima
+    index = np.zeros(maxima.shape, dtype)
+    for tap in taps[1:]:
+        np.add(index, ~found, out=index, casting="unsafe")
+        found |= tap == maxima
+    if np.isnan(maxima).any():
+        for t, tap in enumerate(taps):
+            np.copyto(index, t, where=np.isnan(tap), casting="unsafe")
+    return index
+
+
+def _tap_scatter(g, winners, input_size, kernel_size, stride, padding, dilation, extra):
+    padded_size = tuple(s + 2 * p + e for s, p, e in zip(input_size, padding, extra))
+    out = np.zeros(g.shape[:2] + padded_size, g.dtype)
+    taps = _taps(out, kernel_size, dilation, stride)
+    extent = [d * (k - 1) + 1 for k, d in zip(kernel_size, dilation)]
+    disjoint = all(s >= e for s, e in zip(stride, extent))
+    for t, tap in enumerate(taps):
+        if disjoint:  # each cell is in one window at most: write, don't add
+            np.multiply(g, winners == t, out=tap)
+        else:
+            tap += g * (winners == t)
+    return _crop(out, padding, input_size)
+
+
+def _tap_gather(x, winners, kernel_size, stride, padding, dilation, extra):
+    taps = _taps(_pad(x, padding, 0, extra), kernel_size, dilation, stride)
+    out = np.empty(winners.shape, x.dtype)
+    for t, tap in enumerate(taps):
+        np.copyto(out, tap, where=winners == t)
+    return out
+
+
+max_pool2d = Op(
+    "max_pool2d", _max_pool2d,
+    (lambda g, ans, x, kernel_size, stride, padding, dilation, extra:
+     tap_scatter(g, winners=winning_taps(x.data, ans.data, kernel_size, stride, padding,
+                                         dilation, extra),
+                 input_size=x.shape[2:], kernel_size=kernel_size, stride=stride,
+                 padding=padding, dilation=dilation, extra=extra),),
+    # The tangent at each window's winning tap.
+    (lambda t, ans, x, kernel_size, stride, padding, dilation, extra:
+     tap_gather(t, winners=winning_taps(x.data, ans.data, kernel_size, stride, padding,
+                                        dilation, extra),
+                kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                extra=extra),),
+    saves="x ans")
+
+# Sends each window's gradient to its winning tap; the adjoint of tap_gather.
+tap_scatter = Op(
+    "tap_scatter", _tap_scatter,
+    (lambda gg, ans, g, winners, input_size, kernel_size, stride, padding, dilation, extra:
+     tap_gather(gg, winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
+                dilation=dilation, extra=extra),),
+    (lambda t, ans, g, winners, input_size, kernel_size, stride, padding, dilation, extra:
+     tap_scatter(t, winners=winners, input_size=input_size, kernel_size=kernel_size,
+                 stride=stride, padding=padding, dilation=dilation, extra=extra),))
+
+# Picks each window's winning tap.
+tap_gather = Op(
+    "tap_gather", _tap_gather,
+    (lambda gg, ans, x, winners, kernel_size, stride, padding, dilation, extra:
+     tap_scatter(gg, winners=winners, input_size=x.shape[2:], kernel_size=kernel_size,
+                 stride=stride, padding=padding, dilation=dilation, extra=extra),),
+    (lambda t, ans, x, winners, kernel_size, stride, padding, dilation, extra:
+     tap_gather(t, winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
+                dilation=dilation, extra=extra),))

@@ -99,9 +99,9 @@ def _apply(op, args, params):
     else:
         result = Tensor.wrap(out)
     if grad_mode._State.enabled:
-        needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
-        if True in needs:
-            result.set_history(OpNode(op, args, params, needs, result))
+        needs = _needs(args)
+        if needs is not None:
+            result.set_history(OpNode(op, args, params or _NO_PARAMS, needs, result))
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
         _push_tangent(op, args, params, result)
@@ -158,34 +158,49 @@ def _output_tangent(op, args, params, result, tangents):
     return total
 
 
+# Shared, never mutated: a node per op is the graph's cost in objects the garbage collector
+# must walk, so the common empty parameters and the `needs` patterns are not rebuilt each time.
+_NO_PARAMS = {}
+_NEEDS = {}
+
+
+def _needs(args):
+    """Which args need a gradient, as one shared tuple; None when none does."""
+    needs = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
+    if True not in needs:
+        return None
+    return _NEEDS.setdefault(needs, needs)
+
+
 class OpNode(Node):
     __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed")
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
     def __init__(self, op, args, params, needs, result):
-        super().__init__(tuple(gradient_edge(a) if need else None
-                               for a, need in zip(args, needs)))
+        super().__init__(tuple([gradient_edge(a) if need else None
+                                for a, need in zip(args, needs)]))
         self.op = op
         self.params = params
         self.needs = needs
         inputs = []
         versions = []
         hooks = grad_mode._State.saved_tensors_hooks
+        saved = op.saved_positions
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
                 inputs.append(a)
-            elif i in op.saved_positions:
+            elif i in saved:
                 inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
-                inputs.append(Meta(a.data.shape, a.data.dtype))
+                inputs.append(_meta(a.data))
         if result._vc is getattr(args[0], "_vc", None):
             # A view's node describes its base as it is now; an in-place change of the base
             # afterwards would make that history wrong, so backward must refuse it.
             versions.append((result._vc, result._vc[0], 0))
         self.inputs = inputs
-        self.versions = versions
+        self.versions = versions or ()
         self.packed = hooks is not None
         self.ans = None
         if op.saves_ans:
@@ -233,6 +248,7 @@ class OpNode(Node):
                 _copy_tangent(saved, ans)
         g = grad_outputs[0]
         vjps = self.op.vjps
+        params = self.params
         per_input = type(vjps) is tuple
         grads = []
         for i, need in enumerate(self.needs):
@@ -241,10 +257,15 @@ class OpNode(Node):
                 continue
             if per_input:
                 rule = vjps[i]
-                gi = None if rule is None else rule(g, ans, *inputs, **self.params)
+                gi = None if rule is None else rule(g, ans, *inputs, **params)
             else:
-                gi = vjps(i, g, ans, *inputs, **self.params)
-            grads.append(None if gi is None else reduce_to(gi, inputs[i]))
+                gi = vjps(i, g, ans, *inputs, **params)
+            if gi is not None:
+                like = inputs[i]
+                array = gi.data
+                if array.shape != like.shape or array.dtype != like.dtype:
+                    gi = reduce_to(gi, like)
+            grads.append(gi)
         return grads
 
     def release(self):
@@ -252,6 +273,20 @@ class OpNode(Node):
             self._freed = True
             self.inputs = None
             self.ans = None
+
+
+_metas = {}
+
+
+def _meta(array):
+    """The Meta of an unsaved input: one shared object per shape and dtype."""
+    key = (array.shape, array.dtype)
+    meta = _metas.get(key)
+    if meta is None:
+        if len(_metas) > 4096:  # shapes that keep changing must not grow this forever
+            _metas.clear()
+        meta = _metas[key] = Meta(*key)
+    return meta
 
 
 def _saved_output(tensor):

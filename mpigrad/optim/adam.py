@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import Optimizer, regularized_grad
+from .optimizer import Optimizer, WorkArrays, blocks, check_implementation, regularized_grad
 
 __all__ = ["Adam", "AdamW"]
 
@@ -21,15 +21,23 @@ class Adam(Optimizer):
         p = p - lr / (1 - beta1**t) * m / (sqrt(v or v_max) / sqrt(1 - beta2**t) + eps)
 
     `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
-    `exp_avg`, `exp_avg_sq` and, with amsgrad, `max_exp_avg_sq`.
+    `exp_avg`, `exp_avg_sq` and, with amsgrad, `max_exp_avg_sq`. Each parameter is
+    updated block by block (all of the above on one cache-sized block before the next),
+    whatever `foreach` and `fused` say.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
-                 amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, decoupled_weight_decay=False):
+        check_implementation(type(self).__name__, foreach, fused, differentiable)
+        if capturable:
+            raise NotImplementedError(f"{type(self).__name__}: capturable=True (CUDA graphs) "
+                                      "is not supported")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad, "maximize": maximize,
                     "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, defaults)
+        self._work = WorkArrays()
 
     def _check_hyperparameters(self, group):
         if not 0.0 <= group["lr"]:
@@ -57,43 +65,47 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = Tensor(np.zeros_like(p))
         state["step"] += 1
         step = state["step"]
-        m, v = state["exp_avg"].data, state["exp_avg_sq"].data
-
-        if group["decoupled_weight_decay"]:
-            if weight_decay != 0:
-                p *= 1 - lr * weight_decay
-            g = regularized_grad(p, grad, 0, group["maximize"])
-        else:
-            g = regularized_grad(p, grad, weight_decay, group["maximize"])
-
-        # m = lerp(m, g, weight) the way torch computes it: from m for a small
-        # weight, back from g otherwise, whichever rounds less.
-        weight = 1 - beta1
-        scratch = np.subtract(g, m)
-        if weight < 0.5:
-            scratch *= weight
-            m += scratch
-        else:
-            scratch *= 1 - weight
-            np.subtract(g, scratch, out=m)
-
-        np.multiply(g, 1 - beta2, out=scratch)
-        scratch *= g
-        v *= beta2
-        v += scratch
-
+        arrays = [p, grad, state["exp_avg"].data, state["exp_avg_sq"].data]
         if group["amsgrad"]:
-            v_max = state["max_exp_avg_sq"].data
-            np.maximum(v_max, v, out=v_max)
-            v = v_max
+            arrays.append(state["max_exp_avg_sq"].data)
+        decoupled = group["decoupled_weight_decay"]
         step_size = lr / (1 - beta1 ** step)
         bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
-        denom = np.sqrt(v, out=scratch)
-        denom /= bias_correction2_sqrt
-        denom += group["eps"]
-        np.divide(m, denom, out=scratch)
-        scratch *= step_size
-        p -= scratch
+        for p, g, m, v, *v_max in blocks(*arrays):
+            if decoupled:
+                if weight_decay != 0:
+                    p *= 1 - lr * weight_decay
+                g = regularized_grad(p, g, 0, group["maximize"], out=self._work.like(p, 0))
+            else:
+                g = regularized_grad(p, g, weight_decay, group["maximize"],
+                                     out=self._work.like(p, 0))
+
+            # m = lerp(m, g, weight) the way torch computes it: from m for a small
+            # weight, back from g otherwise, whichever rounds less.
+            weight = 1 - beta1
+            scratch = np.subtract(g, m, out=self._work.like(p, 1))
+            if weight < 0.5:
+                scratch *= weight
+                m += scratch
+            else:
+                scratch *= 1 - weight
+                np.subtract(g, scratch, out=m)
+
+            np.multiply(g, 1 - beta2, out=scratch)
+            scratch *= g
+            v *= beta2
+            v += scratch
+
+            if v_max:
+                v_max, = v_max
+                np.maximum(v_max, v, out=v_max)
+                v = v_max
+            denom = np.sqrt(v, out=scratch)
+            denom /= bias_correction2_sqrt
+            denom += group["eps"]
+            np.divide(m, denom, out=scratch)
+            scratch *= step_size
+            p -= scratch
 
 
 class AdamW(Adam):
@@ -102,6 +114,8 @@ class AdamW(Adam):
     gradient, with a default `weight_decay` of 1e-2."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False):
+                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
-                         decoupled_weight_decay=True)
+                         foreach=foreach, capturable=capturable, differentiable=differentiable,
+                         fused=fused, decoupled_weight_decay=True)

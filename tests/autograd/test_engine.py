@@ -184,3 +184,14 @@ def test_engine_runs_most_recent_ready_node_first():
     b.register_hook(lambda g: order.append("b"))
     (a.sum() + b.sum()).backward()
     assert order == ["b", "a"]
+
+
+def test_a_gradient_is_fresh_only_if_no_other_gradient_is_it_or_a_view_of_it():
+    from mpigrad.autograd.engine import _is_fresh
+    owner = mg.tensor(np.arange(6.0))
+    other = mg.tensor(np.arange(6.0))
+    assert _is_fresh(owner, [other], [None])
+    assert not _is_fresh(owner, [owner])                       # passed straight through
+    assert not _is_fresh(owner, [], [owner.reshape(2, 3)])     # a sibling views it
+    assert not _is_fresh(owner.reshape(2, 3), [other])         # a view of something else
+    assert not _is_fresh(owner[::2], [])

@@ -120,6 +120,18 @@ CASES = [
     ("fold", lambda a: mg.nn.functional.fold(a, (4, 5), kernel_size=(2, 3), padding=1,
                                              stride=2),
      [((2, 12, 9), _normal)]),
+    ("conv2d", lambda x, w, b: mg.nn.functional.conv2d(x, w, b, stride=(2, 1), padding=(1, 0),
+                                                      dilation=(1, 2)),
+     [((2, 2, 5, 6), _normal), ((3, 2, 2, 2), _normal), ((3,), _normal)]),
+    ("conv2d_stride_1", lambda x, w: mg.nn.functional.conv2d(x, w, padding=1),
+     [((1, 2, 4, 3), _normal), ((2, 2, 3, 2), _normal)]),
+    ("max_pool2d", lambda a: mg.nn.functional.max_pool2d(a, 3, stride=2, padding=1,
+                                                         ceil_mode=True),
+     [((1, 2, 6, 5), _spread)]),
+    # The pooling gradient as a function: its own gradient is the gather of the winners.
+    ("max_pool2d_grad", lambda a, g: mg.autograd.grad(mg.nn.functional.max_pool2d(a, 2), a, g,
+                                                      create_graph=True)[0],
+     [((1, 2, 4, 6), _spread), ((1, 2, 2, 3), _normal)]),
 ]
 
 

@@ -1,4 +1,5 @@
 """jobs/train.py end to end under mpiexec: accuracy, exact resume, signals, argument errors."""
+import json
 import os
 import re
 import shutil
@@ -124,3 +125,71 @@ def test_help_documents_every_option():
     for option in ("--model", "--dataset", "--data-dir", "--epochs", "--batch-size", "--lr",
                    "--seed", "--checkpoint", "--resume", "--metrics", "--timeline"):
         assert option in result.stdout
+
+
+def test_preempted_at_1_rank_resumes_at_2_ranks_with_the_rest_of_the_epoch(tmp_path):
+    """The position is kept in samples of the epoch's order, so a resume at another world
+    size trains on exactly the samples the first run had not reached, none skipped."""
+    samples, checkpoint, metrics = 12000, tmp_path / "ckpt", tmp_path / "metrics.jsonl"
+    common = ["--train-samples", str(samples), "--epochs", "2", "--checkpoint",
+              str(checkpoint), "--metrics", str(metrics)]
+    job = subprocess.Popen([MPIEXEC, "-n", "1", sys.executable, TRAIN, *common],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert "training samples" in job.stdout.readline()  # the loop is about to start
+        time.sleep(0.5)  # some steps into the first epoch
+        job.send_signal(signal.SIGUSR1)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 99, err[-3000:]
+    position = mg.load(checkpoint / "ckpt-preempt.npz")["position"]
+    epoch, done = position["epoch"], position["samples"]
+    assert position["world_size"] == 1 and 0 <= done < samples and done % 64 == 0
+    finished_before = metrics.read_text().splitlines() if metrics.exists() else []
+    assert len(finished_before) == epoch
+
+    resumed = run_train(*common, "--resume", ranks=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"at epoch {epoch + 1}, sample {done} of {samples} (written by 1 ranks x batch "
+            "64; now 2 ranks x batch 64)") in resumed.stdout
+    rest_of_epoch, *later = [json.loads(line) for line in metrics.read_text().splitlines()][epoch:]
+    assert rest_of_epoch["epoch"] == epoch + 1
+    assert rest_of_epoch["samples"] == samples - done + (samples - done) % 2
+    assert [m["samples"] for m in later] == [samples] * (1 - epoch)
+    assert rest_of_epoch["accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_an_unwritable_checkpoint_directory_is_an_error_before_training(tmp_path, ranks):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the directory's parent should be")
+    result = run_train("--checkpoint", str(blocker / "ckpt"), ranks=ranks, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"error: checkpoint directory {blocker / 'ckpt'} is not writable" in result.stdout
+    assert "training samples" not in result.stdout  # stopped before the first step
+
+
+def test_a_read_only_checkpoint_directory_is_an_error_before_training(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only directories")
+    directory = tmp_path / "ckpt"
+    directory.mkdir(mode=0o500)
+    result = run_train("--checkpoint", str(directory), ranks=2, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Permission denied" in result.stdout and "training samples" not in result.stdout
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(tmp_path):
+    common = ["--train-samples", "2000", "--checkpoint", str(tmp_path)]
+    assert run_train(*common, "--epochs", "2").returncode == 0
+    newest = tmp_path / "ckpt-epoch0002.npz"
+    damaged = bytearray(newest.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x10
+    newest.write_bytes(bytes(damaged))
+    resumed = run_train(*common, "--epochs", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"warning: skipping a damaged checkpoint: {newest} is not a valid mpigrad "
+            "checkpoint") in resumed.stdout
+    assert f"resuming from {tmp_path / 'ckpt-epoch0001.npz'} at epoch 2" in resumed.stdout

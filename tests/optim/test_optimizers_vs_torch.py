@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mpigrad import Tensor, optim
+from mpigrad.optim import optimizer as optimizer_module
 
 torch = pytest.importorskip("torch")
 
@@ -63,8 +64,16 @@ SGD_GRID = [
 ]
 
 
+@pytest.fixture(params=[None, 5], ids=["whole-arrays", "blocks-of-5"])
+def blocked(request, monkeypatch):
+    """Updates on whole arrays, and cut into blocks of 5 elements (the 12 of a (4, 3)
+    parameter: two full blocks and a ragged one), as large parameters are."""
+    if request.param is not None:
+        monkeypatch.setattr(optimizer_module, "BLOCK", request.param)
+
+
 @pytest.mark.parametrize("kwargs", SGD_GRID, ids=str)
-def test_sgd_matches_torch(kwargs):
+def test_sgd_matches_torch(kwargs, blocked):
     assert_matches_torch(optim.SGD, torch.optim.SGD, kwargs)
 
 
@@ -77,8 +86,33 @@ ADAM_GRID = [
 
 @pytest.mark.parametrize("kwargs", ADAM_GRID, ids=str)
 @pytest.mark.parametrize("name", ["Adam", "AdamW"])
-def test_adam_matches_torch(name, kwargs):
+def test_adam_matches_torch(name, kwargs, blocked):
     assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
+
+
+@pytest.mark.parametrize("name, kwargs", [("SGD", dict(lr=0.1, momentum=0.9, dampening=0.2)),
+                                          ("Adam", dict(amsgrad=True, weight_decay=0.1)),
+                                          ("AdamW", dict(maximize=True))])
+def test_non_contiguous_parameters_update_whole_and_match_torch(name, kwargs, monkeypatch):
+    monkeypatch.setattr(optimizer_module, "BLOCK", 5)
+    initial, grads = make_problem(seed=4)
+    # A transposed parameter cannot be cut into flat blocks without copying it.
+    initial[0] = np.asfortranarray(initial[0])
+    got, _ = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), initial, grads)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(ps, **kwargs), initial, grads)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_torchs_kernel_choices_are_accepted_and_differentiable_steps_refused(name):
+    params = [Tensor(np.ones(3), requires_grad=True)]
+    for flags in (dict(foreach=True), dict(foreach=False, fused=False), dict(fused=True)):
+        getattr(optim, name)(params, lr=0.1, **flags)
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        getattr(optim, name)(params, lr=0.1, differentiable=True)
+    with pytest.raises(TypeError, match="foreach must be None, True or False"):
+        getattr(optim, name)(params, lr=0.1, foreach="yes")
 
 
 @pytest.mark.parametrize("name, kwargs", [("SGD", dict(momentum=0.9, nesterov=True)),

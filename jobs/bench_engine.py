@@ -1,0 +1,314 @@
+"""Training-step speed against PyTorch: two CNNs, an MLP and a graph of tiny ops.
+
+    python jobs/bench_engine.py [--steps 10] [--rounds 7] [--tiny-ops 10000] [--only NAME ...]
+
+Each model step is zero_grad, forward, cross-entropy, backward and SGD (lr 0.01, momentum
+0.9), float32, one BLAS thread, both frameworks starting from the same weights and data:
+
+- tutorial: the distributed tutorial's CNN (conv 1->10 k5, max-pool 2, relu, conv 10->20 k5,
+  max-pool 2, relu, fc 320->50, relu, fc 50->10), batch 64 of 1x28x28;
+- cifar: three 3x3 convs of 64 channels with padding 1 (each + relu), max-pool 2 after the
+  first two, fc 4096->10, batch 32 of 3x32x32;
+- mlp: 784-1024-1024-1024-10 with relu, batch 64;
+- tiny: forward and backward through a chain of scalar ops (per-node cost of the engine and
+  of op dispatch), reported per node.
+
+mpigrad and PyTorch run interleaved, round after round, so a busy neighbour slows both alike;
+the median of the rounds is reported, with the ratio mpigrad / PyTorch. Times are the CPU
+time of the running thread (both libraries compute on it with one BLAS thread), so time
+slices lost to other processes on a shared machine do not count; `--clock wall` measures
+wall time instead. Then one instrumented
+step of each model splits mpigrad's time by category: numpy kernels by kind (GEMM,
+im2col/col2im, pooling, elementwise), the optimizer, and what is left, the Python overhead of
+op dispatch in forward and of the engine in backward.
+"""
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import gc  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import mpigrad as mg  # noqa: E402
+import mpigrad.nn.functional as F  # noqa: E402
+from mpigrad import nn, optim  # noqa: E402
+from mpigrad.ops import conv as conv_ops  # noqa: E402
+from mpigrad.ops.core import Op  # noqa: E402
+
+LR, MOMENTUM = 0.01, 0.9
+
+
+def tutorial_cnn(nn):
+    return nn.Sequential(
+        nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Flatten(), nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, 10))
+
+
+def cifar_cnn(nn):
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
+
+
+def mlp(nn):
+    sizes = [784, 1024, 1024, 1024, 10]
+    layers = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+# name: (builder, input shape without the batch, batch size)
+MODELS = {"tutorial": (tutorial_cnn, (1, 28, 28), 64),
+          "cifar": (cifar_cnn, (3, 32, 32), 32),
+          "mlp": (mlp, (784,), 64)}
+
+
+class MpigradStep:
+    def __init__(self, model, x, y):
+        self.model, self.x, self.y = model, mg.from_numpy(x), mg.from_numpy(y)
+        self.optimizer = optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+
+    def forward(self):
+        self.optimizer.zero_grad()
+        return F.cross_entropy(self.model(self.x), self.y)
+
+    def __call__(self):
+        loss = self.forward()
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
+class TorchStep:
+    def __init__(self, torch, model, x, y):
+        self.torch, self.model = torch, model
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+
+    def __call__(self):
+        self.optimizer.zero_grad()
+        loss = self.torch.nn.functional.cross_entropy(self.model(self.x), self.y)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
+def model_runners(name, torch):
+    build, shape, batch = MODELS[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch,) + shape).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    mg.manual_seed(0)
+    model = build(nn)
+    runners = {"mpigrad": MpigradStep(model, x, y)}
+    if torch is not None:
+        twin = build(torch.nn)
+        with torch.no_grad():
+            for (key, p), (_, q) in zip(model.state_dict().items(), twin.state_dict().items()):
+                q.copy_(torch.from_numpy(p.data.copy()))
+        runners["torch"] = TorchStep(torch, twin, x, y)
+    return runners
+
+
+class TinyGraph:
+    """`nodes` scalar ops in a chain, then backward: the cost per node of recording and
+    running the graph, where the numpy work is negligible."""
+
+    def __init__(self, lib, nodes):
+        self.lib, self.nodes = lib, nodes
+        self.x = lib.tensor(1.0, requires_grad=True)
+
+    def __call__(self):
+        y = self.x
+        for _ in range(self.nodes // 2):
+            y = y * 1.0001
+            y = y + 0.5
+        y.backward()
+        self.x.grad = None
+        return y.item()
+
+
+def tiny_runners(nodes, torch):
+    runners = {"mpigrad": TinyGraph(mg, nodes)}
+    if torch is not None:
+        runners["torch"] = TinyGraph(torch, nodes)
+    return runners
+
+
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+def time_call(run, steps):
+    gc.collect()
+    start = clock()
+    for _ in range(steps):
+        run()
+    return (clock() - start) / steps
+
+
+# ----------------------------------------------------------------------------- breakdown
+# Ops and kernels by category; nested timers count exclusively (a convolution's GEMM time is
+# its own time less the im2col and col2im inside it).
+CATEGORIES = {"gemm": {"matmul", "linear", "conv2d", "conv_transpose2d", "conv2d_weight"},
+              "im2col/col2im": {"unfold", "fold", "_im2col_into", "_fold_into"},
+              "pooling": {"max_pool2d", "tap_scatter", "tap_gather", "winning_taps",
+                          "take_along_dim", "scatter_along", "argmax"}}
+# Module-level functions timed besides the ops, where they exist.
+KERNELS = [(conv_ops, "_im2col_into"), (conv_ops, "_fold_into"), (conv_ops, "winning_taps"),
+           (mg.ops.reduction, "argmax")]
+
+
+def _category(name):
+    for category, names in CATEGORIES.items():
+        if name in names:
+            return category
+    return "elementwise/other"
+
+
+class KernelTimer:
+    """Wraps every Op's numpy forward (which backward's rules call too) and a few kernels with
+    timers, and adds up seconds per category, exclusive of nested timed calls."""
+
+    def __init__(self):
+        self.seconds = collections.Counter()
+        self._ops = {o: o.forward for o in gc.get_objects() if type(o) is Op}
+        self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
+                           if hasattr(module, name)]
+        self._nested = [0.0]
+
+    def _wrap(self, name, fn):
+        category = _category(name)
+
+        def timed(*args, **kwargs):
+            self._nested.append(0.0)
+            start = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = clock() - start
+                self.seconds[category] += elapsed - self._nested.pop()
+                self._nested[-1] += elapsed
+        return timed
+
+    def __enter__(self):
+        for op, forward in self._ops.items():
+            op.forward = self._wrap(op.name, forward)
+        for module, name, fn in self._functions:
+            setattr(module, name, self._wrap(name, fn))
+        return self
+
+    def __exit__(self, *exc):
+        for op, forward in self._ops.items():
+            op.forward = forward
+        for module, name, fn in self._functions:
+            setattr(module, name, fn)
+
+    def take(self):
+        seconds = dict(self.seconds)
+        self.seconds.clear()
+        self._nested = [0.0]
+        return seconds
+
+
+def breakdown(step, steps):
+    """Milliseconds per step in each category, averaged over `steps` instrumented steps."""
+    totals = collections.Counter()
+    with KernelTimer() as kernels:
+        for _ in range(steps):
+            start = clock()
+            loss = step.forward()
+            forward = clock() - start
+            forward_kernels = kernels.take()
+            start = clock()
+            loss.backward()
+            backward = clock() - start
+            backward_kernels = kernels.take()
+            start = clock()
+            step.optimizer.step()
+            totals["optimizer"] += clock() - start
+            kernels.take()
+            for seconds in (forward_kernels, backward_kernels):
+                totals.update(seconds)
+            totals["overhead: forward dispatch"] += forward - sum(forward_kernels.values())
+            totals["overhead: backward engine"] += backward - sum(backward_kernels.values())
+    return {k: v / steps * 1e3 for k, v in totals.items()}
+
+
+def print_breakdown(name, parts):
+    total = sum(parts.values())
+    order = ["gemm", "im2col/col2im", "pooling", "elementwise/other", "optimizer",
+             "overhead: forward dispatch", "overhead: backward engine"]
+    cells = [f"{k} {parts.get(k, 0.0):.2f} ({parts.get(k, 0.0) / total:.0%})" for k in order]
+    print(f"  {name:9s} {total:7.2f} ms = " + ", ".join(cells))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10, help="steps per round (default 10)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--tiny-ops", type=int, default=10000,
+                        help="ops in the tiny-op chain (default 10000)")
+    parser.add_argument("--only", nargs="+", choices=list(MODELS) + ["tiny"],
+                        help="run only these benchmarks")
+    parser.add_argument("--no-breakdown", action="store_true")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
+                        help="thread CPU time (default) or wall time")
+    args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+        print("torch is not installed: mpigrad times only")
+
+    names = args.only or list(MODELS) + ["tiny"]
+    benches = {}
+    for name in names:
+        runners = tiny_runners(args.tiny_ops, torch) if name == "tiny" \
+            else model_runners(name, torch)
+        first = {lib: run() for lib, run in runners.items()}
+        if name != "tiny":
+            print(f"{name}: first-step loss " + ", ".join(f"{k} {v:.6f}" for k, v in first.items()))
+        benches[name] = runners
+
+    times = {(name, lib): [] for name, runners in benches.items() for lib in runners}
+    for _ in range(args.rounds):
+        for name, runners in benches.items():
+            steps = 1 if name == "tiny" else args.steps
+            for lib, run in runners.items():
+                times[name, lib].append(time_call(run, steps))
+    print(f"\nmedian of {args.rounds} interleaved rounds ({args.steps} steps each; tiny: one "
+          f"chain of {args.tiny_ops} ops), float32, 1 thread, {args.clock} time")
+    print(f"  {'':9s} {'mpigrad':>12s} {'torch':>12s} {'ratio':>7s}")
+    for name, runners in benches.items():
+        med = {lib: statistics.median(times[name, lib]) for lib in runners}
+        scale, unit = (1e6 / args.tiny_ops, "us/node") if name == "tiny" else (1e3, "ms/step")
+        row = f"  {name:9s} {med['mpigrad'] * scale:8.2f} {unit[:2]:3s}"
+        if "torch" in med:
+            ratio = med["mpigrad"] / med["torch"]
+            row += f" {med['torch'] * scale:8.2f} {unit[:2]:3s} {ratio:6.2f}x"
+        print(row + f"   ({unit})")
+
+    if not args.no_breakdown:
+        print("\nmpigrad's step by category (ms per step, instrumented run: kernels timed inside "
+              "each op; overhead = the rest of forward / backward)")
+        for name, runners in benches.items():
+            if name != "tiny":
+                print_breakdown(name, breakdown(runners["mpigrad"], args.steps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Faults injected into small data-parallel jobs; test_faults.py runs each under mpiexec.
+
+    mpiexec -n 2 python tests/faults/scenarios.py <scenario> [marker]
+
+Rank 1 is the faulty rank (the others behave). Just before the fault, rank 1 prints
+"FAULT <unix time>", so the test can bound how long the job took to end after it. The
+`marker` argument only tags the processes, so the test can find any left behind. The group's
+timeout is 4 s and MPIGRAD_STALL_SECONDS is set by the test, so stalls end quickly.
+"""
+import datetime
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import mpigrad as mg
+import mpigrad.distributed as dist
+from mpigrad import nn
+from mpigrad.nn.parallel import DistributedDataParallel as DDP
+
+FAULTY = 1
+TIMEOUT = datetime.timedelta(seconds=4)
+
+
+def fault(what):
+    print(f"FAULT {time.time():.3f} {what}", flush=True)
+
+
+def model_and_data(rank, steps=6):
+    mg.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)), bucket_cap_mb=0)
+    rng = np.random.default_rng(rank)
+    batches = [(mg.tensor(rng.standard_normal((5, 8)).astype(np.float32)),
+                mg.tensor(rng.standard_normal((5, 4)).astype(np.float32)))
+               for _ in range(steps)]
+    return model, batches
+
+
+def train_step(model, optimizer, x, y):
+    optimizer.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    optimizer.step()
+
+
+def parameters_agree(model):
+    """Whether every rank holds the same parameters (compared through a checksum)."""
+    mine = np.array([sum(float(np.abs(p.data).sum()) for p in model.parameters())])
+    everyone = np.zeros(dist.get_world_size())
+    dist.all_gather_into_tensor(everyone, mine)
+    return bool((everyone == everyone[0]).all())
+
+
+# ---------------------------------------------------------------------------- exceptions
+def exception_in_backward_caught(rank):
+    """Rank 1's backward raises once some buckets are in flight; it catches the exception and
+    goes on to the next step. Every rank must get DDP's error and keep equal parameters."""
+    model, batches = model_and_data(rank)
+    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
+    first_layer = model.module[0].weight  # its gradient comes last
+    for step, (x, y) in enumerate(batches):
+        if rank == FAULTY and step == 2:
+            handle = first_layer.register_hook(_raise_once)
+            fault("exception inside backward, caught")
+        try:
+            train_step(model, optimizer, x, y)
+        except ValueError as err:  # the injected fault, caught as a user would
+            handle.remove()
+            print(f"[rank {rank}] caught {err}", flush=True)
+        except RuntimeError as err:
+            print(f"[rank {rank}] DDP error: {err}", flush=True)
+            assert all(p.grad is None for p in model.parameters())
+            break
+    print(f"[rank {rank}] parameters agree: {parameters_agree(model)}", flush=True)
+
+
+def _raise_once(grad):
+    raise ValueError("injected fault in backward")
+
+
+def exception_in_backward(rank):
+    """Rank 1's backward raises and nobody catches it."""
+    model, batches = model_and_data(rank)
+    if rank == FAULTY:
+        model.module[0].weight.register_hook(_raise_once)
+        fault("exception inside backward")
+    train_step(model, mg.optim.SGD(model.parameters(), lr=0.1), *batches[0])
+
+
+def exception_outside_backward(rank):
+    """Rank 1 raises between steps (a bad batch, say) while the others train on."""
+    model, batches = model_and_data(rank)
+    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
+    for step, (x, y) in enumerate(batches):
+        if rank == FAULTY and step == 2:
+            fault("exception outside backward")
+            raise ValueError("injected fault between steps")
+        train_step(model, optimizer, x, y)
+
+
+def mismatched_collectives(rank):
+    buffer = np.ones(3)
+    if rank == FAULTY:
+        fault("broadcast where the others all_reduce")
+        dist.broadcast(buffer, src=0)
+    else:
+        dist.all_reduce(buffer)
+
+
+# ---------------------------------------------------------------------------- dead, gone, slow
+def sigkill(rank):
+    model, batches = model_and_data(rank)
+    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
+    for step, (x, y) in enumerate(batches):
+        if rank == FAULTY and step == 2:
+            fault("SIGKILL")
+            os.kill(os.getpid(), signal.SIGKILL)
+        train_step(model, optimizer, x, y)
+
+
+def sys_exit(rank):
+    """Rank 1 calls sys.exit() while the others enter a collective."""
+    buffer = np.ones(3)
+    dist.all_reduce(buffer)
+    if rank == FAULTY:
+        fault("sys.exit(3)")
+        sys.exit(3)
+    dist.all_reduce(buffer)
+
+
+def return_from_main(rank):
+    """Rank 1's script simply ends (its data ran out) while the others train on."""
+    model, batches = model_and_data(rank)
+    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
+    if rank == FAULTY:
+        batches = batches[:2]
+    for x, y in batches:
+        train_step(model, optimizer, x, y)
+    if rank == FAULTY:
+        fault("end of the script")
+
+
+def messages_after_one_left(rank):
+    """Rank 1 is done and exits; the others go on exchanging messages, which do not need it:
+    no abort, a clean end."""
+    if rank == FAULTY:
+        fault("leaving while the others exchange messages")
+        return
+    peer = 2 if rank == 0 else 0
+    buffer = np.zeros(3)
+    for _ in range(20 if dist.get_world_size() > 2 else 0):
+        time.sleep(0.2)  # the others' wait for each message spans the departure
+        if rank == 0:
+            dist.send(buffer + 1, dst=peer)
+        else:
+            dist.recv(buffer, src=peer)
+
+
+def uneven_data_without_join(rank):
+    """Rank 1 runs out of data and, as many scripts do, all_reduces its epoch totals, while
+    the others are still in DDP's backward: two different calls, which can never match."""
+    model, batches = model_and_data(rank)
+    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
+    if rank == FAULTY:
+        batches = batches[:2]
+    for x, y in batches:
+        train_step(model, optimizer, x, y)
+    if rank == FAULTY:
+        fault("out of data")
+    dist.all_reduce(np.ones(2))
+
+
+def stall_in_collective(rank):
+    """Rank 1 is busy (sleeps) far longer than the timeout before an all_reduce."""
+    buffer = np.ones(3)
+    if rank == FAULTY:
+        fault("sleeping 60 s before all_reduce")
+        time.sleep(60)
+    dist.all_reduce(buffer)
+
+
+def stall_in_ddp_constructor(rank):
+    if rank == FAULTY:
+        fault("sleeping 60 s before DistributedDataParallel()")
+        time.sleep(60)
+    model_and_data(rank)
+
+
+def stall_in_backward(rank):
+    model, batches = model_and_data(rank)
+    if rank == FAULTY:
+        model.module[0].weight.register_hook(lambda grad: time.sleep(60))
+        fault("sleeping 60 s inside backward")
+    train_step(model, mg.optim.SGD(model.parameters(), lr=0.1), *batches[0])
+
+
+def main():
+    scenario = sys.argv[1]
+    dist.init_process_group(timeout=TIMEOUT)
+    rank = dist.get_rank()
+    globals()[scenario](rank)
+    print(f"[rank {rank}] END {scenario}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The fast convolution and max-pooling ops against the general im2col path (unfold, matmul,
+max) and against torch, in float64, to 1e-10; and their derivatives of every order."""
+import math
+
+import numpy as np
+import pytest
+
+import mpigrad as mg
+from mpigrad import ops
+from mpigrad.autograd import gradcheck, gradgradcheck
+from mpigrad.nn import functional as F
+from mpigrad.ops import conv as conv_ops
+
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+# (input shape, weight shape, stride, padding, dilation): stride 1 (the flat layout) and
+# strided, padded, dilated, non-square kernels and images, batch 1, 1x1 (no columns at all).
+CONV_CASES = [
+    ((2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 2, 9, 5), (3, 2, 2, 3), (1, 1), (0, 2), (1, 1)),
+    ((2, 3, 8, 9), (2, 3, 3, 2), (2, 1), (1, 0), (1, 1)),
+    ((3, 2, 9, 8), (2, 2, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((2, 2, 9, 10), (3, 2, 3, 2), (1, 1), (2, 1), (2, 3)),
+    ((2, 3, 11, 9), (2, 3, 3, 3), (3, 2), (0, 1), (2, 1)),
+    ((2, 5, 4, 6), (3, 5, 1, 1), (1, 1), (0, 0), (1, 1)),
+    ((2, 3, 5, 7), (4, 3, 1, 1), (2, 2), (0, 0), (1, 1)),
+    ((1, 1, 6, 6), (1, 1, 6, 6), (1, 1), (0, 0), (1, 1)),
+    # More rows (C * kh * kw) than columns per sample: the weight's gradient takes one GEMM
+    # over a chunk's samples side by side, strided and 1x1 too.
+    ((3, 8, 7, 6), (3, 8, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((2, 6, 2, 2), (3, 6, 1, 1), (1, 1), (0, 0), (1, 1)),
+]
+CONV_IDS = [f"x{x}-w{w}-s{s}-p{p}-d{d}" for x, w, s, p, d in CONV_CASES]
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    previous = mg.get_default_dtype()
+    mg.set_default_dtype(np.float64)
+    yield
+    mg.set_default_dtype(previous)
+
+
+@pytest.fixture(params=[False, True], ids=["one-chunk", "chunk-per-sample"])
+def chunking(request, monkeypatch):
+    """Run each case once with the whole batch as one chunk and once a sample at a time."""
+    monkeypatch.setattr(conv_ops, "_CHUNK_BYTES", 1 if request.param else 1 << 30)
+
+
+def _general_conv(x, weight, bias, stride, padding, dilation):
+    """Convolution as the general path builds it: unfold, one matrix product, bias."""
+    n = x.shape[0]
+    oh, ow = conv_ops.sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding,
+                                          stride)
+    cols = F.unfold(x, weight.shape[2:], dilation, padding, stride)
+    out = weight.reshape(weight.shape[0], -1) @ cols + bias.reshape(-1, 1)
+    return out.reshape(n, weight.shape[0], oh, ow)
+
+
+def _leaves(rng, *shapes):
+    return [mg.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CONV_CASES, ids=CONV_IDS)
+def test_conv2d_matches_the_general_path(x_shape, w_shape, stride, padding, dilation,
+                                         chunking):
+    rng = np.random.default_rng(0)
+    x, w, b = _leaves(rng, x_shape, w_shape, w_shape[:1])
+    fast = conv_ops.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation)
+    general = _general_conv(x, w, b, stride, padding, dilation)
+    np.testing.assert_allclose(fast.data, general.data, **TOL)
+    g = mg.tensor(rng.standard_normal(fast.shape))
+    fast_grads = mg.autograd.grad(fast, (x, w, b), g)
+    general_grads = mg.autograd.grad(general, (x, w, b), g)
+    for name, a, e in zip("xwb", fast_grads, general_grads):
+        np.testing.assert_allclose(a.data, e.data, **TOL, err_msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CONV_CASES, ids=CONV_IDS)
+def test_conv2d_matches_torch(x_shape, w_shape, stride, padding, dilation, chunking):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    x, w, b = _leaves(rng, x_shape, w_shape, w_shape[:1])
+    tx, tw, tb = (torch.tensor(t.data.copy(), requires_grad=True) for t in (x, w, b))
+    out = F.conv2d(x, w, b, stride, padding, dilation)
+    tout = torch.nn.functional.conv2d(tx, tw, tb, stride, padding, dilation)
+    np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
+    g = rng.standard_normal(out.shape)
+    out.backward(mg.tensor(g))
+    tout.backward(torch.tensor(g))
+    for name, ours, theirs in zip("xwb", (x, w, b), (tx, tw, tb)):
+        np.testing.assert_allclose(ours.grad.data, theirs.grad.numpy(), **TOL,
+                                   err_msg=f"gradient of {name}")
+
+
+def test_conv2d_reads_non_contiguous_and_float32_inputs():
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((5, 6, 3, 2))
+    x = mg.tensor(data).permute(3, 2, 0, 1)  # (2, 3, 5, 6), rows not contiguous
+    w = mg.tensor(rng.standard_normal((4, 3, 3, 2)))
+    # No padding: the columns are read from x itself, so its rows must be made contiguous.
+    expected = _general_conv(x, w, mg.zeros(4), (1, 1), (0, 0), (1, 1))
+    np.testing.assert_allclose(F.conv2d(x, w).data, expected.data, **TOL)
+    single = F.conv2d(x.float(), w.float())
+    assert single.dtype == np.float32
+    np.testing.assert_allclose(single.data, expected.data, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation",
+                         [CONV_CASES[i] for i in (0, 3, 4, 6)],
+                         ids=[CONV_IDS[i] for i in (0, 3, 4, 6)])
+def test_conv2d_family_is_differentiable_to_any_order(x_shape, w_shape, stride, padding,
+                                                      dilation):
+    """conv2d's gradients are conv_transpose2d and conv2d_weight, whose own gradients are
+    members of the same family: second derivatives of each member cover the third of conv2d."""
+    rng = np.random.default_rng(3)
+    small = (1,) + x_shape[1:]
+    x, w, b = _leaves(rng, small, w_shape, w_shape[:1])
+    geometry = dict(stride=stride, padding=padding, dilation=dilation)
+    g, = _leaves(rng, conv_ops.conv2d(x, w, b, **geometry).shape)
+    assert gradcheck(lambda x, w, b: conv_ops.conv2d(x, w, b, **geometry), (x, w, b))
+    assert gradgradcheck(lambda x, w, b: conv_ops.conv2d(x, w, b, **geometry), (x, w, b))
+    transpose = lambda g, w: conv_ops.conv_transpose2d(g, w, input_size=small[2:], **geometry)
+    assert gradcheck(transpose, (g, w))
+    assert gradgradcheck(transpose, (g, w))
+    weight = lambda x, g: conv_ops.conv2d_weight(x, g, kernel_size=w_shape[2:], **geometry)
+    assert gradcheck(weight, (x, g))
+    assert gradgradcheck(weight, (x, g))
+
+
+# ----------------------------------------------------------------------------- max pooling
+# (input shape, kernel, stride, padding, dilation, ceil_mode): kernel == stride (disjoint
+# windows, written not added), overlapping windows, padding, dilation, non-square, ceil_mode.
+POOL_CASES = [
+    ((2, 3, 8, 6), (2, 2), (2, 2), (0, 0), (1, 1), False),
+    ((1, 2, 9, 7), (2, 2), (2, 2), (0, 0), (1, 1), False),
+    ((2, 2, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), False),
+    ((2, 2, 7, 9), (2, 3), (1, 2), (1, 0), (1, 1), False),
+    ((1, 3, 9, 9), (3, 3), (1, 1), (0, 0), (2, 2), False),
+    ((2, 2, 9, 8), (3, 3), (2, 2), (0, 0), (1, 1), True),
+    ((2, 2, 8, 7), (2, 2), (2, 2), (1, 1), (1, 1), True),
+    ((1, 1, 10, 9), (3, 2), (3, 2), (1, 0), (1, 2), True),
+]
+POOL_IDS = [f"x{x}-k{k}-s{s}-p{p}-d{d}-ceil{c}" for x, k, s, p, d, c in POOL_CASES]
+
+
+def _general_max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Max pooling the general way: pad with -inf, unfold each plane, max over the taps."""
+    n, c, h, w = x.shape
+    _, (eh, ew) = F._pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding,
+                                   dilation, ceil_mode)
+    (ph, pw) = padding
+    planes = ops.pad(x.reshape(n * c, 1, h, w), (pw, pw + ew, ph, ph + eh), value=-math.inf)
+    cols = F.unfold(planes, kernel_size, dilation, 0, stride)
+    values, _ = cols.max(dim=1)
+    oh, ow = conv_ops.sliding_output_size(planes.shape[2:], kernel_size, dilation, (0, 0),
+                                          stride)
+    return values.reshape(n, c, oh, ow)
+
+
+def _distinct(shape, rng):
+    # Distinct values, so every window has one maximum and finite differences see no kink.
+    return mg.tensor(rng.permutation(int(np.prod(shape))).reshape(shape) / 7.0,
+                     requires_grad=True)
+
+
+@pytest.mark.parametrize("shape,kernel_size,stride,padding,dilation,ceil_mode", POOL_CASES,
+                         ids=POOL_IDS)
+def test_max_pool2d_matches_the_general_path_and_torch(shape, kernel_size, stride, padding,
+                                                       dilation, ceil_mode):
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal(shape)
+    data[0, 0, :2, :2] = 0.5  # a tie: the first maximum wins in all three
+    x = mg.tensor(data, requires_grad=True)
+    args = (kernel_size, stride, padding, dilation, ceil_mode)
+    fast = F.max_pool2d(x, *args)
+    general = _general_max_pool(x, *args)
+    np.testing.assert_array_equal(fast.data, general.data)
+    g = mg.tensor(rng.standard_normal(fast.shape))
+    grad, = mg.autograd.grad(fast, x, g)
+    np.testing.assert_allclose(grad.data, mg.autograd.grad(general, x, g)[0].data, **TOL)
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor(data, requires_grad=True)
+    tout = torch.nn.functional.max_pool2d(tx, *args)
+    np.testing.assert_array_equal(fast.data, tout.detach().numpy())
+    tout.backward(torch.tensor(g.data))
+    np.testing.assert_allclose(grad.data, tx.grad.numpy(), **TOL)
+
+
+def test_max_pool2d_after_relu_sends_tied_zeros_gradient_where_torch_does():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((2, 3, 6, 6))
+    x = mg.tensor(data, requires_grad=True)
+    tx = torch.tensor(data, requires_grad=True)
+    out = F.max_pool2d(F.relu(x) * 1.0, 2)  # many all-zero windows
+    tout = torch.nn.functional.max_pool2d(torch.relu(tx) * 1.0, 2)
+    inner = F.max_pool2d(F.relu(x), 2, return_indices=True)[1]
+    tinner = torch.nn.functional.max_pool2d(torch.relu(tx), 2, return_indices=True)[1]
+    np.testing.assert_array_equal(inner.data, tinner.numpy())
+    out.sum().backward()
+    tout.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
+
+
+@pytest.mark.parametrize("shape,kernel_size,stride,padding,dilation,ceil_mode",
+                         [POOL_CASES[i] for i in (0, 2, 5)], ids=[POOL_IDS[i] for i in (0, 2, 5)])
+def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, padding,
+                                                   dilation, ceil_mode):
+    rng = np.random.default_rng(6)
+    x = _distinct((1,) + shape[1:], rng)
+    pool = lambda x: F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+    assert gradcheck(pool, (x,))
+    assert gradgradcheck(pool, (x,))
+    # Its gradient routes g to the winners (tap_scatter) and back (tap_gather): both linear
+    # in g, each the other's adjoint.
+    out = pool(x)
+    extra = F._pool_geometry("max_pool2d", shape[2:], kernel_size, stride, padding, dilation,
+                             ceil_mode)[1]
+    winners = conv_ops.winning_taps(x.data, out.data, kernel_size, stride, padding, dilation,
+                                    extra)
+    geometry = dict(winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
+                    dilation=dilation, extra=extra)
+    g = mg.tensor(rng.standard_normal(out.shape), requires_grad=True)
+    scatter = lambda g: conv_ops.tap_scatter(g, input_size=shape[2:], **geometry)
+    gather = lambda x: conv_ops.tap_gather(x, **geometry)
+    assert gradcheck(scatter, (g,)) and gradgradcheck(scatter, (g,))
+    assert gradcheck(gather, (x,)) and gradgradcheck(gather, (x,))
+    np.testing.assert_array_equal(gather(x).data, out.data)
