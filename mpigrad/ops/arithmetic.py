@@ -55,7 +55,7 @@ _matmul = Op("matmul", np.matmul,
               lambda g, ans, a, b: a.mT @ g),
              (lambda t, ans, a, b: t @ b,
               lambda t, ans, a, b: a @ t),
-             saves="a b")
+             saves="a b", grad_fn_name="MmBackward0")
 
 
 def matmul(a, b):
@@ -104,11 +104,12 @@ linear = Op("linear", _linear_forward,
             (lambda t, ans, x, weight, bias: linear(t, weight, None),
              lambda t, ans, x, weight, bias: linear(x, t, None),
              lambda t, ans, x, weight, bias: t),
-            saves="x weight")
+            saves="x weight", grad_fn_name="AddmmBackward0")
 
 
 _cast = Op("cast", lambda x, dtype: x.astype(dtype),
-           (lambda g, ans, x, dtype: g,), elementwise=True)
+           (lambda g, ans, x, dtype: g,), elementwise=True,
+           grad_fn_name="ToCopyBackward0")
 
 
 def cast(x, dtype):

@@ -18,7 +18,7 @@ import inspect
 import numpy as np
 
 from ..autograd import forward_ad, grad_mode, profiler
-from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
+from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
@@ -39,6 +39,10 @@ class Op:
     share storage with input 0, so both share one version counter. `inplace_fast(target,
     *others, **params)` writes the result straight into target's array when no graph is
     recorded (the optimizer path); without it, the result is computed and copied in.
+    `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
+    function of the op's keyword parameters when torch names the variants apart
+    (`SumBackward0` for a full sum, `SumBackward1` along dims); by default the op's name in
+    CamelCase with `Backward0`.
 
     `jvps` holds the tangent rules, shaped like `vjps` (a tuple, or one callable taking the
     position first). `elementwise=True` says the Jacobian is diagonal: then J t and J^T g are
@@ -46,9 +50,10 @@ class Op:
     """
 
     def __init__(self, name, forward, vjps=None, jvps=None, saves="", view=False,
-                 inplace_fast=None, elementwise=False):
+                 inplace_fast=None, elementwise=False, grad_fn_name=None):
         self.name = name
-        self.node_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+        self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
+                                          + "Backward0")
         self.forward = forward
         self.vjps = vjps
         if elementwise and jvps is not None:
@@ -207,7 +212,8 @@ class OpNode(Node):
             self.rebind_output(result)
 
     def name(self):
-        return self.op.node_name
+        name = self.op.node_name
+        return name if isinstance(name, str) else name(self.params)
 
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""

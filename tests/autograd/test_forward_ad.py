@@ -108,8 +108,15 @@ def test_gradcheck_forward_over_reverse(name, fn, specs, float64, rng):
                      check_forward_ad=True, check_backward_ad=False)
 
 
+# Cases that use an mpigrad argument torch's function lacks (their tangents are still checked
+# against finite differences above).
+_NOT_IN_TORCH = {"prod_all_keepdim": "torch.prod takes keepdim only together with dim"}
+
+
 @pytest.mark.parametrize("name,fn,specs", CASES, ids=IDS)
 def test_tangent_equals_torch_func_jvp(name, fn, specs, float64, rng):
+    if name in _NOT_IN_TORCH:
+        pytest.skip(_NOT_IN_TORCH[name])
     primals = _arrays(specs, rng)
     tangents = [rng.standard_normal(p.shape) for p in primals]
     out, jv = _mg_jvp(fn, primals, tangents)

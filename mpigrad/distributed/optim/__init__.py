@@ -1,0 +1,4 @@
+"""Optimizers for model-parallel and sharded training: DistributedOptimizer."""
+from .distributed_optimizer import DistributedOptimizer
+
+__all__ = ["DistributedOptimizer"]
