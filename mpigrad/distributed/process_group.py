@@ -89,6 +89,15 @@ def duplicate(comm, what, make=None):
         ) from err
 
 
+def free_communicators(comms):
+    """Free the communicators in the list `comms` and empty it, unless MPI was finalized: the
+    finalizer of an object that owns communicators (DDP's channel, a hierarchy, ZeRO)."""
+    if not MPI.Is_finalized():
+        for comm in comms:
+            comm.Free()
+    comms.clear()
+
+
 class _NonGroupMember:
     def __repr__(self):
         return "GroupMember.NON_GROUP_MEMBER"
