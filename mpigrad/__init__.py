@@ -24,7 +24,7 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   topk, index_select, gather, unbind)
 from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
-from . import autograd, futures, ops, utils, nn, optim, data  # noqa: F401
+from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda  # noqa: F401
 # mpigrad.distributed is imported explicitly: importing it initialises MPI.
 

@@ -22,7 +22,7 @@ LAYERS = [
      "mpigrad.autograd.engine"},
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization"},
-    {"mpigrad.nn", "mpigrad.optim", "mpigrad.data", "mpigrad.utils"},
+    {"mpigrad.nn", "mpigrad.optim", "mpigrad.data", "mpigrad.utils", "mpigrad.func"},
     {"mpigrad.distributed", "mpigrad.nn.parallel", "mpigrad"},
 ]
 UPWARD_IMPORTS_ALLOWED = {("mpigrad.tensor", "mpigrad.autograd"), ("mpigrad.tensor", "mpigrad.ops")}

@@ -7,6 +7,7 @@ from .anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled  # n
 from .engine import queue_callback, run_backward
 from .function import Function, FunctionCtx  # noqa: F401
 from .variable import Variable  # noqa: F401
+from . import forward_ad  # noqa: F401
 from .graph import Node, gradient_edge
 from ..tensor import Tensor
 
@@ -95,4 +96,4 @@ from .gradcheck import gradcheck, gradgradcheck  # noqa: E402,F401
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad",
            "set_grad_enabled", "is_grad_enabled", "inference_mode", "is_inference_mode_enabled",
            "detect_anomaly", "set_detect_anomaly",
-           "queue_callback", "gradcheck", "gradgradcheck", "functional", "Node"]
+           "queue_callback", "gradcheck", "gradgradcheck", "functional", "forward_ad", "Node"]

@@ -4,24 +4,39 @@ import functools
 import numpy as np
 
 from ..tensor import Tensor
-from . import grad_mode
+from . import forward_ad, grad_mode
 from .graph import Meta, Node, gradient_edge, reduce_to
 from .saved_tensors import SavedTensor
 
 
+def _check_saveable(tensors, what):
+    for t in tensors:
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError(f"{what} can only save tensors (or None), got {type(t).__name__}; "
+                            "store other values as ctx attributes")
+
+
 class FunctionCtx:
-    """The `ctx` that forward and backward share. For the Function's node, it is the node."""
+    """The `ctx` that forward, backward and jvp share. For the Function's node, it is the node."""
+
+    # What save_for_forward kept, and whether jvp is running (then saved_tensors returns it).
+    _saved_for_forward = ()
+    _in_jvp = False
 
     def save_for_backward(self, *tensors):
-        for t in tensors:
-            if t is not None and not isinstance(t, Tensor):
-                raise TypeError(f"save_for_backward can only save tensors (or None), got "
-                                f"{type(t).__name__}; store other values as ctx attributes")
+        _check_saveable(tensors, "save_for_backward")
         self._saved = tuple(tensors)
         self._saved_versions = tuple(None if t is None else t._version for t in tensors)
 
+    def save_for_forward(self, *tensors):
+        """Tensors for jvp, which reads them as `ctx.saved_tensors`."""
+        _check_saveable(tensors, "save_for_forward")
+        self._saved_for_forward = tuple(tensors)
+
     @property
     def saved_tensors(self):
+        if self._in_jvp:
+            return self._saved_for_forward
         saved = self._saved  # before the check: another thread's backward may release it
         self.check_not_freed()
         for i, (t, expected) in enumerate(zip(saved, self._saved_versions)):
@@ -99,7 +114,9 @@ class BackwardFunction(Node, FunctionCtx):
 class Function:
     """Subclass with `@staticmethod forward(ctx, *args)` and `backward(ctx, *grad_outputs)`,
     then call `MyFunction.apply(*args)`. forward sees plain values (no graph is recorded
-    inside it); backward returns one gradient (or None) per forward argument."""
+    inside it, no tangent propagated); backward returns one gradient (or None) per forward
+    argument. For forward-mode AD, `jvp(ctx, *tangents)` gets one tangent per forward argument
+    (zeros for a tensor without one, None for a non-tensor) and returns one per output."""
 
     @staticmethod
     def forward(ctx, *args, **kwargs):
@@ -110,6 +127,11 @@ class Function:
         raise NotImplementedError("a Function subclass must implement backward to be "
                                   "differentiated")
 
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("You must implement the jvp function for custom "
+                                  "autograd.Function to use it with forward mode AD.")
+
     @classmethod
     def apply(cls, *args, **kwargs):
         is_tensor = [isinstance(a, Tensor) for a in args]
@@ -119,14 +141,22 @@ class Function:
         metas = tuple(Meta(a.shape, a.dtype) if t else Meta((), None)
                       for t, a in zip(is_tensor, args))
         ctx = BackwardFunction(cls, edges, needs, metas)
-        with grad_mode.no_grad():
+        level = forward_ad.active_level()
+        tangents = [forward_ad.tangent_of(a, level) for a in args] if level is not None else ()
+        dual = any(t is not None for t in tangents)
+        if dual and cls.jvp is Function.jvp:
+            # Before forward runs: a forward with side effects (a collective) happens or not.
+            raise RuntimeError(f"{cls.__name__} was used on dual tensors (forward-mode AD) but "
+                               "implements no jvp: you must implement the jvp function for "
+                               "custom autograd.Function to use it with forward mode AD.")
+        with grad_mode.no_grad(), forward_ad.paused():
             outputs = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(outputs, tuple)
         outputs = (outputs,) if single else outputs
         if not all(any(d is o for o in outputs) for d in ctx._dirty):
             raise RuntimeError(f"{cls.__name__}: some tensors marked dirty in forward were not "
                                "returned; every input modified in place must be an output")
-        if not record:
+        if not record and not dual:
             return outputs[0] if single else outputs
         results = []
         metas_out = []
@@ -140,20 +170,52 @@ class Function:
                 # Modified in place: it keeps its identity and gets new history. The write
                 # may have gone around autograd (through `.data`), so mark_dirty is what
                 # tells the version counter, as in torch: saved copies of it go stale.
-                _check_dirty(cls, out)
-                out.mark_written()
+                if record:
+                    _check_dirty(cls, out)
+                    out.mark_written()
             elif any(out is a for a in args):
                 # An input returned as-is becomes a new tensor so the input keeps its history.
                 out = out.alias(view=False)
             metas_out.append((out.shape, out.dtype))
-            if differentiable:
+            if differentiable and record:
                 out.set_history(ctx, nr)
             results.append(out)
         ctx._output_metas = tuple(metas_out)
         hooks = grad_mode._State.saved_tensors_hooks
         if hooks is not None and ctx._saved:
             ctx._saved = tuple(_saved_for(hooks, t, outputs) for t in ctx._saved)
+        if dual:
+            _push_tangents(cls, ctx, args, tangents, results, level)
         return results[0] if single else tuple(results)
+
+
+def _push_tangents(cls, ctx, args, tangents, results, level):
+    """Run the Function's jvp and give each differentiable output its tangent."""
+    if ctx._materialize_grads:
+        tangents = [Tensor.wrap(np.zeros(a.shape, a.dtype))
+                    if t is None and isinstance(a, Tensor) else t for t, a in zip(tangents, args)]
+    ctx._in_jvp = True
+    try:
+        with forward_ad.paused():
+            out_tangents = cls.jvp(ctx, *tangents)
+    finally:
+        ctx._in_jvp = False
+    if not isinstance(out_tangents, tuple):
+        out_tangents = (out_tangents,)
+    if len(out_tangents) != len(results):
+        raise RuntimeError(f"{cls.__name__}.jvp returned {len(out_tangents)} tangents for "
+                           f"{len(results)} outputs; return one per output (None for none)")
+    for i, (out, t) in enumerate(zip(results, out_tangents)):
+        if (t is None or not isinstance(out, Tensor) or out.dtype.kind not in "fc"
+                or id(out) in ctx._non_differentiable):
+            continue
+        if not isinstance(t, Tensor) or t.shape != out.shape:
+            raise RuntimeError(f"{cls.__name__}.jvp: the tangent of output {i} must be a tensor "
+                               f"of the output's shape {tuple(out.shape)}, got "
+                               f"{getattr(t, 'shape', type(t).__name__)}")
+        if any(s is not None and np.may_share_memory(t.data, s.data) for s in tangents):
+            t = t.clone()  # an output's tangent must not be an input's, which may change in place
+        level.set(out, t if t.dtype == out.dtype else t.to(out.dtype))
 
 
 def _check_dirty(cls, tensor):

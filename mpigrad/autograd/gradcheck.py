@@ -1,10 +1,11 @@
-"""Check analytical gradients against central finite differences (in float64)."""
+"""Check analytical derivatives, reverse mode (gradients) and forward mode (tangents), against
+central finite differences (in float64)."""
 import warnings
 
 import numpy as np
 
 from ..tensor import Tensor
-from . import _tensors_as_tuple, grad as autograd_grad
+from . import _tensors_as_tuple, forward_ad, grad as autograd_grad
 
 
 class GradcheckError(RuntimeError):
@@ -52,9 +53,31 @@ def _analytical_jacobian(outputs, wrt):
     return jac
 
 
-def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
+def _forward_jacobian(func, inputs, wrt):
+    """The same Jacobian, a column per forward pass: one input element's tangent set to 1."""
+    outputs = _differentiable_outputs(func, inputs)
+    jac = [[np.zeros((o.data.size, x.data.size)) for o in outputs] for x in wrt]
+    positions = [next(p for p, a in enumerate(inputs) if a is x) for x in wrt]
+    for i, (x, position) in enumerate(zip(wrt, positions)):
+        for column in range(x.data.size):
+            seed = np.zeros(x.data.size, dtype=x.dtype)
+            seed[column] = 1
+            with forward_ad.dual_level():
+                args = list(inputs)
+                args[position] = forward_ad.make_dual(x, Tensor.wrap(seed.reshape(x.shape)))
+                for k, out in enumerate(_differentiable_outputs(func, args)):
+                    tangent = forward_ad.unpack_dual(out).tangent
+                    if tangent is not None:
+                        jac[i][k][:, column] = tangent.data.reshape(-1)
+    return jac
+
+
+def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
+              check_forward_ad=False, check_backward_ad=True):
     """True if every analytical Jacobian entry matches finite differences within
-    `atol + rtol * |numerical|`; otherwise raise (or return False) naming the worst entry."""
+    `atol + rtol * |numerical|`; otherwise raise (or return False) naming the worst entry.
+    The analytical Jacobian comes from backward (`check_backward_ad`), from the tangent rules
+    (`check_forward_ad`), or both."""
     inputs = _tensors_as_tuple(inputs)
     wrt = [x for x in inputs if getattr(x, "requires_grad", False)]
     if not wrt:
@@ -66,8 +89,22 @@ def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True
     if not any(o.requires_grad for o in outputs):
         raise GradcheckError("gradcheck: no output requires grad; the function does not "
                              "depend differentiably on its inputs")
-    analytical = _analytical_jacobian(outputs, wrt)
     numerical = _numerical_jacobian(func, inputs, wrt, eps)
+    modes = []
+    if check_backward_ad:
+        modes.append(("backward", _analytical_jacobian(outputs, wrt)))
+    if check_forward_ad:
+        modes.append(("forward", _forward_jacobian(func, inputs, wrt)))
+    for mode, analytical in modes:
+        message = _worst_mismatch(analytical, numerical, atol, rtol)
+        if message is not None:
+            if raise_exception:
+                raise GradcheckError(f"{mode} mode AD: {message}")
+            return False
+    return True
+
+
+def _worst_mismatch(analytical, numerical, atol, rtol):
     worst = None
     for i, (a_row, n_row) in enumerate(zip(analytical, numerical)):
         for k, (a, n) in enumerate(zip(a_row, n_row)):
@@ -77,14 +114,11 @@ def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True
                 if worst is None or excess[r, c] > worst[0]:
                     worst = (excess[r, c], i, k, r, c, n[r, c], a[r, c])
     if worst is None:
-        return True
+        return None
     _, i, k, r, c, num, ana = worst
-    message = (f"Jacobian mismatch for output {k} with respect to input {i} (of those that "
-               f"require grad): worst at output element {r}, input element {c}: numerical "
-               f"{num:.10g}, analytical {ana:.10g} (atol={atol}, rtol={rtol})")
-    if raise_exception:
-        raise GradcheckError(message)
-    return False
+    return (f"Jacobian mismatch for output {k} with respect to input {i} (of those that "
+            f"require grad): worst at output element {r}, input element {c}: numerical "
+            f"{num:.10g}, analytical {ana:.10g} (atol={atol}, rtol={rtol})")
 
 
 def gradgradcheck(func, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3,

@@ -419,3 +419,7 @@ class _Identity(Function):
     @staticmethod
     def backward(ctx, *grads):
         return (None,) + tuple(ctx.on_backward(grads))
+
+    @staticmethod
+    def jvp(ctx, on_backward_tangent, *tangents):
+        return tangents  # the identity: forward-mode AD passes through hooked modules

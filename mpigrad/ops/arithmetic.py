@@ -18,25 +18,25 @@ def _inplace_ufunc(ufunc):
 add = Op("add", np.add,
          (lambda g, ans, a, b: g,
           lambda g, ans, a, b: g),
-         inplace_fast=_inplace_ufunc(np.add))
+         elementwise=True, inplace_fast=_inplace_ufunc(np.add))
 
 sub = Op("sub", np.subtract,
          (lambda g, ans, a, b: g,
           lambda g, ans, a, b: -g),
-         inplace_fast=_inplace_ufunc(np.subtract))
+         elementwise=True, inplace_fast=_inplace_ufunc(np.subtract))
 
 mul = Op("mul", np.multiply,
          (lambda g, ans, a, b: g * b,
           lambda g, ans, a, b: g * a),
-         saves="a b", inplace_fast=_inplace_ufunc(np.multiply))
+         saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.multiply))
 
 div = Op("div", np.true_divide,
          (lambda g, ans, a, b: g / b,
           lambda g, ans, a, b: -g * a / (b * b)),
-         saves="a b", inplace_fast=_inplace_ufunc(np.true_divide))
+         saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.true_divide))
 
 neg = Op("neg", np.negative,
-         (lambda g, ans, x: -g,))
+         (lambda g, ans, x: -g,), elementwise=True)
 
 
 def _pow_exponent_grad(g, ans, a, b):
@@ -48,11 +48,13 @@ def _pow_exponent_grad(g, ans, a, b):
 pow = Op("pow", np.power,
          (lambda g, ans, a, b: g * b * a ** (b - 1),
           _pow_exponent_grad),
-         saves="a b ans")
+         saves="a b ans", elementwise=True)
 
 _matmul = Op("matmul", np.matmul,
              (lambda g, ans, a, b: g @ b.mT,
               lambda g, ans, a, b: a.mT @ g),
+             (lambda t, ans, a, b: t @ b,
+              lambda t, ans, a, b: a @ t),
              saves="a b", grad_fn_name="MmBackward0")
 
 
@@ -99,11 +101,15 @@ linear = Op("linear", _linear_forward,
             (lambda g, ans, x, weight, bias: g @ weight,
              _linear_weight_grad,
              lambda g, ans, x, weight, bias: g),
+            (lambda t, ans, x, weight, bias: linear(t, weight, None),
+             lambda t, ans, x, weight, bias: linear(x, t, None),
+             lambda t, ans, x, weight, bias: t),
             saves="x weight", grad_fn_name="AddmmBackward0")
 
 
 _cast = Op("cast", lambda x, dtype: x.astype(dtype),
-           (lambda g, ans, x, dtype: g,), grad_fn_name="ToCopyBackward0")
+           (lambda g, ans, x, dtype: g,), elementwise=True,
+           grad_fn_name="ToCopyBackward0")
 
 
 def cast(x, dtype):
@@ -114,7 +120,7 @@ def cast(x, dtype):
     return _cast(x, dtype=dtype)
 
 
-clone = Op("clone", np.copy, (lambda g, ans, x: g,))
+clone = Op("clone", np.copy, (lambda g, ans, x: g,), elementwise=True)
 
 
 def _constant(forward):

@@ -3,7 +3,8 @@
 Everything here reads and writes images through one strided view, `windows`: for padded
 images (N, C, Hp, Wp) it is (N, C, kh, kw, oh, ow), tap (i, j) of the window at (r, s), with
 no copy. The ops come in adjoint families, each member the others' vector-Jacobian product,
-so convolution and pooling are differentiable to any order:
+so convolution and pooling are differentiable to any order, in both modes (each op's
+tangent rule applies a member of its family to the tangent):
 
 - `unfold` (im2col) and `fold` (col2im), torch's F.unfold and F.fold;
 - `conv2d`, `conv_transpose2d` (its gradient for the input) and `conv2d_weight` (for the
@@ -122,11 +123,17 @@ def _fold(cols, output_size, kernel_size, dilation, padding, stride):
 unfold = Op("unfold", _unfold,
             (lambda g, ans, x, kernel_size, dilation, padding, stride:
              fold(g, output_size=x.shape[2:], kernel_size=kernel_size, dilation=dilation,
-                  padding=padding, stride=stride),))
+                  padding=padding, stride=stride),),
+            (lambda t, ans, x, kernel_size, dilation, padding, stride:
+             unfold(t, kernel_size=kernel_size, dilation=dilation, padding=padding,
+                    stride=stride),))
 
 fold = Op("fold", _fold,
           (lambda g, ans, cols, output_size, kernel_size, dilation, padding, stride:
-           unfold(g, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride),))
+           unfold(g, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride),),
+          (lambda t, ans, cols, output_size, kernel_size, dilation, padding, stride:
+           fold(t, output_size=output_size, kernel_size=kernel_size, dilation=dilation,
+                padding=padding, stride=stride),))
 
 
 # ----------------------------------------------------------------------------- convolution
@@ -516,6 +523,12 @@ conv2d = Op("conv2d", _conv2d,
              conv2d_weight(x, g, kernel_size=weight.shape[2:], stride=stride, padding=padding,
                            dilation=dilation),
              lambda g, ans, x, weight, bias, stride, padding, dilation: g.sum((0, 2, 3))),
+            # Bilinear in (x, weight), linear in the bias: each tangent through the op itself.
+            (lambda t, ans, x, weight, bias, stride, padding, dilation:
+             conv2d(t, weight, None, stride=stride, padding=padding, dilation=dilation),
+             lambda t, ans, x, weight, bias, stride, padding, dilation:
+             conv2d(x, t, None, stride=stride, padding=padding, dilation=dilation),
+             lambda t, ans, x, weight, bias, stride, padding, dilation: t.reshape(-1, 1, 1)),
             saves="x weight")
 
 conv_transpose2d = Op(
@@ -525,6 +538,12 @@ conv_transpose2d = Op(
      lambda gg, ans, g, weight, input_size, stride, padding, dilation:
      conv2d_weight(gg, g, kernel_size=weight.shape[2:], stride=stride, padding=padding,
                    dilation=dilation)),
+    (lambda t, ans, g, weight, input_size, stride, padding, dilation:
+     conv_transpose2d(t, weight, input_size=input_size, stride=stride, padding=padding,
+                      dilation=dilation),
+     lambda t, ans, g, weight, input_size, stride, padding, dilation:
+     conv_transpose2d(g, t, input_size=input_size, stride=stride, padding=padding,
+                      dilation=dilation)),
     saves="g weight")
 
 conv2d_weight = Op(
@@ -534,6 +553,12 @@ conv2d_weight = Op(
                       dilation=dilation),
      lambda gw, ans, x, g, kernel_size, stride, padding, dilation:
      conv2d(x, gw, None, stride=stride, padding=padding, dilation=dilation)),
+    (lambda t, ans, x, g, kernel_size, stride, padding, dilation:
+     conv2d_weight(t, g, kernel_size=kernel_size, stride=stride, padding=padding,
+                   dilation=dilation),
+     lambda t, ans, x, g, kernel_size, stride, padding, dilation:
+     conv2d_weight(x, t, kernel_size=kernel_size, stride=stride, padding=padding,
+                   dilation=dilation)),
     saves="x g")
 
 
@@ -600,6 +625,12 @@ max_pool2d = Op(
                                          dilation, extra),
                  input_size=x.shape[2:], kernel_size=kernel_size, stride=stride,
                  padding=padding, dilation=dilation, extra=extra),),
+    # The tangent at each window's winning tap.
+    (lambda t, ans, x, kernel_size, stride, padding, dilation, extra:
+     tap_gather(t, winners=winning_taps(x.data, ans.data, kernel_size, stride, padding,
+                                        dilation, extra),
+                kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                extra=extra),),
     saves="x ans")
 
 # Sends each window's gradient to its winning tap; the adjoint of tap_gather.
@@ -607,11 +638,17 @@ tap_scatter = Op(
     "tap_scatter", _tap_scatter,
     (lambda gg, ans, g, winners, input_size, kernel_size, stride, padding, dilation, extra:
      tap_gather(gg, winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
-                dilation=dilation, extra=extra),))
+                dilation=dilation, extra=extra),),
+    (lambda t, ans, g, winners, input_size, kernel_size, stride, padding, dilation, extra:
+     tap_scatter(t, winners=winners, input_size=input_size, kernel_size=kernel_size,
+                 stride=stride, padding=padding, dilation=dilation, extra=extra),))
 
 # Picks each window's winning tap.
 tap_gather = Op(
     "tap_gather", _tap_gather,
     (lambda gg, ans, x, winners, kernel_size, stride, padding, dilation, extra:
      tap_scatter(gg, winners=winners, input_size=x.shape[2:], kernel_size=kernel_size,
-                 stride=stride, padding=padding, dilation=dilation, extra=extra),))
+                 stride=stride, padding=padding, dilation=dilation, extra=extra),),
+    (lambda t, ans, x, winners, kernel_size, stride, padding, dilation, extra:
+     tap_gather(t, winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
+                dilation=dilation, extra=extra),))

@@ -5,19 +5,28 @@ operations so that a gradient is itself differentiable (`create_graph=True`). Ea
 called as `vjp(g, ans, *inputs, **params)`; inputs the op does not declare in `saves` arrive as
 `Meta` (shape and dtype only), so a rule cannot silently read a value that was not saved.
 Broadcasting and dtype are undone once, in `reduce_to`, never inside the rules.
+
+Beside each VJP sits the op's tangent rule (forward mode, see autograd/forward_ad.py): one
+Jacobian-vector product per input, `jvp(t, ans, *inputs, **params)`, giving input's tangent
+`t`'s contribution to the output's tangent; the contributions are added and broadcast to the
+output's shape and dtype once, here. Tangent rules also use Tensor operations, so tangents are
+differentiable in reverse mode and the rules compose. They run with propagation paused, so
+their ops read the inputs' primal values.
 """
 import inspect
 
 import numpy as np
 
-from ..autograd import grad_mode, profiler
+from ..autograd import forward_ad, grad_mode, profiler
 from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
 
-# Every Op by name, so tests can check that each one has a gradcheck case.
+# Every Op by name, so tests can check that each one has a gradcheck case and a tangent rule.
 REGISTRY = {}
+# forward_ad's global state: ops read `_dual.level` (None unless a dual level is active).
+_dual = forward_ad._global
 
 
 class Op:
@@ -34,15 +43,23 @@ class Op:
     function of the op's keyword parameters when torch names the variants apart
     (`SumBackward0` for a full sum, `SumBackward1` along dims); by default the op's name in
     CamelCase with `Backward0`.
+
+    `jvps` holds the tangent rules, shaped like `vjps` (a tuple, or one callable taking the
+    position first). `elementwise=True` says the Jacobian is diagonal: then J t and J^T g are
+    the same product, and the gradient rules serve as the tangent rules.
     """
 
-    def __init__(self, name, forward, vjps=None, saves="", view=False, inplace_fast=None,
-                 grad_fn_name=None):
+    def __init__(self, name, forward, vjps=None, jvps=None, saves="", view=False,
+                 inplace_fast=None, elementwise=False, grad_fn_name=None):
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
         self.forward = forward
         self.vjps = vjps
+        if elementwise and jvps is not None:
+            raise ValueError(f"op {name}: elementwise ops take their gradient rules as tangent "
+                             "rules; give jvps or elementwise=True, not both")
+        self.jvps = vjps if elementwise else jvps
         names = saves.split()
         params = _input_names(vjps) if names else []
         unknown = set(names) - set(params) - {"ans"}
@@ -86,12 +103,64 @@ def _apply(op, args, params):
         result = args[0].alias(out)
     else:
         result = Tensor.wrap(out)
-    if not grad_mode._State.enabled:
-        return result
-    needs = _needs(args)
-    if needs is not None:
-        result.set_history(OpNode(op, args, params or _NO_PARAMS, needs, result))
+    if grad_mode._State.enabled:
+        needs = _needs(args)
+        if needs is not None:
+            result.set_history(OpNode(op, args, params or _NO_PARAMS, needs, result))
+    # After recording: a tangent rule reading `ans` then links the tangent to the graph.
+    if _dual.level is not None:
+        _push_tangent(op, args, params, result)
     return result
+
+
+def _push_tangent(op, args, params, result):
+    """Give `result` its tangent in the active dual level, if any input has one."""
+    level = forward_ad.active_level()
+    if level is None or result.dtype.kind not in "fc":
+        return
+    tangents = [forward_ad.tangent_of(a, level) for a in args]
+    if all(t is None for t in tangents):
+        return
+    if op.jvps is None:
+        raise NotImplementedError(f"op {op.name} has no tangent rule, so it cannot be used on "
+                                  "dual tensors (forward-mode AD)")
+    with forward_ad.paused():
+        tangent = _output_tangent(op, args, params, result, tangents)
+    if tangent is not None:
+        level.set(result, tangent)
+        node = result.grad_fn
+        if type(node) is OpNode and node.ans is not None and type(node.ans[0]) is Tensor:
+            # Backward through this node then sees a dual output (forward-over-reverse).
+            level.set(node.ans[0], tangent)
+
+
+def _output_tangent(op, args, params, result, tangents):
+    jvps = op.jvps
+    per_input = type(jvps) is tuple
+    total = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        if per_input:
+            rule = jvps[i]
+            ti = None if rule is None else rule(t, result, *args, **params)
+        else:
+            ti = jvps(i, t, result, *args, **params)
+        if ti is not None:
+            total = ti if total is None else total + ti
+    if total is None:
+        return None
+    if total.shape != result.shape:
+        # A broadcast tangent is a read-only view; an in-place op may write into this one.
+        total = total.expand(result.shape).clone()
+    if total.dtype != result.dtype:
+        total = total.to(result.dtype)
+    is_view = result._vc is getattr(args[0], "_vc", None)
+    if not is_view and any(t is not None and np.may_share_memory(total.data, t.data)
+                           for t in tangents):
+        # Only a view's tangent may share an input tangent's storage (clone's rule is `t`).
+        total = total.clone()
+    return total
 
 
 # Shared, never mutated: a node per op is the graph's cost in objects the garbage collector
@@ -181,6 +250,8 @@ class OpNode(Node):
             else:
                 ans = saved.alias(view=False)
                 ans.set_history(self)
+            if _dual.level is not None:
+                _copy_tangent(saved, ans)
         g = grad_outputs[0]
         vjps = self.op.vjps
         params = self.params
@@ -227,7 +298,17 @@ def _meta(array):
 def _saved_output(tensor):
     """The output as a rule may read it: an alias (no graph link, so no reference cycle through
     the node) and the version it must still have at backward."""
-    return tensor.alias(view=False), tensor._version
+    alias = tensor.alias(view=False)
+    if _dual.level is not None:
+        _copy_tangent(tensor, alias)
+    return alias, tensor._version
+
+
+def _copy_tangent(tensor, alias):
+    level = _dual.level
+    tangent = level.get(tensor)
+    if tangent is not None:
+        level.set(alias, tangent)
 
 
 def _check_inplace_allowed(target):
@@ -246,11 +327,15 @@ def inplace(op, target, *others, **params):
     """Run `op(target, *others)` and write the result into `target`'s storage.
 
     When the graph is being recorded, `target` is rebased onto the new node (as in torch); if
-    the rule needs target's old value, that value is kept in a copy first.
+    the rule needs target's old value, that value is kept in a copy first. Under a dual level,
+    the new tangent is written into target's tangent (see `_give_tangent`).
     """
     record = grad_mode._State.enabled and (
         target.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))
-    if not record:
+    level = forward_ad.active_level() if _dual.level is not None else None
+    dual = level is not None and any(forward_ad.tangent_of(t, level) is not None
+                                     for t in (target,) + others)
+    if not record and not dual:
         arrays = [o.data if isinstance(o, Tensor) else o for o in others]
         with target.writing() as data:
             if op.inplace_fast is not None:
@@ -258,18 +343,49 @@ def inplace(op, target, *others, **params):
             else:
                 np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
         return target
-    _check_inplace_allowed(target)
+    if record:
+        _check_inplace_allowed(target)
     source = target
-    if 0 in op.saved_positions:
+    if record and 0 in op.saved_positions:
         source = Tensor.wrap(target.data.copy())
         if target.grad_fn is not None:
             source.set_history(target.grad_fn, target._output_nr)
+        if dual and level.get(target) is not None:
+            level.set(source, level.get(target))
     result = apply(op, (source,) + others, params)
     if result.shape != target.shape:
         raise RuntimeError(f"in-place {op.name}: the result's shape {tuple(result.shape)} "
                            f"doesn't match the tensor's shape {tuple(target.shape)}")
     with target.writing() as data:
         np.copyto(data, result.data, casting="same_kind")
-    target.set_history(result.grad_fn)
-    result.grad_fn.rebind_output(target)
+    if dual:
+        _give_tangent(level, target, level.get(result))
+    if record:
+        target.set_history(result.grad_fn)
+        result.grad_fn.rebind_output(target)
     return target
+
+
+def _give_tangent(level, target, tangent):
+    """After an in-place op: write the new tangent where target's tangent lives, so views
+    sharing it see the change, as in torch. A view without a tangent gets one inside its
+    base's (a zero one, if the base had none)."""
+    if tangent is None:
+        return
+    old = level.get(target)
+    base = target._base
+    if old is None and base is not None:
+        base_tangent = level.get(base)
+        if base_tangent is None:
+            base_tangent = Tensor.wrap(np.zeros_like(base.data))
+        old = forward_ad.view_tangent_in_base(target, base, base_tangent)
+        if old is not None:
+            level.set(base, base_tangent)
+            level.set(target, old)
+    if (old is None or not old.data.flags.writeable
+            or (grad_mode._State.enabled and (old.requires_grad or tangent.requires_grad))):
+        # A recorded tangent is replaced rather than overwritten, so its graph stays right.
+        level.set(target, tangent)
+        return
+    with old.writing() as data:
+        np.copyto(data, tangent.data, casting="same_kind")

@@ -1,18 +1,23 @@
-"""Elementwise functions: each forward beside its derivative."""
+"""Elementwise functions: each forward beside its derivative.
+
+Every Jacobian here is diagonal, so each gradient rule is also the op's tangent rule
+(`elementwise=True`): the product with g and with t is the same expression.
+"""
 import math
 
 import numpy as np
 
 from .core import Op
 
-exp = Op("exp", np.exp, (lambda g, ans, x: g * ans,), saves="ans")
-log = Op("log", np.log, (lambda g, ans, x: g / x,), saves="x")
-sqrt = Op("sqrt", np.sqrt, (lambda g, ans, x: g / (2 * ans),), saves="ans")
-sin = Op("sin", np.sin, (lambda g, ans, x: g * cos(x),), saves="x")
-cos = Op("cos", np.cos, (lambda g, ans, x: -g * sin(x),), saves="x")
-tanh = Op("tanh", np.tanh, (lambda g, ans, x: g * (1 - ans * ans),), saves="ans")
-abs = Op("abs", np.abs, (lambda g, ans, x: g * sign(x),), saves="x")
-sign = Op("sign", np.sign, (lambda g, ans, x: g * 0,))
+exp = Op("exp", np.exp, (lambda g, ans, x: g * ans,), saves="ans", elementwise=True)
+log = Op("log", np.log, (lambda g, ans, x: g / x,), saves="x", elementwise=True)
+sqrt = Op("sqrt", np.sqrt, (lambda g, ans, x: g / (2 * ans),), saves="ans", elementwise=True)
+sin = Op("sin", np.sin, (lambda g, ans, x: g * cos(x),), saves="x", elementwise=True)
+cos = Op("cos", np.cos, (lambda g, ans, x: -g * sin(x),), saves="x", elementwise=True)
+tanh = Op("tanh", np.tanh, (lambda g, ans, x: g * (1 - ans * ans),), saves="ans",
+          elementwise=True)
+abs = Op("abs", np.abs, (lambda g, ans, x: g * sign(x),), saves="x", elementwise=True)
+sign = Op("sign", np.sign, (lambda g, ans, x: g * 0,), elementwise=True)
 
 
 def _sigmoid(x):
@@ -25,14 +30,17 @@ def _sigmoid(x):
     return out
 
 
-sigmoid = Op("sigmoid", _sigmoid, (lambda g, ans, x: g * ans * (1 - ans),), saves="ans")
+sigmoid = Op("sigmoid", _sigmoid, (lambda g, ans, x: g * ans * (1 - ans),), saves="ans",
+             elementwise=True)
 
-relu = Op("relu", lambda x: np.maximum(x, 0), (lambda g, ans, x: g * (ans > 0),), saves="ans")
+relu = Op("relu", lambda x: np.maximum(x, 0), (lambda g, ans, x: g * (ans > 0),), saves="ans",
+          elementwise=True)
 
 # numpy has no erf; math.erf per element is exact, and GELU is not on any hot path here.
 _erf_elementwise = np.frompyfunc(math.erf, 1, 1)
 erf = Op("erf", lambda x: _erf_elementwise(x).astype(x.dtype),
-         (lambda g, ans, x: g * (2 / math.sqrt(math.pi)) * exp(-x * x),), saves="x")
+         (lambda g, ans, x: g * (2 / math.sqrt(math.pi)) * exp(-x * x),), saves="x",
+         elementwise=True)
 
 
 def gelu(x, approximate="none"):
@@ -56,7 +64,8 @@ def _in_range(x, min, max):
 
 
 clamp_op = Op("clamp", lambda x, min, max: np.clip(x, min, max),
-              (lambda g, ans, x, min, max: g * _in_range(x, min, max),), saves="x")
+              (lambda g, ans, x, min, max: g * _in_range(x, min, max),), saves="x",
+              elementwise=True)
 
 
 def clamp(x, min=None, max=None):
@@ -73,29 +82,29 @@ def _tie_split(g, ans, a, b, mine_wins):
 maximum = Op("maximum", np.maximum,
              (lambda g, ans, a, b: _tie_split(g, ans, a, b, a > b),
               lambda g, ans, a, b: _tie_split(g, ans, a, b, b > a)),
-             saves="a b")
+             saves="a b", elementwise=True)
 
 minimum = Op("minimum", np.minimum,
              (lambda g, ans, a, b: _tie_split(g, ans, a, b, a < b),
               lambda g, ans, a, b: _tie_split(g, ans, a, b, b < a)),
-             saves="a b")
+             saves="a b", elementwise=True)
 
 where = Op("where", np.where,
            (None,
             lambda g, ans, cond, x, y: where(cond, g, 0.0),
             lambda g, ans, cond, x, y: where(cond, 0.0, g)),
-           saves="cond")
+           saves="cond", elementwise=True)
 
 masked_fill = Op("masked_fill", lambda x, mask, value: np.where(mask, np.asarray(value, x.dtype), x),
                  (lambda g, ans, x, mask, value: where(mask, 0.0, g), None),
-                 saves="mask")
+                 saves="mask", elementwise=True)
 
 
 # Rounding is piecewise constant: its gradient is zero wherever it exists, as torch defines it.
-floor = Op("floor", np.floor, (lambda g, ans, x: g * 0,))
-ceil = Op("ceil", np.ceil, (lambda g, ans, x: g * 0,))
+floor = Op("floor", np.floor, (lambda g, ans, x: g * 0,), elementwise=True)
+ceil = Op("ceil", np.ceil, (lambda g, ans, x: g * 0,), elementwise=True)
 _round = Op("round", lambda x, decimals: np.round(x, decimals),
-            (lambda g, ans, x, decimals: g * 0,))
+            (lambda g, ans, x, decimals: g * 0,), elementwise=True)
 
 
 def round(x, decimals=0):

@@ -42,6 +42,8 @@ def expand_reduced(g, shape, dim, keepdim):
 _sum = Op("sum", lambda x, dim, keepdim, dtype: np.sum(x, axis=_axis(dim, x.ndim),
                                                        keepdims=keepdim, dtype=dtype),
           (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),),
+          (lambda t, ans, x, dim, keepdim, dtype:
+           _sum(t, dim=dim, keepdim=keepdim, dtype=dtype),),
           grad_fn_name=lambda params: _variant("SumBackward", params))
 
 
@@ -61,6 +63,7 @@ def _count(shape, dim):
 _mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
            (lambda g, ans, x, dim, keepdim:
             expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),
+           (lambda t, ans, x, dim, keepdim: _mean(t, dim=dim, keepdim=keepdim),),
            grad_fn_name=lambda params: _variant("MeanBackward", params))
 
 
@@ -81,6 +84,9 @@ _var = Op("var", lambda x, dim, keepdim, correction:
           np.var(x, axis=_axis(dim, x.ndim), ddof=correction, keepdims=keepdim),
           (lambda g, ans, x, dim, keepdim, correction:
            expand_reduced(g, x.shape, dim, keepdim) * 2 * (x - x.mean(dim, keepdim=True))
+           / (_count(x.shape, dim) - correction),),
+          (lambda t, ans, x, dim, keepdim, correction:
+           (t * (x - x.mean(dim, keepdim=True))).sum(dim, keepdim=keepdim) * 2
            / (_count(x.shape, dim) - correction),),
           saves="x")
 
@@ -108,7 +114,13 @@ def _norm_forward(x, p, dim, keepdim):
     return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdim))
 
 
-_norm = Op("norm", _norm_forward, (_norm_grad,), saves="x ans")
+def _norm_tangent(t, ans, x, p, dim, keepdim):
+    if p == 1:
+        return (t * x.sign()).sum(dim, keepdim=keepdim)
+    return where(ans == 0, 0.0, (t * x).sum(dim, keepdim=keepdim) / where(ans == 0, 1.0, ans))
+
+
+_norm = Op("norm", _norm_forward, (_norm_grad,), (_norm_tangent,), saves="x ans")
 
 
 def norm(x, p=2, dim=None, keepdim=False):
@@ -125,10 +137,16 @@ def _extreme_grad(g, ans, x, dim, keepdim):
     return expand_reduced(g, x.shape, dim, keepdim) * hit / hit.sum(dim, keepdim=True)
 
 
+def _extreme_tangent(t, ans, x, dim, keepdim):
+    # The mean of the tangents where the extreme is reached (torch's rule for ties).
+    hit = x == expand_reduced(ans, x.shape, dim, keepdim)
+    return (t * hit).sum(dim, keepdim=keepdim) / hit.sum(dim, keepdim=keepdim)
+
+
 _amax = Op("amax", lambda x, dim, keepdim: np.max(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-           (_extreme_grad,), saves="x ans")
+           (_extreme_grad,), (_extreme_tangent,), saves="x ans")
 _amin = Op("amin", lambda x, dim, keepdim: np.min(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-           (_extreme_grad,), saves="x ans")
+           (_extreme_grad,), (_extreme_tangent,), saves="x ans")
 
 
 def amax(x, dim=None, keepdim=False):
@@ -194,12 +212,15 @@ def _log_softmax(x, dim):
     return shifted
 
 
+# softmax's Jacobian is symmetric: its tangent rule is its gradient rule.
 _softmax_op = Op("softmax", _softmax,
              (lambda g, ans, x, dim: ans * (g - (g * ans).sum(dim, keepdim=True)),),
+             (lambda t, ans, x, dim: ans * (t - (t * ans).sum(dim, keepdim=True)),),
              saves="ans")
 
 _log_softmax_op = Op("log_softmax", _log_softmax,
                  (lambda g, ans, x, dim: g - ans.exp() * g.sum(dim, keepdim=True),),
+                 (lambda t, ans, x, dim: t - (t * ans.exp()).sum(dim, keepdim=True),),
                  saves="ans")
 
 
@@ -214,6 +235,9 @@ def _logsumexp(x, dim, keepdim):
 _logsumexp_op = Op("logsumexp", _logsumexp,
                    (lambda g, ans, x, dim, keepdim: expand_reduced(g, x.shape, dim, keepdim)
                     * (x - expand_reduced(ans, x.shape, dim, keepdim)).exp(),),
+                   (lambda t, ans, x, dim, keepdim:
+                    (t * (x - expand_reduced(ans, x.shape, dim, keepdim)).exp())
+                    .sum(dim, keepdim=keepdim),),
                    saves="x ans")
 
 
@@ -244,12 +268,16 @@ def _scatter_along(g, indices, dim, shape):
 scatter_along = Op("scatter_along", _scatter_along,
                    (lambda g, ans, grad, indices, dim, shape: take_along_dim(g, indices, dim),
                     None),
+                   (lambda t, ans, grad, indices, dim, shape:
+                    scatter_along(t, indices, dim=dim, shape=shape),
+                    None),
                    saves="indices")
 
 _take_along = Op("take_along_dim",
                  lambda x, indices, dim: np.take_along_axis(x, indices, axis=dim),
                  (lambda g, ans, x, indices, dim: scatter_along(g, indices, dim=dim, shape=x.shape),
                   None),
+                 (lambda t, ans, x, indices, dim: _take_along(t, indices, dim=dim), None),
                  saves="indices")
 
 
@@ -265,7 +293,8 @@ def _reversed(x, dim):
 
 # d/dx_i of sum_{j<=k} x_j is 1 for every k >= i: the gradient is g summed from the end.
 _cumsum = Op("cumsum", lambda x, dim: np.cumsum(x, axis=dim),
-             (lambda g, ans, x, dim: _reversed(_cumsum(_reversed(g, dim), dim=dim), dim),))
+             (lambda g, ans, x, dim: _reversed(_cumsum(_reversed(g, dim), dim=dim), dim),),
+             (lambda t, ans, x, dim: _cumsum(t, dim=dim),))
 
 
 def cumsum(x, dim, dtype=None):

@@ -10,8 +10,10 @@ def _dim(d, ndim):
     return normalize_dims(d, ndim)[0]
 
 
+# A view's tangent is the same view of the input's tangent, sharing its storage as in torch.
 _reshape = Op("reshape", lambda x, shape: np.reshape(x, shape),
-              (lambda g, ans, x, shape: g.reshape(x.shape),), view=True,
+              (lambda g, ans, x, shape: g.reshape(x.shape),),
+              (lambda t, ans, x, shape: _reshape(t, shape=shape),), view=True,
               grad_fn_name="ViewBackward0")
 
 
@@ -37,7 +39,8 @@ def _inverse(perm):
 
 
 _permute = Op("permute", lambda x, dims: np.transpose(x, dims),
-              (lambda g, ans, x, dims: permute(g, _inverse(dims)),), view=True)
+              (lambda g, ans, x, dims: permute(g, _inverse(dims)),),
+              (lambda t, ans, x, dims: _permute(t, dims=dims),), view=True)
 
 
 def permute(x, dims):
@@ -73,7 +76,8 @@ def unsqueeze(x, dim):
 
 
 _expand = Op("expand", lambda x, shape: np.broadcast_to(x, shape),
-             (lambda g, ans, x, shape: g,), view=True)
+             (lambda g, ans, x, shape: g,),
+             (lambda t, ans, x, shape: _expand(t, shape=shape),), view=True)
 
 
 def expand(x, sizes):
@@ -120,7 +124,9 @@ def _scatter(g, index, shape):
 
 
 index_scatter = Op("index_scatter", _scatter,
-                   (lambda g, ans, grad, index, shape: getitem(g, index),))
+                   (lambda g, ans, grad, index, shape: getitem(g, index),),
+                   (lambda t, ans, grad, index, shape:
+                    index_scatter(t, index=index, shape=shape),))
 
 def _indexing_name(index):
     """torch's node for `x[index]`: one integer selects, slices slice, anything else indexes."""
@@ -133,7 +139,8 @@ def _indexing_name(index):
 
 
 _getitem = Op("getitem", lambda x, index: x[index],
-              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),), view=True,
+              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),),
+              (lambda t, ans, x, index: _getitem(t, index=index),), view=True,
               grad_fn_name=lambda params: _indexing_name(params["index"]))
 
 
@@ -154,6 +161,9 @@ def _index_put_fast(target, value, index):
 index_put = Op("index_put", _index_put,
                (lambda g, ans, x, value, index: index_put(g, 0.0, index=index),
                 lambda g, ans, x, value, index: getitem(g, index)),
+               (lambda t, ans, x, value, index: index_put(t, 0.0, index=index),
+                lambda t, ans, x, value, index:
+                index_put(Tensor.wrap(np.zeros(ans.shape, t.dtype)), t, index=index)),
                inplace_fast=_index_put_fast)
 
 
@@ -163,11 +173,11 @@ def setitem_(x, index, value):
 
 # The overwritten value gets a zero gradient (not none), as in torch.
 copy_from = Op("copy", lambda x, src: np.broadcast_to(src, x.shape).astype(x.dtype),
-               (lambda g, ans, x, src: g * 0, lambda g, ans, x, src: g),
+               (lambda g, ans, x, src: g * 0, lambda g, ans, x, src: g), elementwise=True,
                inplace_fast=lambda target, src: np.copyto(target, src, casting="unsafe"))
 
 fill_with = Op("fill", lambda x, value: np.full_like(x, value),
-               (lambda g, ans, x, value: g * 0,),
+               (lambda g, ans, x, value: g * 0,), elementwise=True,
                inplace_fast=lambda target, value: target.fill(value))
 
 
@@ -178,7 +188,19 @@ def _cat_grad(i, g, ans, *xs, dim):
     return getitem(g, index)
 
 
-_cat = Op("cat", lambda *xs, dim: np.concatenate(xs, axis=dim), _cat_grad)
+def _placed_along(t, dim, start, total, ndim):
+    """`t` padded with zeros along `dim` to `total`, starting at `start`: its part of a join."""
+    widths = [(0, 0)] * ndim
+    widths[dim] = (start, total - start - t.shape[dim])
+    return _pad(t, widths=tuple(widths), value=0.0)
+
+
+def _cat_tangent(i, t, ans, *xs, dim):
+    start = int(np.sum([x.shape[dim] for x in xs[:i]], dtype=np.int64))
+    return _placed_along(t, dim, start, ans.shape[dim], ans.ndim)
+
+
+_cat = Op("cat", lambda *xs, dim: np.concatenate(xs, axis=dim), _cat_grad, _cat_tangent)
 
 
 def _as_tensors(tensors, what):
@@ -196,7 +218,9 @@ def cat(tensors, dim=0):
 concat = cat
 
 _stack = Op("stack", lambda *xs, dim: np.stack(xs, axis=dim),
-            lambda i, g, ans, *xs, dim: getitem(g, (slice(None),) * dim + (i,)))
+            lambda i, g, ans, *xs, dim: getitem(g, (slice(None),) * dim + (i,)),
+            lambda i, t, ans, *xs, dim:
+            _placed_along(t.unsqueeze(dim), dim, i, len(xs), ans.ndim))
 
 
 def stack(tensors, dim=0):
@@ -252,7 +276,8 @@ def _pad_widths(ndim, pad):
 
 _pad = Op("pad", lambda x, widths, value: np.pad(x, widths, constant_values=value),
           (lambda g, ans, x, widths, value:
-           getitem(g, tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, x.shape))),))
+           getitem(g, tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, x.shape))),),
+          (lambda t, ans, x, widths, value: _pad(t, widths=widths, value=0.0),))
 
 
 def pad(x, pad, mode="constant", value=0.0):
