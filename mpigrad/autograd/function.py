@@ -156,6 +156,10 @@ class Function:
         if not all(any(d is o for o in outputs) for d in ctx._dirty):
             raise RuntimeError(f"{cls.__name__}: some tensors marked dirty in forward were not "
                                "returned; every input modified in place must be an output")
+        # The write may have gone around autograd (through `.data`), so mark_dirty is what
+        # tells the version counter, recording or not, as in torch: saved copies go stale.
+        for tensor in ctx._dirty:
+            tensor.mark_written()
         if not record and not dual:
             return outputs[0] if single else outputs
         results = []
@@ -167,12 +171,8 @@ class Function:
                 continue
             differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
             if any(out is d for d in ctx._dirty):
-                # Modified in place: it keeps its identity and gets new history. The write
-                # may have gone around autograd (through `.data`), so mark_dirty is what
-                # tells the version counter, as in torch: saved copies of it go stale.
-                if record:
+                if record:  # modified in place: it keeps its identity and gets new history
                     _check_dirty(cls, out)
-                    out.mark_written()
             elif any(out is a for a in args):
                 # An input returned as-is becomes a new tensor so the input keeps its history.
                 out = out.alias(view=False)

@@ -62,12 +62,14 @@ def test_mark_dirty_makes_saved_copies_stale_even_for_writes_through_data(lib):
         def backward(ctx, g):
             return g * 2
 
-    a = lib.tensor(VALUES.copy(), requires_grad=True)
-    h = a * 1
-    squared = h * h  # saves h as it is now
-    DoubleThroughData.apply(h)
-    with pytest.raises(RuntimeError, match="modified by an inplace|modified by an in-place"):
-        squared.sum().backward()
+    for recording in (True, False):
+        a = lib.tensor(VALUES.copy(), requires_grad=True)
+        h = a * 1
+        squared = h * h  # saves h as it is now
+        with lib.set_grad_enabled(recording):
+            DoubleThroughData.apply(h)
+        with pytest.raises(RuntimeError, match="modified by an inplace|modified by an in-place"):
+            squared.sum().backward()
 
 
 @pytest.mark.parametrize("lib", [mg, torch], ids=["mpigrad", "torch"])
