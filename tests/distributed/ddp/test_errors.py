@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 import mpigrad as mg
 from mpigrad import nn
+from mpigrad.distributed.algorithms import Join
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
@@ -93,6 +94,48 @@ def test_an_exception_inside_backward_is_an_error_from_that_backward_on_every_ra
                 zip(*MPI.COMM_WORLD.allgather([p.grad.data for p in local.parameters()]))]
     for param, average in zip(model.parameters(), expected):
         np.testing.assert_allclose(param.grad.data, average, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_an_exception_inside_backward_within_join_is_settled_and_join_finishes(rank, size):
+    """The faulty rank's backward raises inside Join, and everyone catches and goes on; then
+    that rank runs out of data first, so the others' last iteration is shadowed. The failed
+    iteration is settled in its backward (no rank is left in Join's vote while another waits
+    in DDP's agreement) and Join ends with equal parameters."""
+    model = DDP(MLP(seed=0), bucket_cap_mb=0)
+    optimizer = SGD(model.parameters(), lr=0.1)
+    faulty = size - 1
+    errors = []
+    with Join([model]):
+        for i in range(2 if rank == faulty else 3):
+            handle = None
+            if rank == faulty and i == 1:
+                handle = model.module.w0.register_hook(lambda grad: 1 / 0)
+            optimizer.zero_grad()
+            try:
+                step(model, rank, seed=i)
+            except RuntimeError as err:
+                errors.append((i, str(err).split(":")[1]))
+            finally:
+                if handle is not None:
+                    handle.remove()
+            optimizer.step()
+    assert errors == [(1, " the backward pass of iteration 1 did not finish on rank(s) "
+                          f"[{faulty}]")]
+    everyone = MPI.COMM_WORLD.allgather(params_of(model))
+    assert all(np.array_equal(a, b) for theirs in everyone for a, b in zip(theirs, everyone[0]))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_shadow_iteration_refuses_to_run_over_an_unfinished_one(rank):
+    """Resetting would zero-fill buckets whose reductions may still be in flight."""
+    model = DDP(MLP(seed=0))  # buckets with storage of their own
+    reducer = model.reducer
+    reducer._finalize_queued = True  # a backward that started here and never finished
+    reducer.buckets[0].buffer.fill(7)
+    with pytest.raises(RuntimeError, match="last backward pass is unfinished"):
+        reducer.shadow_iteration()
+    assert (reducer.buckets[0].buffer == 7).all()
 
 
 @pytest.mark.mpi(min_size=2)
