@@ -52,32 +52,41 @@ _lock = threading.Lock()  # the control communicator: the watchdog thread and (d
 _state = {"thread": None, "control": None, "stop": False, "departed": {}}
 
 
+def next_number(pg, what):
+    """The next number of the call `what` on `pg` (the same on every rank for the same call).
+    A collective Work takes its number when it is created, which every rank does, rather than
+    when it is waited for, which a rank polling `is_completed()` never does."""
+    key = (pg.name, what)
+    number = _counts[key] = _counts.get(key, 0) + 1
+    return number
+
+
 class blocked:
     """`with blocked(pg, "all_reduce"): <blocking MPI call>` puts the call under watch.
-    `collective=False` for point-to-point calls, which a departed rank outside the pair does
-    not concern, and which are not numbered (their descriptions name peers and tags, which
-    need not repeat).
+    `collective=False` for point-to-point calls, which are not numbered (their descriptions
+    name peers and tags, which need not repeat) and which concern only `peers` (global ranks:
+    a departed rank outside them does not stop the call; None, for a receive from any rank,
+    is the whole group). `number`: one taken earlier with `next_number`.
 
     Watches nest: DistributedDataParallel waits for a comm hook's Future under its own watch
     (a hook may return any Future), and a Work inside it adds its own; reports describe the
     outermost, the deadline is the earliest."""
-    __slots__ = ("started", "deadline", "what", "pg", "collective", "number", "outer",
-                 "reported")
+    __slots__ = ("started", "deadline", "what", "pg", "collective", "peers", "number",
+                 "outer", "reported")
 
-    def __init__(self, pg, what, collective=True):
+    def __init__(self, pg, what, collective=True, peers=None, number=None):
         self.started = time.monotonic()
         self.deadline = self.started + pg.timeout
         self.what, self.pg, self.collective = what, pg, collective
+        self.peers = pg.ranks if collective or peers is None else peers
+        self.number = number
         self.reported = False
 
     def __enter__(self):
         if _state["thread"] is None:
             _start_thread()
-        if self.collective:
-            key = (self.pg.name, self.what)
-            self.number = _counts[key] = _counts.get(key, 0) + 1
-        else:
-            self.number = None
+        if self.collective and self.number is None:
+            self.number = next_number(self.pg, self.what)
         thread = threading.get_ident()
         self.outer = _waiting.get(thread)
         _waiting[thread] = self
@@ -310,10 +319,8 @@ def _abort_on_timeout(watch):
 
 
 def _departed_peer(watch, now):
-    if not watch.collective:
-        return None
     for rank, when in _state["departed"].items():
-        if rank in watch.pg.ranks and now - max(when, watch.started) > _DEPARTED_GRACE_SECONDS:
+        if rank in watch.peers and now - max(when, watch.started) > _DEPARTED_GRACE_SECONDS:
             return rank
     return None
 

@@ -132,8 +132,8 @@ def sys_exit(rank):
     dist.all_reduce(buffer)
 
 
-def return_from_main(rank):
-    """Rank 1's script simply ends (its data ran out) while the others train on."""
+def _train_then_run_out(rank, fault_text):
+    """Rank 1 has two batches, the others six: it stops training while they go on."""
     model, batches = model_and_data(rank)
     optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
     if rank == FAULTY:
@@ -141,36 +141,46 @@ def return_from_main(rank):
     for x, y in batches:
         train_step(model, optimizer, x, y)
     if rank == FAULTY:
-        fault("end of the script")
+        fault(fault_text)
+
+
+def return_from_main(rank):
+    """Rank 1's script simply ends (its data ran out) while the others train on."""
+    _train_then_run_out(rank, "end of the script")
 
 
 def messages_after_one_left(rank):
-    """Rank 1 is done and exits; the others go on exchanging messages, which do not need it:
-    no abort, a clean end."""
+    """Rank 1 is done and exits; ranks 0 and 2 go on exchanging messages, which do not need
+    it: no abort, a clean end. (Run on 3 ranks: on 2 there is no pair without rank 1.)"""
     if rank == FAULTY:
         fault("leaving while the others exchange messages")
         return
     peer = 2 if rank == 0 else 0
     buffer = np.zeros(3)
-    for _ in range(20 if dist.get_world_size() > 2 else 0):
+    for step in range(20):
         time.sleep(0.2)  # the others' wait for each message spans the departure
         if rank == 0:
-            dist.send(buffer + 1, dst=peer)
+            dist.send(buffer + step, dst=peer)
         else:
             dist.recv(buffer, src=peer)
+            assert (buffer == step).all()
+
+
+def recv_from_one_that_left(rank):
+    """Rank 1 exits while the others wait for a message from it: they abort at once, naming
+    it, instead of waiting for the timeout."""
+    buffer = np.zeros(3)
+    dist.barrier()
+    if rank == FAULTY:
+        fault("leaving while the others wait for its message")
+        return
+    dist.recv(buffer, src=FAULTY)
 
 
 def uneven_data_without_join(rank):
     """Rank 1 runs out of data and, as many scripts do, all_reduces its epoch totals, while
     the others are still in DDP's backward: two different calls, which can never match."""
-    model, batches = model_and_data(rank)
-    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
-    if rank == FAULTY:
-        batches = batches[:2]
-    for x, y in batches:
-        train_step(model, optimizer, x, y)
-    if rank == FAULTY:
-        fault("out of data")
+    _train_then_run_out(rank, "out of data")
     dist.all_reduce(np.ones(2))
 
 
