@@ -49,7 +49,8 @@ _waiting = {}  # thread id -> the innermost watch that thread is blocked in righ
 _finished = {}  # thread id -> the last outermost watch it left
 _counts = {}   # (group name, what) -> how many times this rank has entered that watch
 _lock = threading.Lock()  # the control communicator: the watchdog thread and (de)initialisation
-_state = {"thread": None, "control": None, "stop": False, "departed": {}}
+_state = {"thread": None, "control": None, "stop": False, "departed": {},
+          "finalize_hooked": False}
 
 
 def next_number(pg, what):
@@ -115,6 +116,7 @@ def start(comm):
     stall_seconds()  # a bad setting is an error now, on every rank, not in the thread later
     if comm.Get_size() > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
         control = comm.Dup()
+        _hook_finalize()
         with _lock:
             _state["control"] = control
             _state["departed"] = {}
@@ -131,6 +133,23 @@ def stop():
     if control is not None:
         atexit.unregister(_leave)
         control.Free()
+
+
+def _hook_finalize():
+    """Make MPI_Finalize, whoever calls it (mpi4py at exit, or the script itself), first wait
+    for the watchdog thread to be out of MPI and keep it out: MPI deletes COMM_SELF's
+    attributes first thing in MPI_Finalize, on the finalizing thread, so a delete callback
+    there runs before MPI goes away. (Checking MPI.Is_finalized() in the thread instead
+    races with a Finalize that starts just after the check.)"""
+    if not _state["finalize_hooked"]:
+        keyval = MPI.Comm.Create_keyval(delete_fn=_on_finalize)
+        MPI.COMM_SELF.Set_attr(keyval, None)
+        _state["finalize_hooked"] = True
+
+
+def _on_finalize(comm, keyval, value):
+    with _lock:  # waits for the thread to finish what it is doing with MPI
+        _state["control"] = None  # freed with everything else by MPI_Finalize
 
 
 def _start_thread():
@@ -166,7 +185,7 @@ def _serve(until=None):
     """Answer the other ranks' questions and note departures; with `until` (a dict of rank
     -> answer or None), also collect answers into it. Called with `_lock` held."""
     control = _state["control"]
-    if control is None or MPI.Is_finalized():  # a script may finalize MPI itself
+    if control is None:  # also after MPI_Finalize began (see _hook_finalize)
         return
     status = MPI.Status()
     while control.iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
@@ -205,7 +224,7 @@ def _leave():
         thread.join(timeout=2 * _POLL_SECONDS + _ANSWER_SECONDS)
     with _lock:
         control = _state["control"]
-        if control is None or MPI.Is_finalized():
+        if control is None:
             return
         me = control.Get_rank()
         requests = [control.isend(None, dest=r, tag=_LEFT)

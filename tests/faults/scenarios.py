@@ -14,10 +14,12 @@ import sys
 import time
 
 import numpy as np
+from mpi4py import MPI
 
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad import nn
+from mpigrad.distributed import watchdog
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 
 FAULTY = 1
@@ -175,6 +177,18 @@ def recv_from_one_that_left(rank):
         fault("leaving while the others wait for its message")
         return
     dist.recv(buffer, src=FAULTY)
+
+
+def finalize_by_the_script(rank):
+    """The script calls MPI.Finalize() itself while the watchdog thread polls MPI: from the
+    start of the Finalize the thread must not touch MPI again, and the job ends cleanly."""
+    dist.all_reduce(np.ones(3))
+    if rank == FAULTY:
+        fault("MPI.Finalize() called by the script")
+    MPI.Finalize()
+    print(f"[rank {rank}] watchdog out of MPI: {watchdog._state['control'] is None}",
+          flush=True)
+    time.sleep(3 * watchdog._POLL_SECONDS)  # the thread goes on polling after Finalize
 
 
 def uneven_data_without_join(rank):

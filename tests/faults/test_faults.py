@@ -136,6 +136,14 @@ def test_a_receive_from_a_rank_that_left_ends_the_job_naming_it(ranks):
     assert seconds < WITHIN_SECONDS
 
 
+def test_a_script_that_finalizes_mpi_itself_ends_cleanly(ranks):
+    status, output, seconds = run("finalize_by_the_script", ranks)
+    assert status == 0, output
+    for r in range(ranks):
+        assert f"[rank {r}] watchdog out of MPI: True" in output, output
+        assert f"[rank {r}] END finalize_by_the_script" in output, output
+
+
 def test_uneven_data_without_join_reports_where_each_rank_waits(ranks):
     status, output, seconds = run("uneven_data_without_join", ranks)
     assert status != 0
