@@ -20,9 +20,12 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   var, std, norm, amax, amin, max, min, argmax, argmin, softmax, log_softmax,
                   logsumexp, take_along_dim, reshape, flatten, permute, transpose, squeeze,
                   unsqueeze, cat, concat, stack, split, chunk, eq, ne, lt, le, gt, ge,
-                  isnan, isfinite, clone, masked_fill)
+                  isnan, isfinite, clone, masked_fill, floor, ceil, round, cumsum, prod, sort,
+                  topk, index_select, gather, unbind)
 from .serialization import save, load  # noqa: F401
+from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data  # noqa: F401
+from . import accelerator, backends, cuda  # noqa: F401
 # mpigrad.distributed is imported explicitly: importing it initialises MPI.
 
 clip = clamp

@@ -38,6 +38,7 @@ import zlib
 
 import numpy as np
 
+from .device import require_cpu
 from .tensor import Tensor
 
 __all__ = ["save", "load", "remove_stale_temporaries"]
@@ -102,14 +103,25 @@ def save(obj, path):
     _fsync_directory(directory)
 
 
-def load(path):
-    """Read a checkpoint written by `save` and rebuild the object.
+def load(path, map_location=None, pickle_module=None, *, weights_only=None, mmap=None):
+    """Read a checkpoint written by :func:`save` and rebuild the object.
 
     Tensors come back as Tensors (dtype, shape and `requires_grad` kept),
     numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
     dict comes back as a plain `dict`. Raises `ValueError` naming the file
     if it is not an mpigrad checkpoint or is damaged in any way.
+
+    torch.load's arguments are accepted with their meaning: `map_location`
+    ('cpu', a device, a dict of locations, or a function) can only send
+    tensors to the CPU, where they already are, so a function is not called
+    and any other device is an error; `weights_only` is always honoured,
+    as nothing is ever unpickled; `mmap` is accepted and the arrays are
+    read into memory.
     """
+    _check_map_location(map_location)
+    if pickle_module is not None:
+        raise TypeError("mpigrad.load never unpickles (checkpoints are .npz with a JSON "
+                        "manifest), so pickle_module cannot be used")
     with open(path, "rb") as file:
         try:
             if file.read(6) == b"\x93NUMPY":
@@ -197,6 +209,17 @@ def _verify_checksum(file):
     if _sha256_before_trailer(file).encode("ascii") != trailer[len(_CHECKSUM_TAG):]:
         raise ValueError("its SHA-256 checksum does not match: the file is damaged")
     return True
+
+
+def _check_map_location(map_location):
+    if map_location is None or callable(map_location):
+        return
+    targets = map_location.values() if isinstance(map_location, dict) else [map_location]
+    for target in targets:
+        try:
+            require_cpu("mpigrad.load(map_location=...)", target)
+        except AssertionError as error:  # torch.load says RuntimeError for any device
+            raise RuntimeError(str(error)) from None
 
 
 def _encode(obj, arrays, slots, where):

@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 
 from . import dtypes, random
+from .device import CPU, device, require_cpu
 from .hooks import add_hook
 
 
@@ -83,7 +84,7 @@ class Tensor:
 
     @property
     def device(self):
-        return "cpu"
+        return CPU
 
     @property
     def is_leaf(self):
@@ -181,13 +182,15 @@ class Tensor:
                                "is ambiguous")
         return bool(self.data.item())
 
-    def to(self, dtype=None, *args, **kwargs):
-        """`to(dtype)`; device strings ('cpu') are accepted and ignored: mpigrad runs on the CPU."""
-        if isinstance(dtype, str) and dtype == "cpu":
-            dtype = kwargs.get("dtype")
-        if dtype is None or np.dtype(dtype) == self.data.dtype:
-            return self
-        return ops.cast(self, dtype=np.dtype(dtype))
+    def to(self, *args, **kwargs):
+        """torch's forms: `to(dtype)`, `to(device, dtype)`, `to(device=..., dtype=...)`,
+        `to(other)`, with `non_blocking` and `copy`. The device must be the CPU: any other is an
+        error, as in torch on a machine without it. Returns self when nothing changes, unless
+        `copy=True`."""
+        dtype, copy = to_arguments("Tensor.to", args, kwargs)
+        if dtype is not None and np.dtype(dtype) != self.data.dtype:
+            return ops.cast(self, dtype=np.dtype(dtype))
+        return ops.clone(self) if copy else self
 
     def cpu(self):
         return self
@@ -430,6 +433,94 @@ class Tensor:
 
     def uniform_(self, a=0.0, b=1.0, generator=None):
         return self.copy_(random.uniform_array(self.shape, a, b, self.dtype, generator))
+
+    # ----------------------------------------------------------------- torch's method forms
+    def add(self, other, alpha=1):
+        return self + (other if alpha == 1 else other * alpha)
+
+    def sub(self, other, alpha=1):
+        return self - (other if alpha == 1 else other * alpha)
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other, rounding_mode=None):
+        """`rounding_mode` None (true division), "trunc" or "floor", as torch.div."""
+        quotient = self / other
+        if rounding_mode is None:
+            return quotient
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or "
+                             f"'floor' but found '{rounding_mode}'")
+        rounded = ops.floor(quotient) if rounding_mode == "floor" else \
+            ops.floor(quotient.abs()) * quotient.sign()
+        integral = self.dtype.kind in "iu" and (not isinstance(other, Tensor)
+                                                or other.dtype.kind in "iu")
+        return rounded.to(self.dtype) if integral else rounded
+
+    def neg(self):
+        return -self
+
+    def addcmul(self, tensor1, tensor2, value=1):
+        return self + tensor1 * tensor2 * value
+
+    def addcdiv(self, tensor1, tensor2, value=1):
+        return self + tensor1 / tensor2 * value
+
+    def lerp(self, end, weight):
+        return self + (end - self) * weight
+
+    def new_tensor(self, data, dtype=None, requires_grad=False):
+        """A new leaf holding a copy of `data`, with this tensor's dtype unless told."""
+        array = np.array(data.data if isinstance(data, Tensor) else data,
+                         dtype=self.dtype if dtype is None else dtype)
+        return Tensor(array, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, requires_grad=False):
+        return self.new_tensor(np.full(_shape_arg((size,) if isinstance(size, int) else size),
+                                       fill_value), dtype, requires_grad)
+
+    def new_zeros(self, *size, dtype=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 0, dtype, requires_grad)
+
+    def new_ones(self, *size, dtype=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 1, dtype, requires_grad)
+
+    def new_empty(self, *size, dtype=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 0, dtype, requires_grad)
+
+    def gather(self, dim, index):
+        return ops.gather(self, dim, index)
+
+    def index_select(self, dim, index):
+        return ops.index_select(self, dim, index)
+
+    def repeat(self, *sizes):
+        return ops.repeat(self, _shape_arg(sizes))
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        return ops.topk(self, k, dim, largest, sorted)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        return ops.sort(self, dim, descending, stable)
+
+    def cumsum(self, dim, dtype=None):
+        return ops.cumsum(self, dim, dtype)
+
+    def prod(self, dim=None, keepdim=False, dtype=None):
+        return ops.prod(self, dim, keepdim, dtype)
+
+    def unbind(self, dim=0):
+        return ops.unbind(self, dim)
+
+    def floor(self):
+        return ops.floor(self)
+
+    def ceil(self):
+        return ops.ceil(self)
+
+    def round(self, decimals=0):
+        return ops.round(self, decimals)
 
     # ----------------------------------------------------------------- math methods
     def exp(self):
@@ -683,6 +774,37 @@ def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(shape)
+
+
+
+def to_arguments(where, args, kwargs):
+    """The dtype (or None) and `copy` flag of torch's `.to(...)` forms, for `where`
+    ("Tensor.to", "Module.to"): `to(dtype)`, `to(device, dtype)`, `to(device=..., dtype=...)`
+    and `to(other_tensor)`, each with `non_blocking`, `copy` and `memory_format`. A device
+    other than the CPU is an error (see `device.require_cpu`)."""
+    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy", "memory_format"}
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    args = list(args)
+    target, dtype = kwargs.get("device"), kwargs.get("dtype")
+    first = args[0] if args else None
+    if isinstance(first, Tensor):
+        args.pop(0)
+        target, dtype = first.device, first.dtype
+    elif isinstance(first, (str, device)) or (isinstance(first, int)
+                                               and not isinstance(first, bool)):
+        target = args.pop(0)
+        if args and not isinstance(args[0], bool):
+            dtype = args.pop(0)
+    elif args and not isinstance(first, bool):
+        dtype = args.pop(0)
+    if len(args) > 2 or any(not isinstance(flag, bool) for flag in args):
+        raise TypeError(f"{where}() received an invalid combination of arguments; expected "
+                        "(dtype), (device, dtype) or (tensor), then non_blocking and copy")
+    if target is not None:
+        require_cpu(where, target)
+    copy = kwargs.get("copy", args[1] if len(args) > 1 else False)
+    return dtype, copy
 
 
 # The layers above Tensor: its operators are ops, its backward() is autograd's. Both build on

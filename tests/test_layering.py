@@ -17,7 +17,7 @@ ROOT = pathlib.Path(mpigrad.__file__).parent
 
 # Lowest first. A module not named here belongs to its package's entry.
 LAYERS = [
-    {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures",
+    {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures", "mpigrad.device",
      "mpigrad.autograd.grad_mode", "mpigrad.autograd.anomaly", "mpigrad.autograd.graph",
      "mpigrad.autograd.engine"},
     {"mpigrad.tensor"},

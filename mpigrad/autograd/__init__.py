@@ -6,6 +6,7 @@ from .grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
 from .anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled  # noqa: F401
 from .engine import queue_callback, run_backward
 from .function import Function, FunctionCtx  # noqa: F401
+from .variable import Variable  # noqa: F401
 from .graph import Node, gradient_edge
 from ..tensor import Tensor
 

@@ -137,7 +137,11 @@ class Function:
                 continue
             differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
             if any(out is d for d in ctx._dirty):
-                _check_dirty(cls, out)  # modified in place: it keeps its identity, new history
+                # Modified in place: it keeps its identity and gets new history. The write
+                # may have gone around autograd (through `.data`), so mark_dirty is what
+                # tells the version counter, as in torch: saved copies of it go stale.
+                _check_dirty(cls, out)
+                out.mark_written()
             elif any(out is a for a in args):
                 # An input returned as-is becomes a new tensor so the input keeps its history.
                 out = out.alias(view=False)

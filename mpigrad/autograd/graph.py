@@ -8,7 +8,7 @@ import itertools
 import threading
 import weakref
 
-from ..hooks import RemovableHandle, add_hook  # noqa: F401  (RemovableHandle: still importable from here)
+from ..hooks import add_hook
 from . import anomaly, grad_mode
 
 _sequence = itertools.count()
@@ -49,7 +49,7 @@ class Node:
         return type(self).__name__
 
     def __repr__(self):
-        return f"<{self.name()}>"
+        return f"<{self.name()} object at {id(self):#x}>"
 
     @property
     def num_outputs(self):

@@ -23,7 +23,7 @@ one) that is a single indexing call per batch. `RandomSampler` also moves
 to the next epoch by itself after every pass.
 """
 from .collate import default_collate
-from .dataset import Dataset, Subset, TensorDataset
+from .dataset import Dataset, Subset, TensorDataset, random_split
 from .digits import load_digits
 from .distributed import DistributedSampler
 from .idx import read_idx, write_idx
@@ -32,6 +32,7 @@ from .mnist import MNIST
 from .partition import DataPartitioner, Partition
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from .synthetic import SyntheticImages
+from .worker import WorkerInfo, get_worker_info
 
 __all__ = [
     "BatchSampler",
@@ -47,8 +48,11 @@ __all__ = [
     "Subset",
     "SyntheticImages",
     "TensorDataset",
+    "WorkerInfo",
     "default_collate",
+    "get_worker_info",
     "load_digits",
+    "random_split",
     "read_idx",
     "write_idx",
 ]

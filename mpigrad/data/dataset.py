@@ -1,4 +1,9 @@
 """Map-style datasets: anything with `__getitem__` and `__len__`."""
+import itertools
+import math
+import warnings
+
+from ..creation import randperm
 from ..tensor import Tensor
 
 
@@ -60,3 +65,34 @@ class Subset(Dataset):
 
     def __len__(self):
         return len(self.indices)
+
+
+def random_split(dataset, lengths, generator=None):
+    """Split `dataset` into non-overlapping `Subset`s of the given lengths, at random.
+
+    As in PyTorch: `lengths` are sample counts summing to `len(dataset)`, or
+    fractions summing to 1, which become `floor(fraction * len(dataset))` samples
+    with the remainder handed out one at a time from the first split on. The order
+    is one `randperm` drawn from `generator` (an `mpigrad.Generator`; mpigrad's
+    default generator when None), so `mpigrad.manual_seed` makes it reproducible.
+    """
+    lengths = list(lengths)
+    total = len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        for position, fraction in enumerate(lengths):
+            if not 0 <= fraction <= 1:
+                raise ValueError(f"Fraction at index {position} is not between 0 and 1")
+        counts = [math.floor(total * fraction) for fraction in lengths]
+        for extra in range(total - sum(counts)):
+            counts[extra % len(counts)] += 1
+        for position, count in enumerate(counts):
+            if count == 0:
+                warnings.warn(f"Length of split at index {position} is 0. "
+                              "This might result in an empty dataset.", stacklevel=2)
+        lengths = counts
+    if sum(lengths) != total:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset! "
+                         f"(lengths {lengths} sum to {sum(lengths)}, the dataset has {total})")
+    order = randperm(total, generator=generator).tolist()
+    ends = list(itertools.accumulate(lengths))
+    return [Subset(dataset, order[end - length:end]) for end, length in zip(ends, lengths)]

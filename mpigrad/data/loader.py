@@ -1,11 +1,16 @@
 """DataLoader: batches of a dataset in the order a sampler gives."""
+import warnings
+
 import numpy as np
 
-from ..creation import from_numpy
+from ..creation import from_numpy, randint
+from ..random import Generator
 
 from .collate import default_collate
+from ._checks import check_int
 from .dataset import Subset, TensorDataset
-from .sampler import BatchSampler, RandomSampler, SequentialSampler
+from .sampler import BatchSampler, RandomSampler, SequentialSampler, epoch_rng, seed_from
+from .worker import MultiProcessIterator, _WorkerPool, start_method
 
 
 def _getitem(dataset):
@@ -29,7 +34,24 @@ class DataLoader:
         drop_last: drop the last batch if it is smaller than `batch_size`.
         collate_fn: turns a list of samples into a batch
             (`default_collate` if not given).
-        generator: an int seed or `mpigrad.Generator` for `shuffle`.
+        generator: an int seed or `mpigrad.Generator` for `shuffle` and the
+            workers' base seed.
+        num_workers: load batches in this many worker processes (0: in this
+            process). See `mpigrad.data.worker` for their seeding, start method
+            (spawn, safe after MPI_Init) and shutdown.
+        pin_memory: accepted; with no accelerator it does nothing and warns, as
+            PyTorch on a CPU-only machine.
+        timeout: seconds to wait for a batch from the workers (0: no limit).
+        worker_init_fn: called in each worker with its id, after seeding.
+        multiprocessing_context: `"spawn"` (default), `"forkserver"` or a context.
+        prefetch_factor: batches queued per worker (default 2 with workers).
+        persistent_workers: keep the workers between passes.
+        in_order: accepted; batches always come in the sampler's order.
+
+    Every pass draws a base seed, as PyTorch does: from `generator`, or from
+    mpigrad's default generator when it is None, when `iter(loader)` is called
+    (a shuffling sampler then draws its own seed at the first batch). Worker
+    `i` is seeded with `base_seed + i`.
 
     With the default collation, a `TensorDataset` (or a `Subset` of one)
     whose tensors do not require grad is batched by indexing each tensor's
@@ -43,10 +65,38 @@ class DataLoader:
         shuffle=False,
         sampler=None,
         batch_sampler=None,
-        drop_last=False,
+        num_workers=0,
         collate_fn=None,
+        pin_memory=False,
+        drop_last=False,
+        timeout=0,
+        worker_init_fn=None,
+        multiprocessing_context=None,
         generator=None,
+        *,
+        prefetch_factor=None,
+        persistent_workers=False,
+        pin_memory_device="",
+        in_order=True,
     ):
+        num_workers = check_int("num_workers", num_workers, 0)
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in multiprocessing."
+                             "let num_workers > 0 to enable multiprocessing, otherwise set "
+                             "prefetch_factor to None.")
+        if num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
+        if prefetch_factor is not None:
+            check_int("prefetch_factor", prefetch_factor, 0)
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if multiprocessing_context is not None:
+            if num_workers == 0:
+                raise ValueError("multiprocessing_context can only be used with multi-process "
+                                 "loading (num_workers > 0), but got num_workers=0")
+            start_method(multiprocessing_context)
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise ValueError(
@@ -74,10 +124,44 @@ class DataLoader:
         self.batch_sampler = batch_sampler
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.generator = generator
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.in_order = in_order
+        self._passes = 0
+        self._pool = None
 
     def __iter__(self):
+        """Draw this pass's base seed now, as PyTorch does, and return its iterator."""
+        if self.pin_memory:
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, "
+                          "then device pinned memory won't be used.", stacklevel=2)
+        base_seed = self._base_seed()
+        if self.num_workers == 0:
+            return self._in_process(iter(self.batch_sampler))
+        if self._pool is None or not self._pool.processes:
+            pool = _WorkerPool(self, base_seed, fetch)
+            self._pool = pool if self.persistent_workers else None
+        else:
+            pool = self._pool
+        return MultiProcessIterator(self, pool, iter(self.batch_sampler))
+
+    def _base_seed(self):
+        self._passes += 1
+        if self.generator is None or isinstance(self.generator, Generator):
+            return randint(2**63 - 1, size=(), generator=self.generator).item()
+        # An int seed: derive the pass's seed from it, keeping the order of passes a
+        # pure function of (seed, pass) as the samplers' orders are.
+        return int(epoch_rng(seed_from(self.generator), self._passes).integers(2**63 - 1))
+
+    def _in_process(self, batches):
         gather = self._array_gather()
-        for indices in self.batch_sampler:
+        for indices in batches:
             if gather is not None:
                 yield gather(indices)
             else:
@@ -111,3 +195,8 @@ class DataLoader:
             return [from_numpy(a[rows]) for a in arrays]
 
         return gather
+
+
+def fetch(dataset, collate_fn, indices):
+    """One batch, read sample by sample (what a worker process runs)."""
+    return collate_fn([dataset[i] for i in indices])

@@ -19,6 +19,12 @@ def epoch_rng(seed, epoch):
     return np.random.default_rng([seed, epoch])
 
 
+def draw_seed():
+    """One 63-bit seed from the default generator: the single draw PyTorch makes
+    (`torch.empty((), dtype=torch.int64).random_()`) wherever it needs a fresh seed."""
+    return randint(2**63 - 1, size=()).item()
+
+
 def seed_from(generator):
     """The integer seed a sampler derives its orders from.
 
@@ -28,7 +34,7 @@ def seed_from(generator):
     the orders reproducible, as in PyTorch.
     """
     if generator is None:
-        return randint(2**63 - 1, size=()).item()
+        return draw_seed()
     if isinstance(generator, Generator):
         return int(generator.initial_seed())
     return check_int("generator", generator, 0)
@@ -62,6 +68,11 @@ class RandomSampler(Sampler):
     it is `num_samples` independent draws. Pass `e` uses the order for
     `(seed, e)`: passes count up from 0, and `set_epoch` moves the count,
     e.g. to resume a checkpointed job at its epoch.
+
+    Without a `generator`, each pass draws its seed from mpigrad's default
+    generator when iteration starts, as PyTorch does: building the sampler
+    draws nothing, so the random numbers drawn after it (a model's
+    initialisation) are the same as in a script without it.
     """
 
     def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
@@ -70,7 +81,8 @@ class RandomSampler(Sampler):
         self._num_samples = num_samples
         check_int("num_samples", self.num_samples, 1)
         self.generator = generator
-        self.seed = seed_from(generator)
+        # None: a fresh seed per pass, drawn in __iter__.
+        self.seed = None if generator is None else seed_from(generator)
         self.epoch = 0
 
     @property
@@ -85,7 +97,8 @@ class RandomSampler(Sampler):
         n, count = len(self.data_source), self.num_samples
         if n == 0:
             raise ValueError("RandomSampler cannot draw from an empty dataset")
-        rng = epoch_rng(self.seed, self.epoch)
+        seed = draw_seed() if self.seed is None else self.seed
+        rng = epoch_rng(seed, self.epoch)
         self.epoch += 1
         if self.replacement:
             order = rng.integers(n, size=count)

@@ -1,15 +1,18 @@
 """mpigrad.distributed: torch.distributed's communication API, over MPI (mpi4py).
 
     import mpigrad.distributed as dist
-    dist.init_process_group()                # MPI.COMM_WORLD, or init_process_group(comm)
+    dist.init_process_group()                # MPI.COMM_WORLD ("gloo", "nccl"... accepted)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)  # t: an mpigrad.Tensor or a numpy array
 
-Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`, or plain
-`python train.py` (one process). Tensors travel as MPI buffers, in place in their storage.
+Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`,
+`torchrun --nproc_per_node=4 train.py` (see `rendezvous`), or plain `python train.py` (one
+process). Tensors travel as MPI buffers, in place in their storage.
 
-- `process_group`: init_process_group, get_rank, get_world_size, get_local_rank (on this
-  node), new_group (an MPI sub-communicator), destroy_process_group. `group.WORLD.comm` is
-  the default group's mpi4py communicator.
+- `process_group`: init_process_group (torch's signature), get_rank, get_world_size,
+  get_local_rank (on this node), get_node_local_rank, new_group (an MPI sub-communicator),
+  destroy_process_group. `group.WORLD.comm` is the default group's mpi4py communicator.
+- `rendezvous` (with `pmi_server`): joins processes that torchrun started into one MPI world
+  when this package is imported, or explains how to launch.
 - `collectives`: all_reduce, reduce, broadcast, all_gather(_into_tensor), gather, scatter,
   reduce_scatter(_tensor), all_to_all(_single), barrier; `async_op=True` returns a `Work`.
   `all_reduce(..., algorithm="ring")` uses `ring`, a ring allreduce on point-to-point messages.
@@ -32,18 +35,25 @@ Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`, o
   `joinable`, `buffers` (dtypes, float16), `timeline`. `algorithms` builds on DDP: `Join` and
   `ddp_comm_hooks` (default_hooks, topk_hooks).
 """
-from . import algorithms
-from .abort import set_abort_on_exception
-from .collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all,
-                          all_to_all_single, barrier, broadcast, gather, reduce, reduce_scatter,
+from . import rendezvous
+
+# Before anything imports mpi4py's MPI (which initialises MPI): processes that torchrun started
+# become one MPI world here, or stay alone and init_process_group refuses them.
+rendezvous.join_from_environment()
+
+from . import algorithms  # noqa: E402
+from .abort import set_abort_on_exception  # noqa: E402
+from .collectives import (all_gather, all_gather_into_tensor, all_reduce,  # noqa: E402
+                          all_to_all, all_to_all_single, barrier, broadcast, gather, reduce, reduce_scatter,
                           reduce_scatter_tensor, scatter)
-from .errors import CollectiveMismatchError, DistError, MessageMismatchError
-from .objects import all_gather_object, broadcast_object_list
-from .p2p import irecv, isend, recv, send
-from .process_group import (GroupMember, ProcessGroup, destroy_process_group,
-                            get_backend, get_global_rank, get_group_rank, get_local_rank,
-                            get_local_world_size, get_process_group_ranks, get_rank,
-                            get_world_size, group, init_process_group, is_available,
+from .errors import CollectiveMismatchError, DistError, MessageMismatchError  # noqa: E402
+from .objects import all_gather_object, broadcast_object_list  # noqa: E402
+from .p2p import irecv, isend, recv, send  # noqa: E402
+from .process_group import (Backend, GroupMember, ProcessGroup,  # noqa: E402
+                            destroy_process_group, get_backend, get_default_backend_for_device,
+                            get_global_rank, get_group_rank, get_local_rank,
+                            get_local_world_size, get_node_local_rank, get_process_group_ranks,
+                            get_rank, get_world_size, group, init_process_group, is_available,
                             is_initialized, new_group)
-from .reduce_op import ReduceOp
-from .work import Work
+from .reduce_ops import ReduceOp, reduce_op  # noqa: E402
+from .work import Work  # noqa: E402

@@ -16,6 +16,8 @@ import traceback
 
 from mpi4py import MPI
 
+from . import rendezvous
+
 ENV = "MPIGRAD_ABORT_ON_EXCEPTION"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 _enabled = False
@@ -74,4 +76,6 @@ def abort_job():
     sys.stdout.flush()
     sys.stderr.flush()
     time.sleep(_OUTPUT_GRACE_SECONDS)
+    if rendezvous.joined():
+        rendezvous.abort_job(1)
     MPI.COMM_WORLD.Abort(1)

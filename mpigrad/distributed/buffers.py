@@ -6,7 +6,7 @@ memory of its `.data` array (never pickled) and bad input fails here with one cl
 float16. MPI-3 has no half-precision type. To *move* float16 data (send, broadcast, gather)
 its bit patterns travel as INT16_T, which is exact. To *reduce* it, an MPI needs the
 MPI_FLOAT16_T extension (MPICH >= 4.2 has it; many builds do not), probed once by
-`float16_sum_supported`. The collectives refuse to reduce float16 (reduce_op.mpi_op);
+`float16_sum_supported`. The collectives refuse to reduce float16 (reduce_ops.mpi_op);
 DistributedDataParallel reduces float16 gradients only when the probe succeeds
 (`mpi_float_type`), and fp16_compress_hook falls back to gathering the float16 buffers and
 summing them locally when it fails.

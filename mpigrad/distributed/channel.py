@@ -18,7 +18,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .buffers import mpi_type
-from .process_group import duplicate
+from .hierarchical import Hierarchy
+from .process_group import duplicate, free_communicators
 from .watchdog import blocked
 from .work import Work
 
@@ -39,8 +40,25 @@ class Channel:
         self._comms = [comm, control]
         self.rank = comm.Get_rank()
         self.world_size = comm.Get_size()
-        self.close = weakref.finalize(self, _free, self._comms)
+        # `close()` frees them, once: when the Channel is collected, or its group destroyed.
+        self.close = weakref.finalize(self, free_communicators, self._comms)
         process_group._dependents.add(self)
+        # Which ranks share a host; the default reduction goes hierarchical when that helps.
+        self.hierarchy = Hierarchy(comm, process_group, only_if_useful=True)
+        # For hooks reducing in several rounds (rounds.py): a communicator per round after
+        # the first, and the rounds in flight, in launch order.
+        self._round_comms = []
+        self.rounds_in_flight = []
+
+    def round_comms(self, n):
+        """`n` communicators for the rounds of a hook: `comm`, then duplicates of it made on
+        first need (collectively: every rank asks at the same point, a hook's call for bucket
+        0) and freed with the Channel."""
+        while len(self._round_comms) < n - 1:
+            with self.blocked("duplicating the communicator for a hook's rounds"):
+                self._round_comms.append(duplicate(self.comm, "DistributedDataParallel"))
+            self._comms.append(self._round_comms[-1])
+        return [self.comm] + self._round_comms[:n - 1]
 
     @property
     def comm(self):
@@ -103,11 +121,3 @@ class Channel:
                 np.copyto(a, packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
                 offset += a.nbytes
 
-
-def _free(comms):
-    """`Channel.close()`: free the communicators, once (when the Channel is collected, or its
-    group destroyed, whichever comes first)."""
-    if not MPI.Is_finalized():
-        for comm in comms:
-            comm.Free()
-    comms.clear()

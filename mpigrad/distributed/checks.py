@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .buffers import SUPPORTED_DTYPES
 from .errors import CollectiveMismatchError
-from .reduce_op import ReduceOp
+from .reduce_ops import ReduceOp
 from .watchdog import blocked
 
 KINDS = (

@@ -18,7 +18,7 @@ from ..autograd.profiler import record_function
 from . import checks, ring
 from .buffers import array_of, arrays_of, expect_layout, mark_written, message, mpi_type
 from .process_group import group_rank_of, member_group
-from .reduce_op import ReduceOp, finish, mpi_op
+from .reduce_ops import ReduceOp, finish, mpi_op
 from .watchdog import blocked
 from .work import Work
 

@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from .buffers import mpi_float_type
 
-__all__ = ["GradBucket", "allreduce_hook"]
+__all__ = ["GradBucket", "allreduce_hook", "flat_allreduce_hook"]
 
 
 class GradBucket:
@@ -34,7 +34,8 @@ class GradBucket:
     gradients divided by the world size), `parameters()` the Parameters it holds,
     `gradients()` views of the buffer shaped like them, `is_last()` whether it is the last
     bucket. `comm` is the communicator to run the reduction on, `world_size` its size,
-    `process_group` the group DDP runs on; `future()` wraps the reduction's requests.
+    `process_group` the group DDP runs on, `hierarchy` the hosts of `comm` (hierarchical.py);
+    `future()` wraps the reduction's requests.
     """
 
     def __init__(self, index, buffer, parameters, gradients, is_last, channel):
@@ -47,6 +48,9 @@ class GradBucket:
         self.comm = channel.comm
         self.world_size = channel.world_size
         self.process_group = channel.process_group
+        self.hierarchy = channel.hierarchy
+        # For hooks that reduce in several rounds (rounds.py), kept by DDP's channel.
+        self.rounds_in_flight = channel.rounds_in_flight
 
     def index(self):
         return self._index
@@ -63,6 +67,11 @@ class GradBucket:
     def is_last(self):
         return self._is_last
 
+    def round_comms(self, n):
+        """`n` communicators for a hook's rounds (see rounds.py): `comm`, then duplicates
+        of it that DDP makes once and frees with its own."""
+        return self._channel.round_comms(n)
+
     def future(self, what, requests, on_complete, keep_alive=()):
         """The Future a hook returns for `requests` started on `comm`: once they finish,
         `on_complete()` runs and returns the reduced array. `keep_alive` holds arrays MPI
@@ -73,7 +82,18 @@ class GradBucket:
 
 
 def allreduce_hook(state, bucket):
-    """The default: sum the (pre-divided) buffer over ranks, in place. `state` is unused."""
+    """The default: sum the (pre-divided) buffer over ranks, in place: one Iallreduce
+    (`flat_allreduce_hook`), or, when the ranks share hosts (more than one host, more than
+    one rank on some), the hierarchical allreduce of hierarchical.py. `state` is unused."""
+    hierarchy = bucket.hierarchy
+    if hierarchy.spans_shared_hosts:
+        return hierarchy.allreduce(bucket, "allreduce_hook")
+    return flat_allreduce_hook(state, bucket)
+
+
+def flat_allreduce_hook(state, bucket):
+    """One Iallreduce(SUM) of the buffer in place, even when ranks share hosts. `state` is
+    unused."""
     buf = bucket.buffer()
     request = bucket.comm.Iallreduce(MPI.IN_PLACE, [buf, mpi_float_type(buf.dtype)], MPI.SUM)
     return bucket.future("allreduce_hook", [request], lambda: buf)

@@ -25,6 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..autograd import grad_mode
+from ..device import device
 from ..nn.module import Module
 from .channel import Channel
 from .joinable import JoinHook, Joinable, notify_join_context
@@ -34,6 +35,29 @@ from .timeline import ENV as TIMELINE_ENV
 from .timeline import Timeline, timeline_path
 
 __all__ = ["DistributedDataParallel"]
+
+
+def _check_cpu_placement(device_ids, output_device, dim):
+    """torch's rule for a CPU module: no device ids, no output device (the CPU is fine)."""
+    ids = list(device_ids) if device_ids is not None else []
+    if not all(_is_cpu(d) for d in ids) or (output_device is not None
+                                            and not _is_cpu(output_device)):
+        raise ValueError("DistributedDataParallel device_ids and output_device arguments only "
+                         "work with single-device/multiple-device GPU modules or CPU modules, "
+                         f"but got device_ids {device_ids}, output_device {output_device}, and "
+                         "module parameters {device(type='cpu')}: mpigrad runs on the CPU only, "
+                         "so pass device_ids=None")
+    if dim != 0:
+        raise ValueError(f"DistributedDataParallel(dim={dim}): only dim=0 exists here (there is "
+                         "no scatter across devices)")
+
+
+def _is_cpu(name):
+    # A bare index means an accelerator, which device() refuses to build on a CPU-only machine.
+    try:
+        return device(name).type == "cpu"
+    except RuntimeError:
+        return False
 
 
 class DistributedDataParallel(Module, Joinable):
@@ -48,15 +72,37 @@ class DistributedDataParallel(Module, Joinable):
                             itself, with no copy (see reducer.py)
     timeline                path of a Chrome-trace timeline (see timeline.py); default: the
                             MPIGRAD_TIMELINE environment variable, if set
+
+    The arguments are torch's, in torch's order. The GPU placement ones take their CPU values:
+    `device_ids` None (or empty, or CPU devices), `output_device` None or the CPU, `dim` 0;
+    `init_sync` (always True here: the parameters are broadcast from rank 0), `static_graph`
+    and `check_reduction` are accepted and change nothing; the features mpigrad lacks
+    (`mixed_precision`, `device_mesh`, `delay_all_reduce_named_params`,
+    `param_to_hook_all_reduce`, `skip_all_reduce_unused_params`) are errors when set.
     """
 
-    def __init__(self, module, bucket_cap_mb=25, broadcast_buffers=True,
-                 find_unused_parameters=False, gradient_as_bucket_view=False,
-                 process_group=None, timeline=None):
+    def __init__(self, module, device_ids=None, output_device=None, dim=0,
+                 broadcast_buffers=True, init_sync=True, process_group=None, bucket_cap_mb=None,
+                 find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False,
+                 delay_all_reduce_named_params=None, param_to_hook_all_reduce=None,
+                 mixed_precision=None, device_mesh=None, skip_all_reduce_unused_params=False,
+                 *, timeline=None):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel wraps an mpigrad.nn.Module, got "
                             f"{type(module).__name__}")
+        _check_cpu_placement(device_ids, output_device, dim)
+        unsupported = {"delay_all_reduce_named_params": delay_all_reduce_named_params,
+                       "param_to_hook_all_reduce": param_to_hook_all_reduce,
+                       "mixed_precision": mixed_precision, "device_mesh": device_mesh,
+                       "skip_all_reduce_unused_params": skip_all_reduce_unused_params}
+        for name, value in unsupported.items():
+            if value not in (None, False):
+                raise ValueError(f"DistributedDataParallel({name}=...) is not supported by "
+                                 "mpigrad; leave it at its default")
+        if bucket_cap_mb is None:
+            bucket_cap_mb = 25  # torch's default
         pg = process_group if process_group is not None else \
             _get_default_group("DistributedDataParallel")
         self.module = module

@@ -13,7 +13,8 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import abort, checks, watchdog
+from ..device import device
+from . import abort, checks, rendezvous, watchdog
 
 _CHECK_ENV = "MPIGRAD_CHECK_COLLECTIVES"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -88,6 +89,15 @@ def duplicate(comm, what, make=None):
         ) from err
 
 
+def free_communicators(comms):
+    """Free the communicators in the list `comms` and empty it, unless MPI was finalized: the
+    finalizer of an object that owns communicators (DDP's channel, a hierarchy, ZeRO)."""
+    if not MPI.Is_finalized():
+        for comm in comms:
+            comm.Free()
+    comms.clear()
+
+
 class _NonGroupMember:
     def __repr__(self):
         return "GroupMember.NON_GROUP_MEMBER"
@@ -114,35 +124,101 @@ def is_initialized():
     return GroupMember.WORLD is not None
 
 
-def init_process_group(comm=None, *, backend=None, timeout=DEFAULT_TIMEOUT,
-                       abort_on_exception=None):
-    """Start the default process group over `comm` (MPI.COMM_WORLD when None).
+class Backend(str):
+    """torch.distributed.Backend's names. Every one runs over MPI here (see `backend_name`)."""
+    UNDEFINED = "undefined"
+    GLOO = "gloo"
+    NCCL = "nccl"
+    UCC = "ucc"
+    MPI = "mpi"
+    XCCL = "xccl"
 
-    Works under mpiexec/mpirun, under Slurm's `srun --mpi=pmi2`, and in a plain `python`
-    process (a world of size 1): mpi4py has already initialized MPI from whatever launched us.
-    `backend` is accepted so torch scripts port unchanged; only "mpi" exists here.
-    `timeout` (a timedelta): a rank blocked this long in one collective or message aborts
-    the job, saying what it was waiting for (see `watchdog`).
-    `abort_on_exception`: an uncaught exception on any rank aborts the whole job instead of
-    leaving the other ranks waiting (see `abort`). None (the default) reads
-    MPIGRAD_ABORT_ON_EXCEPTION, which is on unless set to 0; `set_abort_on_exception`
-    changes it later.
+    def __new__(cls, name):
+        return str.__new__(cls, backend_name(name))
+
+
+# The backends torch scripts name. On a CPU they would mean gloo or MPI; here MPI carries them
+# all, with the same collectives and semantics, so the name changes nothing but is noted once.
+_KNOWN_BACKENDS = ("mpi", "gloo", "nccl", "ucc", "xccl")
+_noted_backends = set()
+
+
+def backend_name(backend):
+    """`backend` lower-cased and checked: a torch backend name, or a device map such as
+    "cpu:gloo,cuda:nccl". Raises ValueError, as torch does, for anything else."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string such as 'mpi' or 'gloo', got {backend!r}")
+    name = backend.lower()
+    names = [part.partition(":")[2] if ":" in part else part for part in name.split(",")]
+    if not all(n in _KNOWN_BACKENDS for n in names):
+        raise ValueError(f"Invalid backend: '{backend}' (expected one of "
+                         f"{', '.join(_KNOWN_BACKENDS)}, or a device map such as "
+                         "'cpu:gloo,cuda:nccl'; every one runs over MPI in mpigrad)")
+    return name
+
+
+def _note_backend(name):
+    if name != "mpi" and name not in _noted_backends:
+        _noted_backends.add(name)
+        warnings.warn(f"backend {name!r}: mpigrad runs every backend over MPI (the same "
+                      "collectives and results; mpigrad has no GPU, so no NCCL)", stacklevel=3)
+
+
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
+                       store=None, group_name="", pg_options=None, device_id=None, *,
+                       comm=None, abort_on_exception=None):
+    """Start the default process group, with torch's signature.
+
+    The world is MPI's: `comm` (MPI.COMM_WORLD when None), formed by whatever launched the
+    processes: mpiexec/mpirun, Slurm's `srun --mpi=pmi2`, a plain `python` (a world of size 1),
+    or torchrun, whose processes `rendezvous` joins into one MPI world when
+    mpigrad.distributed is imported.
+
+    - `backend`: "mpi", "gloo", "nccl", "ucc" or a device map ("cpu:gloo,cuda:nccl"), any case;
+      all run over MPI, which a one-time warning notes for names other than "mpi".
+    - `init_method`: "env://" (the default), "tcp://host:port" or "file:///path", as torch
+      reads them; they say where the processes meet, which MPI already decided, so they are
+      checked against MPI's world (see `rank`).
+    - `world_size`, `rank`: with backend "mpi" ignored with torch's warning (MPI assigns them);
+      otherwise they must agree with MPI's world, or ValueError names both. A world of one
+      process when several were asked for (WORLD_SIZE, `world_size`) is the same error, with
+      how to launch: never a silent world of one.
+    - `timeout` (a timedelta, 30 minutes when None): a rank blocked this long in one collective
+      or message aborts the job, saying what it was waiting for (see `watchdog`).
+    - `store` is refused (there is no key-value store to use); `group_name` and `pg_options`
+      are accepted and unused; `device_id` must be a CPU device or None.
+    - `abort_on_exception`: an uncaught exception on any rank aborts the whole job instead of
+      leaving the other ranks waiting (see `abort`). None reads MPIGRAD_ABORT_ON_EXCEPTION,
+      which is on unless set to 0; `set_abort_on_exception` changes it later.
     """
-    if isinstance(comm, str):
-        raise TypeError(f"init_process_group's first argument is an mpi4py communicator, not a "
-                        f"backend name (got {comm!r}); mpigrad always uses MPI")
-    if backend not in (None, "mpi"):
-        raise ValueError(f"backend={backend!r} is not available: mpigrad only speaks MPI "
-                         f"(use backend='mpi' or leave it out)")
+    if isinstance(backend, MPI.Comm):  # mpigrad's earlier spelling, init_process_group(comm)
+        backend, comm = None, backend
     if is_initialized():
-        raise RuntimeError("init_process_group was already called; call "
-                           "destroy_process_group() first to start a new default group")
+        raise ValueError("trying to initialize the default process group twice! (call "
+                         "destroy_process_group() first to start a new default group)")
+    name = "mpi" if backend is None else backend_name(backend)
+    if store is not None:
+        raise ValueError("store= is not supported: mpigrad's processes meet through MPI; leave "
+                         "it out (init_method, RANK/WORLD_SIZE or mpiexec place the processes)")
+    if device_id is not None and device(device_id).type != "cpu":
+        raise ValueError(f"device_id={device_id!r}: mpigrad runs on the CPU only")
     if comm is None:
         comm = MPI.COMM_WORLD
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"comm must be an mpi4py intracommunicator such as MPI.COMM_WORLD, "
                         f"got {comm!r}")
-    seconds = _seconds(timeout)
+    if init_method is not None and rendezvous.mpi_launcher() is None:
+        # Where the processes were to meet: its mistakes are errors, as in torch. Under an MPI
+        # launcher MPI placed them and the URL has nothing to add.
+        rendezvous.request_from_init_method(init_method, rank, world_size)
+    if name == "mpi" and (world_size != -1 or rank != -1):
+        warnings.warn(f"For MPI backend, world_size ({world_size}) and rank ({rank}) are ignored "
+                      "since they are assigned by the MPI runtime.", stacklevel=2)
+        rank = world_size = -1
+    if comm == MPI.COMM_WORLD:
+        rendezvous.check_world(comm.Get_rank(), comm.Get_size(), rank, world_size)
+    _note_backend(name)
+    seconds = _seconds(DEFAULT_TIMEOUT if timeout is None else timeout)
     abort_setting = abort.setting(abort_on_exception)
     check = _agreed_check_setting(comm)
     world = ProcessGroup(duplicate(comm, "init_process_group"), range(comm.Get_size()), check,
@@ -243,8 +319,10 @@ def _validated_ranks(ranks, world_size):
 
 def _get_default_group(caller="this function"):
     if GroupMember.WORLD is None:
-        raise RuntimeError(f"{caller}() needs the default process group: call "
-                           f"mpigrad.distributed.init_process_group() first")
+        # torch's exception type and words, and which call needed the group.
+        raise ValueError("Default process group has not been initialized, please make sure to "
+                         f"call init_process_group. ({caller}() needs it: call "
+                         "mpigrad.distributed.init_process_group() first)")
     return GroupMember.WORLD
 
 
@@ -289,6 +367,33 @@ def get_local_rank():
     """This process's rank among the processes on its node (those sharing memory with it)."""
     _get_default_group("get_local_rank")
     return _local["rank"]
+
+
+def get_node_local_rank(fallback_rank=None):
+    """This process's rank on its node, as torch reads it: LOCAL_RANK (torchrun sets it), then,
+    where torch would need `fallback_rank`, what the MPI launcher or the default group knows
+    (MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, the ranks sharing memory), then
+    `fallback_rank`; RuntimeError if none of them is there."""
+    for name in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    if is_initialized():
+        return _local["rank"]
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("LOCAL_RANK is not in the environment. Consider passing fallback_rank to "
+                       "allow `get_node_local_rank` to work, assuming you are not running in a "
+                       "multi-device context and want the code to run locally instead.")
+
+
+def get_default_backend_for_device(target):
+    """"mpi" for the CPU, the only device mpigrad has (torch would say "gloo"; mpigrad runs every
+    backend over MPI). ValueError for other devices, as torch's for one without a backend."""
+    resolved = target if isinstance(target, device) else device(target)
+    if resolved.type != "cpu":
+        raise ValueError(f"Default backend not registered for device : {target} (mpigrad runs "
+                         "on the CPU only)")
+    return "mpi"
 
 
 def get_local_world_size():

@@ -65,7 +65,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        return F.softmax(input, _required_dim(self))
+        return F.softmax(input, self.dim, _stacklevel=5)
 
     def extra_repr(self):
         return f"dim={self.dim}"
@@ -77,15 +77,8 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        return F.log_softmax(input, _required_dim(self))
+        return F.log_softmax(input, self.dim, _stacklevel=5)
 
     def extra_repr(self):
         return f"dim={self.dim}"
 
-
-def _required_dim(layer):
-    # torch's implicit-dim guess is deprecated there; here it is simply an error.
-    if layer.dim is None:
-        raise ValueError(f"{type(layer).__name__}: dim must be given, e.g. "
-                         f"{type(layer).__name__}(dim=1) for (N, C) scores")
-    return layer.dim

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..autograd import Function, grad_mode
 from ..hooks import add_hook
-from ..tensor import Tensor, zero_grads
+from ..tensor import Tensor, to_arguments, zero_grads
 from .parameter import Buffer, Parameter
 
 IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -230,11 +230,17 @@ class Module:
                         t.grad.data = t.grad.data.astype(dtype)
         return self
 
-    def to(self, dtype=None, *args, **kwargs):
-        """Casts floating parameters and buffers in place; device strings are ignored (CPU)."""
-        if isinstance(dtype, str):
-            dtype = kwargs.get("dtype")
-        return self if dtype is None else self._convert(dtype)
+    def to(self, *args, **kwargs):
+        """torch's forms: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``.
+        Casts floating parameters and buffers in place; the device must be the CPU (an error
+        names any other, as torch does on a machine without it)."""
+        dtype, _ = to_arguments("Module.to", args, kwargs)
+        if dtype is None:
+            return self
+        if np.dtype(dtype).kind != "f":
+            raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but got "
+                            f"desired dtype={np.dtype(dtype)}")
+        return self._convert(dtype)
 
     def double(self):
         return self._convert(np.float64)

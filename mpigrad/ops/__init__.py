@@ -1,12 +1,14 @@
 """Differentiable operations: the forward and gradient rules, grouped by kind."""
-from .core import Op, apply, inplace, reduce_to  # noqa: F401
+from .core import Op, apply, inplace  # noqa: F401
 from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clone,  # noqa: F401
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
                          isnan, isfinite)
 from .elementwise import (exp, log, sqrt, sin, cos, tanh, abs, sign, sigmoid, relu, erf,  # noqa: F401
-                          gelu, clamp, clamp_op, maximum, minimum, where, masked_fill)
+                          gelu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
+                          ceil, round)
 from .reduction import (sum, mean, var, std, norm, amax, amin, max, min, argmax, argmin,  # noqa: F401
-                        softmax, log_softmax, logsumexp, take_along_dim)
+                        softmax, log_softmax, logsumexp, take_along_dim, cumsum, prod, sort,
+                        topk)
 from .shape import (reshape, flatten, permute, transpose, squeeze, unsqueeze, expand,  # noqa: F401
                     getitem, setitem_, index_put, copy_from, fill_with, cat, concat, stack,
-                    split, chunk, pad)
+                    split, chunk, pad, index_select, gather, repeat, unbind)

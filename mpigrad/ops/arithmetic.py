@@ -53,7 +53,7 @@ pow = Op("pow", np.power,
 _matmul = Op("matmul", np.matmul,
              (lambda g, ans, a, b: g @ b.mT,
               lambda g, ans, a, b: a.mT @ g),
-             saves="a b")
+             saves="a b", grad_fn_name="MmBackward0")
 
 
 def matmul(a, b):
@@ -99,11 +99,11 @@ linear = Op("linear", _linear_forward,
             (lambda g, ans, x, weight, bias: g @ weight,
              _linear_weight_grad,
              lambda g, ans, x, weight, bias: g),
-            saves="x weight")
+            saves="x weight", grad_fn_name="AddmmBackward0")
 
 
 _cast = Op("cast", lambda x, dtype: x.astype(dtype),
-           (lambda g, ans, x, dtype: g,))
+           (lambda g, ans, x, dtype: g,), grad_fn_name="ToCopyBackward0")
 
 
 def cast(x, dtype):

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 
 from ..autograd import grad_mode, profiler
-from ..autograd.graph import Meta, Node, gradient_edge, reduce_to  # noqa: F401  (reduce_to: ops re-exports it)
+from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
@@ -30,11 +30,17 @@ class Op:
     share storage with input 0, so both share one version counter. `inplace_fast(target,
     *others, **params)` writes the result straight into target's array when no graph is
     recorded (the optimizer path); without it, the result is computed and copied in.
+    `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
+    function of the op's keyword parameters when torch names the variants apart
+    (`SumBackward0` for a full sum, `SumBackward1` along dims); by default the op's name in
+    CamelCase with `Backward0`.
     """
 
-    def __init__(self, name, forward, vjps=None, saves="", view=False, inplace_fast=None):
+    def __init__(self, name, forward, vjps=None, saves="", view=False, inplace_fast=None,
+                 grad_fn_name=None):
         self.name = name
-        self.node_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+        self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
+                                          + "Backward0")
         self.forward = forward
         self.vjps = vjps
         names = saves.split()
@@ -137,7 +143,8 @@ class OpNode(Node):
             self.rebind_output(result)
 
     def name(self):
-        return self.op.node_name
+        name = self.op.node_name
+        return name if isinstance(name, str) else name(self.params)
 
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""

@@ -89,3 +89,15 @@ where = Op("where", np.where,
 masked_fill = Op("masked_fill", lambda x, mask, value: np.where(mask, np.asarray(value, x.dtype), x),
                  (lambda g, ans, x, mask, value: where(mask, 0.0, g), None),
                  saves="mask")
+
+
+# Rounding is piecewise constant: its gradient is zero wherever it exists, as torch defines it.
+floor = Op("floor", np.floor, (lambda g, ans, x: g * 0,))
+ceil = Op("ceil", np.ceil, (lambda g, ans, x: g * 0,))
+_round = Op("round", lambda x, decimals: np.round(x, decimals),
+            (lambda g, ans, x, decimals: g * 0,))
+
+
+def round(x, decimals=0):
+    """Half to even, as torch.round (and numpy) do."""
+    return _round(x, decimals=decimals)

@@ -41,7 +41,13 @@ def expand_reduced(g, shape, dim, keepdim):
 
 _sum = Op("sum", lambda x, dim, keepdim, dtype: np.sum(x, axis=_axis(dim, x.ndim),
                                                        keepdims=keepdim, dtype=dtype),
-          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),))
+          (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),),
+          grad_fn_name=lambda params: _variant("SumBackward", params))
+
+
+def _variant(name, params):
+    # torch numbers a reduction's overloads: 0 over everything, 1 along given dims.
+    return f"{name}{0 if params['dim'] is None else 1}"
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
@@ -54,7 +60,8 @@ def _count(shape, dim):
 
 _mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
            (lambda g, ans, x, dim, keepdim:
-            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),)
+            expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),
+           grad_fn_name=lambda params: _variant("MeanBackward", params))
 
 
 def mean(x, dim=None, keepdim=False):
@@ -250,3 +257,78 @@ def take_along_dim(x, indices, dim):
     if isinstance(indices, Tensor) and indices.dtype.kind not in "iu":
         raise TypeError(f"take_along_dim: indices must be an integer tensor, got {indices.dtype}")
     return _take_along(x, indices, dim=dim)
+
+
+def _reversed(x, dim):
+    return x[(slice(None),) * (dim % x.ndim) + (slice(None, None, -1),)]
+
+
+# d/dx_i of sum_{j<=k} x_j is 1 for every k >= i: the gradient is g summed from the end.
+_cumsum = Op("cumsum", lambda x, dim: np.cumsum(x, axis=dim),
+             (lambda g, ans, x, dim: _reversed(_cumsum(_reversed(g, dim), dim=dim), dim),))
+
+
+def cumsum(x, dim, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)
+    (axis,) = normalize_dims(dim, x.ndim)
+    return _cumsum(x, dim=axis) if x.ndim else x * 1
+
+
+def prod(x, dim=None, keepdim=False, dtype=None):
+    """The product along `dim` (of everything when None), built from multiplications of halves
+    so its gradient is exact where some factors are zero, to any order (torch's prod rule
+    special-cases zeros for the same reason)."""
+    if dtype is not None:
+        x = x.to(dtype)
+    if dim is None:
+        out = _product_along(x.reshape(-1), 0)
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    (axis,) = normalize_dims(dim, x.ndim)
+    if x.ndim == 0:
+        return x * 1
+    out = _product_along(x, axis)
+    return out.unsqueeze(axis) if keepdim else out
+
+
+def _product_along(x, dim):
+    head = (slice(None),) * dim
+    n = x.shape[dim]
+    if n == 0:
+        return Tensor.wrap(np.ones(tuple(s for d, s in enumerate(x.shape) if d != dim), x.dtype))
+    if n == 1:
+        return x.squeeze(dim)
+    if n % 2:
+        return _product_along(x[head + (slice(0, n - 1),)], dim) * x[head + (n - 1,)]
+    return _product_along(x[head + (slice(0, n, 2),)] * x[head + (slice(1, n, 2),)], dim)
+
+
+SortResult = collections.namedtuple("SortResult", ["values", "indices"])
+
+
+def sort(x, dim=-1, descending=False, stable=False):
+    """(values, indices) along `dim`; the values carry the gradient. Ties keep their order (a
+    stable sort, which torch's `stable=True` guarantees and its default usually gives)."""
+    (axis,) = normalize_dims(dim, builtins.max(x.ndim, 1))
+    if x.ndim == 0:
+        return SortResult(x * 1, Tensor.wrap(np.zeros((), np.int64)))
+    keys = x.data
+    if descending:
+        # Negated keys keep equal values in their original order, as a descending stable sort
+        # does; unsigned and bool values are widened first so negation cannot wrap.
+        keys = -keys.astype(np.float64) if keys.dtype.kind in "bu" else -keys
+    order = np.argsort(keys, axis=axis, kind="stable")
+    indices = Tensor.wrap(order.astype(np.int64))
+    return SortResult(take_along_dim(x, indices, axis), indices)
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    """The `k` largest (or smallest) values along `dim` and their indices, largest first."""
+    (axis,) = normalize_dims(dim, builtins.max(x.ndim, 1))
+    size = x.shape[axis] if x.ndim else 1
+    if not 0 <= k <= size:
+        raise RuntimeError(f"selected index k out of range: k={k} for dimension {dim} of "
+                           f"size {size}")
+    values, indices = sort(x, axis, descending=largest)
+    head = (slice(None),) * axis
+    return SortResult(values[head + (slice(0, k),)], indices[head + (slice(0, k),)])

@@ -11,7 +11,8 @@ def _dim(d, ndim):
 
 
 _reshape = Op("reshape", lambda x, shape: np.reshape(x, shape),
-              (lambda g, ans, x, shape: g.reshape(x.shape),), view=True)
+              (lambda g, ans, x, shape: g.reshape(x.shape),), view=True,
+              grad_fn_name="ViewBackward0")
 
 
 def reshape(x, shape):
@@ -121,8 +122,19 @@ def _scatter(g, index, shape):
 index_scatter = Op("index_scatter", _scatter,
                    (lambda g, ans, grad, index, shape: getitem(g, index),))
 
+def _indexing_name(index):
+    """torch's node for `x[index]`: one integer selects, slices slice, anything else indexes."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if any(not isinstance(p, (int, np.integer, slice, type(None), type(Ellipsis)))
+           for p in parts):
+        return "IndexBackward0"
+    return "SelectBackward0" if any(isinstance(p, (int, np.integer)) for p in parts) \
+        else "SliceBackward0"
+
+
 _getitem = Op("getitem", lambda x, index: x[index],
-              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),), view=True)
+              (lambda g, ans, x, index: index_scatter(g, index=index, shape=x.shape),), view=True,
+              grad_fn_name=lambda params: _indexing_name(params["index"]))
 
 
 def getitem(x, index):
@@ -249,3 +261,53 @@ def pad(x, pad, mode="constant", value=0.0):
     if mode != "constant":
         raise NotImplementedError(f"pad: only mode='constant' is supported, got {mode!r}")
     return _pad(x, widths=_pad_widths(x.ndim, tuple(pad)), value=value)
+
+
+# ----------------------------------------------------------------------------- torch's selections
+# Each is a composition of the ops above, so its gradient (to any order) comes from theirs.
+def _dim(dim, ndim):
+    (axis,) = normalize_dims(dim, max(ndim, 1))
+    return axis
+
+
+def index_select(x, dim, index):
+    """The entries of `x` at the 1-D integer `index` along `dim`."""
+    index = index if isinstance(index, Tensor) else Tensor(np.asarray(index))
+    if index.ndim > 1 or index.dtype.kind not in "iu":
+        raise IndexError(f"index_select(): index must be a 1-D integer tensor, got a "
+                         f"{index.ndim}-D {index.dtype} tensor")
+    return getitem(x, (slice(None),) * _dim(dim, x.ndim) + (index.data.reshape(-1),))
+
+
+def gather(x, dim, index):
+    """torch.gather: `out[i][j] = x[index[i][j]][j]` along `dim` (2-D case); `index` has x's
+    number of dimensions and is no larger than x along the others."""
+    axis = _dim(dim, x.ndim)
+    if index.ndim != x.ndim:
+        raise RuntimeError(f"gather(): index has {index.ndim} dimensions but the input has "
+                           f"{x.ndim}; they must have the same number")
+    if any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != axis):
+        raise RuntimeError(f"gather(): index {tuple(index.shape)} is larger than the input "
+                           f"{tuple(x.shape)} in a dimension other than {axis}")
+    from .reduction import take_along_dim  # reduction imports this module
+    window = tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(index.shape))
+    return take_along_dim(getitem(x, window), index, axis)
+
+
+def repeat(x, sizes):
+    """torch's Tensor.repeat: tile `x` sizes[d] times along each dimension (leading sizes add
+    dimensions). An expand of an interleaved reshape, reshaped back."""
+    sizes = tuple(sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
+    interleaved = reshape(x, tuple(v for s in shape for v in (1, s)))
+    tiled = expand(interleaved, tuple(v for r, s in zip(sizes, shape) for v in (r, s)))
+    return reshape(tiled, tuple(r * s for r, s in zip(sizes, shape)))
+
+
+def unbind(x, dim=0):
+    """The slices of `x` along `dim`, as a tuple."""
+    axis = _dim(dim, x.ndim)
+    return tuple(getitem(x, (slice(None),) * axis + (i,)) for i in range(x.shape[axis]))

@@ -245,6 +245,27 @@ def regularized_grad(param, grad, weight_decay, maximize, out=None):
     return np.negative(grad, out=out) if maximize else grad
 
 
+def lerp_(start, end, weight):
+    """`start = lerp(start, end, weight)` in place, the way torch computes it: from
+    `start` for a small weight, back from `end` otherwise, whichever rounds less.
+    Returns the scratch array it used, free for the caller's next temporary."""
+    scratch = np.subtract(end, start)
+    if weight < 0.5:
+        scratch *= weight
+        start += scratch
+    else:
+        scratch *= 1 - weight
+        np.subtract(end, scratch, out=start)
+    return scratch
+
+
+def addcmul_(target, tensor1, tensor2, value):
+    """`target += value * tensor1 * tensor2` in place, rounded as torch's addcmul_."""
+    product = np.multiply(tensor1, value)
+    product *= tensor2
+    target += product
+
+
 def _copy_state(value, param, index, key):
     if not isinstance(value, Tensor):
         return copy.deepcopy(value)

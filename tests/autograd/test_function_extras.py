@@ -50,6 +50,27 @@ def test_mark_dirty_keeps_the_object_and_continues_its_history(lib):
 
 
 @pytest.mark.parametrize("lib", [mg, torch], ids=["mpigrad", "torch"])
+def test_mark_dirty_makes_saved_copies_stale_even_for_writes_through_data(lib):
+    class DoubleThroughData(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x.data.__imul__(2)  # a write autograd does not see; mark_dirty declares it
+            ctx.mark_dirty(x)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    a = lib.tensor(VALUES.copy(), requires_grad=True)
+    h = a * 1
+    squared = h * h  # saves h as it is now
+    DoubleThroughData.apply(h)
+    with pytest.raises(RuntimeError, match="modified by an inplace|modified by an in-place"):
+        squared.sum().backward()
+
+
+@pytest.mark.parametrize("lib", [mg, torch], ids=["mpigrad", "torch"])
 def test_mark_dirty_refuses_a_leaf_that_requires_grad(lib):
     with pytest.raises(RuntimeError, match="leaf"):
         _double_in_place(lib).apply(lib.tensor(VALUES.copy(), requires_grad=True))

@@ -132,6 +132,23 @@ CASES = [
     ("max_pool2d_grad", lambda a, g: mg.autograd.grad(mg.nn.functional.max_pool2d(a, 2), a, g,
                                                       create_graph=True)[0],
      [((1, 2, 4, 6), _spread), ((1, 2, 2, 3), _normal)]),
+    ("cumsum", lambda a: a.cumsum(1) * a, [((3, 4), _normal)]),
+    ("cumsum_negative_dim", lambda a: mg.cumsum(a, -3), [((3, 2, 2), _normal)]),
+    ("floor", lambda a: a.floor() * a, [((3, 4), _spread)]),
+    ("ceil", lambda a: a.ceil() * a, [((3, 4), _spread)]),
+    ("round", lambda a: a.round() * a + a.round(decimals=1), [((3, 4), _spread)]),
+    ("prod_dim", lambda a: a.prod(1), [((3, 5), _normal)]),
+    ("prod_all_keepdim", lambda a: a.prod(keepdim=True), [((2, 3), _normal)]),
+    ("prod_with_a_zero", lambda a: (a * mg.tensor([1.0, 0.0, 1.0])).prod(-1), [((2, 3), _normal)]),
+    ("gather", lambda a: a.gather(1, mg.tensor([[0, 0], [2, 1]])), [((2, 3), _normal)]),
+    ("index_select", lambda a: a.index_select(0, mg.tensor([2, 0, 2])), [((3, 2), _normal)]),
+    ("repeat", lambda a: a.repeat(2, 1, 3), [((2, 3), _normal)]),
+    ("sort", lambda a: a.sort(dim=0, descending=True).values, [((3, 4), _spread)]),
+    ("topk", lambda a: a.topk(2).values, [((3, 4), _spread)]),
+    ("unbind", lambda a: a.unbind(1)[2] * a.unbind(1)[0], [((2, 3), _normal)]),
+    ("tensor_methods", lambda a, b: a.add(b, alpha=2).sub(b, alpha=0.5).addcmul(a, b, value=3)
+     .addcdiv(a, b * b + 1, value=-2).lerp(b, 0.3).neg().div(b * b + 1),
+     [((2, 3), _normal), ((3,), _normal)]),
 ]
 
 

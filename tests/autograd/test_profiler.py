@@ -50,13 +50,13 @@ def test_training_step_table_lists_ops_their_backward_and_the_optimizer():
                                             "Self CPU Mem", "# of Calls"]]
     assert positions == sorted(positions)
     names = {row.key for row in prof.key_averages()}
-    for name in ("matmul", "add", "relu", "MatmulBackward", "AddBackward", "ReluBackward",
+    for name in ("matmul", "add", "relu", "MmBackward0", "AddBackward0", "ReluBackward0",
                  "AccumulateGrad", "Optimizer.step#SGD.step", "train_step"):
         assert name in names, name
         assert name in table
     calls = {row.key: row.count for row in prof.key_averages()}
-    # Two matmuls forward; backward's rules are ops too, recorded inside MatmulBackward.
-    assert calls["MatmulBackward"] == 2 and calls["AccumulateGrad"] == 4
+    # Two matmuls forward; backward's rules are ops too, recorded inside MmBackward0.
+    assert calls["MmBackward0"] == 2 and calls["AccumulateGrad"] == 4
     assert calls["Optimizer.step#SGD.step"] == 1
     assert calls["matmul"] > 2
     rows = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=3).splitlines()
@@ -136,7 +136,7 @@ def test_events_carry_their_thread_and_shapes_group_by_input_shape():
     threads = {e.name: set() for e in prof.events()}
     for e in prof.events():
         threads[e.name].add(e.thread)
-    assert len(threads["matmul"]) == 2 and len(threads["MatmulBackward"]) == 2
+    assert len(threads["matmul"]) == 2 and len(threads["MmBackward0"]) == 2
     assert threads["worker"] == {t.native_id}
     by_shape = [r for r in prof.key_averages(group_by_input_shape=True) if r.key == "matmul"]
     assert {"[[512, 64], [64, 256]]", "[[8, 64], [64, 256]]"} <= {r.input_shapes
@@ -154,7 +154,7 @@ def test_chrome_trace_uses_the_perf_counter_clock(tmp_path):
     prof.export_chrome_trace(str(path))
     events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
     assert len(events) == len(prof.events())
-    assert {"matmul", "MatmulBackward"} <= {e["name"] for e in events}
+    assert {"matmul", "MmBackward0"} <= {e["name"] for e in events}
     for e in events:
         assert before <= e["ts"] and e["ts"] + e["dur"] <= after
     first_matmul = next(e for e in events if e["name"] == "matmul")

@@ -6,6 +6,7 @@ from mpi4py import MPI
 
 import mpigrad.distributed as dist
 from mpigrad.distributed import ReduceOp
+from mpigrad.distributed import reduce_ops
 from mpigrad.distributed.ring import ring_all_reduce
 
 from ._helpers import assert_matches, rank_input
@@ -33,7 +34,7 @@ def test_ring_matches_mpi_allreduce(n, dtype, rank):
                                       (ReduceOp.SUM, np.bool_), (ReduceOp.AVG, np.float64)])
 def test_ring_ops(op, dtype, rank, size):
     arr = rank_input(rank, (2, 7), dtype)
-    expected = _mpi_allreduce(arr, dist.reduce_op.mpi_op(op, dtype))
+    expected = _mpi_allreduce(arr, reduce_ops.mpi_op(op, dtype))
     if op is ReduceOp.AVG:
         expected /= size
     dist.all_reduce(arr, op=op, algorithm="ring")

@@ -175,3 +175,77 @@ def test_training_through_autograd_with_a_closure_matches_torch(name, kwargs):
     assert ours[0][-1] < ours[0][0]
     for got, expected in zip(ours[1:], theirs[1:]):
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+ADADELTA_GRID = [dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
+                 for lr, rho, eps, weight_decay, maximize in itertools.product(
+                     [1.0, 0.3], [0.9, 0.5], [1e-6, 1e-3], [0.0, 0.1], [False, True])]
+ADAGRAD_GRID = [dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                     initial_accumulator_value=initial, eps=eps, maximize=maximize)
+                for lr, lr_decay, weight_decay, initial, eps, maximize in itertools.product(
+                    [0.1], [0.0, 0.05], [0.0, 0.1], [0.0, 0.5], [1e-10, 1e-3], [False, True])]
+RMSPROP_GRID = [dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                     centered=centered, maximize=maximize)
+                for lr, alpha, eps, weight_decay, momentum, centered, maximize in
+                itertools.product([0.01], [0.99, 0.6], [1e-8], [0.0, 0.1], [0.0, 0.9],
+                                  [False, True], [False, True])]
+
+
+@pytest.mark.parametrize("name, kwargs",
+                         [("Adadelta", k) for k in ADADELTA_GRID]
+                         + [("Adagrad", k) for k in ADAGRAD_GRID]
+                         + [("RMSprop", k) for k in RMSPROP_GRID], ids=str)
+def test_adadelta_adagrad_rmsprop_match_torch(name, kwargs):
+    assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
+
+
+@pytest.mark.parametrize("name, kwargs", [("Adadelta", dict(weight_decay=0.1)),
+                                          ("Adagrad", dict(lr_decay=0.1,
+                                                           initial_accumulator_value=0.2)),
+                                          ("RMSprop", dict(momentum=0.5, centered=True))])
+def test_state_dicts_hold_torchs_keys_and_values(name, kwargs):
+    initial, grads = make_problem(seed=4)
+    _, ours = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), initial, grads)
+    params = [torch.tensor(p, requires_grad=True) for p in initial]
+    theirs = getattr(torch.optim, name)(params, **kwargs)
+    for step_grads in grads:
+        for param, grad in zip(params, step_grads):
+            param.grad = None if grad is None else torch.tensor(grad)
+        theirs.step()
+    ours_sd, theirs_sd = ours.state_dict(), theirs.state_dict()
+    assert ours_sd["param_groups"][0].keys() == theirs_sd["param_groups"][0].keys()
+    for key, value in theirs_sd["param_groups"][0].items():
+        assert ours_sd["param_groups"][0][key] == value, key
+    assert ours_sd["state"].keys() == theirs_sd["state"].keys()
+    for index, state in theirs_sd["state"].items():
+        assert ours_sd["state"][index].keys() == state.keys()
+        for key, value in state.items():
+            np.testing.assert_allclose(np.asarray(ours_sd["state"][index][key]),
+                                       value.numpy(), rtol=0, atol=1e-12)
+    # And the state dict resumes training exactly.
+    resumed = getattr(optim, name)([Tensor(p.copy(), requires_grad=True) for p in initial],
+                                   **kwargs)
+    resumed.load_state_dict(ours_sd)
+    assert resumed.state_dict()["state"].keys() == ours_sd["state"].keys()
+
+
+def test_adagrad_state_exists_before_the_first_step_as_in_torch():
+    params = [Tensor(np.ones(3), requires_grad=True)]
+    optimizer = optim.Adagrad(params, initial_accumulator_value=0.5)
+    state = optimizer.state_dict()["state"][0]
+    assert state["step"] == 0
+    np.testing.assert_array_equal(np.asarray(state["sum"]), [0.5] * 3)
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    ("Adadelta", dict(rho=1.5), "Invalid rho value: 1.5"),
+    ("Adagrad", dict(lr_decay=-1), "Invalid lr_decay value: -1"),
+    ("Adagrad", dict(initial_accumulator_value=-1), "Invalid initial_accumulator_value value"),
+    ("RMSprop", dict(alpha=-0.1), "Invalid alpha value: -0.1"),
+    ("RMSprop", dict(momentum=-1), "Invalid momentum value: -1"),
+])
+def test_bad_hyperparameters_are_torchs_errors(name, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(optim, name)([Tensor(np.ones(2), requires_grad=True)], **kwargs)
+    with pytest.raises(ValueError, match=message):
+        getattr(torch.optim, name)([torch.ones(2, requires_grad=True)], **kwargs)

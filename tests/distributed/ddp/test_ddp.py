@@ -306,3 +306,17 @@ def test_a_hook_that_logs_the_local_gradient_keeps_it_while_ddp_averages_in_plac
     np.testing.assert_array_equal(logged[0].numpy(), np.full((400, 400), 2.0 * (rank + 1)))
     mean = 2.0 * (size + 1) / 2
     np.testing.assert_allclose(model.w0.grad.numpy(), np.full((400, 400), mean))
+
+
+def test_torchs_gpu_arguments_take_their_cpu_values(process_group):
+    inner = MLP(seed=0)
+    model = DDP(inner, device_ids=None, output_device=None)
+    assert model.module is inner
+    DDP(MLP(seed=0), [], None, 0, True, True, None, 25, False, False, False, True)
+    DDP(MLP(seed=0), device_ids=[mg.device("cpu")], output_device="cpu")
+    with pytest.raises(ValueError, match="device_ids and output_device arguments only work"):
+        DDP(MLP(seed=0), device_ids=[0])
+    with pytest.raises(ValueError, match="device_ids and output_device arguments only work"):
+        DDP(MLP(seed=0), output_device="cuda:0")
+    with pytest.raises(ValueError, match="mixed_precision=...\\) is not supported"):
+        DDP(MLP(seed=0), mixed_precision=object())

@@ -6,18 +6,22 @@
 The contract a hook follows (`GradBucket`, what its Future must hold) is in
 `mpigrad.distributed.comm_hook`, beside the Reducer that calls it.
 
-- `default_hooks`: allreduce_hook (what DDP does without a hook), fp16_compress_hook.
+- `default_hooks`: allreduce_hook (what DDP does without a hook), fp16_compress_hook,
+  bf16_compress_hook (both: 16 bits on the wire, summed in float32; see `compression`),
+  hierarchical_allreduce_hook with HierarchicalState (forces what DDP picks by itself when
+  ranks share hosts; see distributed/hierarchical.py).
+- `powerSGD_hook`: powerSGD_hook with PowerSGDState, low-rank compression with error feedback
+  (the module; as in PyTorch, the function is `powerSGD_hook.powerSGD_hook`).
 - `topk_hooks`: topk_hook with TopKState, top-k sparsification with error feedback.
 
-The names are also importable from this package, as they were when it was one module.
+The hooks and their states are also importable from this package itself.
 """
-from ...buffers import float16_sum_supported, mpi_float_type
-from ...comm_hook import GradBucket
-from ....futures import Future
-from . import default_hooks, topk_hooks
-from .default_hooks import allreduce_hook, fp16_compress_hook
+from . import default_hooks, powerSGD_hook, topk_hooks
+from .default_hooks import (HierarchicalState, allreduce_hook, bf16_compress_hook,
+                            fp16_compress_hook, hierarchical_allreduce_hook)
+from .powerSGD_hook import PowerSGDState
 from .topk_hooks import TopKState, topk_hook
 
-__all__ = ["Future", "GradBucket", "allreduce_hook", "fp16_compress_hook", "TopKState",
-           "topk_hook", "mpi_float_type", "float16_sum_supported", "default_hooks",
-           "topk_hooks"]
+__all__ = ["allreduce_hook", "fp16_compress_hook", "bf16_compress_hook", "HierarchicalState",
+           "hierarchical_allreduce_hook", "PowerSGDState", "TopKState", "topk_hook",
+           "default_hooks", "powerSGD_hook", "topk_hooks"]

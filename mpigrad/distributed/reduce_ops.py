@@ -1,5 +1,6 @@
 """`ReduceOp` and its translation to MPI operations, dtype by dtype."""
 import enum
+import warnings
 
 import numpy as np
 from mpi4py import MPI
@@ -16,6 +17,18 @@ class ReduceOp(enum.Enum):
     BXOR = "bxor"
     AVG = "avg"
 
+
+class _DeprecatedReduceOp:
+    """`dist.reduce_op`, torch's deprecated spelling of `ReduceOp`: the same members, with
+    torch's FutureWarning on use."""
+
+    def __getattr__(self, name):
+        warnings.warn("`torch.distributed.reduce_op` is deprecated, please use "
+                      "`torch.distributed.ReduceOp` instead", FutureWarning, stacklevel=2)
+        return getattr(ReduceOp, name)
+
+
+reduce_op = _DeprecatedReduceOp()
 
 _NUMERIC = {
     ReduceOp.SUM: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN,

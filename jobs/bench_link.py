@@ -1,0 +1,235 @@
+"""DDP step time over one link, with and without compression, against PyTorch DDP (gloo).
+
+    # shared memory (one host, 2 ranks):
+    mpiexec -n 2 python jobs/bench_link.py --link shm --out runs/bench-shm.json
+    # the simulated cluster, 2 hosts x 1 rank (jobs/cluster.py; RATE 1gbit or 10gbit):
+    python jobs/cluster.py up --rate 1gbit
+    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
+        python jobs/bench_link.py --link 1gbit --master-addr 10.77.0.1 --cluster-prefix mgh \
+        --out runs/bench-1gbit.json
+    # 2 hosts x 2 ranks: DDP's default goes hierarchical; "flat" forces one Iallreduce
+    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- \
+        python jobs/bench_link.py --link 1gbit-2x2 --cluster-prefix mgh --only default flat \
+        --no-torch
+
+Model: the MLP 784-1024-1024-1024-10 (float32, ReLU, cross-entropy), batch 64 per rank, SGD
+with momentum, one BLAS thread per rank. Configurations:
+
+  mpigrad  none (the same step without DDP), default (DDP's own reduction: hierarchical
+           when ranks share hosts), flat (one Iallreduce per bucket, always), ring (mpigrad's
+           own ring of nonblocking messages), fp16, bf16,
+           powerSGD (rank 4), topk (1% of each bucket, error feedback)
+  PyTorch  default, fp16, powerSGD (rank 4): torch DDP over gloo on the same link
+           (GLOO_SOCKET_IFNAME: the host's one non-loopback interface, else lo)
+
+PowerSGD starts at iteration 2 in both (after DDP's bucket rebuild); warm-up steps are not
+timed. Rounds alternate the configurations (the machine may be shared); each configuration's
+time is the median over rounds of the slowest rank's mean step. For the cost model
+(jobs/cost_model.py, `report` on the JSON written here) each round also times ping-pong and
+Allreduce over the link, and the no-communication step is split into forward, backward and
+optimizer.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import mpigrad as mg  # noqa: E402
+import mpigrad.distributed as dist  # noqa: E402
+import mpigrad.nn.functional as F  # noqa: E402
+from mpigrad.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+from mpigrad.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd  # noqa: E402
+from mpigrad.distributed.algorithms.ddp_comm_hooks.topk_hooks import TopKState, topk_hook  # noqa
+from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from mpigrad.optim import SGD  # noqa: E402
+
+import cost_model  # noqa: E402
+from cluster import Cluster  # noqa: E402
+from bench_ddp import BATCH, SIZES, batch, mpigrad_mlp, timed, torch_mlp  # noqa: E402
+
+WARMUP = 4
+
+
+def mpigrad_hooks():
+    return {"default": (None, None),
+            "flat": (None, default_hooks.flat_allreduce_hook),
+            "ring": (None, default_hooks.ring_allreduce_hook),
+            "fp16": (None, default_hooks.fp16_compress_hook),
+            "bf16": (None, default_hooks.bf16_compress_hook),
+            "powerSGD": (powersgd.PowerSGDState(None, matrix_approximation_rank=4,
+                                                start_powerSGD_iter=2), powersgd.powerSGD_hook),
+            "topk": (TopKState(ratio=0.01), topk_hook)}
+
+
+class MpigradRun:
+    def __init__(self, rank, hook=None):
+        model = mpigrad_mlp()
+        self.model = model if hook is None else DDP(model)
+        if hook is not None and hook[1] is not None:
+            self.model.register_comm_hook(*hook)
+        self.opt = SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        x, y = batch(rank)
+        self.x, self.y = mg.tensor(x), mg.tensor(y)
+
+    def step(self):
+        self.opt.zero_grad()
+        F.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+    def phases(self, steps):
+        """Mean seconds of forward, backward and optimizer step."""
+        totals = np.zeros(3)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            self.opt.zero_grad()
+            loss = F.cross_entropy(self.model(self.x), self.y)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            self.opt.step()
+            totals += (t1 - t0, t2 - t1, time.perf_counter() - t2)
+        return dict(zip(("forward", "backward", "optimizer"), (totals / steps).tolist()))
+
+
+class TorchRun:
+    def __init__(self, torch, rank, hook):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as tdefault
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as tpowersgd
+        self.torch = torch
+        # PyTorch's PowerSGD on gloo issues its second and third allreduce from completion
+        # callbacks, whose order between buckets differs across ranks: with several buckets
+        # gloo fails ("collective mismatch"). An explicit bucket_cap_mb makes it one bucket.
+        cap = {"bucket_cap_mb": 25} if hook == "powerSGD" else {}
+        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch), **cap)
+        if hook == "fp16":
+            self.model.register_comm_hook(None, tdefault.fp16_compress_hook)
+        elif hook == "powerSGD":
+            state = tpowersgd.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                                            start_powerSGD_iter=2)
+            self.model.register_comm_hook(state, tpowersgd.powerSGD_hook)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        x, y = batch(rank)
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step(self):
+        self.opt.zero_grad()
+        self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+
+def gloo_interface():
+    """The one non-loopback interface of this host's network namespace, or lo."""
+    names = [name for _, name in socket.if_nameindex() if name != "lo"]
+    return names[0] if len(names) == 1 else "lo"
+
+
+def init_torch(comm, master_addr):
+    import torch
+    import torch.distributed as tdist
+    torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = gloo_interface()
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind((master_addr, 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    tdist.init_process_group("gloo", init_method=f"tcp://{master_addr}:{port}",
+                             rank=comm.Get_rank(), world_size=comm.Get_size())
+    return torch
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--link", required=True, help="a name for the link (shm, 1gbit, ...)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--only", nargs="*", help="mpigrad configurations to run")
+    parser.add_argument("--torch-only", nargs="*", help="PyTorch configurations to run")
+    parser.add_argument("--cluster-prefix", help="on jobs/cluster.py's hosts (e.g. mgh): "
+                        "count the bytes that cross the link per step")
+    parser.add_argument("--out", help="write the results as JSON here (rank 0)")
+    args = parser.parse_args()
+
+    dist.init_process_group()
+    comm = MPI.COMM_WORLD.Dup()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    hooks = mpigrad_hooks()
+    runs = {("mpigrad", "none"): MpigradRun(rank)}
+    for name, hook in hooks.items():
+        if not args.only or name in args.only:
+            runs[("mpigrad", name)] = MpigradRun(rank, hook)
+    if not args.no_torch:
+        torch = init_torch(comm, args.master_addr)
+        for name in args.torch_only or ("default", "fp16", "powerSGD"):
+            runs[("torch", name)] = TorchRun(torch, rank, name)
+    for run in runs.values():
+        for _ in range(WARMUP):
+            run.step()
+    times = {key: [] for key in runs}
+    link_bytes = {key: [] for key in runs}
+    cluster = Cluster(prefix=args.cluster_prefix) if args.cluster_prefix and rank == 0 else None
+    samples = []
+    for _ in range(args.rounds):
+        for key, run in runs.items():
+            before = sum(cluster.link_bytes()) if cluster else 0
+            times[key].append(timed(comm, run.step, args.steps))
+            if cluster:
+                link_bytes[key].append((sum(cluster.link_bytes()) - before) / args.steps)
+        samples.append(cost_model.link_samples(comm))
+    phases = runs[("mpigrad", "none")].phases(args.steps)
+    phases = {k: max(comm.allgather(v)) for k, v in phases.items()}
+    step_ms = {key: statistics.median(t) * 1e3 for key, t in times.items()}
+    hosts = comm.allgather(MPI.Get_processor_name())
+    if not args.no_torch:
+        torch.distributed.destroy_process_group()
+    if rank == 0:
+        result = {"link": args.link, "ranks": size, "hosts": sorted(set(hosts)),
+                  "library": MPI.Get_library_version().splitlines()[0],
+                  "model": "-".join(map(str, SIZES)), "batch_per_rank": BATCH,
+                  "steps": args.steps, "rounds": args.rounds, "compute": phases,
+                  **cost_model.median_samples(samples), "codec": cost_model.codec_costs(),
+                  "mpigrad": {n: ms for (who, n), ms in step_ms.items() if who == "mpigrad"},
+                  "torch": {n: ms for (who, n), ms in step_ms.items() if who == "torch"}}
+        if cluster:
+            result["link_MB_per_step"] = {f"{who} {n}": statistics.median(b) / 1e6
+                                          for (who, n), b in link_bytes.items()}
+        print_table(result)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+    dist.destroy_process_group()
+
+
+def print_table(result):
+    mp, th = result["mpigrad"], result["torch"]
+    none = mp["none"]
+    print(f"link {result['link']}: {result['ranks']} ranks on {len(result['hosts'])} host(s), "
+          f"{result['library']}; MLP {result['model']}, batch {result['batch_per_rank']}/rank; "
+          f"median of {result['rounds']} rounds x {result['steps']} steps")
+    print(f"{'configuration':12s} {'mpigrad ms':>10s} {'/ none':>7s} {'PyTorch ms':>11s} "
+          f"{'mpigrad/PyTorch':>16s}")
+    for name, ms in mp.items():
+        torch_ms = th.get(name)
+        ratio = f"{ms / torch_ms:16.2f}" if torch_ms else f"{'':16s}"
+        torch_col = f"{torch_ms:11.1f}" if torch_ms else f"{'':11s}"
+        print(f"{name:12s} {ms:10.1f} {ms / none:7.2f} {torch_col} {ratio}")
+    if "link_MB_per_step" in result:
+        print("MB crossing the link per step (both directions): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in result["link_MB_per_step"].items()))
+    print("compute of the no-communication step (ms): " +
+          ", ".join(f"{k} {v * 1e3:.1f}" for k, v in result["compute"].items()))
+
+
+if __name__ == "__main__":
+    main()

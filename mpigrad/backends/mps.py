@@ -1,0 +1,9 @@
+"""No Apple GPU backend in mpigrad."""
+
+
+def is_available():
+    return False
+
+
+def is_built():
+    return False

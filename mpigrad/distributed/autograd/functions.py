@@ -1,0 +1,83 @@
+"""The send/recv pair recorded where tensors that require grad cross workers in a context.
+
+On the sending worker, the tensors of one message that require grad go through `Send`, a
+custom autograd Function whose node is never reached from a local loss: it is a root of the
+backward on this worker, and its backward waits for the gradients the receiving worker sends
+back. On the receiving worker the tensors come out of one `RecvBackward` node, a leafless
+node whose gradient is sent back to the sender's `Send`. So the local engine runs each
+worker's share of the graph; the messages between the two nodes stitch the shares together.
+"""
+import time
+
+import numpy as np
+
+from ...autograd import Function
+from ...autograd.graph import Node
+from ...tensor import Tensor
+from ..rpc import api
+from . import contexts
+
+_WAIT_SLICE = 0.05  # seconds
+
+
+class Send(Function):
+    @staticmethod
+    def forward(ctx, context, send_id, peer, *tensors):
+        ctx.set_materialize_grads(False)  # its gradients come from the peer, not from outputs
+        ctx.context, ctx.send_id, ctx.peer = context, send_id, peer
+        return tensors
+
+    @staticmethod
+    def backward(ctx, *unused):
+        return (None, None, None) + await_gradients(ctx.context, ctx.send_id, ctx.peer,
+                                                           len(unused))
+
+
+class RecvBackward(Node):
+    __slots__ = ("context", "sender", "send_id", "layouts", "placeholder", "answered")
+
+    def __init__(self, context, sender, send_id, layouts):
+        super().__init__(())
+        self.context, self.sender, self.send_id, self.layouts = context, sender, send_id, layouts
+        # Each backward pass seeds this node with `placeholder`, so the engine runs it (and
+        # it answers its sender) even when the loss does not use its tensors.
+        self.placeholder = Tensor.wrap(np.zeros((), np.dtype(layouts[0][1])))
+        self.answered = 0  # the last pass in which the sender got our answer
+
+    @property
+    def num_outputs(self):
+        return len(self.layouts)
+
+    def apply(self, grad_outputs):
+        grads = [None if g is self.placeholder else g for g in grad_outputs]
+        send_gradients(self, grads, None)
+        return []
+
+
+def send_gradients(node, grads, error):
+    """Answer the send function behind `node` (a recv function) for the current pass."""
+    context = node.context
+    agent = api.current_agent("distributed backward")
+    node.answered = context.round
+    with contexts.running_in(None):
+        future = agent.request(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
+                               "distributed backward (gradients)", timeout=0)
+    with context.cond:
+        context.outgoing.append(future)
+
+
+def await_gradients(context, send_id, peer, count):
+    agent = api.current_agent("distributed backward")
+    deadline = time.monotonic() + agent.timeout if agent.timeout else None
+    with context.cond:
+        # In slices, so a peer that leaves, or this agent stopping, ends the wait at once.
+        while not context.cond.wait_for(lambda: send_id in context.mailbox, _WAIT_SLICE):
+            agent.check_reachable(peer, "distributed backward")
+            if deadline is not None and time.monotonic() > deadline:
+                raise api.RpcTimeoutError(
+                    f"distributed backward: no gradients from {agent.describe(peer)} for a "
+                    f"tensor sent to it within {agent.timeout:g} s")
+        grads, error = context.mailbox.pop(send_id)
+    if error is not None:
+        raise RuntimeError(f"distributed backward failed on {agent.describe(peer)}: {error}")
+    return tuple(grads) if grads is not None else (None,) * count

@@ -1,0 +1,533 @@
+"""The RPC agent: one per process, between `init_rpc` and `shutdown`.
+
+Threads
+- The caller's thread encodes a request, registers its Future, and sends the header and
+  arrays itself (blocking MPI sends: the receiver's listener takes them at once).
+- The listener thread receives everything. It polls its own communicator with `Improbe`,
+  sleeping between empty polls: 20 us while a reply is awaited or a message came in the
+  last 50 ms, then doubling up to 2 ms, and up to 10 ms after a second without messages, so
+  an idle agent costs about 1% of a core and a busy one answers within one short poll.
+  A caller thread waiting for its reply receives (any) messages itself meanwhile (see
+  `receive_until`), and the listener slows down rather than compete with it. Receiving
+  never blocks on a send: small control messages and their acknowledgements leave through
+  the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
+  replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
+  distributed autograd) at once, and hands everything else to the pool. Messages may thus
+  be handled in a different order than they arrived; no protocol here depends on that
+  order (each message is sent only after the reply to the one it depends on). The listener
+  also fails calls whose timeout has passed.
+- A pool of `num_worker_threads` threads runs requests (the user's functions), so a nested
+  call (A calls B, which calls A back) or a long function never stops other requests.
+  Callbacks of RPC Futures run on the pool too, never on the listener.
+
+Communicators: the agent duplicates MPI.COMM_WORLD twice, one for messages, one for its own
+collectives (start-up and the shutdown agreement), so RPC traffic never matches collectives,
+DDP or the user's messages. Headers go on HEADER_TAG; each message's arrays on a tag of
+their own (see wire.py).
+
+Shutdown (graceful): every worker repeats rounds of "wait until every request I sent has
+had its reply received (even one that timed out: its function may still be running, and its
+late reply must not outlive the communicator), then sum over workers how many requests each
+has ever sent", serving requests all along, until two consecutive sums are equal: then no
+worker sent anything between its two contributions, and every request sent before was
+answered. Only then do the listeners stop. A worker that stops without that agreement
+(shutdown(graceful=False), or exiting the interpreter) first tells every other worker, whose
+calls to it then fail at once.
+"""
+import heapq
+import itertools
+import pickle
+import queue
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from mpi4py import MPI
+
+from ...futures import Future
+from ..buffers import message
+from ..errors import DistError
+from . import wire
+
+HEADER_TAG = 1
+_FIRST_DATA_TAG = 2
+_MIN_PAUSE, _MAX_PAUSE, _IDLE_PAUSE = 2e-5, 2e-3, 1e-2
+_IDLE_AFTER = 1.0  # seconds without messages before polls slow to _IDLE_PAUSE
+_STAY_AWAKE = 0.05  # seconds after the last message during which polls stay short
+_msg_ids = itertools.count(1)  # never reused, not even by a later agent
+
+
+class RpcTimeoutError(DistError, TimeoutError):
+    """An RPC did not complete within its timeout."""
+
+
+class WorkerUnavailableError(DistError):
+    """The destination worker has shut down or exited; nothing will answer."""
+
+
+class WorkerInfo:
+    """A worker's name and id (its rank), as torch.distributed.rpc.WorkerInfo."""
+    __slots__ = ("name", "id")
+
+    def __init__(self, name, id):
+        self.name, self.id = name, id
+
+    def __eq__(self, other):
+        return isinstance(other, WorkerInfo) and (self.name, self.id) == (other.name, other.id)
+
+    def __hash__(self):
+        return hash((self.name, self.id))
+
+    def __repr__(self):
+        return f"WorkerInfo(id={self.id}, name={self.name})"
+
+    def __reduce__(self):
+        return WorkerInfo, (self.name, self.id)
+
+
+class RpcFuture(Future):
+    """The Future of an RPC. Callbacks added before the reply arrives run on the agent's
+    pool (a callback may itself make blocking RPCs; a thread receiving messages, the
+    listener or a waiting caller, must stay free). A thread
+    that waits for one receives messages itself meanwhile, so its reply needs no hand-over
+    from the listener."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self._agent = agent
+
+    def _progress(self, block):
+        if block:
+            self._agent.receive_until(self)
+
+    def add_done_callback(self, callback):
+        agent = self._agent
+
+        def dispatch(fut):
+            if getattr(agent.receiving, "active", False):
+                agent.pool.submit(callback, fut)
+            else:
+                callback(fut)
+
+        super().add_done_callback(dispatch)
+
+
+class _Call:
+    """A request waiting for its reply."""
+    __slots__ = ("future", "dest", "what", "keep")
+
+    def __init__(self, future, dest, what, keep):
+        self.future, self.dest, self.what, self.keep = future, dest, what, keep
+
+
+class Handler:
+    """How the agent serves one kind of request: `prepare(sender, payload)` runs on the
+    receiving thread before the request goes to the pool (bookkeeping the sender may rely on
+    once it has the reply) and returns what `run(sender, prepared)` gets; `run` returns the
+    reply's value. `inline` handlers run entirely on the receiving thread and must be quick
+    and never block."""
+
+    def __init__(self, run, inline=False, prepare=None):
+        self.run, self.inline, self.prepare = run, inline, prepare
+
+
+class Agent:
+    def __init__(self, name, options, handlers, codec, problem):
+        world = MPI.COMM_WORLD
+        self.comm = world.Dup()
+        self.collective_comm = world.Dup()
+        for comm in (self.comm, self.collective_comm):
+            comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        # Every rank learns every rank's name and mistake, so all raise together, not hang.
+        reports = self.collective_comm.allgather((name, problem))
+        try:
+            _check_reports(reports)
+        except ValueError:
+            self.comm.Free()
+            self.collective_comm.Free()
+            raise
+        names = [n for n, _ in reports]
+        self.workers = tuple(WorkerInfo(n, r) for r, n in enumerate(names))
+        self.info = self.workers[self.rank]
+        self._by_name = {w.name: w for w in self.workers}
+        self.timeout = options.rpc_timeout
+        self.handlers = handlers
+        self.codec = codec  # encode/decode hooks of RRef and distributed autograd
+        self.pool = ThreadPoolExecutor(options.num_worker_threads,
+                                       thread_name_prefix=f"rpc-{name}")
+        self._lock = threading.Condition()  # an RLock: RRef.__del__ may run under it
+        self._calls = {}
+        self._deadlines = []  # heap of (deadline, msg_id)
+        self._data_tags = itertools.count()
+        self._tag_span = self.comm.Get_attr(MPI.TAG_UB) - _FIRST_DATA_TAG
+        self._outbox = queue.SimpleQueue()  # control requests the listener sends
+        self._draining = False
+        self._receivers = 0  # threads in receive_until: the listener need not hurry then
+        self.receiving = threading.local()  # .active: this thread is handling a message
+        self._in_flight = []  # (request, buffer) of the listener's Isends
+        self._dead = {}  # rank -> why it is gone
+        self.requests_sent = 0
+        self.replies_received = 0  # including late ones, for calls that timed out
+        self._late = {}  # msg_id -> dest, for calls that timed out and await their reply
+        self._stopping = threading.Event()
+        self.listener = threading.Thread(target=self._listen, name=f"rpc-listener-{name}",
+                                         daemon=True)
+
+    def start(self):
+        """Start receiving; the caller has made this agent the current one first, since
+        messages may arrive at once (the other workers can be ahead)."""
+        self.listener.start()
+
+    # ---- naming --------------------------------------------------------------------------
+
+    def worker(self, to):
+        """The WorkerInfo for `to`: a name, a rank, or a WorkerInfo."""
+        if isinstance(to, WorkerInfo):
+            to = to.name
+        if isinstance(to, str):
+            info = self._by_name.get(to)
+            if info is None:
+                raise ValueError(f"unknown RPC worker {to!r}; the workers are "
+                                 f"{', '.join(repr(w.name) for w in self.workers)}")
+            return info
+        if isinstance(to, (int, np.integer)) and not isinstance(to, bool):
+            if not 0 <= to < self.size:
+                raise ValueError(f"unknown RPC worker rank {to}; ranks are 0..{self.size - 1}")
+            return self.workers[int(to)]
+        raise TypeError(f"an RPC destination is a worker name, rank or WorkerInfo, got "
+                        f"{type(to).__name__}")
+
+    def describe(self, rank):
+        return f"worker {self.workers[rank].name!r} (rank {rank})"
+
+    # ---- sending requests ------------------------------------------------------------------
+
+    def request(self, dest, kind, payload, what, timeout=None, keep=None):
+        """Send a request to rank `dest`; returns the RpcFuture of its reply. `timeout` in
+        seconds (None: the agent's default; 0: none). `keep` stays referenced until the reply
+        arrives (RRefs in flight)."""
+        self.check_reachable(dest, what)
+        msg_id = next(_msg_ids)
+        header, arrays, tag = self.encode(dest, kind, msg_id, payload)
+        future = self._register(dest, msg_id, what, timeout, keep)
+        try:
+            self._send(dest, header, arrays, tag)
+        except Exception:
+            with self._lock:
+                self._calls.pop(msg_id, None)
+                self.requests_sent -= 1
+                self._lock.notify_all()
+            raise
+        return future
+
+    def post(self, dest, kind, payload, what, on_reply=None):
+        """Queue a small control request (no arrays) for the listener to send; safe from any
+        thread, from __del__ too. The listener registers it, so shutdown waits for its ack;
+        `on_reply(future)` runs once the ack arrives."""
+        self._outbox.put((dest, kind, payload, what, on_reply))
+
+    def _register(self, dest, msg_id, what, timeout, keep):
+        future = RpcFuture(self)
+        seconds = self.timeout if timeout is None else timeout
+        with self._lock:
+            self._calls[msg_id] = _Call(future, dest, what, keep)
+            self.requests_sent += 1
+            if seconds and seconds > 0:
+                heapq.heappush(self._deadlines, (time.monotonic() + seconds, msg_id))
+        return future
+
+    def check_reachable(self, dest, what):
+        """Raise if this agent has stopped or worker `dest` has left."""
+        if self._stopping.is_set():
+            raise RuntimeError(f"{what}: the RPC agent of this worker has shut down")
+        gone = self._dead.get(dest)
+        if gone is not None:
+            raise WorkerUnavailableError(f"{what}: {self.describe(dest)} is unavailable: {gone}")
+
+    def encode(self, dest, kind, msg_id, payload):
+        body, arrays, grad_tensors = wire.dumps(payload, lambda r: self.codec.fork(r, dest),
+                                                self.codec.records_grad())
+        autograd = self.codec.record_send(dest, grad_tensors)
+        tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span if arrays else 0
+        header = pickle.dumps((kind, msg_id, tag, [wire.layout(a) for a in arrays], autograd,
+                               body), pickle.HIGHEST_PROTOCOL)
+        return header, arrays, tag
+
+    def _send(self, dest, header, arrays, tag):
+        self.comm.Send([header, MPI.BYTE], dest, HEADER_TAG)
+        if arrays:
+            MPI.Request.Waitall([self.comm.Isend(message(a), dest, tag) for a in arrays])
+
+    # ---- the listener ------------------------------------------------------------------------
+
+    def _listen(self):
+        status = MPI.Status()
+        pause = _MIN_PAUSE
+        last_message = time.monotonic()
+        while not self._stopping.is_set():
+            try:
+                incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
+                if incoming is not None:
+                    self._receive(incoming, status)
+                sent = self._flush_outbox()
+                self._expire_calls()
+            except Exception:  # the listener must survive anything one message does
+                sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
+                                 f"{traceback.format_exc()}")
+                continue
+            if incoming is not None or sent:
+                last_message = time.monotonic()
+                continue
+            if self._receivers:
+                pause = _MAX_PAUSE  # a waiting caller receives; don't compete with it
+            elif self._calls or time.monotonic() - last_message < _STAY_AWAKE:
+                pause = _MIN_PAUSE
+            else:
+                idle = time.monotonic() - last_message > _IDLE_AFTER
+                pause = min(2 * pause, _IDLE_PAUSE if idle else _MAX_PAUSE)
+            time.sleep(pause)
+
+    def receive_until(self, future):
+        """Receive and handle messages on this thread until `future` completes (or the
+        agent stops, and the listener completes it)."""
+        status = MPI.Status()
+        with self._lock:
+            self._receivers += 1
+        try:
+            while not future._completed and not self._stopping.is_set():
+                try:
+                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
+                    if incoming is not None:
+                        # Not in the caller's autograd context: the message brings its own.
+                        with self.codec.running_in(None):
+                            self._receive(incoming, status)
+                        continue
+                except Exception:
+                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
+                                     f"{traceback.format_exc()}")
+                time.sleep(_MIN_PAUSE)
+        finally:
+            with self._lock:
+                self._receivers -= 1
+
+    def _receive(self, incoming, status):
+        self.receiving.active = True
+        try:
+            self._handle(incoming, status)
+        finally:
+            self.receiving.active = False
+
+    def _handle(self, incoming, status):
+        source = status.Get_source()
+        header = bytearray(status.Get_count(MPI.BYTE))
+        incoming.Recv([header, MPI.BYTE])
+        kind, msg_id, tag, layouts, autograd, body = pickle.loads(header)
+        arrays = [wire.empty_like_layout(shape, dtype) for shape, dtype in layouts]
+        if arrays:
+            MPI.Request.Waitall([self.comm.Irecv(message(a), source, tag) for a in arrays])
+        if kind == "reply":
+            self._complete(source, msg_id, autograd, body, arrays)
+            return
+        handler = self.handlers[kind]
+        try:
+            payload = self.codec.decode(source, autograd, body, arrays)
+            if handler.prepare is not None:
+                payload = handler.prepare(source, payload)
+        except Exception as exc:
+            if msg_id:
+                self.pool.submit(self._reply, source, msg_id, False, wire.describe_error(exc),
+                                 None)
+            return
+        context = self.codec.context_of(autograd)
+        if handler.inline:
+            try:
+                result, ok = handler.run(source, payload), True
+            except Exception as exc:
+                result, ok = wire.describe_error(exc), False
+            if msg_id:
+                self._isend(source, self.encode(source, "reply", msg_id, (ok, result))[0])
+        else:
+            self.pool.submit(self._serve, source, msg_id, handler, payload, context)
+
+    def _serve(self, source, msg_id, handler, payload, context):
+        with self.codec.running_in(context):
+            try:
+                result, ok = handler.run(source, payload), True
+            except BaseException as exc:  # every failure goes back to the caller
+                result, ok = wire.describe_error(exc), False
+            del payload
+            if msg_id:
+                self._reply(source, msg_id, ok, result, context)
+
+    def _reply(self, dest, msg_id, ok, result, context):
+        if dest in self._dead:
+            return
+        with self.codec.running_in(context):
+            try:
+                header, arrays, tag = self.encode(dest, "reply", msg_id, (ok, result))
+            except Exception as exc:
+                header, arrays, tag = self.encode(dest, "reply", msg_id,
+                                                  (False, wire.describe_error(exc)))
+        self._send(dest, header, arrays, tag)
+
+    def _complete(self, source, msg_id, autograd, body, arrays):
+        with self._lock:
+            call = self._calls.pop(msg_id, None)
+            self._late.pop(msg_id, None)
+            self.replies_received += 1
+            self._lock.notify_all()
+        if call is None:
+            return  # timed out: the caller was told already
+        try:
+            ok, value = self.codec.decode(source, autograd, body, arrays)
+        except Exception as exc:
+            call.future.set_exception(exc)
+            return
+        if ok:
+            call.future.set_result(value)
+        else:
+            call.future.set_exception(
+                wire.rebuild_error(value, f"{self.describe(source)} in {call.what}"))
+
+    def _isend(self, dest, header):
+        buffer = bytearray(header)
+        self._in_flight.append((self.comm.Isend([buffer, MPI.BYTE], dest, HEADER_TAG), buffer))
+
+    def _flush_outbox(self):
+        sent = False
+        self._draining = True
+        try:
+            while True:
+                try:
+                    dest, kind, payload, what, on_reply = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                sent = True
+                if dest in self._dead:
+                    continue
+                msg_id = next(_msg_ids)
+                header = self.encode(dest, kind, msg_id, payload)[0]
+                future = self._register(dest, msg_id, what, None, None)
+                if on_reply is not None:
+                    future.add_done_callback(on_reply)
+                self._isend(dest, header)
+        finally:
+            self._draining = False
+        if self._in_flight:
+            self._in_flight = [(r, b) for r, b in self._in_flight if not r.Test()]
+        return sent
+
+    def _expire_calls(self):
+        if len(self._deadlines) > 1024 and len(self._deadlines) > 4 * len(self._calls):
+            with self._lock:  # answered calls' deadlines: drop them, or the heap only grows
+                self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
+                heapq.heapify(self._deadlines)
+        if not self._deadlines or self._deadlines[0][0] > time.monotonic():
+            return
+        now = time.monotonic()
+        expired = []
+        with self._lock:
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, msg_id = heapq.heappop(self._deadlines)
+                call = self._calls.pop(msg_id, None)
+                if call is not None:
+                    expired.append(call)
+                    self._late[msg_id] = call.dest
+            self._lock.notify_all()
+        for call in expired:
+            call.future.set_exception(RpcTimeoutError(
+                f"{call.what} on {self.describe(call.dest)} timed out: no reply within the "
+                f"timeout (pass timeout= to the call, or rpc_timeout= in the backend options)"))
+
+    # ---- peers going away ----------------------------------------------------------------
+
+    def peer_gone(self, rank, why):
+        self._dead[rank] = why
+        with self._lock:
+            lost = [(i, c) for i, c in self._calls.items() if c.dest == rank]
+            for msg_id, _ in lost:
+                del self._calls[msg_id]
+            late = [msg_id for msg_id, dest in self._late.items() if dest == rank]
+            for msg_id in late:
+                del self._late[msg_id]
+            self.replies_received += len(lost) + len(late)  # no reply will ever come
+            self._lock.notify_all()
+        for _, call in lost:
+            call.future.set_exception(WorkerUnavailableError(
+                f"{call.what}: {self.describe(rank)} became unavailable before replying: {why}"))
+
+    # ---- shutdown ----------------------------------------------------------------------------
+
+    def _idle(self):
+        return (self._outbox.empty() and not self._draining
+                and self.replies_received == self.requests_sent)
+
+    def wait_until_idle(self):
+        with self._lock:
+            while not self._idle():
+                self._lock.wait(0.01)
+
+    def agree_all_done(self):
+        """The graceful-shutdown rounds described in the module docstring."""
+        previous = None
+        while True:
+            self.wait_until_idle()
+            total = np.array(self.requests_sent, np.int64)
+            summed = np.zeros_like(total)
+            request = self.collective_comm.Iallreduce(total, summed, MPI.SUM)
+            while not request.Test():
+                time.sleep(1e-3)  # the listener and pool keep serving meanwhile
+            if previous is not None and summed == previous:
+                return
+            previous = summed.copy()
+
+    def stop(self, graceful, why):
+        if not graceful:
+            header = self.encode(self.rank, "bye", 0, why)[0]
+            self._stopping.set()
+            self.listener.join()
+            requests = [self.comm.Isend([header, MPI.BYTE], r, HEADER_TAG)
+                        for r in range(self.size) if r != self.rank and r not in self._dead]
+            _wait_briefly(requests)
+        else:
+            self._stopping.set()
+            self.listener.join()
+        self.pool.shutdown(wait=graceful)
+        with self._lock:
+            calls, self._calls = list(self._calls.values()), {}
+        for call in calls:
+            call.future.set_exception(RuntimeError(f"{call.what}: the RPC agent of this worker "
+                                                   f"shut down before the reply arrived"))
+        if graceful:
+            self.comm.Free()
+            self.collective_comm.Free()
+
+
+def _wait_briefly(requests, seconds=2.0):
+    """Small eager sends complete at once; never hang a dying process on one that doesn't."""
+    deadline = time.monotonic() + seconds
+    while requests and time.monotonic() < deadline:
+        requests = [r for r in requests if not r.Test()]
+        time.sleep(1e-3)
+    for r in requests:
+        r.Cancel()
+
+
+def _check_reports(reports):
+    for rank, (_, problem) in enumerate(reports):
+        if problem is not None:
+            raise ValueError(f"init_rpc on rank {rank}: {problem}")
+    seen = {}
+    for rank, (name, _) in enumerate(reports):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"init_rpc: rank {rank} passed the name {name!r}; every worker "
+                             f"needs a non-empty string name")
+        if name in seen:
+            raise ValueError(f"init_rpc: ranks {seen[name]} and {rank} both chose the name "
+                             f"{name!r}; worker names must be unique")
+        seen[name] = rank
+

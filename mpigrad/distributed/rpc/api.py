@@ -1,0 +1,215 @@
+"""The public RPC functions, with torch.distributed.rpc's names and arguments."""
+import atexit
+import gc
+import numbers
+
+from mpi4py import MPI
+
+from ...autograd import grad_mode
+from .. import abort
+from ..autograd import contexts
+from ..autograd import engine as dist_engine
+from . import rref as rrefs
+from . import wire
+from .agent import Agent, Handler, RpcTimeoutError, WorkerInfo, WorkerUnavailableError  # noqa: F401
+from .constants import DEFAULT_NUM_WORKER_THREADS, DEFAULT_RPC_TIMEOUT_SEC, UNSET_RPC_TIMEOUT
+
+_agent = None
+
+
+class MPIRpcBackendOptions:
+    """Options of the MPI agent. `rpc_timeout` (seconds, 0 for none) is the default timeout
+    of every call; `num_worker_threads` the size of the pool that runs requests. Arguments
+    only TensorPipe understands (init_method, device_maps, devices, ...) are accepted and
+    ignored, so a torch script's options port unchanged."""
+
+    def __init__(self, *, num_worker_threads=DEFAULT_NUM_WORKER_THREADS,
+                 rpc_timeout=DEFAULT_RPC_TIMEOUT_SEC, init_method=None, **tensorpipe_only):
+        if not isinstance(num_worker_threads, numbers.Integral) or num_worker_threads < 1:
+            raise ValueError(f"num_worker_threads must be a positive int, got "
+                             f"{num_worker_threads!r}")
+        if not isinstance(rpc_timeout, numbers.Real) or rpc_timeout < 0:
+            raise ValueError(f"rpc_timeout must be a number of seconds >= 0 (0: no timeout), "
+                             f"got {rpc_timeout!r}")
+        self.num_worker_threads = int(num_worker_threads)
+        self.rpc_timeout = float(rpc_timeout)
+        self.init_method = init_method
+
+
+TensorPipeRpcBackendOptions = MPIRpcBackendOptions
+
+
+class BackendType:
+    """Only MPI exists here; TENSORPIPE is accepted so torch scripts run unchanged."""
+    MPI = "MPI"
+    TENSORPIPE = "TENSORPIPE"
+
+
+def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options=None):
+    """Start this worker's RPC agent; collective over MPI.COMM_WORLD (every rank calls it).
+    Rank and world size come from MPI; if given they must agree with it."""
+    global _agent
+    if _agent is not None:
+        raise RuntimeError("init_rpc was already called on this worker; call shutdown() first")
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_MULTIPLE:
+        names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED:
+                 "MPI_THREAD_FUNNELED", MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED"}
+        raise RuntimeError(
+            f"mpigrad RPC needs MPI_THREAD_MULTIPLE (its listener and worker threads call MPI "
+            f"at the same time), but MPI was initialized with {names.get(level, level)}. "
+            f"mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise: remove any "
+            f"`mpi4py.rc.thread_level = ...` (its default is 'multiple') set before the first "
+            f"`from mpi4py import MPI`, or use an MPI library built with thread support")
+    # As init_process_group does: a rank that dies of an uncaught exception ends the job
+    # (MPIGRAD_ABORT_ON_EXCEPTION=0 turns it off) rather than leaving its peers waiting.
+    abort.set_abort_on_exception(abort.setting(None))
+    options = rpc_backend_options or MPIRpcBackendOptions()
+    if not isinstance(options, MPIRpcBackendOptions):
+        raise TypeError(f"rpc_backend_options must be MPIRpcBackendOptions (or "
+                        f"TensorPipeRpcBackendOptions), got {type(options).__name__}")
+    world = MPI.COMM_WORLD
+    problem = None
+    if rank not in (None, -1) and rank != world.Get_rank():
+        problem = f"rank={rank} but this process is MPI rank {world.Get_rank()}"
+    elif world_size is not None and world_size != world.Get_size():
+        problem = f"world_size={world_size} but MPI started {world.Get_size()} processes"
+    handlers = {"call": Handler(_run_call), "bye": Handler(_peer_left, inline=True)}
+    handlers.update(rrefs.handlers(Handler))
+    handlers.update(dist_engine.handlers(Handler))
+    codec = _Codec()
+    _agent = codec.agent = Agent(name, options, handlers, codec, problem)
+    _agent.start()
+    atexit.register(_stop_at_exit)
+
+
+def current_agent(what):
+    agent = _agent
+    if agent is None:
+        raise RuntimeError(f"{what}: RPC has not been initialized on this worker; call "
+                           f"mpigrad.distributed.rpc.init_rpc(name) on every worker first")
+    return agent
+
+
+def seconds(timeout):
+    """A call's timeout argument as the agent takes it: None for its default, 0 for none."""
+    if timeout is None or timeout == UNSET_RPC_TIMEOUT:
+        return None
+    if not isinstance(timeout, numbers.Real) or timeout < 0:
+        raise ValueError(f"timeout must be seconds >= 0 (0: no timeout), got {timeout!r}")
+    return float(timeout)
+
+
+def _describe_call(name, func):
+    return f"{name}({getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)!s})"
+
+
+def _checked_call(name, func, args, kwargs):
+    if not callable(func):
+        raise TypeError(f"{name}: func must be callable, got {type(func).__name__}")
+    return func, tuple(args or ()), dict(kwargs or {})
+
+
+def rpc_async(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
+    """Run `func(*args, **kwargs)` on worker `to`; returns a Future of its result."""
+    agent = current_agent("rpc_async")
+    dest = agent.worker(to).id
+    payload = _checked_call("rpc_async", func, args, kwargs)
+    return agent.request(dest, "call", payload, _describe_call("rpc", func), seconds(timeout))
+
+
+def rpc_sync(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
+    """Run `func(*args, **kwargs)` on worker `to` and return its result."""
+    agent = current_agent("rpc_sync")
+    dest = agent.worker(to).id
+    payload = _checked_call("rpc_sync", func, args, kwargs)
+    return agent.request(dest, "call", payload, _describe_call("rpc_sync", func),
+                         seconds(timeout)).wait()
+
+
+def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
+    """Run `func` on worker `to`, which keeps the result; returns an RRef to it at once."""
+    agent = current_agent("remote")
+    dest = agent.worker(to).id
+    func, args, kwargs = _checked_call("remote", func, args, kwargs)
+    return rrefs.remote(agent, dest, func, args, kwargs, seconds(timeout),
+                        _describe_call("remote", func))
+
+
+def get_worker_info(worker_name=None):
+    """This worker's WorkerInfo, or that of the worker called `worker_name`."""
+    agent = current_agent("get_worker_info")
+    return agent.info if worker_name is None else agent.worker(worker_name)
+
+
+def shutdown(graceful=True, timeout=0):
+    """Stop this worker's agent. Graceful (collective): wait until every worker has finished
+    all its outstanding work, then stop everywhere. Not graceful: stop now and tell the
+    other workers, whose calls to this one then fail at once."""
+    global _agent
+    agent = current_agent("shutdown")
+    try:
+        if graceful:
+            gc.collect()  # user RRefs that are garbage now send their deletes first
+            agent.agree_all_done()
+    finally:
+        agent.stop(graceful, "it called shutdown(graceful=False)")
+        _agent = None
+        rrefs._reset()
+        contexts.reset()
+
+
+def _stop_at_exit():
+    global _agent
+    atexit.unregister(_stop_at_exit)
+    if _agent is not None:
+        _agent.stop(False, "its process exited without calling rpc.shutdown()")
+        _agent = None
+
+
+def _run_call(sender, payload):
+    func, args, kwargs = payload
+    return func(*args, **kwargs)
+
+
+def _peer_left(sender, why):
+    current_agent("RPC").peer_gone(sender, why)
+
+
+def current_context():
+    return contexts.current_id()
+
+
+running_in = contexts.running_in
+
+
+class _Codec:
+    """The hooks by which RRefs and distributed autograd take part in encoding and decoding
+    messages (see wire.py); `agent` is set once the agent exists."""
+    agent = None
+
+    def fork(self, rref, dest):
+        return rrefs.fork(rref, dest, self.agent)
+
+    def records_grad(self):
+        return contexts.current_id() is not None and grad_mode.is_grad_enabled()
+
+    def record_send(self, dest, grad_tensors):
+        context_id = contexts.current_id()
+        if context_id is None:
+            return None
+        send_id = dist_engine.record_send(context_id, dest, grad_tensors)
+        return context_id, send_id, [wire.layout(t.data) for t in grad_tensors]
+
+    def decode(self, source, autograd, body, arrays):
+        node = None
+        if autograd is not None:
+            context_id, send_id, layouts = autograd
+            node = dist_engine.record_recv(context_id, source, send_id, layouts)
+        return wire.loads(body, arrays, node, lambda d: rrefs.receive(d, self.agent))
+
+    @staticmethod
+    def context_of(autograd):
+        return None if autograd is None else autograd[0]
+
+    running_in = staticmethod(contexts.running_in)

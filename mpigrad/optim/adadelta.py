@@ -1,0 +1,63 @@
+"""Adadelta: per-coordinate steps sized by running averages of squared gradients and updates."""
+
+import numpy as np
+
+from ..tensor import Tensor
+from .optimizer import Optimizer, addcmul_, regularized_grad
+
+__all__ = ["Adadelta"]
+
+
+class Adadelta(Optimizer):
+    """torch.optim.Adadelta: the same arguments, update rule and state.
+
+    With gradient g of parameter p (negated if `maximize`)::
+
+        g = g + weight_decay * p
+        v = rho * v + (1 - rho) * g * g                  # square_avg
+        delta = sqrt(u + eps) / sqrt(v + eps) * g
+        u = rho * u + (1 - rho) * delta * delta          # acc_delta
+        p = p - lr * delta
+
+    `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
+    `square_avg` and `acc_delta`.
+    """
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *,
+                 capturable=False, maximize=False, differentiable=False):
+        defaults = {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay,
+                    "maximize": maximize, "foreach": foreach, "capturable": capturable,
+                    "differentiable": differentiable}
+        super().__init__(params, defaults)
+
+    def _check_hyperparameters(self, group):
+        if not 0.0 <= group["lr"]:
+            raise ValueError(f"Invalid learning rate: {group['lr']}")
+        if not 0.0 <= group["rho"] <= 1.0:
+            raise ValueError(f"Invalid rho value: {group['rho']}")
+        if not 0.0 <= group["eps"]:
+            raise ValueError(f"Invalid epsilon value: {group['eps']}")
+        if not 0.0 <= group["weight_decay"]:
+            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
+
+    def _update(self, param, grad, group):
+        p = param.data
+        rho, eps = group["rho"], group["eps"]
+        state = self.state[param]
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = Tensor(np.zeros_like(p))
+            state["acc_delta"] = Tensor(np.zeros_like(p))
+        state["step"] += 1
+        square_avg, acc_delta = state["square_avg"].data, state["acc_delta"].data
+        g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
+        square_avg *= rho
+        addcmul_(square_avg, g, g, 1 - rho)
+        std = np.sqrt(square_avg + eps)
+        delta = np.sqrt(acc_delta + eps)
+        delta /= std
+        delta *= g
+        acc_delta *= rho
+        addcmul_(acc_delta, delta, delta, 1 - rho)
+        delta *= group["lr"]
+        p -= delta

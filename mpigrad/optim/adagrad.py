@@ -1,0 +1,60 @@
+"""Adagrad: per-coordinate steps shrinking with the sum of all past squared gradients."""
+
+import numpy as np
+
+from ..tensor import Tensor
+from .optimizer import Optimizer, addcmul_, regularized_grad
+
+__all__ = ["Adagrad"]
+
+
+class Adagrad(Optimizer):
+    """torch.optim.Adagrad: the same arguments, update rule and state.
+
+    With gradient g of parameter p (negated if `maximize`), at step t::
+
+        g = g + weight_decay * p
+        s = s + g * g                                    # sum
+        p = p - lr / (1 + (t - 1) * lr_decay) * g / (sqrt(s) + eps)
+
+    As in torch, the state exists from construction: `state[p]` holds `step`
+    (a Python int, 0 before the first step; torch keeps a 0-d tensor) and `sum`,
+    filled with `initial_accumulator_value`. Sparse gradients do not exist here.
+    """
+
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,
+                 eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None):
+        defaults = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
+                    "initial_accumulator_value": initial_accumulator_value,
+                    "foreach": foreach, "maximize": maximize, "differentiable": differentiable,
+                    "fused": fused}
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for param in group["params"]:
+                self.state[param] = {
+                    "step": 0,
+                    "sum": Tensor(np.full_like(param.data, group["initial_accumulator_value"])),
+                }
+
+    def _check_hyperparameters(self, group):
+        for name in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value"):
+            if not 0.0 <= group[name]:
+                label = "learning rate" if name == "lr" else f"{name} value"
+                raise ValueError(f"Invalid {label}: {group[name]}")
+        if not 0.0 <= group["eps"]:
+            raise ValueError(f"Invalid epsilon value: {group['eps']}")
+
+    def _update(self, param, grad, group):
+        p = param.data
+        state = self.state[param]
+        state["step"] += 1
+        g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
+        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+        total = state["sum"].data
+        addcmul_(total, g, g, 1)
+        std = np.sqrt(total)
+        std += group["eps"]
+        # torch's addcdiv_ rounds as (value * g) / std.
+        step = np.multiply(g, -clr)
+        step /= std
+        p += step

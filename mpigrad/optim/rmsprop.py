@@ -1,0 +1,82 @@
+"""RMSprop: steps divided by a running root mean square of the gradients."""
+
+import numpy as np
+
+from ..tensor import Tensor
+from .optimizer import Optimizer, addcmul_, lerp_, regularized_grad
+
+__all__ = ["RMSprop"]
+
+
+class RMSprop(Optimizer):
+    """torch.optim.RMSprop: the same arguments, update rule and state.
+
+    With gradient g of parameter p (negated if `maximize`)::
+
+        g = g + weight_decay * p
+        v = alpha * v + (1 - alpha) * g * g              # square_avg
+        a = lerp(a, g, 1 - alpha)                        # grad_avg, if centered
+        d = sqrt(v - a * a  if centered  else  v) + eps
+        b = momentum * b + g / d                         # momentum_buffer, if momentum > 0
+        p = p - lr * (b  if momentum > 0  else  g / d)
+
+    `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
+    `square_avg`, and `momentum_buffer` and `grad_avg` when used.
+    """
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
+                 centered=False, capturable=False, foreach=None, maximize=False,
+                 differentiable=False):
+        defaults = {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps,
+                    "centered": centered, "weight_decay": weight_decay,
+                    "capturable": capturable, "foreach": foreach, "maximize": maximize,
+                    "differentiable": differentiable}
+        super().__init__(params, defaults)
+
+    def _check_hyperparameters(self, group):
+        if not 0.0 <= group["lr"]:
+            raise ValueError(f"Invalid learning rate: {group['lr']}")
+        if not 0.0 <= group["eps"]:
+            raise ValueError(f"Invalid epsilon value: {group['eps']}")
+        if not 0.0 <= group["momentum"]:
+            raise ValueError(f"Invalid momentum value: {group['momentum']}")
+        if not 0.0 <= group["weight_decay"]:
+            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
+        if not 0.0 <= group["alpha"]:
+            raise ValueError(f"Invalid alpha value: {group['alpha']}")
+
+    def _update(self, param, grad, group):
+        p = param.data
+        alpha, momentum = group["alpha"], group["momentum"]
+        state = self.state[param]
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = Tensor(np.zeros_like(p))
+            if momentum > 0:
+                state["momentum_buffer"] = Tensor(np.zeros_like(p))
+            if group["centered"]:
+                state["grad_avg"] = Tensor(np.zeros_like(p))
+        state["step"] += 1
+        g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
+        square_avg = state["square_avg"].data
+        square_avg *= alpha
+        addcmul_(square_avg, g, g, 1 - alpha)
+        if group["centered"]:
+            grad_avg = state["grad_avg"].data
+            lerp_(grad_avg, g, 1 - alpha)
+            avg = square_avg.copy()
+            addcmul_(avg, grad_avg, grad_avg, -1)
+            np.sqrt(avg, out=avg)
+        else:
+            avg = np.sqrt(square_avg)
+        avg += group["eps"]
+        if momentum > 0:
+            buffer = state["momentum_buffer"].data
+            buffer *= momentum
+            buffer += g / avg
+            p -= group["lr"] * buffer
+        else:
+            # torch's addcdiv_ rounds as (value * g) / avg.
+            step = np.multiply(g, -group["lr"])
+            step /= avg
+            p += step

@@ -1,0 +1,197 @@
+"""Functions the tests call remotely: defined at module level so they travel by name."""
+import threading
+import time
+import weakref
+
+import numpy as np
+
+import mpigrad as mg
+import mpigrad.distributed.rpc as rpc
+
+state = {}
+
+
+def identity(*values):
+    return values if len(values) != 1 else values[0]
+
+
+def add(a, b=0, *, scale=1):
+    return (a + b) * scale
+
+
+def whoami():
+    return rpc.get_worker_info().name
+
+
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def raise_value_error(message):
+    raise ValueError(message)
+
+
+def raise_custom():
+    raise CustomError("a", 3)
+
+
+class CustomError(Exception):
+    """Built from two arguments, so it cannot be rebuilt from one message string."""
+
+    def __init__(self, name, count):
+        super().__init__(f"{name} failed {count} times")
+
+
+def call_back(to, func, args):
+    """A nested call: this worker calls `to` while serving a request."""
+    return rpc.rpc_sync(to, func, args=args)
+
+
+def set_event_later(name):
+    event = state.setdefault(name, threading.Event())
+    event.set()
+    return True
+
+
+def wait_for_event(name, timeout):
+    event = state.setdefault(name, threading.Event())
+    return event.wait(timeout)
+
+
+class Counter:
+    def __init__(self, start):
+        self.value = start
+
+    def add(self, amount):
+        self.value += amount
+        return self.value
+
+    def get(self):
+        return self.value
+
+
+def make_tracked(key):
+    """A value whose death the owner can observe through a weak reference."""
+    value = Counter(0)
+    state[key] = weakref.ref(value)
+    return value
+
+
+def is_alive(key):
+    return state[key]() is not None
+
+
+def owned_count():
+    from mpigrad.distributed.rpc import rref
+    return rref.owned_count()
+
+
+def context_count():
+    from mpigrad.distributed.autograd import contexts
+    return contexts.count()
+
+
+def to_here_of(rref):
+    return rref.to_here()
+
+
+def rref_owner_and_value(rref):
+    return rref.owner_name(), rref.to_here().value, rref.is_owner()
+
+
+def wrap_in_rref(value):
+    return rpc.RRef(value)
+
+
+def array_sum(a):
+    return np.asarray(a).sum()
+
+
+def tensor_info(t):
+    return type(t).__name__, t.dtype.str, tuple(t.shape), t.requires_grad
+
+
+def scaled(t, factor):
+    return t * factor
+
+
+def random_tensor(seed, shape):
+    return mg.from_numpy(np.random.default_rng(seed).standard_normal(shape))
+
+
+# ---- a model split across workers (distributed autograd and DistributedOptimizer tests) ----
+
+def make_params(size, seed=7):
+    """Every worker builds every parameter from one seed; each uses only its own:
+    W0 on worker0, W1 on worker1, W2 on worker2 (worker0 when there are only two, so the
+    nested call goes back to the driver)."""
+    rng = np.random.default_rng(seed)
+    shapes = {"W0": (4, 4), "W1": (4, 3), "W2": (3, 2)}
+    state["arrays"] = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
+    state["params"] = {name: mg.tensor(a.copy(), requires_grad=True)
+                       for name, a in state["arrays"].items()}
+    state["owners"] = {"W0": 0, "W1": 1, "W2": 2 % size}
+
+
+def param(name):
+    return state["params"][name]
+
+
+def param_rref(name):
+    return rpc.RRef(param(name))
+
+
+def stage1(h):
+    """On worker1: a layer, then a nested call to W2's owner; also returns a tensor that
+    the loss never uses."""
+    t = mg.tanh(h @ param("W1"))
+    out = rpc.rpc_sync(state["owners"]["W2"], stage2, args=(t,))
+    return out, t * 3.0
+
+
+def stage2(t):
+    return mg.sigmoid(t @ param("W2")) + t.sum()
+
+
+def split_loss(x, W0, fetch_w1, run_stage1):
+    """The model, written once: the distributed run passes RPC-backed `fetch_w1` and
+    `run_stage1`, the oracle local ones."""
+    h = mg.relu(x @ W0)
+    w1a = fetch_w1()
+    out, _unused = run_stage1(h)
+    w1b = fetch_w1()  # the remote weight is used twice
+    return (out ** 2).sum() + (w1a * w1b).sum() * 0.1 + h.sum() * w1a.mean()
+
+
+def distributed_split_loss(x):
+    return split_loss(x, param("W0"), lambda: rpc.rpc_sync(1, param, args=("W1",)),
+                      lambda h: rpc.rpc_sync(1, stage1, args=(h,)))
+
+
+def grad_of(name, context_id):
+    from mpigrad.distributed import autograd as dist_autograd  # only these tests use it
+    return dist_autograd.get_gradients(context_id).get(param(name))
+
+
+def grad_attribute(name):
+    return param(name).grad
+
+
+class Explode(mg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ArithmeticError("backward exploded on purpose")
+
+
+def explode_stage(h):
+    return Explode.apply(h @ param("W1"))
+
+
+class FailingSGD(mg.optim.SGD):
+    def step(self, closure=None):
+        raise RuntimeError("this optimizer refuses to step")

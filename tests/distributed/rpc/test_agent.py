@@ -1,0 +1,206 @@
+"""The agent's errors and lifecycle: remote exceptions, timeouts, unknown and departed
+workers, calls before init_rpc, start-up mistakes, graceful shutdown with work in flight."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import mpigrad as mg
+import mpigrad.distributed as dist
+import mpigrad.distributed.rpc as rpc
+
+from . import _remote
+from .conftest import bounded
+
+mpi = pytest.mark.mpi(min_size=2)
+
+
+@mpi
+def test_remote_exception_keeps_type_message_traceback_and_worker(workers):
+    rank, _ = workers
+    if rank != 0:
+        return
+    with bounded(20):
+        with pytest.raises(ValueError) as info:
+            rpc.rpc_sync(1, _remote.raise_value_error, args=("bad input 42",))
+        text = str(info.value)
+        assert "bad input 42" in text
+        assert "worker 'worker1' (rank 1)" in text and "raise_value_error" in text
+        assert "Remote traceback" in text and "_remote.py" in text
+        with pytest.raises(RuntimeError, match="CustomError: a failed 3 times"):
+            rpc.rpc_async(1, _remote.raise_custom).wait()
+
+
+@mpi
+def test_timeout_names_worker_and_function(workers):
+    rank, _ = workers
+    if rank != 0:
+        return
+    with bounded(20):
+        with pytest.raises(rpc.RpcTimeoutError, match=r"sleep_then.*worker 'worker1'"):
+            rpc.rpc_sync(1, _remote.sleep_then, args=(3, None), timeout=0.2)
+        assert isinstance(rpc.RpcTimeoutError("x"), TimeoutError)
+        # The late reply is dropped; the agent keeps working.
+        assert rpc.rpc_sync(1, _remote.add, args=(1, 1)) == 2
+
+
+@mpi
+def test_default_timeout_from_backend_options(process_group):
+    rpc.init_rpc(f"worker{dist.get_rank()}",
+                 rpc_backend_options=rpc.TensorPipeRpcBackendOptions(rpc_timeout=0.2,
+                                                                     init_method="env://"))
+    try:
+        if dist.get_rank() == 0:
+            with bounded(20), pytest.raises(rpc.RpcTimeoutError):
+                rpc.rpc_sync(1, _remote.sleep_then, args=(2, None))
+            assert rpc.rpc_sync(1, _remote.sleep_then, args=(0.5, 7), timeout=0) == 7
+    finally:
+        rpc.shutdown()
+
+
+@mpi
+def test_unknown_worker_and_bad_arguments(workers):
+    rank, size = workers
+    with pytest.raises(ValueError, match=r"unknown RPC worker 'nobody'.*'worker0'"):
+        rpc.rpc_sync("nobody", _remote.whoami)
+    with pytest.raises(ValueError, match="unknown RPC worker rank"):
+        rpc.rpc_async(size, _remote.whoami)
+    with pytest.raises(TypeError, match="func must be callable"):
+        rpc.rpc_sync(0, 42)
+    with pytest.raises(TypeError, match="qualified name"):
+        rpc.rpc_sync(0, lambda: 1)
+    with pytest.raises(ValueError, match="timeout"):
+        rpc.rpc_sync(0, _remote.whoami, timeout=-5)
+
+
+def test_calls_before_init_rpc_say_what_to_do():
+    for call in (lambda: rpc.rpc_sync("worker1", _remote.whoami),
+                 lambda: rpc.rpc_async(1, _remote.whoami),
+                 lambda: rpc.remote(1, _remote.whoami),
+                 lambda: rpc.get_worker_info(),
+                 lambda: rpc.RRef(1),
+                 lambda: rpc.shutdown()):
+        with pytest.raises(RuntimeError, match="call mpigrad.distributed.rpc.init_rpc"):
+            call()
+
+
+@mpi
+def test_init_rpc_mistakes_raise_on_every_rank(process_group):
+    rank, size = dist.get_rank(), dist.get_world_size()
+    with pytest.raises(ValueError, match="both chose the name 'same'"):
+        rpc.init_rpc("same")
+    wrong = 1 if rank == 0 else None
+    with pytest.raises(ValueError, match="init_rpc on rank 0: rank=1 but this process is MPI"):
+        rpc.init_rpc(f"worker{rank}", rank=wrong)
+    with pytest.raises(ValueError, match="world_size"):
+        rpc.init_rpc(f"worker{rank}", world_size=size + 1)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=size)  # still usable afterwards
+    with pytest.raises(RuntimeError, match="already called"):
+        rpc.init_rpc(f"worker{rank}")
+    rpc.shutdown()
+
+
+@mpi
+def test_departed_worker_fails_calls_within_seconds(process_group):
+    """worker1 leaves without the graceful agreement while worker0 has a call running on
+    it: that call and every later one fail at once with WorkerUnavailableError."""
+    rank = dist.get_rank()
+    rpc.init_rpc(f"worker{rank}")
+    if rank == 0:
+        with bounded(20):
+            pending = rpc.rpc_async(1, _remote.sleep_then, args=(1.0, None))
+            rpc.rpc_sync(1, _remote.set_event_later, args=("leave",))
+            with pytest.raises(rpc.WorkerUnavailableError, match="worker 'worker1'.*shutdown"):
+                pending.wait()
+            with pytest.raises(rpc.WorkerUnavailableError, match="worker1"):
+                rpc.rpc_sync(1, _remote.whoami)
+    elif rank == 1:
+        assert _remote.wait_for_event("leave", 20)
+    _remote.state.pop("leave", None)
+    if rank == 1:
+        rpc.shutdown(graceful=False)
+    dist.barrier()  # worker0's checks are done before anyone else shuts down
+    if rank != 1:
+        rpc.shutdown(graceful=False)
+    dist.barrier()
+
+
+@mpi
+def test_graceful_shutdown_waits_for_outstanding_work(process_group):
+    """Every rank leaves rpc_async futures unwaited (some on workers that are already in
+    shutdown) and shuts down: every future is complete with its value afterwards."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    rpc.init_rpc(f"worker{rank}")
+    futures = [rpc.rpc_async((rank + k) % size, _remote.sleep_then, args=(0.02 * k, rank * k))
+               for k in range(1, 8)]
+    if rank == 0:
+        # A nested call started by a long request still has to be served everywhere.
+        futures.append(rpc.rpc_async(1, _remote.call_back,
+                                     args=(size - 1, _remote.sleep_then, (0.3, "nested"))))
+    with bounded(60):
+        rpc.shutdown()
+    assert all(f.done() for f in futures)
+    values = [f.value() for f in futures]
+    assert values[:7] == [rank * k for k in range(1, 8)]
+    if rank == 0:
+        assert values[7] == "nested"
+    with pytest.raises(RuntimeError, match="init_rpc"):
+        rpc.rpc_sync(0, _remote.whoami)
+
+
+def _run(script, ranks, timeout=120):
+    # A fresh MPI job: without the launcher variables of the mpiexec this test may run under.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_",
+                                                                      "MPIR_", "OMPI_"))}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(mg.__file__))]
+                                        + sys.path)
+    command = [sys.executable, "-c", textwrap.dedent(script)]
+    if ranks > 1:
+        command = ["mpiexec", "-n", str(ranks)] + command
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_mpi_without_thread_multiple_is_refused():
+    result = _run("""
+        import mpi4py
+        mpi4py.rc.thread_level = "serialized"
+        import mpigrad.distributed.rpc as rpc
+        try:
+            rpc.init_rpc("worker0")
+        except RuntimeError as exc:
+            print("REFUSED", exc)
+    """, 1)
+    assert "REFUSED mpigrad RPC needs MPI_THREAD_MULTIPLE" in result.stdout, result.stderr
+    assert "mpi4py.rc.thread_level" in result.stdout
+
+
+@pytest.mark.skipif(os.environ.get("MPIGRAD_SKIP_MPIEXEC_SUBPROCESS") == "1",
+                    reason="no nested mpiexec here")
+def test_rpc_without_a_process_group_and_a_worker_that_exits():
+    """RPC needs no init_process_group; a worker whose process exits without shutdown tells
+    the others, whose calls to it then fail instead of hanging."""
+    result = _run("""
+        import time
+        from mpi4py import MPI
+        import mpigrad.distributed.rpc as rpc
+        from mpigrad.distributed.rpc import WorkerUnavailableError
+        rank = MPI.COMM_WORLD.Get_rank()
+        rpc.init_rpc(f"w{rank}")
+        total = rpc.rpc_sync((rank + 1) % 2, sum, args=([rank, 2],))
+        print(f"{rank} sum {total}", flush=True)  # one write: the ranks share the pipe
+        MPI.COMM_WORLD.Barrier()
+        if rank == 0:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    rpc.rpc_sync(1, sum, args=([1],))
+                except WorkerUnavailableError as exc:
+                    print(f"GONE {exc}", flush=True)
+                    break
+                time.sleep(0.05)
+            rpc.shutdown(graceful=False)
+    """, 2)
+    assert "0 sum 2" in result.stdout and "1 sum 3" in result.stdout, result.stderr
+    assert "GONE" in result.stdout and "exited without calling rpc.shutdown()" in result.stdout

@@ -1,0 +1,161 @@
+"""Distributed autograd against the same model in one process (float64, to 1e-10): a model
+split across workers, with a nested call, a remote weight used twice and a returned tensor
+the loss never uses; gradients land in the context, never in .grad; contexts end
+everywhere; errors in a remote backward reach the caller; concurrent contexts stay apart."""
+import threading
+
+import numpy as np
+import pytest
+
+import mpigrad as mg
+import mpigrad.distributed as dist
+import mpigrad.distributed.autograd as dist_autograd
+import mpigrad.distributed.rpc as rpc
+
+from . import _remote
+from .conftest import bounded
+
+pytestmark = pytest.mark.mpi(min_size=2)
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+
+@pytest.fixture
+def model(workers):
+    rank, size = workers
+    _remote.make_params(size)
+    dist.barrier()  # no worker is called before it has its parameters
+    return rank, size
+
+
+def _input(seed=0):
+    return mg.tensor(np.random.default_rng(seed).standard_normal((5, 4)), requires_grad=True)
+
+
+def _oracle(x_array):
+    """Loss and gradients of the same model in this one process."""
+    local = {name: mg.tensor(a.copy(), requires_grad=True)
+             for name, a in _remote.state["arrays"].items()}
+    x = mg.tensor(x_array.copy(), requires_grad=True)
+
+    def stage1(h):
+        t = mg.tanh(h @ local["W1"])
+        return mg.sigmoid(t @ local["W2"]) + t.sum(), t * 3.0
+
+    loss = _remote.split_loss(x, local["W0"], lambda: local["W1"], stage1)
+    loss.backward()
+    return loss.item(), x.grad.data, {name: p.grad.data for name, p in local.items()}
+
+
+def _remote_grad(name, context_id):
+    owner = _remote.state["owners"][name]
+    return rpc.rpc_sync(owner, _remote.grad_of, args=(name, context_id))
+
+
+def test_split_model_matches_one_process(model):
+    rank, size = model
+    if rank != 0:
+        return
+    x = _input()
+    expected_loss, expected_x, expected = _oracle(x.data)
+    with bounded(60), dist_autograd.context() as context_id:
+        loss = _remote.distributed_split_loss(x)
+        dist_autograd.backward(context_id, [loss])
+        np.testing.assert_allclose(loss.item(), expected_loss, **TOL)
+        grads = dist_autograd.get_gradients(context_id)
+        np.testing.assert_allclose(grads[x].data, expected_x, **TOL)
+        for name in ("W0", "W1", "W2"):
+            np.testing.assert_allclose(_remote_grad(name, context_id).data, expected[name], **TOL)
+        # Gradients live in the context only.
+        assert x.grad is None and _remote.param("W0").grad is None
+        assert rpc.rpc_sync(1, _remote.grad_attribute, args=("W1",)) is None
+        assert rpc.rpc_sync(_remote.state["owners"]["W2"], _remote.grad_attribute,
+                            args=("W2",)) is None
+
+
+def test_backward_twice_with_retain_graph_accumulates_in_the_context(model):
+    rank, _ = model
+    if rank != 0:
+        return
+    x = _input(1)
+    _, expected_x, expected = _oracle(x.data)
+    with bounded(60), dist_autograd.context() as context_id:
+        loss = _remote.distributed_split_loss(x)
+        dist_autograd.backward(context_id, [loss], retain_graph=True)
+        dist_autograd.backward(context_id, [loss])
+        np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+                                   2 * expected_x, **TOL)
+        np.testing.assert_allclose(_remote_grad("W2", context_id).data, 2 * expected["W2"],
+                                   **TOL)
+
+
+def test_contexts_end_on_every_worker(model):
+    rank, size = model
+    if rank == 0:
+        for i in range(200):
+            with dist_autograd.context() as context_id:
+                loss = _remote.distributed_split_loss(_input(i))
+                if i % 2:
+                    dist_autograd.backward(context_id, [loss])
+        for r in range(size):
+            assert rpc.rpc_sync(r, _remote.context_count) == 0, f"worker{r} kept contexts"
+        with pytest.raises(RuntimeError, match="no distributed autograd context"):
+            dist_autograd.get_gradients(context_id)
+
+
+def test_an_error_in_a_remote_backward_reaches_the_caller(model):
+    rank, _ = model
+    if rank != 0:
+        return
+    with bounded(60), dist_autograd.context() as context_id:
+        h = _input() @ _remote.param("W0")
+        out = rpc.rpc_sync(1, _remote.explode_stage, args=(h,))
+        with pytest.raises(RuntimeError, match="(?s)worker 'worker1'.*backward exploded"):
+            dist_autograd.backward(context_id, [out.sum()])
+    assert rpc.rpc_sync(1, _remote.context_count) == 0
+
+
+def test_backward_arguments_are_checked(model):
+    rank, _ = model
+    with dist_autograd.context() as context_id:
+        with pytest.raises(ValueError, match="scalar"):
+            dist_autograd.backward(context_id, [mg.ones(3, requires_grad=True) * 2])
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            dist_autograd.backward(context_id, [mg.tensor(1.0)])
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with dist_autograd.context():
+                pass
+    with pytest.raises(RuntimeError, match="no distributed autograd context 12345"):
+        dist_autograd.backward(12345, [mg.tensor(1.0, requires_grad=True)])
+
+
+def test_concurrent_contexts_stay_apart(model):
+    """Two threads, each with its own context and input, run forward and backward through
+    the same workers at the same time; each gets its own one-process gradients."""
+    rank, _ = model
+    if rank != 0:
+        return
+    results, errors = {}, []
+
+    def train(seed):
+        try:
+            x = _input(seed)
+            with dist_autograd.context() as context_id:
+                for _ in range(5):
+                    loss = _remote.distributed_split_loss(x)
+                    dist_autograd.backward(context_id, [loss])
+                results[seed] = (x.data.copy(), dist_autograd.get_gradients(context_id)[x].data,
+                                 _remote_grad("W1", context_id).data)
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with bounded(120):
+        threads = [threading.Thread(target=train, args=(seed,)) for seed in (11, 12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    for seed, (x_array, x_grad, w1_grad) in results.items():
+        _, expected_x, expected = _oracle(x_array)
+        np.testing.assert_allclose(x_grad, 5 * expected_x, **TOL)
+        np.testing.assert_allclose(w1_grad, 5 * expected["W1"], **TOL)

@@ -1,0 +1,162 @@
+"""Launching without mpiexec: processes started as torchrun starts them (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) become one MPI world, or fail within seconds saying how to launch.
+Never N worlds of one. The subprocess tests run serially (they start their own processes); the
+parsing tests run everywhere."""
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpigrad.distributed import rendezvous
+from mpigrad.distributed.pmi_server import process_mapping
+
+HERE = pathlib.Path(__file__).parent
+SCRIPT = HERE / "launch_check.py"
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
+                     "TORCHELASTIC_")
+LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def test_environment_requests():
+    env = {"WORLD_SIZE": "3", "RANK": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+    request = rendezvous.request_from_environment(env)
+    assert (request.rank, request.world_size, request.host, request.port) == (2, 3, "node0",
+                                                                               29500)
+    torchrun = dict(env, TORCHELASTIC_USE_AGENT_STORE="True")
+    assert rendezvous.request_from_environment(torchrun).port == 29501
+    assert rendezvous.request_from_environment(
+        dict(torchrun, MPIGRAD_RENDEZVOUS_PORT="4000")).port == 4000
+    assert rendezvous.request_from_environment({}) is None
+    with pytest.raises(ValueError, match="WORLD_SIZE=3 is set but MASTER_ADDR is not"):
+        rendezvous.request_from_environment({"WORLD_SIZE": "3", "RANK": "0",
+                                             "MASTER_PORT": "1"})
+    with pytest.raises(ValueError, match="WORLD_SIZE must be an integer"):
+        rendezvous.request_from_environment({"WORLD_SIZE": "two"})
+
+
+def test_init_method_requests():
+    tcp = rendezvous.request_from_init_method("tcp://10.0.0.1:23456", 1, 4, environ={})
+    assert (tcp.host, tcp.port, tcp.rank, tcp.world_size) == ("10.0.0.1", 23456, 1, 4)
+    query = rendezvous.request_from_init_method("tcp://h:1?rank=2&world_size=3", -1, -1, {})
+    assert (query.rank, query.world_size) == (2, 3)
+    shared = rendezvous.request_from_init_method("file:///tmp/meet", 0, 2, environ={})
+    assert shared.path == "/tmp/meet"
+    env = rendezvous.request_from_init_method(
+        "env://", -1, -1, {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "a",
+                           "MASTER_PORT": "5"})
+    assert (env.rank, env.world_size) == (1, 2)
+    for url, message in [("env://", "WORLD_SIZE is not set"), ("tcp://h", "needs rank"),
+                         ("udp://h:1", "expected an env://")]:
+        with pytest.raises(ValueError, match=message):
+            rendezvous.request_from_init_method(url, -1, -1, environ={})
+
+
+def test_process_mapping_groups_consecutive_ranks_by_host():
+    assert process_mapping(["a", "a", "a"]) == "(vector,(0,1,3))"
+    assert process_mapping(["a", "a", "b", "b"]) == "(vector,(0,1,2),(1,1,2))"
+    assert process_mapping(["a", "b", "a"]) == "(vector,(0,1,1),(1,1,1),(0,1,1))"
+
+
+def _free_port():
+    # Two consecutive free ports: torchrun's store takes one, mpigrad's server the next.
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+
+
+def _clean_environment(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(LAUNCHER_PREFIXES) and k not in LAUNCHER_NAMES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parents[1]),
+                                                      env.get("PYTHONPATH")]))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _start_world(sizes, port, extra=None, args=()):
+    """One process per entry of `sizes` (the WORLD_SIZE each is told), rank = position."""
+    return [subprocess.Popen([sys.executable, str(SCRIPT), *args], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=_clean_environment(RANK=rank, WORLD_SIZE=size,
+                                                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                                                    **(extra or {})))
+            for rank, size in enumerate(sizes)]
+
+
+def _finish(processes, timeout=120):
+    results = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise
+        results.append((process.returncode, out, err))
+    return results
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("size", [2, 3])
+def test_torchrun_style_processes_form_one_mpi_world(size):
+    results = _finish(_start_world([size] * size, _free_port(), args=["gloo"]))
+    expected_sum = size * (size + 1) // 2
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0, err
+        assert f"rank {rank} of {size} sum {expected_sum} local {size}" in out
+
+
+@pytest.mark.mpi_skip
+def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
+    start = time.monotonic()
+    results = _finish(_start_world([2, 3], _free_port()), timeout=60)
+    assert time.monotonic() - start < 30
+    for code, out, err in results:
+        assert code != 0 and "rank" not in out
+        assert "rank 1 was started with world size 3, but rank 0 with 2" in err
+        assert "mpiexec -n N" in err
+
+
+@pytest.mark.mpi_skip
+def test_a_missing_rank_is_an_error_naming_it_after_the_timeout():
+    start = time.monotonic()
+    results = _finish(_start_world([3, 3], _free_port(),
+                                   extra={"MPIGRAD_RENDEZVOUS_TIMEOUT": 3}), timeout=60)
+    assert time.monotonic() - start < 30
+    for code, out, err in results:
+        assert code != 0
+        assert "ranks [2] did not join within 3 seconds" in err
+
+
+@pytest.mark.mpi_skip
+def test_one_rank_failing_ends_every_rank():
+    results = _finish(_start_world([3] * 3, _free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
+                      timeout=120)
+    assert [code for code, _, _ in results] == [1, 1, 1]
+    assert "this rank fails on purpose" in results[1][2]
+
+
+@pytest.mark.mpi_skip
+def test_torchrun_gives_a_two_rank_world():
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun (PyTorch, the oracle extra) is not installed")
+    port = _free_port()
+    result = subprocess.run([torchrun, "--nproc_per_node=2", f"--master_port={port}",
+                             str(SCRIPT)], env=_clean_environment(), text=True,
+                            capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "rank 0 of 2 sum 3 local 2" in result.stdout
+    assert "rank 1 of 2 sum 3 local 2" in result.stdout

@@ -1,0 +1,155 @@
+"""PyTorch's distributed tutorial with only its imports changed (tutorial/dist_tuto.py).
+
+Under MPI (2 and 3 ranks) each code block runs on the session's process group and prints what
+torch's tutorial prints. The serial tests launch the whole script with `mpiexec -n 2|3`, once
+with the tutorial's MPI preamble (`init_process(0, 0, run, backend='mpi')`) and once with its
+gloo preamble (`init_process_group('gloo', rank=rank, world_size=size)`), and compare the
+output with PyTorch running the same file (imports swapped back) under the tutorial's own
+multiprocessing launcher."""
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpigrad.distributed as dist
+
+from .tutorial import dist_tuto
+
+HERE = pathlib.Path(__file__).parent
+SCRIPT = HERE / "tutorial" / "dist_tuto.py"
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_")
+
+
+def _printed(text):
+    """The lines reporting data, whitespace normalised, sorted (the ranks print in any order)."""
+    return sorted(" ".join(line.split()) for line in text.splitlines() if "has data" in line)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_blocking_point_to_point(rank, size, capsys):
+    if rank < 2:  # the block sends from rank 0 to rank 1 only
+        dist_tuto.run_blocking(rank, size)
+    assert capsys.readouterr().out.split() == (["Rank", str(rank), "has", "data", "tensor(1.)"]
+                                               if rank < 2 else [])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_nonblocking_point_to_point(rank, size, capsys):
+    if rank < 2:
+        dist_tuto.run_nonblocking(rank, size)
+    words = capsys.readouterr().out.split()
+    if rank < 2:
+        assert words[:2] == ["Rank", str(rank)] and words[-5:] == ["Rank", str(rank), "has",
+                                                                   "data", "tensor(1.)"]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_all_reduce_on_a_group_of_two(rank, size, capsys):
+    with pytest.warns(UserWarning) if rank >= 2 else _nothing():
+        dist_tuto.run_all_reduce(rank, size)
+    expected = "tensor(2.)" if rank < 2 else "tensor(1.)"  # rank 2 is not in the group
+    assert capsys.readouterr().out.split()[-1] == expected
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ring_all_reduce_by_hand(rank, size, capsys):
+    dist_tuto.run_ring(rank, size)
+    expected = np.arange(4.0) * size + 10 * size * (size - 1) / 2
+    printed = capsys.readouterr().out
+    values = [float(v) for v in re.findall(r"-?\d+\.?\d*", printed.split("tensor")[-1])]
+    np.testing.assert_array_equal(values, expected)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_training_with_average_gradients_keeps_the_ranks_in_step(rank, size, capsys):
+    model = dist_tuto.run_training(rank, size)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "epoch" in line]
+    assert len(lines) == 3 and all(np.isfinite(float(line.split(":")[-1])) for line in lines)
+    weights = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+    everyone = [None] * size
+    dist.all_gather_object(everyone, weights.tolist())
+    for other in everyone:
+        np.testing.assert_array_equal(other, weights)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _environment(**extra):
+    # Buffered output: each process then writes its lines at once, so the ranks' prints (which
+    # share one pipe) cannot interleave mid-line.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(LAUNCHER_PREFIXES) and k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parents[1]),
+                                                      env.get("PYTHONPATH")]))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _torch_version(tmp_path):
+    """The same file with the `# torch:` import lines swapped in."""
+    text = SCRIPT.read_text()
+    text = re.sub(r"^.*# torch: (.*)$", r"\1", text, flags=re.M)
+    path = tmp_path / "dist_tuto_torch.py"
+    path.write_text(text)
+    return path
+
+
+BLOCKS = {2: ["blocking", "nonblocking", "all_reduce", "ring"], 3: ["all_reduce", "ring"]}
+_torch_outputs = {}
+
+
+def _torch_output(block, size, tmp_path):
+    """PyTorch's output for a block, computed once (both preambles compare with it)."""
+    if (block, size) not in _torch_outputs:
+        theirs = subprocess.run([sys.executable, str(_torch_version(tmp_path)), block, "spawn",
+                                 str(size)], env=_environment(TUTORIAL_PORT=_port()),
+                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert theirs.returncode == 0, theirs.stderr
+        _torch_outputs[block, size] = theirs.stdout
+    return _torch_outputs[block, size]
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("preamble", ["mpi", "gloo"])
+def test_the_script_under_mpiexec_prints_what_torch_prints(size, preamble, tmp_path):
+    pytest.importorskip("torch")
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
+    for block in BLOCKS[size]:
+        ours = subprocess.run(["timeout", "-k", "10", "300", mpiexec, "-n", str(size),
+                               sys.executable, str(SCRIPT), block, preamble],
+                              env=_environment(), capture_output=True, text=True)
+        assert ours.returncode == 0, ours.stderr
+        assert _printed(ours.stdout) == _printed(_torch_output(block, size, tmp_path))
+        assert len(_printed(ours.stdout)) == (2 if block in ("blocking", "nonblocking")
+                                                 else size)
+
+
+@pytest.mark.mpi_skip
+def test_the_tutorials_own_launcher_fails_at_once_saying_how_to_launch():
+    """The tutorial's mp.Process launcher sets MASTER_ADDR in each child after importing the
+    library; mpigrad cannot build an MPI world that late, and says so on every rank."""
+    result = subprocess.run([sys.executable, str(SCRIPT), "blocking", "spawn", "2"],
+                            env=_environment(TUTORIAL_PORT=_port()), capture_output=True,
+                            text=True, timeout=120)
+    assert "world_size=2) disagrees with MPI" in result.stderr
+    assert "mpiexec -n N" in result.stderr
+    assert "has data" not in result.stdout

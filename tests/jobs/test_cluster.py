@@ -1,0 +1,83 @@
+"""DDP across two simulated hosts (jobs/cluster.py): network namespaces joined by a shaped
+veth, Open MPI over TCP. On 2 hosts x 1 rank and 2 hosts x 2 ranks the parameters after a
+few steps must equal one process's on the whole batch (float64, 1e-10), the ranks must sit on
+two hosts (DDP then reduces hierarchically on 2 x 2), and the link's counters must show the
+gradients crossed it.
+
+Needs root and `ip netns` (else skipped, with the reason), and a venv with Open MPI's wheel
+and an mpi4py bound to it, kept apart from the project's MPICH venv: MPIGRAD_CLUSTER_VENV
+(default /tmp/mpigrad-ompi-venv). Building one takes minutes, so it happens only with
+MPIGRAD_CLUSTER_BUILD_VENV=1; otherwise a missing venv skips the test, saying how to get it.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "jobs"))        # scripts, not packages
+sys.path.insert(0, str(REPO / "tests" / "jobs"))
+import cluster  # noqa: E402
+import cluster_ddp_worker as worker  # noqa: E402
+
+VENV = Path(os.environ.get("MPIGRAD_CLUSTER_VENV", "/tmp/mpigrad-ompi-venv"))
+RUN_TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def ompi_venv():
+    if not VENV.exists():
+        if os.environ.get("MPIGRAD_CLUSTER_BUILD_VENV") != "1":
+            pytest.skip(f"no Open MPI venv at {VENV}: set MPIGRAD_CLUSTER_BUILD_VENV=1 to build "
+                        f"it (pip install {' '.join(cluster.VENV_PACKAGES)}, a few minutes), or "
+                        f"MPIGRAD_CLUSTER_VENV to an existing one")
+        cluster.build_venv(VENV)
+    problem = cluster.venv_problem(VENV)
+    if problem:
+        pytest.skip(problem)
+    return VENV
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    reason = cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    # Its own names and subnet, so a cluster someone started by hand is left alone.
+    with cluster.Cluster(prefix="mgt", subnet="10.78.0", rate="1gbit") as hosts:
+        yield hosts
+
+
+@pytest.mark.parametrize("per_host", [1, 2], ids=["2x1", "2x2"])
+def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, per_host, tmp_path):
+    out = tmp_path / "result.npz"
+    before = two_hosts.link_bytes()
+    command = two_hosts.mpiexec(ompi_venv, per_host,
+                                ["python", str(REPO / "tests" / "jobs" / "cluster_ddp_worker.py"),
+                                 str(out)])
+    run = subprocess.run(command, env=cluster.Cluster.environment(ompi_venv),
+                         capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    sent, received = (after - b for after, b in zip(two_hosts.link_bytes(), before))
+
+    result = np.load(out)
+    assert str(result["library"]).startswith("Open MPI")
+    assert list(result["hosts"]) == ["mgt1"] * per_host + ["mgt2"] * per_host
+    assert list(result["local_sizes"]) == [per_host] * (2 * per_host)
+    # Several ranks per host: DDP's default reduction goes inside hosts, then across.
+    assert bool(result["hierarchical"]) == (per_host > 1)
+
+    world = 2 * per_host
+    net = worker.model()
+    expected = worker.train(net, worker.global_batches(world), 0, worker.PER_RANK * world)
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(result[f"p{i}"], want, rtol=0, atol=1e-10)
+
+    # Each step, each host must learn the other's partial sums of every gradient: at least
+    # the gradients' size in each direction (random float64 bits do not compress).
+    gradient_bytes = sum(p.data.nbytes for p in net.parameters())
+    assert sent >= worker.STEPS * gradient_bytes, (sent, gradient_bytes)
+    assert received >= worker.STEPS * gradient_bytes, (received, gradient_bytes)

@@ -1,0 +1,59 @@
+"""The model-parallel jobs end to end: jobs/rpc_parameter_server.py and jobs/rpc_rnn.py
+under mpiexec (3 ranks), and the parameter server's Slurm script on the test cluster."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MPIEXEC = shutil.which("mpiexec")
+sys.path.insert(0, str(REPO / "tests" / "jobs"))  # test_slurm is also a script's neighbour
+from test_slurm import cluster, job_log, sbatch, submit_dir  # noqa: E402,F401  (fixtures)
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")]
+
+
+def _run(script, *args, ranks=3, timeout=300):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(REPO)] + sys.path))
+    return subprocess.run(["timeout", str(timeout), MPIEXEC, "-n", str(ranks), sys.executable,
+                           str(REPO / "jobs" / script), *args], capture_output=True, text=True,
+                          env=env)
+
+
+def test_parameter_server_trains_with_two_trainers():
+    result = _run("rpc_parameter_server.py", "--epochs", "2", "--train-samples", "3000")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert len(re.findall(r"^trainer [01] epoch 2: loss", result.stdout, re.M)) == 2
+    accuracy = float(re.search(r"^test accuracy ([0-9.]+)$", result.stdout, re.M).group(1))
+    assert accuracy > 0.8, result.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_split_rnn_learns(ranks):
+    result = _run("rpc_rnn.py", "--steps", "60", ranks=ranks)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    first, final = map(float, re.search(r"first loss ([0-9.]+) final loss ([0-9.]+)",
+                                        result.stdout).groups())
+    assert final < 0.5 * first, result.stdout
+
+
+def test_parameter_server_refuses_one_rank():
+    result = _run("rpc_parameter_server.py", ranks=1)
+    assert result.returncode != 0 and "needs at least 2 ranks" in result.stderr
+
+
+def test_parameter_server_slurm_job(cluster, submit_dir):  # noqa: F811
+    job, r = sbatch(cluster, submit_dir, "--ntasks=3",
+                    str(REPO / "jobs" / "rpc_parameter_server.sbatch"), "--epochs", "1",
+                    wait=True)
+    log = job_log(submit_dir, "mpigrad-rpc-ps", job)
+    assert r.returncode == 0, log
+    assert re.search(r"^test accuracy [0-9.]+$", log, re.M), log
