@@ -54,13 +54,38 @@ def current_task():
     return tasks[-1] if tasks else None
 
 
-def queue_callback(callback):
-    """Run `callback()` once, when the backward pass that is running now finishes."""
+def queue_callback(callback, on_error=None):
+    """Run `callback()` once, when the backward pass that is running now finishes.
+
+    If the pass raises before it gets there (a hook or a node failed), `on_error(exc)` runs
+    instead, if given; the pass then raises `exc`, or whatever `on_error` raised. Either way
+    every queued callback gets its turn: one that raises does not skip the others, and the
+    first error is the one raised."""
     task = current_task()
     if task is None:
         raise RuntimeError("queue_callback() can only be called while a backward pass is "
                            "running, e.g. from a tensor hook.")
-    task.callbacks.append(callback)
+    task.callbacks.append((callback, on_error))
+
+
+def _run_callbacks(callbacks, error=None):
+    """Run every queued callback (its on_error(error) one if the pass failed with `error`,
+    which is raised afterwards unless a callback raised first). Callbacks may queue more."""
+    first = None
+    while callbacks:
+        callback, on_error = callbacks.pop(0)
+        try:
+            if error is None:
+                callback()
+            elif on_error is not None:
+                on_error(error)
+        except BaseException as exc:  # the others still run; the first error is raised
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+    if error is not None:
+        raise error
 
 
 def _needed_for(nodes, targets):
@@ -190,51 +215,61 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     previous_mode = mode.enabled
     mode.enabled = create_graph
     try:
-        while ready:
-            node = heapq.heappop(ready)[2]
-            grads = buffers.pop(node, None)
-            grads_owned = owned.pop(node, None)
-            if grads is not None and node.pre_hooks:
-                for nr, hooks in node.pre_hooks.items():
-                    if grads[nr] is not None:
-                        grads[nr] = _run_tensor_hooks(hooks, grads[nr])
-            if node in captures and grads is not None:
-                for nr, pos in captures[node]:
-                    g = grads[nr]
-                    if g is not None and type(node) is AccumulateGrad and node.variable._hooks:
-                        g = _run_tensor_hooks(node.variable._hooks, g)
-                    results[pos] = g
-            if type(node) is AccumulateGrad:
-                if accumulate and grads is not None and grads[0] is not None:
-                    leaf_args = (node.variable, grads[0], create_graph, grads_owned[0])
-                    if observe is None:
-                        _accumulate_into_leaf(*leaf_args)
-                    else:
-                        observe("AccumulateGrad", _accumulate_into_leaf, *leaf_args)
-                continue
-            input_grads = None
-            if grads is not None and _any_gradient(grads):
-                input_grads = (node.apply(grads) if observe is None
-                               else observe(node.name(), node.apply, grads))
-                if not retain_graph:
-                    node.release()  # its saved tensors are dead weight from here on
-                if check_anomaly:
-                    _check_finite(node, input_grads)
-            for i, edge in enumerate(node.next_edges):
-                if edge is None or edge[0] not in deps:
-                    continue
-                child, nr = edge
-                g = input_grads[i] if input_grads is not None else None
-                if g is not None:
-                    fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
-                    _add_to_buffer(buffers, owned, child, nr, g, fresh)
-                deps[child] -= 1
-                if deps[child] == 0:
-                    heapq.heappush(ready, (-child.priority, next(tiebreak), child))
+        try:
+            _propagate(ready, buffers, owned, deps, captures, results, accumulate,
+                       retain_graph, create_graph, check_anomaly, observe, tiebreak)
+        except BaseException as error:
+            mode.enabled = previous_mode
+            _run_callbacks(callbacks, error)
         mode.enabled = previous_mode  # callbacks run in the caller's mode
-        while callbacks:
-            callbacks.pop(0)()
+        _run_callbacks(callbacks)
     finally:
         mode.enabled = previous_mode
         _running.tasks = outer_tasks
     return results
+
+
+def _propagate(ready, buffers, owned, deps, captures, results, accumulate, retain_graph,
+               create_graph, check_anomaly, observe, tiebreak):
+    """The pass itself: run ready nodes until none is left."""
+    while ready:
+        node = heapq.heappop(ready)[2]
+        grads = buffers.pop(node, None)
+        grads_owned = owned.pop(node, None)
+        if grads is not None and node.pre_hooks:
+            for nr, hooks in node.pre_hooks.items():
+                if grads[nr] is not None:
+                    grads[nr] = _run_tensor_hooks(hooks, grads[nr])
+        if node in captures and grads is not None:
+            for nr, pos in captures[node]:
+                g = grads[nr]
+                if g is not None and type(node) is AccumulateGrad and node.variable._hooks:
+                    g = _run_tensor_hooks(node.variable._hooks, g)
+                results[pos] = g
+        if type(node) is AccumulateGrad:
+            if accumulate and grads is not None and grads[0] is not None:
+                leaf_args = (node.variable, grads[0], create_graph, grads_owned[0])
+                if observe is None:
+                    _accumulate_into_leaf(*leaf_args)
+                else:
+                    observe("AccumulateGrad", _accumulate_into_leaf, *leaf_args)
+            continue
+        input_grads = None
+        if grads is not None and _any_gradient(grads):
+            input_grads = (node.apply(grads) if observe is None
+                           else observe(node.name(), node.apply, grads))
+            if not retain_graph:
+                node.release()  # its saved tensors are dead weight from here on
+            if check_anomaly:
+                _check_finite(node, input_grads)
+        for i, edge in enumerate(node.next_edges):
+            if edge is None or edge[0] not in deps:
+                continue
+            child, nr = edge
+            g = input_grads[i] if input_grads is not None else None
+            if g is not None:
+                fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
+                _add_to_buffer(buffers, owned, child, nr, g, fresh)
+            deps[child] -= 1
+            if deps[child] == 0:
+                heapq.heappush(ready, (-child.priority, next(tiebreak), child))

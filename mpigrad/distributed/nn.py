@@ -110,7 +110,8 @@ def send(tensor, dst, group=None, tag=0):
     _, peer = p2p.prepare(pg, np.ascontiguousarray(tensor.data), dst, "dst", tag, blocking=True)
     # Tell the receiver first whether to send a gradient back, so neither side waits in vain.
     wants_grad = np.array([autograd.is_grad_enabled() and tensor.requires_grad], np.uint8)
-    with blocked(pg, f"differentiable send to rank {dst} (tag {tag})", collective=False):
+    with blocked(pg, f"differentiable send to rank {dst} (tag {tag})", collective=False,
+                 peers=(dst,)):
         pg._autograd_comm.Send(message(wants_grad), peer, 2 * tag)
     return _Send.apply(group, dst, tag, tensor)
 
@@ -275,7 +276,7 @@ class _Recv(autograd.Function):
 
 def _send_gradient(pg, grad, sender, tag):
     with blocked(pg, f"sending the gradient of a recv back to rank {sender} (tag {tag})",
-                 collective=False):
+                 collective=False, peers=(sender,)):
         pg._autograd_comm.Send(message(grad), group_rank_of(pg, sender, "src"), 2 * tag + 1)
 
 

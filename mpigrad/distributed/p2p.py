@@ -21,7 +21,7 @@ def send(tensor, dst, group=None, tag=0):
     if pg is None:
         return
     arr, peer = prepare(pg, tensor, dst, "dst", tag, blocking=True)
-    with blocked(pg, f"send to rank {dst} (tag {tag})", collective=False):
+    with blocked(pg, f"send to rank {dst} (tag {tag})", collective=False, peers=(dst,)):
         pg.comm.Send(message(arr), peer, tag)
 
 
@@ -44,7 +44,7 @@ def isend(tensor, dst, group=None, tag=0):
     arr, peer = prepare(pg, tensor, dst, "dst", tag)
     request = pg.comm.Isend(message(arr), peer, tag)
     return Work(pg, f"isend to rank {dst} (tag {tag})", [request], keep_alive=arr,
-                collective=False)
+                collective=False, peers=(dst,))
 
 
 def irecv(tensor, src=None, group=None, tag=0):
@@ -55,19 +55,21 @@ def irecv(tensor, src=None, group=None, tag=0):
         return None
     arr, peer = prepare(pg, tensor, src, "src", tag, writable=True)
     request = pg.comm.Irecv(message(arr), peer, tag)
-    return _ReceiveWork(pg, f"irecv from {_peer_text(src)} (tag {tag})", request, tensor, arr)
+    return _ReceiveWork(pg, f"irecv from {_peer_text(src)} (tag {tag})", request, tensor, arr,
+                        src)
 
 
 class _ReceiveWork(Work):
     """An irecv's Work: checks the message filled the buffer and remembers its sender."""
 
-    def __init__(self, pg, what, request, tensor, arr):
+    def __init__(self, pg, what, request, tensor, arr, src):
         def done(statuses):
             self._source = _sender_if_exact(statuses[0], arr, pg)
             mark_written(tensor)
             return True
 
-        super().__init__(pg, what, [request], on_complete=done, collective=False,
+        peers = None if src is None else (src,)
+        super().__init__(pg, what, [request], on_complete=done, collective=False, peers=peers,
                          on_error=lambda exc, statuses: _receive_error(exc, arr, pg, statuses[0]),
                          keep_alive=arr)
         self._source = None
@@ -84,7 +86,8 @@ def receive_exact(pg, comm, arr, peer, tag):
     status = MPI.Status()
     source = None if peer == MPI.ANY_SOURCE else pg.ranks[peer]
     try:
-        with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})", collective=False):
+        with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})", collective=False,
+                     peers=None if source is None else (source,)):
             comm.Recv(message(arr), peer, tag, status)
     except MPI.Exception as exc:
         raise _receive_error(exc, arr, pg, status) from exc

@@ -43,15 +43,17 @@ nobody waits forever: the agreement step sees it, every rank launches the bucket
 owes (zeros where gradients are missing) so all reductions complete, and every rank raises the
 same error naming the parameters and the ranks.
 
-A backward that raised on one rank after its first buckets were launched (an exception the
-user caught around `loss.backward()`) leaves that rank's reductions in flight while the other
-ranks wait in the agreement. The next forward on that rank (with or without gradients)
-notices the unfinished iteration before any other collective (`settle_previous_iteration`):
-it joins the agreement saying it failed, every rank completes the reductions
-(MPI never keeps a buffer that is reused), drops the iteration's gradients (every `.grad`
-becomes None, so an optimizer step changes nothing and the ranks' parameters stay equal) and
-raises the same error, as PyTorch's "Expected to have finished reduction in the prior
-iteration" does.
+A backward that raises on one rank once it has started (a hook or an op failed, maybe after
+some buckets were launched) is settled inside that same backward: the engine runs the
+Reducer's on-error callback (`_fail`) instead of `_finalize`, which joins the agreement the
+other ranks are in, saying it failed. Every rank then completes the reductions (MPI never
+keeps a buffer that is reused), drops the iteration's gradients (every `.grad` becomes None,
+so an optimizer step changes nothing and the ranks' parameters stay equal) and raises from
+that iteration's `loss.backward()`, every rank the same error (on the failing rank, caused
+by its own exception). Whatever the user does next (catch and step, catch and go on), the
+ranks stay in step. Should a backward still end without either callback (it never reached DDP's
+outputs' hook), the next forward on that rank settles it before any other collective
+(`settle_previous_iteration`), and `shadow_iteration` refuses to run over it.
 
 The Reducer talks MPI only through its `Channel` (channel.py): the process group and DDP's
 duplicates of its communicator. Every blocking wait runs under the group's watchdog, so a
@@ -264,7 +266,7 @@ class Reducer:
     def _start(self):
         self._finalize_queued = True
         self._backward_start = time.perf_counter()
-        engine.queue_callback(self._finalize)
+        engine.queue_callback(self._finalize, on_error=self._fail)
         for i in self._unused:
             if not self._ready[i]:
                 self._mark_ready(i, used=False)
@@ -379,6 +381,17 @@ class Reducer:
         with self.channel.blocked(f"waiting for the reduction of bucket {bucket.index}"):
             return bucket.future.wait()
 
+    def _fail(self, error):
+        """The backward pass raised here (a hook, a node, a mark_ready) after it started: the
+        engine calls this instead of `_finalize`. Settle the iteration now, as the rank that
+        failed, so that every rank raises the same error from this same `backward()` (here
+        caused by `error`) and drops the iteration's gradients: ranks whose scripts catch by
+        type still take the same path."""
+        try:
+            self._abandon()
+        except RuntimeError as settled:
+            raise settled from error
+
     def _abandon(self):
         """The last backward started (buckets may be in flight) but never finished on this
         rank: it raised. Take part in the agreement the other ranks are waiting in, as the
@@ -464,6 +477,13 @@ class Reducer:
         """What a rank that has run out of data does for one iteration of the others: reduce
         zero-filled buckets in the same order and take part in the agreement (and in the
         first iteration's rebuild), so their collectives complete. `.grad` is not touched."""
+        if self._finalize_queued or self._next_launch:
+            # Resetting would zero-fill buckets that MPI requests still read and write.
+            raise RuntimeError(
+                "DistributedDataParallel: Join's shadow iteration started while this rank's "
+                "last backward pass is unfinished (it raised before DDP could settle it, and "
+                "reductions may still be in flight). Run a forward of the model to settle it "
+                "with the other ranks, or let the exception propagate.")
         self._reset_iteration()
         for bucket in self.buckets:
             bucket.use_storage()
@@ -496,13 +516,13 @@ def _remove_all(handles):
 
 def _failed_message(ranks, iteration):
     return (f"DistributedDataParallel: the backward pass of iteration {iteration} did not "
-            f"finish on rank(s) {ranks}: it raised an exception there, which was caught, and a "
-            f"new forward started. Expected to have finished reduction in the prior iteration "
-            f"before starting a new one (as PyTorch puts it). The iteration's gradients were "
-            f"incomplete, so every rank dropped them (every parameter's .grad is None) and the "
-            f"parameters are still the same on all ranks. Let exceptions inside backward "
-            f"propagate (an uncaught one aborts the whole job), or decide to skip a batch on "
-            f"every rank alike, before backward (all_reduce a flag).")
+            f"finish on rank(s) {ranks}: it raised an exception there. Expected to have "
+            f"finished reduction in this iteration (as PyTorch puts it, in the prior iteration "
+            f"before starting a new one). The iteration's gradients were incomplete, so every "
+            f"rank dropped them (every parameter's .grad is None; an optimizer step now changes "
+            f"nothing) and the parameters are still the same on all ranks. Let exceptions "
+            f"inside backward propagate (an uncaught one aborts the whole job), or decide to "
+            f"skip a batch on every rank alike, before backward (all_reduce a flag).")
 
 
 def _unready_message(masks, names, params):

@@ -49,35 +49,45 @@ _waiting = {}  # thread id -> the innermost watch that thread is blocked in righ
 _finished = {}  # thread id -> the last outermost watch it left
 _counts = {}   # (group name, what) -> how many times this rank has entered that watch
 _lock = threading.Lock()  # the control communicator: the watchdog thread and (de)initialisation
-_state = {"thread": None, "control": None, "stop": False, "departed": {}}
+_state = {"thread": None, "control": None, "stop": False, "departed": {},
+          "finalize_hooked": False}
+
+
+def next_number(pg, what):
+    """The next number of the call `what` on `pg` (the same on every rank for the same call).
+    A collective Work takes its number when it is created, which every rank does, rather than
+    when it is waited for, which a rank polling `is_completed()` never does."""
+    key = (pg.name, what)
+    number = _counts[key] = _counts.get(key, 0) + 1
+    return number
 
 
 class blocked:
     """`with blocked(pg, "all_reduce"): <blocking MPI call>` puts the call under watch.
-    `collective=False` for point-to-point calls, which a departed rank outside the pair does
-    not concern, and which are not numbered (their descriptions name peers and tags, which
-    need not repeat).
+    `collective=False` for point-to-point calls, which are not numbered (their descriptions
+    name peers and tags, which need not repeat) and which concern only `peers` (global ranks:
+    a departed rank outside them does not stop the call; None, for a receive from any rank,
+    is the whole group). `number`: one taken earlier with `next_number`.
 
     Watches nest: DistributedDataParallel waits for a comm hook's Future under its own watch
     (a hook may return any Future), and a Work inside it adds its own; reports describe the
     outermost, the deadline is the earliest."""
-    __slots__ = ("started", "deadline", "what", "pg", "collective", "number", "outer",
-                 "reported")
+    __slots__ = ("started", "deadline", "what", "pg", "collective", "peers", "number",
+                 "outer", "reported")
 
-    def __init__(self, pg, what, collective=True):
+    def __init__(self, pg, what, collective=True, peers=None, number=None):
         self.started = time.monotonic()
         self.deadline = self.started + pg.timeout
         self.what, self.pg, self.collective = what, pg, collective
+        self.peers = pg.ranks if collective or peers is None else peers
+        self.number = number
         self.reported = False
 
     def __enter__(self):
         if _state["thread"] is None:
             _start_thread()
-        if self.collective:
-            key = (self.pg.name, self.what)
-            self.number = _counts[key] = _counts.get(key, 0) + 1
-        else:
-            self.number = None
+        if self.collective and self.number is None:
+            self.number = next_number(self.pg, self.what)
         thread = threading.get_ident()
         self.outer = _waiting.get(thread)
         _waiting[thread] = self
@@ -106,6 +116,7 @@ def start(comm):
     stall_seconds()  # a bad setting is an error now, on every rank, not in the thread later
     if comm.Get_size() > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
         control = comm.Dup()
+        _hook_finalize()
         with _lock:
             _state["control"] = control
             _state["departed"] = {}
@@ -122,6 +133,23 @@ def stop():
     if control is not None:
         atexit.unregister(_leave)
         control.Free()
+
+
+def _hook_finalize():
+    """Make MPI_Finalize, whoever calls it (mpi4py at exit, or the script itself), first wait
+    for the watchdog thread to be out of MPI and keep it out: MPI deletes COMM_SELF's
+    attributes first thing in MPI_Finalize, on the finalizing thread, so a delete callback
+    there runs before MPI goes away. (Checking MPI.Is_finalized() in the thread instead
+    races with a Finalize that starts just after the check.)"""
+    if not _state["finalize_hooked"]:
+        keyval = MPI.Comm.Create_keyval(delete_fn=_on_finalize)
+        MPI.COMM_SELF.Set_attr(keyval, None)
+        _state["finalize_hooked"] = True
+
+
+def _on_finalize(comm, keyval, value):
+    with _lock:  # waits for the thread to finish what it is doing with MPI
+        _state["control"] = None  # freed with everything else by MPI_Finalize
 
 
 def _start_thread():
@@ -157,7 +185,7 @@ def _serve(until=None):
     """Answer the other ranks' questions and note departures; with `until` (a dict of rank
     -> answer or None), also collect answers into it. Called with `_lock` held."""
     control = _state["control"]
-    if control is None or MPI.Is_finalized():  # a script may finalize MPI itself
+    if control is None:  # also after MPI_Finalize began (see _hook_finalize)
         return
     status = MPI.Status()
     while control.iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
@@ -196,7 +224,7 @@ def _leave():
         thread.join(timeout=2 * _POLL_SECONDS + _ANSWER_SECONDS)
     with _lock:
         control = _state["control"]
-        if control is None or MPI.Is_finalized():
+        if control is None:
             return
         me = control.Get_rank()
         requests = [control.isend(None, dest=r, tag=_LEFT)
@@ -310,10 +338,8 @@ def _abort_on_timeout(watch):
 
 
 def _departed_peer(watch, now):
-    if not watch.collective:
-        return None
     for rank, when in _state["departed"].items():
-        if rank in watch.pg.ranks and now - max(when, watch.started) > _DEPARTED_GRACE_SECONDS:
+        if rank in watch.peers and now - max(when, watch.started) > _DEPARTED_GRACE_SECONDS:
             return rank
     return None
 

@@ -12,7 +12,7 @@ bucket array, which is what torch's hook futures hold. `get_future()` is the Wor
 from mpi4py import MPI
 
 from ..futures import Future
-from .watchdog import blocked
+from .watchdog import blocked, next_number
 
 
 class Work(Future):
@@ -28,13 +28,16 @@ class Work(Future):
     clearer exception. `keep_alive` holds the buffers MPI is reading or writing, so they
     outlive the call that started the operation. Blocking waits run under the watchdog of
     `pg`, the group the operation (described by `what`) runs on, so they end within its
-    timeout. A Work is driven by the thread that started it.
+    timeout; a collective's wait carries the number the Work took when created (on every
+    rank), and a point-to-point one (`collective=False`) concerns only `peers` (global ranks;
+    None for a receive from any rank). A Work is driven by the thread that started it.
     """
 
     def __init__(self, pg, what, requests, on_complete=None, on_error=None, keep_alive=(),
-                 collective=True):
+                 collective=True, peers=None):
         super().__init__()
-        self._pg, self._what, self._collective = pg, what, collective
+        self._pg, self._what, self._collective, self._peers = pg, what, collective, peers
+        self._number = next_number(pg, f"waiting for {what}") if collective else None
         self.requests = list(requests)
         self._on_complete = on_complete
         self._on_error = on_error
@@ -63,7 +66,8 @@ class Work(Future):
             return
         try:
             if block:
-                with blocked(self._pg, f"waiting for {self._what}", self._collective):
+                with blocked(self._pg, f"waiting for {self._what}", self._collective,
+                             self._peers, self._number):
                     MPI.Request.Waitall(self.requests, self._statuses)
             elif not MPI.Request.Testall(self.requests, self._statuses):
                 return

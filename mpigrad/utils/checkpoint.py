@@ -106,7 +106,9 @@ class _Segment:
         if arrays is None:
             arrays = self.recomputed[key] = self._recompute()
             if task is not None:
-                queue_callback(lambda: self.recomputed.pop(key, None))
+                # Dropped when the pass ends, however it ends.
+                queue_callback(lambda: self.recomputed.pop(key, None),
+                               on_error=lambda error: self.recomputed.pop(key, None))
         array = arrays[index]
         if array is None:
             raise CheckpointError(

@@ -67,6 +67,62 @@ def test_queue_callback_runs_once_at_the_end_of_backward():
         autograd.queue_callback(lambda: None)
 
 
+def test_every_queued_callback_runs_even_when_one_raises_and_the_first_error_wins():
+    w = mg.randn(3, requires_grad=True)
+    log = []
+
+    def fail(name):
+        def callback():
+            log.append(name)
+            raise ValueError(name)
+        return callback
+
+    def hook(p):
+        autograd.queue_callback(fail("first"))
+        autograd.queue_callback(fail("second"))
+        autograd.queue_callback(lambda: log.append("third"))
+
+    w.register_post_accumulate_grad_hook(hook)
+    with pytest.raises(ValueError, match="first"):
+        (w * 2).sum().backward()
+    assert log == ["first", "second", "third"]
+
+
+def test_a_failed_pass_runs_the_on_error_callbacks_instead_and_raises_its_error():
+    x = mg.randn(3, requires_grad=True)
+    y = x * 2
+    log = []
+
+    def start(grad):
+        autograd.queue_callback(lambda: log.append("finished"),
+                                on_error=lambda error: log.append(("failed", str(error))))
+        autograd.queue_callback(lambda: log.append("no on_error: skipped"))
+
+    def fail(grad):
+        raise ValueError("bad gradient")
+
+    y.register_hook(start)
+    x.register_hook(fail)  # runs after y's hook queued the callbacks
+    with pytest.raises(ValueError, match="bad gradient"):
+        y.sum().backward()
+    assert log == [("failed", "bad gradient")]
+    assert autograd.engine.current_task() is None
+
+
+def test_an_on_error_callback_that_raises_replaces_the_error_caused_by_it():
+    x = mg.randn(3, requires_grad=True)
+    y = x * 2
+
+    def replace(error):
+        raise RuntimeError("settled") from error
+
+    y.register_hook(lambda grad: autograd.queue_callback(lambda: None, on_error=replace))
+    x.register_hook(lambda grad: 1 / 0)
+    with pytest.raises(RuntimeError, match="settled") as info:
+        y.sum().backward()
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
 def test_retain_grad_keeps_a_non_leaf_gradient():
     x = mg.tensor([1.0, 2.0], requires_grad=True)
     h = x * 3

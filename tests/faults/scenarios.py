@@ -14,10 +14,12 @@ import sys
 import time
 
 import numpy as np
+from mpi4py import MPI
 
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad import nn
+from mpigrad.distributed import watchdog
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 
 FAULTY = 1
@@ -54,24 +56,27 @@ def parameters_agree(model):
 
 # ---------------------------------------------------------------------------- exceptions
 def exception_in_backward_caught(rank):
-    """Rank 1's backward raises once some buckets are in flight; it catches the exception and
-    goes on to the next step. Every rank must get DDP's error and keep equal parameters."""
+    """Rank 1's backward raises once some buckets are in flight, and the script does what
+    many do: catch any exception around backward, step anyway, train on. Every rank must get
+    DDP's error from that same backward, and the parameters must stay equal to the end."""
     model, batches = model_and_data(rank)
     optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
     first_layer = model.module[0].weight  # its gradient comes last
     for step, (x, y) in enumerate(batches):
+        handle = None
         if rank == FAULTY and step == 2:
             handle = first_layer.register_hook(_raise_once)
             fault("exception inside backward, caught")
+        optimizer.zero_grad()
         try:
-            train_step(model, optimizer, x, y)
-        except ValueError as err:  # the injected fault, caught as a user would
-            handle.remove()
-            print(f"[rank {rank}] caught {err}", flush=True)
-        except RuntimeError as err:
-            print(f"[rank {rank}] DDP error: {err}", flush=True)
+            ((model(x) - y) ** 2).mean().backward()
+        except Exception as err:  # noqa: BLE001 - the pattern under test
+            print(f"[rank {rank}] step {step}: {type(err).__name__}: {err}", flush=True)
             assert all(p.grad is None for p in model.parameters())
-            break
+        finally:
+            if handle is not None:
+                handle.remove()
+        optimizer.step()
     print(f"[rank {rank}] parameters agree: {parameters_agree(model)}", flush=True)
 
 
@@ -129,8 +134,8 @@ def sys_exit(rank):
     dist.all_reduce(buffer)
 
 
-def return_from_main(rank):
-    """Rank 1's script simply ends (its data ran out) while the others train on."""
+def _train_then_run_out(rank, fault_text):
+    """Rank 1 has two batches, the others six: it stops training while they go on."""
     model, batches = model_and_data(rank)
     optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
     if rank == FAULTY:
@@ -138,36 +143,58 @@ def return_from_main(rank):
     for x, y in batches:
         train_step(model, optimizer, x, y)
     if rank == FAULTY:
-        fault("end of the script")
+        fault(fault_text)
+
+
+def return_from_main(rank):
+    """Rank 1's script simply ends (its data ran out) while the others train on."""
+    _train_then_run_out(rank, "end of the script")
 
 
 def messages_after_one_left(rank):
-    """Rank 1 is done and exits; the others go on exchanging messages, which do not need it:
-    no abort, a clean end."""
+    """Rank 1 is done and exits; ranks 0 and 2 go on exchanging messages, which do not need
+    it: no abort, a clean end. (Run on 3 ranks: on 2 there is no pair without rank 1.)"""
     if rank == FAULTY:
         fault("leaving while the others exchange messages")
         return
     peer = 2 if rank == 0 else 0
     buffer = np.zeros(3)
-    for _ in range(20 if dist.get_world_size() > 2 else 0):
+    for step in range(20):
         time.sleep(0.2)  # the others' wait for each message spans the departure
         if rank == 0:
-            dist.send(buffer + 1, dst=peer)
+            dist.send(buffer + step, dst=peer)
         else:
             dist.recv(buffer, src=peer)
+            assert (buffer == step).all()
+
+
+def recv_from_one_that_left(rank):
+    """Rank 1 exits while the others wait for a message from it: they abort at once, naming
+    it, instead of waiting for the timeout."""
+    buffer = np.zeros(3)
+    dist.barrier()
+    if rank == FAULTY:
+        fault("leaving while the others wait for its message")
+        return
+    dist.recv(buffer, src=FAULTY)
+
+
+def finalize_by_the_script(rank):
+    """The script calls MPI.Finalize() itself while the watchdog thread polls MPI: from the
+    start of the Finalize the thread must not touch MPI again, and the job ends cleanly."""
+    dist.all_reduce(np.ones(3))
+    if rank == FAULTY:
+        fault("MPI.Finalize() called by the script")
+    MPI.Finalize()
+    print(f"[rank {rank}] watchdog out of MPI: {watchdog._state['control'] is None}",
+          flush=True)
+    time.sleep(3 * watchdog._POLL_SECONDS)  # the thread goes on polling after Finalize
 
 
 def uneven_data_without_join(rank):
     """Rank 1 runs out of data and, as many scripts do, all_reduces its epoch totals, while
     the others are still in DDP's backward: two different calls, which can never match."""
-    model, batches = model_and_data(rank)
-    optimizer = mg.optim.SGD(model.parameters(), lr=0.1)
-    if rank == FAULTY:
-        batches = batches[:2]
-    for x, y in batches:
-        train_step(model, optimizer, x, y)
-    if rank == FAULTY:
-        fault("out of data")
+    _train_then_run_out(rank, "out of data")
     dist.all_reduce(np.ones(2))
 
 

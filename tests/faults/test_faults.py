@@ -62,14 +62,15 @@ def _survivors(marker, grace_seconds=5):
         time.sleep(0.1)
 
 
-def test_exception_inside_backward_caught_is_an_error_on_every_rank(ranks):
+def test_exception_inside_backward_caught_then_step_keeps_every_rank_in_line(ranks):
     status, output, seconds = run("exception_in_backward_caught", ranks)
     assert status == 0, output
     for r in range(ranks):
-        assert (f"[rank {r}] DDP error: DistributedDataParallel: the backward pass of iteration "
-                f"2 did not finish on rank(s) [1]") in output
-        assert "Expected to have finished reduction in the prior iteration" in output
-        assert f"[rank {r}] parameters agree: True" in output
+        assert (f"[rank {r}] step 2: RuntimeError: DistributedDataParallel: the backward pass "
+                f"of iteration 2 did not finish on rank(s) [1]") in output, output
+        assert output.count(f"[rank {r}] step ") == 1, output  # that step only, everywhere
+        assert f"[rank {r}] parameters agree: True" in output, output
+        assert f"[rank {r}] END exception_in_backward_caught" in output, output
     assert seconds < WITHIN_SECONDS
 
 
@@ -116,10 +117,31 @@ def test_a_rank_that_leaves_early_ends_the_job_naming_it(ranks, scenario, waitin
 
 
 def test_point_to_point_messages_go_on_after_an_uninvolved_rank_left(ranks):
+    if ranks == 2:
+        pytest.skip("on 2 ranks every pair involves the rank that leaves")
     status, output, seconds = run("messages_after_one_left", ranks)
     assert status == 0, output
     assert "has left the job" not in output
     assert all(f"[rank {r}] END messages_after_one_left" in output for r in range(ranks))
+
+
+def test_a_receive_from_a_rank_that_left_ends_the_job_naming_it(ranks):
+    status, output, seconds = run("recv_from_one_that_left", ranks)
+    assert status != 0
+    # The departure, not the timeout, ends the job (the timeout would name no departure).
+    assert re.search(r"\[rank [02]\] mpigrad.distributed: rank 1 has left the job .* while this "
+                     r"rank waits in recv from rank 1 \(tag 0\) on the default group", output), \
+        output
+    assert "longer than the group's timeout" not in output, output
+    assert seconds < WITHIN_SECONDS
+
+
+def test_a_script_that_finalizes_mpi_itself_ends_cleanly(ranks):
+    status, output, seconds = run("finalize_by_the_script", ranks)
+    assert status == 0, output
+    for r in range(ranks):
+        assert f"[rank {r}] watchdog out of MPI: True" in output, output
+        assert f"[rank {r}] END finalize_by_the_script" in output, output
 
 
 def test_uneven_data_without_join_reports_where_each_rank_waits(ranks):

@@ -1,11 +1,13 @@
 """jobs/train.py end to end under mpiexec: accuracy, exact resume, signals, argument errors."""
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,8 +32,45 @@ def _env():
 
 
 def run_train(*args, ranks=2, timeout=240):
-    return subprocess.run(["timeout", str(timeout), MPIEXEC, "-n", str(ranks), sys.executable,
-                           TRAIN, *args], capture_output=True, text=True, env=_env())
+    return subprocess.run(["timeout", "-k", "10", str(timeout), MPIEXEC, "-n", str(ranks),
+                           sys.executable, TRAIN, *args], capture_output=True, text=True,
+                          env=_env())
+
+
+def start_train(*args, ranks=2, timeout=240):
+    """train.py under mpiexec in the background, under `timeout` so that it cannot hang."""
+    return subprocess.Popen(["timeout", "-k", "10", str(timeout), MPIEXEC, "-n", str(ranks),
+                             sys.executable, TRAIN, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+
+
+def signal_launcher(job, signum):
+    """Send `signum` to the mpiexec under `job`'s `timeout` (which forwards only SIGTERM and
+    the like); mpiexec (hydra) forwards SIGUSR1 to every rank, as srun does."""
+    found = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True)
+    for pid in found.stdout.split():
+        os.kill(int(pid), signum)
+
+
+def stop(job):
+    """End a job the test started, if it still runs (`timeout` passes SIGTERM on)."""
+    if job.poll() is None:
+        job.terminate()
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+
+
+def first_line(job, seconds):
+    """The job's first line of output; fails the test if none comes within `seconds`."""
+    lines = queue.Queue()
+    threading.Thread(target=lambda: lines.put(job.stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=seconds)
+    except queue.Empty:
+        pytest.fail(f"train.py printed nothing within {seconds} s")
 
 
 def final_weights(directory):
@@ -81,19 +120,15 @@ def test_sigusr1_mid_epoch_checkpoints_exits_99_and_resumes_exactly(tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert run_train(*common, "--checkpoint", str(straight)).returncode == 0
 
-    job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, TRAIN, *common,
-                            "--checkpoint", str(stopped)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, env=_env())
+    job = start_train(*common, "--checkpoint", str(stopped))
     try:
         deadline = time.time() + 120
         while not (stopped / "ckpt-epoch0001.npz").exists() and time.time() < deadline:
             time.sleep(0.05)
-        # mpiexec (hydra) forwards SIGUSR1 to every rank, as srun does.
-        job.send_signal(signal.SIGUSR1)
+        signal_launcher(job, signal.SIGUSR1)
         out, err = job.communicate(timeout=120)
     finally:
-        if job.poll() is None:
-            job.kill()
+        stop(job)
     if job.returncode == 0:
         pytest.skip("the run finished before the signal arrived; nothing to resume")
     assert job.returncode == 99, err[-3000:]
@@ -133,16 +168,14 @@ def test_preempted_at_1_rank_resumes_at_2_ranks_with_the_rest_of_the_epoch(tmp_p
     samples, checkpoint, metrics = 12000, tmp_path / "ckpt", tmp_path / "metrics.jsonl"
     common = ["--train-samples", str(samples), "--epochs", "2", "--checkpoint",
               str(checkpoint), "--metrics", str(metrics)]
-    job = subprocess.Popen([MPIEXEC, "-n", "1", sys.executable, TRAIN, *common],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    job = start_train(*common, ranks=1)
     try:
-        assert "training samples" in job.stdout.readline()  # the loop is about to start
+        assert "training samples" in first_line(job, 120)  # the loop is about to start
         time.sleep(0.5)  # some steps into the first epoch
-        job.send_signal(signal.SIGUSR1)
+        signal_launcher(job, signal.SIGUSR1)
         out, err = job.communicate(timeout=120)
     finally:
-        if job.poll() is None:
-            job.kill()
+        stop(job)
     assert job.returncode == 99, err[-3000:]
     position = mg.load(checkpoint / "ckpt-preempt.npz")["position"]
     epoch, done = position["epoch"], position["samples"]

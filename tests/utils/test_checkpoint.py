@@ -1,4 +1,5 @@
 """Activation checkpointing, both schemes, against plain backward and torch.utils.checkpoint."""
+import importlib
 import tracemalloc
 import warnings
 
@@ -10,6 +11,9 @@ from mpigrad import autograd, nn
 import mpigrad.nn.functional as F
 from mpigrad.utils import checkpoint, checkpoint_sequential
 from mpigrad.utils.checkpoint import CheckpointError
+
+# The module, which `mpigrad.utils.checkpoint` (the function) hides.
+checkpoint_module = importlib.import_module("mpigrad.utils.checkpoint")
 
 BOTH = pytest.mark.parametrize("use_reentrant", [False, True])
 
@@ -308,3 +312,28 @@ def test_nested_checkpoints_match_torch():
         ck(outer, x, use_reentrant=False).sum().backward()
         results.append([x.grad.numpy(), w.grad.numpy()])
     _assert_same(*results)
+
+
+@pytest.mark.parametrize("failure", ["an earlier callback raises", "the pass raises"])
+def test_recomputed_activations_are_dropped_however_the_backward_ends(monkeypatch, failure):
+    segments = []
+
+    class Recorded(checkpoint_module._Segment):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            segments.append(self)
+
+    monkeypatch.setattr(checkpoint_module, "_Segment", Recorded)
+    x = mg.randn(4, 3, requires_grad=True)
+    y = checkpoint(lambda t: t.tanh() * t, x, use_reentrant=False)
+
+    def fail(*args):
+        raise ValueError("injected")
+
+    if failure == "an earlier callback raises":  # queued before the segment's cleanup
+        y.register_hook(lambda grad: autograd.queue_callback(fail))
+    else:  # x's hook runs after the segment was recomputed
+        x.register_hook(fail)
+    with pytest.raises(ValueError, match="injected"):
+        y.sum().backward()
+    assert len(segments) == 1 and segments[0].recomputed == {}
