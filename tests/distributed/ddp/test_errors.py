@@ -218,11 +218,12 @@ def test_scenarios_finish_under_timeout(scenario):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     try:
-        result = subprocess.run([mpiexec, "-n", "2", sys.executable,
-                                 os.path.join(HERE, "scenarios.py"), scenario],
-                                capture_output=True, text=True, timeout=120, env=env)
+        result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", "2",
+                                 sys.executable, os.path.join(HERE, "scenarios.py"), scenario],
+                                capture_output=True, text=True, timeout=150, env=env)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"scenario {scenario} did not finish within 120 s (a hang)")
+        pytest.fail(f"scenario {scenario} did not finish within 150 s (a hang)")
+    assert result.returncode != TIMEOUT_EXIT, f"scenario {scenario} hung: {result.stderr}"
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(f"OK {scenario}") == 2, result.stdout + result.stderr
 

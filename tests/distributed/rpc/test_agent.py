@@ -158,8 +158,10 @@ def _run(script, ranks, timeout=120):
                                         + sys.path)
     command = [sys.executable, "-c", textwrap.dedent(script)]
     if ranks > 1:
-        command = ["mpiexec", "-n", str(ranks)] + command
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        # timeout(1) ends the ranks too if mpiexec hangs; subprocess's timeout is the backstop.
+        command = ["timeout", "-k", "10", str(timeout), "mpiexec", "-n", str(ranks)] + command
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout + 30,
+                          env=env)
 
 
 def test_mpi_without_thread_multiple_is_refused():
