@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import Optimizer, addcmul_, regularized_grad
+from .optimizer import Optimizer, addcmul_, check_non_negative, regularized_grad
 
 __all__ = ["Adadelta"]
 
@@ -31,14 +31,10 @@ class Adadelta(Optimizer):
         super().__init__(params, defaults)
 
     def _check_hyperparameters(self, group):
-        if not 0.0 <= group["lr"]:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
+        check_non_negative(group, "lr")
         if not 0.0 <= group["rho"] <= 1.0:
             raise ValueError(f"Invalid rho value: {group['rho']}")
-        if not 0.0 <= group["eps"]:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
-        if not 0.0 <= group["weight_decay"]:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
+        check_non_negative(group, "eps", "weight_decay")
 
     def _update(self, param, grad, group):
         p = param.data

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import Optimizer, addcmul_, regularized_grad
+from .optimizer import Optimizer, addcmul_, check_non_negative, regularized_grad
 
 __all__ = ["Adagrad"]
 
@@ -37,12 +37,8 @@ class Adagrad(Optimizer):
                 }
 
     def _check_hyperparameters(self, group):
-        for name in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value"):
-            if not 0.0 <= group[name]:
-                label = "learning rate" if name == "lr" else f"{name} value"
-                raise ValueError(f"Invalid {label}: {group[name]}")
-        if not 0.0 <= group["eps"]:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
+        check_non_negative(group, "lr", "lr_decay", "weight_decay", "initial_accumulator_value",
+                           "eps")
 
     def _update(self, param, grad, group):
         p = param.data

@@ -234,6 +234,14 @@ class WorkArrays:
         return buffer[:array.size].reshape(array.shape)
 
 
+def check_non_negative(group, *names):
+    """Raise torch's ValueError for the first of `names` that is negative in `group`."""
+    for name in names:
+        if not 0.0 <= group[name]:
+            label = {"lr": "learning rate", "eps": "epsilon value"}.get(name, f"{name} value")
+            raise ValueError(f"Invalid {label}: {group[name]}")
+
+
 def regularized_grad(param, grad, weight_decay, maximize, out=None):
     """The gradient a step descends: `grad`, negated to maximize, plus the
     L2 term `weight_decay * param`. Either `grad` itself or an array

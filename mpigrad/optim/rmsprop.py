@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import Optimizer, addcmul_, lerp_, regularized_grad
+from .optimizer import Optimizer, addcmul_, check_non_negative, lerp_, regularized_grad
 
 __all__ = ["RMSprop"]
 
@@ -34,16 +34,7 @@ class RMSprop(Optimizer):
         super().__init__(params, defaults)
 
     def _check_hyperparameters(self, group):
-        if not 0.0 <= group["lr"]:
-            raise ValueError(f"Invalid learning rate: {group['lr']}")
-        if not 0.0 <= group["eps"]:
-            raise ValueError(f"Invalid epsilon value: {group['eps']}")
-        if not 0.0 <= group["momentum"]:
-            raise ValueError(f"Invalid momentum value: {group['momentum']}")
-        if not 0.0 <= group["weight_decay"]:
-            raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
-        if not 0.0 <= group["alpha"]:
-            raise ValueError(f"Invalid alpha value: {group['alpha']}")
+        check_non_negative(group, "lr", "eps", "momentum", "weight_decay", "alpha")
 
     def _update(self, param, grad, group):
         p = param.data
