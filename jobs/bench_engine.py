@@ -14,7 +14,8 @@ Each model step is zero_grad, forward, cross-entropy, backward and SGD (lr 0.01,
   of op dispatch), reported per node.
 
 mpigrad and PyTorch run interleaved, round after round, so a busy neighbour slows both alike;
-the median of the rounds is reported, with the ratio mpigrad / PyTorch. Times are the CPU
+the median of the rounds is reported, with the median (and quartiles) of each round's own
+ratio mpigrad / PyTorch, which a slow spell shared by both leaves alone. Times are the CPU
 time of the running thread (both libraries compute on it with one BLAS thread), so time
 slices lost to other processes on a shared machine do not count; `--clock wall` measures
 wall time instead. Then one instrumented
@@ -285,21 +286,27 @@ def main():
         benches[name] = runners
 
     times = {(name, lib): [] for name, runners in benches.items() for lib in runners}
-    for _ in range(args.rounds):
+    for round_number in range(args.rounds):
         for name, runners in benches.items():
             steps = 1 if name == "tiny" else args.steps
-            for lib, run in runners.items():
+            # Alternate who goes first, so neither always runs on caches the other warmed.
+            order = list(runners.items())[::(-1) ** round_number]
+            for lib, run in order:
                 times[name, lib].append(time_call(run, steps))
     print(f"\nmedian of {args.rounds} interleaved rounds ({args.steps} steps each; tiny: one "
-          f"chain of {args.tiny_ops} ops), float32, 1 thread, {args.clock} time")
-    print(f"  {'':9s} {'mpigrad':>12s} {'torch':>12s} {'ratio':>7s}")
+          f"chain of {args.tiny_ops} ops), float32, 1 thread, {args.clock} time; the ratio is "
+          "the median of the rounds' own ratios, with their quartiles")
+    print(f"  {'':9s} {'mpigrad':>12s} {'torch':>12s} {'ratio':>7s} {'quartiles':>13s}")
     for name, runners in benches.items():
         med = {lib: statistics.median(times[name, lib]) for lib in runners}
         scale, unit = (1e6 / args.tiny_ops, "us/node") if name == "tiny" else (1e3, "ms/step")
         row = f"  {name:9s} {med['mpigrad'] * scale:8.2f} {unit[:2]:3s}"
         if "torch" in med:
-            ratio = med["mpigrad"] / med["torch"]
-            row += f" {med['torch'] * scale:8.2f} {unit[:2]:3s} {ratio:6.2f}x"
+            ratios = [m / t for m, t in zip(times[name, "mpigrad"], times[name, "torch"])]
+            low, middle, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 \
+                else ratios * 3
+            row += (f" {med['torch'] * scale:8.2f} {unit[:2]:3s} "
+                    f"{statistics.median(ratios):6.2f}x  [{low:.2f}, {high:.2f}]")
         print(row + f"   ({unit})")
 
     if not args.no_breakdown:
