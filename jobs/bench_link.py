@@ -200,7 +200,8 @@ def main():
                   "steps": args.steps, "rounds": args.rounds, "compute": phases,
                   **cost_model.median_samples(samples), "codec": cost_model.codec_costs(),
                   "mpigrad": {n: ms for (who, n), ms in step_ms.items() if who == "mpigrad"},
-                  "torch": {n: ms for (who, n), ms in step_ms.items() if who == "torch"}}
+                  "torch": {n: ms for (who, n), ms in step_ms.items() if who == "torch"},
+                  "ratios": round_ratios(times)}
         if cluster:
             result["link_MB_per_step"] = {f"{who} {n}": statistics.median(b) / 1e6
                                           for (who, n), b in link_bytes.items()}
@@ -211,19 +212,36 @@ def main():
     dist.destroy_process_group()
 
 
+def round_ratios(times):
+    """Each mpigrad configuration's step over the same round's no-communication step and
+    over the same round's PyTorch configuration of that name: medians of the rounds' own
+    ratios, which a slow spell of the shared machine, hitting one round, leaves alone."""
+    none = times[("mpigrad", "none")]
+    ratios = {}
+    for (who, name), seconds in times.items():
+        if who != "mpigrad":
+            continue
+        ratios[name] = {"none": statistics.median(a / b for a, b in zip(seconds, none))}
+        if ("torch", name) in times:
+            ratios[name]["torch"] = statistics.median(
+                a / b for a, b in zip(seconds, times[("torch", name)]))
+    return ratios
+
+
 def print_table(result):
-    mp, th = result["mpigrad"], result["torch"]
-    none = mp["none"]
+    mp, th, ratios = result["mpigrad"], result["torch"], result["ratios"]
     print(f"link {result['link']}: {result['ranks']} ranks on {len(result['hosts'])} host(s), "
           f"{result['library']}; MLP {result['model']}, batch {result['batch_per_rank']}/rank; "
-          f"median of {result['rounds']} rounds x {result['steps']} steps")
+          f"median of {result['rounds']} rounds x {result['steps']} steps; ratios are medians "
+          "of each round's own ratio")
     print(f"{'configuration':12s} {'mpigrad ms':>10s} {'/ none':>7s} {'PyTorch ms':>11s} "
           f"{'mpigrad/PyTorch':>16s}")
     for name, ms in mp.items():
         torch_ms = th.get(name)
-        ratio = f"{ms / torch_ms:16.2f}" if torch_ms else f"{'':16s}"
+        against_torch = ratios[name].get("torch")
+        ratio = f"{against_torch:16.2f}" if against_torch else f"{'':16s}"
         torch_col = f"{torch_ms:11.1f}" if torch_ms else f"{'':11s}"
-        print(f"{name:12s} {ms:10.1f} {ms / none:7.2f} {torch_col} {ratio}")
+        print(f"{name:12s} {ms:10.1f} {ratios[name]['none']:7.2f} {torch_col} {ratio}")
     if "link_MB_per_step" in result:
         print("MB crossing the link per step (both directions): " + ", ".join(
             f"{k} {v:.1f}" for k, v in result["link_MB_per_step"].items()))
