@@ -10,7 +10,7 @@ import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad.distributed.algorithms.ddp_comm_hooks.default_hooks import (
     HierarchicalState, flat_allreduce_hook, hierarchical_allreduce_hook, ring_allreduce_hook)
-from mpigrad.distributed.hierarchical import Hierarchy
+from mpigrad.distributed.hierarchical import CROSS_HOST_ENV, Hierarchy, cross_host_algorithm
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
@@ -23,6 +23,11 @@ REDUCTIONS = {
     "hosts-of-3": (hierarchical_allreduce_hook, lambda: HierarchicalState(3)),
     "shared-memory-hosts": (hierarchical_allreduce_hook, lambda: HierarchicalState(None)),
     "ring": (ring_allreduce_hook, lambda: None),
+    # The ring between hosts, as DDP's default takes it where it beat the library.
+    "hosts-of-1-ring-across": (hierarchical_allreduce_hook,
+                               lambda: HierarchicalState(1, across_hosts="ring")),
+    "hosts-of-2-ring-across": (hierarchical_allreduce_hook,
+                               lambda: HierarchicalState(2, across_hosts="ring")),
 }
 
 
@@ -90,3 +95,30 @@ def test_one_machine_is_one_host(rank, size):
     # What DDP builds: nothing is kept when the hierarchy would not be used.
     unused = Hierarchy(dist.group.WORLD.comm, dist.group.WORLD, only_if_useful=True)
     assert unused.host_sizes == [size] and unused.host_reduce is None
+
+
+@pytest.mark.mpi(min_size=2)
+def test_hosts_of_1_ring_across_really_takes_the_ring(rank, size):
+    state = HierarchicalState(1, across_hosts="ring")
+    train(rank, hierarchical_allreduce_hook, state, steps=1)
+    assert state.hierarchy.ring_across_hosts
+
+
+@pytest.mark.mpi(min_size=2)
+def test_timed_choice_is_the_same_on_every_rank(rank, size):
+    comm = dist.group.WORLD.comm
+    choice = cross_host_algorithm(comm, "auto")
+    assert choice in ("mpi", "ring")
+    assert comm.allgather(choice) == [choice] * size
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_choice_that_differs_between_ranks_is_refused_on_every_rank(rank, size):
+    with pytest.raises(ValueError, match=r"alike on every rank; ranks said \['mpi', 'ring'"):
+        cross_host_algorithm(dist.group.WORLD.comm, "mpi" if rank == 0 else "ring")
+
+
+def test_an_unknown_choice_is_refused(monkeypatch):
+    monkeypatch.setenv(CROSS_HOST_ENV, "fastest")
+    with pytest.raises(ValueError, match="must be one of"):
+        cross_host_algorithm(dist.group.WORLD.comm)

@@ -26,10 +26,10 @@ chunks travel encoded, and their owner keeps what the others decode).
 import numpy as np
 from mpi4py import MPI
 
-from ...buffers import mpi_float_type
+from ...ring import ring_rounds
 from ...rounds import rounds
 
-__all__ = ["FLOAT16", "BFLOAT16", "Uncompressed", "compressed_allreduce", "ring_allreduce"]
+__all__ = ["FLOAT16", "BFLOAT16", "compressed_allreduce", "ring_allreduce"]
 
 
 class _Float16:
@@ -77,24 +77,6 @@ class _BFloat16:
         out.view(np.uint32)[...] <<= 16
 
 
-class Uncompressed:
-    """No encoding: the ring of `ring_allreduce` in the buffer's own dtype."""
-    name = "ring"
-    header = 0
-
-    def __init__(self, dtype):
-        self.wire = self.accumulate = np.dtype(dtype)
-        self.wire_mpi = mpi_float_type(dtype)
-
-    @staticmethod
-    def encode(x, out):
-        np.copyto(out, x)
-
-    @staticmethod
-    def decode(message, out):
-        np.copyto(out, message)
-
-
 FLOAT16, BFLOAT16 = _Float16(), _BFloat16()
 
 _scratch_arrays = {}
@@ -118,49 +100,7 @@ def ring_allreduce(bucket, codec=None):
     """The Future of the bucket's sum by a ring of nonblocking point-to-point messages
     (reduce-scatter, then all-gather: each rank sends 2(N-1)/N of the bucket, the bandwidth
     lower bound), carrying `codec` messages (None: the buffer's own numbers)."""
-    codec = Uncompressed(bucket.buffer().dtype) if codec is None else codec
-    return rounds(bucket, f"{codec.name}_allreduce", _ring(bucket, codec, bucket.buffer()))
-
-
-def _ring(bucket, codec, buf):
-    """Ring allreduce whose hops carry `codec` messages; each rank adds in the codec's
-    accumulation dtype."""
-    comm, size, rank = bucket.comm, bucket.world_size, bucket.comm.Get_rank()
-    total = buf if buf.dtype == codec.accumulate else buf.astype(codec.accumulate)
-    sizes = np.full(size, buf.size // size)
-    sizes[:buf.size % size] += 1
-    ends = np.cumsum(sizes)
-    chunks = [total[end - n:end] for n, end in zip(sizes, ends)]
-    right, left = (rank + 1) % size, (rank - 1) % size
-    tag = bucket.index()  # buckets' rings run at once on one communicator
-    term = np.empty(sizes[0], codec.accumulate)
-
-    def message(n):
-        return np.empty(codec.header + n, codec.wire)
-
-    def exchange(outgoing, incoming):
-        return [comm.Isend([outgoing, codec.wire_mpi], right, tag),
-                comm.Irecv([incoming, codec.wire_mpi], left, tag)]
-
-    for step in range(size - 1):  # reduce-scatter: afterwards chunk rank+1 is complete here
-        sending, receiving = chunks[(rank - step) % size], chunks[(rank - step - 1) % size]
-        outgoing = message(sending.size)
-        codec.encode(sending, outgoing)
-        incoming = message(receiving.size)
-        yield exchange(outgoing, incoming)
-        codec.decode(incoming, term[:receiving.size])
-        receiving += term[:receiving.size]
-
-    own = chunks[(rank + 1) % size]
-    outgoing = message(own.size)
-    codec.encode(own, outgoing)
-    codec.decode(outgoing, own)  # the owner keeps what the others will decode
-    for step in range(size - 1):  # all-gather: pass the encoded sums on unchanged
-        receiving = chunks[(rank - step) % size]
-        incoming = message(receiving.size)
-        yield exchange(outgoing, incoming)
-        codec.decode(incoming, receiving)
-        outgoing = incoming
-    if total is not buf:
-        np.copyto(buf, total, casting="unsafe")
-    return buf
+    name = "ring" if codec is None else codec.name
+    # Buckets' rings run at once on one communicator: the bucket's index tells them apart.
+    return rounds(bucket, f"{name}_allreduce",
+                  ring_rounds(bucket.comm, bucket.buffer(), MPI.SUM, codec, tag=bucket.index()))

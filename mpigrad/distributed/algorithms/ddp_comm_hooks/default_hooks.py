@@ -41,10 +41,13 @@ def bf16_compress_hook(state, bucket):
 
 class HierarchicalState:
     """State of `hierarchical_allreduce_hook`: how ranks are grouped into hosts (None: by
-    shared memory, `MPI_Comm_split_type(SHARED)`; k: ranks 0..k-1, k..2k-1, ...)."""
+    shared memory, `MPI_Comm_split_type(SHARED)`; k: ranks 0..k-1, k..2k-1, ...), and how
+    the hosts' first ranks sum across hosts (`across_hosts`: 'mpi', 'ring', or 'auto' to
+    time both; None: $MPIGRAD_CROSS_HOST_ALLREDUCE, else 'auto'; see hierarchical.py)."""
 
-    def __init__(self, ranks_per_host=None):
+    def __init__(self, ranks_per_host=None, across_hosts=None):
         self.ranks_per_host = ranks_per_host
+        self.across_hosts = across_hosts
         self.hierarchy = None
 
 
@@ -52,5 +55,6 @@ def hierarchical_allreduce_hook(state, bucket):
     """Sum the bucket inside each host, across hosts, then back (see hierarchical.py), even
     when DDP would not choose it. The hosts are found at the first call (collectively)."""
     if state.hierarchy is None:
-        state.hierarchy = Hierarchy(bucket.comm, bucket.process_group, state.ranks_per_host)
+        state.hierarchy = Hierarchy(bucket.comm, bucket.process_group, state.ranks_per_host,
+                                    across_hosts=state.across_hosts)
     return state.hierarchy.allreduce(bucket, "hierarchical_allreduce_hook")
