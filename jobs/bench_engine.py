@@ -1,6 +1,7 @@
 """Training-step speed against PyTorch: two CNNs, an MLP and a graph of tiny ops.
 
     python jobs/bench_engine.py [--steps 10] [--rounds 7] [--tiny-ops 10000] [--only NAME ...]
+                                [--ops]
 
 Each model step is zero_grad, forward, cross-entropy, backward and SGD (lr 0.01, momentum
 0.9), float32, one BLAS thread, both frameworks starting from the same weights and data:
@@ -21,7 +22,8 @@ slices lost to other processes on a shared machine do not count; `--clock wall` 
 wall time instead. Then one instrumented
 step of each model splits mpigrad's time by category: numpy kernels by kind (GEMM,
 im2col/col2im, pooling, elementwise), the optimizer, and what is left, the Python overhead of
-op dispatch in forward and of the engine in backward.
+op dispatch in forward and of the engine in backward. `--ops` then times the tutorial CNN's
+convolutions and poolings alone, mpigrad's numpy kernels against torch's ATen calls.
 """
 import os
 
@@ -254,6 +256,68 @@ def print_breakdown(name, parts):
     print(f"  {name:9s} {total:7.2f} ms = " + ", ".join(cells))
 
 
+# ----------------------------------------------------------------------------- per op
+# The tutorial CNN's convolutions and poolings alone: (name, input shape, weight shape).
+TUTORIAL_CONVS = [("conv1", (64, 1, 28, 28), (10, 1, 5, 5)),
+                  ("conv2", (64, 10, 12, 12), (20, 10, 5, 5))]
+TUTORIAL_POOLS = [("pool1", (64, 10, 24, 24)), ("pool2", (64, 20, 8, 8))]
+
+
+def op_kernels(torch):
+    """(row, mpigrad kernel, torch kernel) for each of the tutorial's conv and pool passes,
+    on numpy arrays (mpigrad's op kernels, without autograd) and torch's ATen calls."""
+    rng = np.random.default_rng(0)
+    one, none = (1, 1), (0, 0)
+    rows = []
+    for name, x_shape, w_shape in TUTORIAL_CONVS:
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape))
+        b = np.zeros(w_shape[0], np.float32)
+        g = rng.standard_normal(conv_ops._conv2d(x, w, b, one, none, one).shape).astype(
+            np.float32)
+        xt, wt, bt, gt = map(torch.from_numpy, (x, w, b, g))
+
+        def backward(mask, gt=gt, xt=xt, wt=wt):
+            return lambda: torch.ops.aten.convolution_backward(
+                gt, xt, wt, [wt.shape[0]], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, mask)
+        rows.append((f"{name} forward", lambda x=x, w=w, b=b: conv_ops._conv2d(
+            x, w, b, one, none, one), lambda xt=xt, wt=wt, bt=bt: torch.nn.functional.conv2d(
+            xt, wt, bt)))
+        rows.append((f"{name} input grad", lambda g=g, w=w, size=x_shape[2:]:
+                     conv_ops._conv_transpose2d(g, w, size, one, none, one),
+                     backward([True, False, False])))
+        rows.append((f"{name} weight+bias grad", lambda x=x, g=g, k=w_shape[2:]:
+                     (conv_ops._conv2d_weight(x, g, k, one, none, one), g.sum((0, 2, 3))),
+                     backward([False, True, True])))
+    pool = dict(kernel_size=(2, 2), stride=(2, 2), padding=none, dilation=one, extra=none)
+    for name, shape in TUTORIAL_POOLS:
+        x = rng.standard_normal(shape).astype(np.float32)
+        m = conv_ops._max_pool2d(x, **pool)
+        g = rng.standard_normal(m.shape).astype(np.float32)
+        xt = torch.from_numpy(x).requires_grad_()
+        mt, gt = torch.nn.functional.max_pool2d(xt, 2), torch.from_numpy(g)
+        rows.append((f"{name} forward", lambda x=x: conv_ops._max_pool2d(x, **pool),
+                     lambda xt=xt: torch.nn.functional.max_pool2d(xt, 2)))
+        rows.append((f"{name} backward", lambda x=x, m=m, g=g: conv_ops._tap_scatter(
+            g, conv_ops.winning_taps(x, m, **pool), x.shape[2:], **pool),
+            lambda mt=mt, xt=xt, gt=gt: torch.autograd.grad(mt, xt, gt, retain_graph=True)))
+    return rows
+
+
+def print_op_table(torch, rounds, reps=10):
+    print("\nthe tutorial CNN's convolutions and poolings alone (ms per call, median of "
+          f"{rounds} interleaved rounds of {reps} calls; ratio: median of the rounds' own)")
+    print(f"  {'':24s} {'mpigrad':>8s} {'torch':>8s} {'ratio':>6s}")
+    for name, mine, theirs in op_kernels(torch):
+        times = {"mpigrad": [], "torch": []}
+        for round_number in range(rounds):
+            pair = [("mpigrad", mine), ("torch", theirs)][::(-1) ** round_number]
+            for lib, run in pair:
+                times[lib].append(time_call(run, reps))
+        ratio = statistics.median(m / t for m, t in zip(times["mpigrad"], times["torch"]))
+        print(f"  {name:24s} {statistics.median(times['mpigrad']) * 1e3:8.3f} "
+              f"{statistics.median(times['torch']) * 1e3:8.3f} {ratio:5.2f}x")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="steps per round (default 10)")
@@ -263,6 +327,8 @@ def main():
     parser.add_argument("--only", nargs="+", choices=list(MODELS) + ["tiny"],
                         help="run only these benchmarks")
     parser.add_argument("--no-breakdown", action="store_true")
+    parser.add_argument("--ops", action="store_true",
+                        help="also time the tutorial CNN's convolutions and poolings alone")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
                         help="thread CPU time (default) or wall time")
     args = parser.parse_args()
@@ -315,6 +381,9 @@ def main():
         for name, runners in benches.items():
             if name != "tiny":
                 print_breakdown(name, breakdown(runners["mpigrad"], args.steps))
+
+    if args.ops and torch is not None:
+        print_op_table(torch, args.rounds)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ process). Tensors travel as MPI buffers, in place in their storage.
   when this package is imported, or explains how to launch.
 - `collectives`: all_reduce, reduce, broadcast, all_gather(_into_tensor), gather, scatter,
   reduce_scatter(_tensor), all_to_all(_single), barrier; `async_op=True` returns a `Work`.
-  `all_reduce(..., algorithm="ring")` uses `ring`, a ring allreduce on point-to-point messages.
+  `all_reduce(..., algorithm="ring")` uses `ring`, a ring allreduce on point-to-point messages
+  (also DDP's reduction between hosts where it beats the library's: see `hierarchical`).
 - `p2p`: send, recv (from any source, returning the sender), isend, irecv.
 - `objects`: all_gather_object, broadcast_object_list, for small picklable metadata.
 - `checks`: before each collective, the ranks compare what they are about to do and all raise
@@ -32,8 +33,9 @@ process). Tensors travel as MPI buffers, in place in their storage.
 - DistributedDataParallel (`ddp`, as mpigrad.nn.parallel.DistributedDataParallel) is built
   on the layers above: `reducer` (the Reducer and its lifecycle), `channel` (DDP's
   communicators, every wait under the watchdog), `comm_hook` (GradBucket, the hook contract),
-  `joinable`, `buffers` (dtypes, float16), `timeline`. `algorithms` builds on DDP: `Join` and
-  `ddp_comm_hooks` (default_hooks, topk_hooks).
+  `joinable`, `buffers` (dtypes, float16), `timeline`, `hierarchical` (hosts; the default
+  reduction across them), `rounds` (hooks in several rounds). `algorithms` builds on DDP:
+  `Join` and `ddp_comm_hooks` (default_hooks, powerSGD_hook, topk_hooks, ddp_zero_hook).
 """
 from . import rendezvous
 
