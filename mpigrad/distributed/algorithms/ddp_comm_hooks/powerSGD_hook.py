@@ -178,12 +178,20 @@ def _power_step(state, bucket, buf, datatype):
         _by_row_blocks(lambda rows: np.add(q, matrix[rows].T @ p[rows], out=q), len(p))
     yield [q_comm.Iallreduce(MPI.IN_PLACE, [q_memory, datatype], MPI.SUM)]
 
-    for (_, result, _), p, q in zip(matrices, ps, qs):
+    # With error feedback, the residual becomes what this rank sent less its share of the
+    # average everyone now applies: for each block of rows while the product is in cache.
+    share = 1.0 / world_size
+    for (source, result, _), p, q in zip(matrices, ps, qs):
         q_rows = np.ascontiguousarray(q.T)
-        _by_row_blocks(lambda rows: np.matmul(p[rows], q_rows, out=result[rows]), len(p))
+
+        def product(rows, source=source, result=result, p=p):
+            np.matmul(p[rows], q_rows, out=result[rows])
+            if state.use_error_feedback:
+                _subtract_scaled(source[rows], result[rows], share)
+        _by_row_blocks(product, len(p))
     if state.use_error_feedback:
-        # What this rank sent, less its share of the average everyone now applies.
-        _subtract_scaled(residual, buf, 1.0 / world_size)
+        for source, grad in plain:
+            _subtract_scaled(source, grad, share)
     if not state.warm_start:
         state.p_memory_dict.pop(index, None)
         state.q_memory_dict.pop(index, None)
@@ -205,7 +213,9 @@ def _by_row_blocks(product, rows):
 
 
 def _subtract_scaled(target, x, scale):
-    """target -= x * scale, a cache-sized block at a time (no array of x's size)."""
+    """target -= x * scale, for C-contiguous arrays, a cache-sized block at a time (no array
+    of x's size)."""
+    target, x = target.reshape(-1), x.reshape(-1)
     work = np.empty(min(_BLOCK, x.size), x.dtype)
     for start in range(0, x.size, _BLOCK):
         block = work[:min(_BLOCK, x.size - start)]
@@ -225,9 +235,13 @@ def _factor_views(p_memory, q_memory, matrices):
 
 
 def _orthogonalize(matrix, epsilon=0):
-    """Make the columns of `matrix` (k x r) orthonormal in place, by Gram-Schmidt in column
-    order, as PyTorch does for small ranks. A zero column stays zero (PyTorch would divide by
-    zero unless given an epsilon)."""
+    """Make the columns of `matrix` (k x r) orthonormal in place, as PyTorch does: by QR
+    (LAPACK's, like torch.linalg.qr) for r > 2 in float32 and float64, else by Gram-Schmidt
+    in column order. A zero column stays zero under Gram-Schmidt (PyTorch would divide by zero
+    unless given an epsilon)."""
+    if matrix.shape[1] > 2 and matrix.dtype in (np.float32, np.float64):
+        matrix[...] = np.linalg.qr(matrix)[0]
+        return
     for i in range(matrix.shape[1]):
         column = matrix[:, i]
         norm = np.sqrt(np.dot(column, column))
