@@ -584,12 +584,16 @@ def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
     order); an integer array shaped like `maxima`."""
     taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
     dtype = np.uint8 if len(taps) <= 256 else np.int64
-    # The index of the first hit is the number of taps before it that missed.
-    found = taps[0] == maxima
+    # The index of the first hit is the number of taps before it that missed: the sum over
+    # k of "taps 0..k all missed". (The last tap needs no test: a window missed by all the
+    # others holds its maximum there, or is a nan window, fixed below.)
     index = np.zeros(maxima.shape, dtype)
-    for tap in taps[1:]:
-        np.add(index, ~found, out=index, casting="unsafe")
-        found |= tap == maxima
+    if len(taps) > 1:
+        missed = taps[0] != maxima
+        np.add(index, missed, out=index, casting="unsafe")
+        for tap in taps[1:-1]:
+            missed &= tap != maxima
+            np.add(index, missed, out=index, casting="unsafe")
     if np.isnan(maxima).any():
         for t, tap in enumerate(taps):
             np.copyto(index, t, where=np.isnan(tap), casting="unsafe")
@@ -598,10 +602,14 @@ def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
 
 def _tap_scatter(g, winners, input_size, kernel_size, stride, padding, dilation, extra):
     padded_size = tuple(s + 2 * p + e for s, p, e in zip(input_size, padding, extra))
-    out = np.zeros(g.shape[:2] + padded_size, g.dtype)
-    taps = _taps(out, kernel_size, dilation, stride)
     extent = [d * (k - 1) + 1 for k, d in zip(kernel_size, dilation)]
     disjoint = all(s >= e for s, e in zip(stride, extent))
+    # Windows that tile the image exactly write every cell once: no zero-filling first (for
+    # a megabyte-sized image, the zeroed pages cost as much as the writes).
+    tiled = all(s == k and d == 1 and o * s == n for s, k, d, o, n in
+                zip(stride, kernel_size, dilation, g.shape[2:], padded_size))
+    out = (np.empty if tiled else np.zeros)(g.shape[:2] + padded_size, g.dtype)
+    taps = _taps(out, kernel_size, dilation, stride)
     for t, tap in enumerate(taps):
         if disjoint:  # each cell is in one window at most: write, don't add
             np.multiply(g, winners == t, out=tap)
