@@ -123,10 +123,11 @@ class Hierarchy:
             self.host_broadcast = duplicate(host, what)
             self.across = duplicate(comm, what,
                                     lambda: comm.Split(0 if first else MPI.UNDEFINED, rank))
+            # Freed when this hierarchy is collected (with its DDP channel or hook state), or
+            # at once if the choice below raises.
+            weakref.finalize(self, free_communicators, self.communicators())
             if first and self.across.Get_size() > 1:
                 self.ring_across_hosts = cross_host_algorithm(self.across, across_hosts) == "ring"
-        # Freed when this hierarchy is collected (with its DDP channel or hook state).
-        weakref.finalize(self, free_communicators, self.communicators())
 
     def communicators(self):
         """The communicators this hierarchy made (it frees them when collected)."""
