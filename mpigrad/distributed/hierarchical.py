@@ -23,8 +23,9 @@ every rank gets the same bits (round 3 copies them).
 Across hosts the MPI library's allreduce is not always the fast one: Open MPI's over TCP
 moved half of what a 1 Gbit/s link carries, where mpigrad's ring of point-to-point messages
 (ring.py) filled it. So when ranks span hosts, the ranks that talk across them time both
-once, on a 4 MiB buffer, and take the ring only if it was clearly faster (below 0.8 of the
-library's time, on the slowest rank). `MPIGRAD_CROSS_HOST_ALLREDUCE=mpi|ring` (or
+once, on a 4 MiB buffer (the library's nonblocking Iallreduce, which DDP calls, and which
+in Open MPI runs another algorithm than its blocking Allreduce), and take the ring only if
+it was clearly faster (below 0.8 of the library's time, on the slowest rank). `MPIGRAD_CROSS_HOST_ALLREDUCE=mpi|ring` (or
 `across_hosts=`) decides without timing; it must say the same on every rank. Round 2, or for
 one rank per host DDP's whole reduction, then goes round that ring.
 """
@@ -46,9 +47,10 @@ __all__ = ["Hierarchy", "CROSS_HOST_ENV", "cross_host_algorithm"]
 
 CROSS_HOST_ENV = "MPIGRAD_CROSS_HOST_ALLREDUCE"
 _CHOICES = ("auto", "mpi", "ring")
-# Large enough to be bandwidth-bound on any network, small enough to cost under half a second
-# on a 1 Gbit/s link for the six reductions of the timing.
+# Large enough to be bandwidth-bound on any network, small enough to cost about half a second
+# on a 1 Gbit/s link for the eight reductions of the timing.
 _PROBE_ELEMENTS = 1 << 20
+_PROBE_REPEATS = 3
 _RING_MUST_TAKE = 0.8  # of the library's time: the library is kept on a near tie
 
 
@@ -68,13 +70,15 @@ def cross_host_algorithm(comm, choice=None):
         return "mpi" if choice == "auto" else choice
     buf = np.zeros(_PROBE_ELEMENTS, np.float32)
     seconds = np.zeros(2)
-    runs = (lambda: comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], MPI.SUM),
+    # The nonblocking call, as DDP makes it: Open MPI's Iallreduce (libnbc) runs another
+    # algorithm than its blocking Allreduce, and over TCP a much slower one.
+    runs = (lambda: comm.Iallreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], MPI.SUM).Wait(),
             lambda: ring_all_reduce(buf, MPI.SUM, comm))
     for k, run in enumerate(runs):
         run()  # the first exchange may open connections
         start = time.perf_counter()
-        run()
-        run()
+        for _ in range(_PROBE_REPEATS):
+            run()
         seconds[k] = time.perf_counter() - start
     comm.Allreduce(MPI.IN_PLACE, seconds, MPI.MAX)
     return "ring" if seconds[1] < _RING_MUST_TAKE * seconds[0] else "mpi"
