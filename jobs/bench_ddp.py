@@ -73,11 +73,12 @@ def timed(comm, step, steps):
     return comm.allreduce((time.perf_counter() - start) / steps, op=MPI.MAX)
 
 
-class MpigradRun:
-    def __init__(self, rank, ddp, bucket_cap_mb):
-        model = mpigrad_mlp()
-        self.model = DDP(model, bucket_cap_mb=bucket_cap_mb) if ddp else model
-        self.opt = SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+class MlpStep:
+    """A training step of the benchmark's MLP (`model`, wrapped or not, with optimizer
+    `opt`) on this rank's batch; the benchmarks of DDP, links and ZeRO build on it."""
+
+    def __init__(self, rank, model, opt):
+        self.model, self.opt = model, opt
         x, y = batch(rank)
         self.x, self.y = mg.tensor(x), mg.tensor(y)
 
@@ -87,10 +88,19 @@ class MpigradRun:
         self.opt.step()
 
 
+class MpigradRun(MlpStep):
+    def __init__(self, rank, ddp, bucket_cap_mb):
+        model = mpigrad_mlp()
+        model = DDP(model, bucket_cap_mb=bucket_cap_mb) if ddp else model
+        super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
+
+
 class TorchRun:
-    def __init__(self, torch, rank):
+    """The same step in PyTorch DDP (`ddp_options`: DistributedDataParallel's keywords)."""
+
+    def __init__(self, torch, rank, **ddp_options):
         self.torch = torch
-        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch))
+        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch), **ddp_options)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         x, y = batch(rank)
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)

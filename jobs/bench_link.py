@@ -53,7 +53,8 @@ from mpigrad.optim import SGD  # noqa: E402
 
 import cost_model  # noqa: E402
 from cluster import Cluster  # noqa: E402
-from bench_ddp import BATCH, SIZES, batch, mpigrad_mlp, timed, torch_mlp  # noqa: E402
+from bench_ddp import BATCH, SIZES, MlpStep, mpigrad_mlp, timed  # noqa: E402
+from bench_ddp import TorchRun as TorchStep  # noqa: E402
 
 WARMUP = 4
 
@@ -69,20 +70,14 @@ def mpigrad_hooks():
             "topk": (TopKState(ratio=0.01), topk_hook)}
 
 
-class MpigradRun:
+class MpigradRun(MlpStep):
     def __init__(self, rank, hook=None):
         model = mpigrad_mlp()
-        self.model = model if hook is None else DDP(model)
-        if hook is not None and hook[1] is not None:
-            self.model.register_comm_hook(*hook)
-        self.opt = SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        x, y = batch(rank)
-        self.x, self.y = mg.tensor(x), mg.tensor(y)
-
-    def step(self):
-        self.opt.zero_grad()
-        F.cross_entropy(self.model(self.x), self.y).backward()
-        self.opt.step()
+        if hook is not None:
+            model = DDP(model)
+            if hook[1] is not None:
+                model.register_comm_hook(*hook)
+        super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
 
     def phases(self, steps):
         """Mean seconds of forward, backward and optimizer step."""
@@ -99,30 +94,20 @@ class MpigradRun:
         return dict(zip(("forward", "backward", "optimizer"), (totals / steps).tolist()))
 
 
-class TorchRun:
+class TorchRun(TorchStep):
     def __init__(self, torch, rank, hook):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as tdefault
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as tpowersgd
-        self.torch = torch
         # PyTorch's PowerSGD on gloo issues its second and third allreduce from completion
         # callbacks, whose order between buckets differs across ranks: with several buckets
         # gloo fails ("collective mismatch"). An explicit bucket_cap_mb makes it one bucket.
-        cap = {"bucket_cap_mb": 25} if hook == "powerSGD" else {}
-        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch), **cap)
+        super().__init__(torch, rank, **({"bucket_cap_mb": 25} if hook == "powerSGD" else {}))
         if hook == "fp16":
             self.model.register_comm_hook(None, tdefault.fp16_compress_hook)
         elif hook == "powerSGD":
             state = tpowersgd.PowerSGDState(process_group=None, matrix_approximation_rank=4,
                                             start_powerSGD_iter=2)
             self.model.register_comm_hook(state, tpowersgd.powerSGD_hook)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        x, y = batch(rank)
-        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
-
-    def step(self):
-        self.opt.zero_grad()
-        self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
-        self.opt.step()
 
 
 def gloo_interface():

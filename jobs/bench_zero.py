@@ -27,36 +27,28 @@ from mpi4py import MPI  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
-import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import \
     reduce_to_owner_hook  # noqa: E402
 from mpigrad.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import Adam  # noqa: E402
 
-from bench_ddp import batch, mpigrad_mlp, timed  # noqa: E402
+from bench_ddp import MlpStep, mpigrad_mlp, timed  # noqa: E402
 
 
-class Run:
+class Run(MlpStep):
     def __init__(self, rank, zero=None):
-        self.model = DDP(mpigrad_mlp())
-        params = self.model.parameters()
+        model = DDP(mpigrad_mlp())
         if zero is None:
-            self.opt = Adam(params, lr=1e-4)
-            self.local = self.opt
+            opt = Adam(model.parameters(), lr=1e-4)
+            self.local = opt
         else:
-            self.opt = ZeroRedundancyOptimizer(params, Adam, lr=1e-4,
-                                               parameters_as_bucket_view=zero == "buckets")
-            self.local = self.opt.optim
+            opt = ZeroRedundancyOptimizer(model.parameters(), Adam, lr=1e-4,
+                                          parameters_as_bucket_view=zero == "buckets")
+            self.local = opt.optim
             if zero == "stage2":
-                self.model.register_comm_hook(self.opt, reduce_to_owner_hook)
-        x, y = batch(rank)
-        self.x, self.y = mg.tensor(x), mg.tensor(y)
-
-    def step(self):
-        self.opt.zero_grad()
-        F.cross_entropy(self.model(self.x), self.y).backward()
-        self.opt.step()
+                model.register_comm_hook(opt, reduce_to_owner_hook)
+        super().__init__(rank, model, opt)
 
     def state_bytes(self):
         return sum(v.data.nbytes for values in self.local.state.values()
