@@ -108,36 +108,20 @@ def timed(fn, repeat):
     return (time.perf_counter() - start) / repeat
 
 
-def mpigrad_cases(x_small, x_big, x_model, optimizer):
+def cases(rpc_api, autograd_api, stage, x_small, x_big, x_model, optimizer):
+    """The timed calls, written once for either library: its `rpc` and `dist_autograd`
+    modules, its pipeline `stage`, inputs in its tensors, its DistributedOptimizer."""
     def step():
-        with dist_autograd.context() as context_id:
-            h = mpigrad_stage(x_model)
-            h = rpc.rpc_sync(1, mpigrad_stage, args=(h,))
-            out = rpc.rpc_sync(2, mpigrad_stage, args=(h,))
+        with autograd_api.context() as context_id:
+            h = stage(x_model)
+            h = rpc_api.rpc_sync(1, stage, args=(h,))
+            out = rpc_api.rpc_sync(2, stage, args=(h,))
             loss = (out * out).mean()
-            dist_autograd.backward(context_id, [loss])
+            autograd_api.backward(context_id, [loss])
             optimizer.step(context_id)
 
-    return {"small": lambda: rpc.rpc_sync(1, identity, args=(x_small,)),
-            "big": lambda: rpc.rpc_sync(1, identity, args=(x_big,)),
-            "step": step}
-
-
-def torch_cases(torch, x_small, x_big, x_model, optimizer):
-    import torch.distributed.autograd as t_autograd
-    import torch.distributed.rpc as trpc
-
-    def step():
-        with t_autograd.context() as context_id:
-            h = torch_stage(x_model)
-            h = trpc.rpc_sync(1, torch_stage, args=(h,))
-            out = trpc.rpc_sync(2, torch_stage, args=(h,))
-            loss = (out * out).mean()
-            t_autograd.backward(context_id, [loss])
-            optimizer.step(context_id)
-
-    return {"small": lambda: trpc.rpc_sync(1, identity, args=(x_small,)),
-            "big": lambda: trpc.rpc_sync(1, identity, args=(x_big,)),
+    return {"small": lambda: rpc_api.rpc_sync(1, identity, args=(x_small,)),
+            "big": lambda: rpc_api.rpc_sync(1, identity, args=(x_big,)),
             "step": step}
 
 
@@ -210,7 +194,8 @@ def main():
         small = rng.standard_normal(4).astype(np.float32)
         big = rng.standard_normal(BIG).astype(np.float32)
         model_in = rng.standard_normal((BATCH, WIDTH)).astype(np.float32)
-        ours = mpigrad_cases(
+        ours = cases(
+            rpc, dist_autograd, mpigrad_stage,
             mg.from_numpy(small), mg.from_numpy(big), mg.from_numpy(model_in),
             DistributedOptimizer(mg.optim.SGD, [r for w in range(size) for r in
                                                 rpc.rpc_sync(w, mpigrad_param_rrefs)], lr=0.01))
@@ -226,15 +211,16 @@ def main():
         for _ in range(args.rounds // 2):
             mpigrad_round()
         if torch is not None:
+            import torch.distributed.autograd as t_autograd
             import torch.distributed.rpc as trpc
             from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
             for r in range(1, size):
                 comm.send(("torch",), r, COMMAND_TAG)
             start_torch(rank, size)
             t_params = [r for w in range(size) for r in trpc.rpc_sync(w, torch_param_rrefs)]
-            theirs = torch_cases(torch, torch.from_numpy(small), torch.from_numpy(big),
-                                 torch.from_numpy(model_in),
-                                 TorchDistributedOptimizer(torch.optim.SGD, t_params, lr=0.01))
+            theirs = cases(trpc, t_autograd, torch_stage, torch.from_numpy(small),
+                           torch.from_numpy(big), torch.from_numpy(model_in),
+                           TorchDistributedOptimizer(torch.optim.SGD, t_params, lr=0.01))
             for _ in range(args.rounds):
                 for case, repeat in repeats.items():
                     results[("torch", case)].append(timed(theirs[case], repeat))
