@@ -3,7 +3,8 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import Optimizer, WorkArrays, blocks, check_implementation, regularized_grad
+from .optimizer import (Optimizer, WorkArrays, blocks, check_implementation, lerp_,
+                        regularized_grad)
 
 __all__ = ["Adam", "AdamW"]
 
@@ -80,17 +81,7 @@ class Adam(Optimizer):
                 g = regularized_grad(p, g, weight_decay, group["maximize"],
                                      out=self._work.like(p, 0))
 
-            # m = lerp(m, g, weight) the way torch computes it: from m for a small
-            # weight, back from g otherwise, whichever rounds less.
-            weight = 1 - beta1
-            scratch = np.subtract(g, m, out=self._work.like(p, 1))
-            if weight < 0.5:
-                scratch *= weight
-                m += scratch
-            else:
-                scratch *= 1 - weight
-                np.subtract(g, scratch, out=m)
-
+            scratch = lerp_(m, g, 1 - beta1, out=self._work.like(p, 1))
             np.multiply(g, 1 - beta2, out=scratch)
             scratch *= g
             v *= beta2

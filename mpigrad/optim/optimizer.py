@@ -253,11 +253,12 @@ def regularized_grad(param, grad, weight_decay, maximize, out=None):
     return np.negative(grad, out=out) if maximize else grad
 
 
-def lerp_(start, end, weight):
+def lerp_(start, end, weight, out=None):
     """`start = lerp(start, end, weight)` in place, the way torch computes it: from
     `start` for a small weight, back from `end` otherwise, whichever rounds less.
-    Returns the scratch array it used, free for the caller's next temporary."""
-    scratch = np.subtract(end, start)
+    Returns the scratch array it used (`out` if given), free for the caller's next
+    temporary."""
+    scratch = np.subtract(end, start, out=out)
     if weight < 0.5:
         scratch *= weight
         start += scratch
