@@ -462,15 +462,23 @@ def _output_transform(m, out):
     out[1] -= m[3]
 
 
-def _winograd_chunks(n, tiles, rows, dtype, key):
-    """(start, stop, points): chunks of samples and a (4, 4, rows, length) work array for
-    each, contiguous even for the last, shorter chunk."""
-    step = tiles.chunk(n, rows, dtype.itemsize)
-    buffer = _scratch_array((16 * rows * step * tiles.per_sample,), dtype, key)
+def _winograd_chunks(x, tiles, out_channels, dtype):
+    """(start, stop, points, products): chunks of samples of x, each with its tiles'
+    transformed inputs `points` (4, 4, C, length) and a work array `products` (4, 4,
+    out_channels, length) for the GEMMs' side, both contiguous even for the last, shorter
+    chunk."""
+    n, channels = x.shape[:2]
+    step = tiles.chunk(n, channels, dtype.itemsize)
+    buffer = _scratch_array((16 * channels * step * tiles.per_sample,), dtype, "winograd in")
+    products = None
     for start in range(0, n, step):
         stop = min(n, start + step)
         length = (stop - start) * tiles.per_sample
-        yield start, stop, buffer[:16 * rows * length].reshape(4, 4, rows, length)
+        points = buffer[:16 * channels * length].reshape(4, 4, channels, length)
+        tiles.transform_input(x, start, stop, points)
+        if products is None or products.shape[3] != length:
+            products = _scratch_array((4, 4, out_channels, length), dtype, "winograd products")
+        yield start, stop, points, products
 
 
 def _winograd_conv2d(x, weight, bias, padding):
@@ -482,12 +490,7 @@ def _winograd_conv2d(x, weight, bias, padding):
     transformed = np.ascontiguousarray(transformed.transpose(0, 3, 1, 2), dtype)
     transformed = transformed.reshape(16, out_channels, channels)
     out = np.empty((n, out_channels) + tiles.out_size, dtype)
-    products = None
-    for start, stop, points in _winograd_chunks(n, tiles, channels, dtype, "winograd in"):
-        tiles.transform_input(x, start, stop, points)
-        shape = (4, 4, out_channels, points.shape[3])
-        if products is None or products.shape != shape:
-            products = _scratch_array(shape, dtype, "winograd products")
+    for start, stop, points, products in _winograd_chunks(x, tiles, out_channels, dtype):
         np.matmul(transformed, points.reshape(16, channels, -1),
                   out=products.reshape(16, out_channels, -1))
         tiles.untransform_output(products, bias, out, start)
@@ -497,16 +500,11 @@ def _winograd_conv2d(x, weight, bias, padding):
 def _winograd_conv2d_weight(x, g, padding):
     """conv2d_weight through the transposes of the forward's transforms: the points' GEMMs
     sum over samples and tiles, G^T . G takes the sum back to 3x3."""
-    n, channels, out_channels = x.shape[0], x.shape[1], g.shape[1]
+    channels, out_channels = x.shape[1], g.shape[1]
     tiles = _Tiles(x.shape[2:], padding)
     dtype = np.result_type(x, g)
     total = np.zeros((16, out_channels, channels), dtype)
-    gradients = None
-    for start, stop, points in _winograd_chunks(n, tiles, channels, dtype, "winograd in"):
-        tiles.transform_input(x, start, stop, points)
-        shape = (4, 4, out_channels, points.shape[3])
-        if gradients is None or gradients.shape != shape:
-            gradients = _scratch_array(shape, dtype, "winograd products")
+    for start, stop, points, gradients in _winograd_chunks(x, tiles, out_channels, dtype):
         tiles.transform_gradient(g, start, stop, gradients)
         total += np.matmul(gradients.reshape(16, out_channels, -1),
                            points.reshape(16, channels, -1).transpose(0, 2, 1))
