@@ -58,8 +58,11 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, per_host,
     command = two_hosts.mpiexec(ompi_venv, per_host,
                                 ["python", str(REPO / "tests" / "jobs" / "cluster_ddp_worker.py"),
                                  str(out)])
-    run = subprocess.run(command, env=cluster.Cluster.environment(ompi_venv),
-                         capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    # timeout(1), not subprocess's timeout: it signals mpiexec first, which takes the ranks on
+    # both hosts down with it, instead of killing the launcher alone.
+    run = subprocess.run(["timeout", "-k", "10", str(RUN_TIMEOUT), *command],
+                         env=cluster.Cluster.environment(ompi_venv),
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     sent, received = (after - b for after, b in zip(two_hosts.link_bytes(), before))
 
