@@ -8,6 +8,8 @@ import pytest
 import mpigrad.distributed as dist
 import mpigrad.distributed.rpc as rpc
 
+from . import _remote
+
 
 @pytest.fixture
 def workers(process_group):
@@ -15,6 +17,15 @@ def workers(process_group):
     rpc.init_rpc(f"worker{dist.get_rank()}")
     yield dist.get_rank(), dist.get_world_size()
     rpc.shutdown()
+
+
+@pytest.fixture
+def model(workers):
+    """`workers`, with the split model's parameters made on every worker (_remote)."""
+    rank, size = workers
+    _remote.make_params(size)
+    dist.barrier()  # no worker is called before it has its parameters
+    return rank, size
 
 
 class bounded:

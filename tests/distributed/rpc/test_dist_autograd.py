@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
-import mpigrad.distributed as dist
 import mpigrad.distributed.autograd as dist_autograd
 import mpigrad.distributed.rpc as rpc
 
@@ -17,14 +16,6 @@ from .conftest import bounded
 
 pytestmark = pytest.mark.mpi(min_size=2)
 TOL = dict(rtol=1e-10, atol=1e-10)
-
-
-@pytest.fixture
-def model(workers):
-    rank, size = workers
-    _remote.make_params(size)
-    dist.barrier()  # no worker is called before it has its parameters
-    return rank, size
 
 
 def _input(seed=0):

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
-import mpigrad.distributed as dist
 import mpigrad.distributed.autograd as dist_autograd
 import mpigrad.distributed.rpc as rpc
 from mpigrad.distributed.optim import DistributedOptimizer
@@ -14,14 +13,6 @@ from .conftest import bounded
 
 pytestmark = pytest.mark.mpi(min_size=2)
 NAMES = ("W0", "W1", "W2")
-
-
-@pytest.fixture
-def model(workers):
-    rank, size = workers
-    _remote.make_params(size)
-    dist.barrier()  # no worker is called before it has its parameters
-    return rank, size
 
 
 def _param_rrefs():
