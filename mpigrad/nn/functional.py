@@ -21,18 +21,28 @@ from ..tensor import Tensor
 __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pad",
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
-           "cross_entropy", "nll_loss", "mse_loss"]
+           "cross_entropy", "nll_loss", "mse_loss", "conv1d"]
 
 
 # ----------------------------------------------------------------------------- argument checks
+def _ntuple(value, name, minimum, length):
+    """An int or a `length`-tuple of ints, each at least `minimum`, as a tuple."""
+    values = (value,) * length if isinstance(value, numbers.Integral) else tuple(value)
+    if len(values) != length or not all(isinstance(v, numbers.Integral) for v in values):
+        noun = "a pair of ints" if length == 2 else f"a {length}-tuple of ints"
+        raise TypeError(f"{name} must be an int or {noun}, got {value!r}")
+    if any(v < minimum for v in values):
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
 def _pair(value, name, minimum):
     """An int or a pair of ints, each at least `minimum`, as a (height, width) tuple."""
-    pair = (value, value) if isinstance(value, numbers.Integral) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) for v in pair):
-        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
-    if any(v < minimum for v in pair):
-        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
-    return tuple(int(v) for v in pair)
+    return _ntuple(value, name, minimum, 2)
+
+
+def _single(value, name, minimum):
+    return _ntuple(value, name, minimum, 1)
 
 
 def _as_tensor(x):
@@ -157,6 +167,27 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         out = out + bias.reshape(out_channels, 1)
     out = out.reshape(n, out_channels, oh, ow)
     return out.squeeze(0) if unbatched else out
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D cross-correlation over (N, C, L) or (C, L) input: conv2d on a height-1 image, so it
+    shares conv2d's kernels and their gradient and tangent rules.
+
+    weight is (out_channels, in_channels // groups, k); padding is an int, a 1-tuple, 'valid'
+    or 'same'.
+    """
+    if input.ndim not in (2, 3):
+        raise ValueError(f"conv1d: expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
+                         f"{tuple(input.shape)}")
+    if weight.ndim != 3:
+        raise ValueError(f"conv1d: expected a 3-D weight (out_channels, in_channels / groups, "
+                         f"k), got shape {tuple(weight.shape)}")
+    if not isinstance(padding, str):
+        padding = (0,) + _single(padding, "padding", 0)
+    out = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
+                 (1,) + _single(stride, "stride", 1), padding,
+                 (1,) + _single(dilation, "dilation", 1), groups)
+    return out.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------- pooling
