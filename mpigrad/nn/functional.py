@@ -21,7 +21,7 @@ from ..tensor import Tensor
 __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pad",
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
-           "cross_entropy", "nll_loss", "mse_loss", "conv1d"]
+           "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -671,3 +671,42 @@ def mse_loss(input, target, reduction="mean"):
     if reduction == "none":
         return loss
     return loss.sum() if reduction == "sum" else loss.mean()
+
+
+# ----------------------------------------------------------------------------- pixel shuffles
+def _check_shuffle_input(what, input):
+    if input.ndim < 3:
+        raise RuntimeError(f"{what} expects input to have at least 3 dimensions, but got input "
+                           f"with {input.ndim} dimension(s)")
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C r^2, H, W) -> (*, C, H r, W r): each r x r block of output pixels comes from r^2
+    consecutive channels."""
+    _check_shuffle_input("pixel_shuffle", input)
+    r = upscale_factor
+    *batch, channels, h, w = input.shape
+    if channels % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)="
+                           f"{channels} is not divisible by {r * r}")
+    k = len(batch)
+    blocks = input.reshape(*batch, channels // (r * r), r, r, h, w)
+    order = tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2)
+    return blocks.permute(*order).reshape(*batch, channels // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """The inverse of pixel_shuffle: (*, C, H r, W r) -> (*, C r^2, H, W)."""
+    _check_shuffle_input("pixel_unshuffle", input)
+    r = downscale_factor
+    *batch, channels, h, w = input.shape
+    for axis, name, size in ((-2, "height", h), (-1, "width", w)):
+        if size % r:
+            raise RuntimeError(f"pixel_unshuffle expects {name} to be divisible by "
+                               f"downscale_factor, but input.size({axis})={size} is not "
+                               f"divisible by {r}")
+    k = len(batch)
+    blocks = input.reshape(*batch, channels, h // r, r, w // r, r)
+    order = tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3)
+    return blocks.permute(*order).reshape(*batch, channels * r * r, h // r, w // r)

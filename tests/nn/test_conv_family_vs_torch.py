@@ -62,3 +62,48 @@ def test_conv1d_functional_and_errors():
         nn.functional.conv1d(mpigrad.tensor(x[0, 0]), mpigrad.tensor(w))
     with pytest.raises(ValueError):
         nn.Conv1d(3, 4, 3, groups=2)
+
+
+def _check_module_against_torch(ours, theirs, x):
+    """Output and input gradient of a parameter-free module against torch, and its repr."""
+    xo = mpigrad.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    yo, yt = ours(xo), theirs(xt)
+    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-10)
+    g = np.random.default_rng(7).standard_normal(yt.shape)
+    yo.backward(mpigrad.tensor(g))
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-10)
+    assert repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("name, args, shape", [
+    ("PixelShuffle", (2,), (2, 8, 3, 5)),
+    ("PixelShuffle", (3,), (9, 2, 2)),
+    ("PixelShuffle", (2,), (2, 1, 4, 3, 2)),
+    ("PixelUnshuffle", (2,), (2, 3, 4, 6)),
+    ("PixelUnshuffle", (3,), (1, 3, 6)),
+    ("Unfold", (3,), (2, 2, 5, 6)),
+    ("Unfold", ((2, 3), 2, 1, (2, 1)), (1, 3, 6, 7)),
+    ("Fold", ((4, 5), 2), (2, 8, 12)),
+    ("Fold", ((5, 4), (2, 3), 1, 1, 2), (1, 6, 6)),
+    ("ZeroPad2d", (1,), (2, 3, 4, 5)),
+    ("ZeroPad2d", ((1, 2, 0, 3),), (3, 4, 5)),
+    ("ConstantPad2d", ((2, 0, 1, 1), 3.5), (1, 2, 3, 4)),
+])
+def test_rearranging_modules_match_torch(name, args, shape):
+    x = np.random.default_rng(4).standard_normal(shape)
+    _check_module_against_torch(getattr(nn, name)(*args), getattr(torch.nn, name)(*args), x)
+
+
+@pytest.mark.parametrize("fn, shape, factor, message", [
+    ("pixel_shuffle", (1, 5, 2, 2), 2, "divisible by the square of upscale_factor"),
+    ("pixel_shuffle", (5, 2), 2, "at least 3 dimensions"),
+    ("pixel_unshuffle", (1, 1, 3, 4), 2, "height to be divisible"),
+    ("pixel_unshuffle", (1, 1, 4, 3), 2, "width to be divisible"),
+])
+def test_pixel_shuffle_errors_match_torch(fn, shape, factor, message):
+    with pytest.raises(RuntimeError, match=message):
+        getattr(torch.nn.functional, fn)(torch.zeros(shape), factor)
+    with pytest.raises(RuntimeError, match=message):
+        getattr(nn.functional, fn)(mpigrad.zeros(*shape), factor)
