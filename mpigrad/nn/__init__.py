@@ -16,3 +16,4 @@ from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
 from .conv import Conv1d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
                         ZeroPad2d)
+from .normalization import GroupNorm  # noqa: F401

@@ -21,7 +21,8 @@ from ..tensor import Tensor
 __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pad",
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
-           "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle"]
+           "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
+           "group_norm"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -429,6 +430,26 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         out = out * weight
     if bias is not None:
         out = out + bias
+    return out
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalises each sample's channels (dimension 1) in `num_groups` consecutive groups, each
+    over its channels and all spatial positions (biased variance); weight and bias are per
+    channel."""
+    if input.ndim < 2 or input.shape[1] % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    check_same_dtype(_MIXED_DTYPES, input, weight, bias)
+    grouped = input.reshape(input.shape[0], num_groups, -1)
+    out = _normalize(grouped, grouped.mean(-1, keepdim=True),
+                     grouped.var(-1, keepdim=True, correction=0), eps).reshape(input.shape)
+    per_channel = (input.shape[1],) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
     return out
 
 

@@ -107,3 +107,39 @@ def test_pixel_shuffle_errors_match_torch(fn, shape, factor, message):
         getattr(torch.nn.functional, fn)(torch.zeros(shape), factor)
     with pytest.raises(RuntimeError, match=message):
         getattr(nn.functional, fn)(mpigrad.zeros(*shape), factor)
+
+
+@pytest.mark.parametrize("args, kwargs, shape", [
+    ((2, 4), {}, (3, 4, 5, 2)),
+    ((1, 6), dict(eps=1e-3), (2, 6, 3)),
+    ((3, 6), dict(affine=False), (2, 6, 2, 2)),
+    ((6, 6), dict(bias=False), (2, 6)),
+])
+def test_group_norm_matches_torch(args, kwargs, shape):
+    ours = nn.GroupNorm(*args, dtype=mpigrad.float64, **kwargs)
+    theirs = torch.nn.GroupNorm(*args, dtype=torch.float64, **kwargs)
+    rng = np.random.default_rng(5)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rng.standard_normal(p.shape)))
+    ours.load_state_dict({k: mpigrad.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    x = rng.standard_normal(shape)
+    xo = mpigrad.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    yo, yt = ours(xo), theirs(xt)
+    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-10)
+    g = rng.standard_normal(shape)
+    yo.backward(mpigrad.tensor(g))
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-10)
+    for (name, po), (_, pt) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(po.grad.numpy(), pt.grad.numpy(), rtol=1e-10, atol=1e-10,
+                                   err_msg=name)
+    assert repr(ours) == repr(theirs)
+
+
+def test_group_norm_errors_match_torch():
+    with pytest.raises(ValueError, match="must be divisible by num_groups"):
+        nn.GroupNorm(3, 4)
+    with pytest.raises(RuntimeError, match="divisible by num_groups, but got input of shape"):
+        nn.functional.group_norm(mpigrad.zeros(2, 5, 3), 2)
