@@ -4,6 +4,7 @@ import pytest
 
 import mpigrad
 from mpigrad import nn
+from mpigrad.autograd import gradcheck, gradgradcheck
 
 torch = pytest.importorskip("torch")
 
@@ -143,3 +144,19 @@ def test_group_norm_errors_match_torch():
         nn.GroupNorm(3, 4)
     with pytest.raises(RuntimeError, match="divisible by num_groups, but got input of shape"):
         nn.functional.group_norm(mpigrad.zeros(2, 5, 3), 2)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: nn.Conv1d(2, 4, 3, stride=2, padding=1, groups=2), (2, 2, 5)),
+    (lambda: nn.Conv1d(2, 3, 2, padding="same", dilation=2), (1, 2, 4)),
+    (lambda: nn.GroupNorm(2, 4), (2, 4, 3)),
+    (lambda: nn.PixelShuffle(2), (1, 4, 2, 3)),
+    (lambda: nn.PixelUnshuffle(2), (1, 1, 2, 4)),
+    (lambda: nn.Fold((3, 3), 2), (1, 4, 4)),
+])
+def test_new_modules_pass_gradcheck_and_gradgradcheck(make, shape):
+    module = make().double()
+    x = mpigrad.tensor(np.random.default_rng(6).standard_normal(shape), requires_grad=True)
+    inputs = (x, *module.parameters())
+    assert gradcheck(lambda x, *ps: module(x), inputs)
+    assert gradgradcheck(lambda x, *ps: module(x), inputs)
