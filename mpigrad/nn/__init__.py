@@ -17,3 +17,4 @@ from .conv import Conv1d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
                         ZeroPad2d)
 from .normalization import GroupNorm  # noqa: F401
+from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401

@@ -22,7 +22,7 @@ __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pa
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
            "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
-           "group_norm"]
+           "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -731,3 +731,42 @@ def pixel_unshuffle(input, downscale_factor):
     blocks = input.reshape(*batch, channels, h // r, r, w // r, r)
     order = tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3)
     return blocks.permute(*order).reshape(*batch, channels * r * r, h // r, w // r)
+
+
+# ----------------------------------------------------------------------------- adaptive pooling
+def _adaptive_mean_matrix(size, out_size, dtype):
+    """(out_size, size) matrix whose row i averages torch's adaptive bin i: inputs
+    floor(i * size / out_size) up to ceil((i + 1) * size / out_size)."""
+    matrix = np.zeros((out_size, size), dtype=dtype)
+    for i in range(out_size):
+        start, end = (i * size) // out_size, -((-(i + 1) * size) // out_size)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return Tensor(matrix)
+
+
+def _adaptive_sizes(what, input, output_size, dims):
+    if input.ndim < dims + 1:
+        raise ValueError("Input dimension should be at least " + str(dims + 1))
+    sizes = (output_size,) * dims if isinstance(output_size, numbers.Integral) or \
+        output_size is None else tuple(output_size)
+    if len(sizes) != dims:
+        raise RuntimeError(f"{what}: output_size must be {dims}")
+    return [input.shape[input.ndim - dims + i] if s is None else int(s)
+            for i, s in enumerate(sizes)]
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Mean over torch's adaptive bins of the last dimension, as one product with a fixed
+    averaging matrix (so its gradient and tangent are products too)."""
+    (length,) = _adaptive_sizes("adaptive_avg_pool1d", input, output_size, 1)
+    return input @ _adaptive_mean_matrix(input.shape[-1], length, input.dtype).T
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Mean over torch's adaptive bins of the last two dimensions: bins are products of a
+    height interval and a width interval, so the mean separates into one averaging matrix per
+    axis."""
+    height, width = _adaptive_sizes("adaptive_avg_pool2d", input, output_size, 2)
+    rows = _adaptive_mean_matrix(input.shape[-2], height, input.dtype)
+    columns = _adaptive_mean_matrix(input.shape[-1], width, input.dtype)
+    return rows @ input @ columns.T

@@ -153,6 +153,8 @@ def test_group_norm_errors_match_torch():
     (lambda: nn.PixelShuffle(2), (1, 4, 2, 3)),
     (lambda: nn.PixelUnshuffle(2), (1, 1, 2, 4)),
     (lambda: nn.Fold((3, 3), 2), (1, 4, 4)),
+    (lambda: nn.AdaptiveAvgPool2d((2, 3)), (1, 2, 5, 4)),
+    (lambda: nn.AdaptiveAvgPool1d(2), (2, 3)),
 ])
 def test_new_modules_pass_gradcheck_and_gradgradcheck(make, shape):
     module = make().double()
@@ -160,3 +162,24 @@ def test_new_modules_pass_gradcheck_and_gradgradcheck(make, shape):
     inputs = (x, *module.parameters())
     assert gradcheck(lambda x, *ps: module(x), inputs)
     assert gradgradcheck(lambda x, *ps: module(x), inputs)
+
+
+@pytest.mark.parametrize("name, output_size, shape", [
+    ("AdaptiveAvgPool2d", 1, (2, 3, 5, 4)),
+    ("AdaptiveAvgPool2d", (3, 2), (2, 3, 7, 5)),
+    ("AdaptiveAvgPool2d", (None, 4), (3, 5, 6)),
+    ("AdaptiveAvgPool2d", 6, (1, 2, 4, 5)),
+    ("AdaptiveAvgPool1d", 3, (2, 3, 7)),
+    ("AdaptiveAvgPool1d", 4, (3, 4)),
+])
+def test_adaptive_avg_pool_matches_torch(name, output_size, shape):
+    x = np.random.default_rng(8).standard_normal(shape)
+    _check_module_against_torch(getattr(nn, name)(output_size),
+                                getattr(torch.nn, name)(output_size), x)
+
+
+def test_adaptive_avg_pool_errors_match_torch():
+    with pytest.raises(ValueError, match="Input dimension should be at least 3"):
+        nn.functional.adaptive_avg_pool2d(mpigrad.zeros(2, 3), 2)
+    with pytest.raises(RuntimeError, match="output_size must be 2"):
+        nn.functional.adaptive_avg_pool2d(mpigrad.zeros(1, 2, 3, 3), (2, 2, 2))
