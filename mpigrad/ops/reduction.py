@@ -361,3 +361,19 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     values, indices = sort(x, axis, descending=largest)
     head = (slice(None),) * axis
     return SortResult(values[head + (slice(0, k),)], indices[head + (slice(0, k),)])
+
+
+def _safe_softmax_forward(x, dim):
+    # A row that is -inf everywhere (attention with every key masked) gives zeros, as torch's
+    # _safe_softmax does, instead of the 0/0 NaNs of the plain softmax.
+    top = np.max(x, axis=dim, keepdims=True)
+    dead = np.isneginf(top)
+    e = np.exp(x - np.where(dead, 0, top))
+    total = np.sum(e, axis=dim, keepdims=True)
+    e /= np.where(dead, 1, total)
+    return e
+
+
+# Zero rows have zero Jacobians, which softmax's rules already give from ans = 0.
+safe_softmax = Op("_safe_softmax", _safe_softmax_forward, _softmax_op.vjps, _softmax_op.jvps,
+                  saves="ans", grad_fn_name="SafeSoftmaxBackward0")
