@@ -863,9 +863,10 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         key_padding_mask = None if key_padding_mask is None else pad(key_padding_mask, (0, 1))
     src_len = k.shape[1]
     if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (bsz, src_len):
-            raise AssertionError(f"expecting key_padding_mask shape of {(bsz, src_len)}, but got "
-                                 f"{tuple(key_padding_mask.shape)}")
+        for axis, expected in enumerate((bsz, src_len)):
+            if key_padding_mask.shape[axis] != expected:
+                raise AssertionError(f"Expected key_padded_mask.shape[{axis}] to be {expected}, "
+                                     f"but got {key_padding_mask.shape[axis]}")
         padding = (key_padding_mask.reshape((bsz, 1, 1, src_len))
                    .expand((bsz, num_heads, 1, src_len)).reshape((bsz * num_heads, 1, src_len)))
         attn_mask = padding if attn_mask is None else attn_mask + padding

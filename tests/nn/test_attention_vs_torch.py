@@ -233,3 +233,201 @@ def test_sdpa_errors_as_torch(rng):
     _expect(RuntimeError, None, lambda: F.scaled_dot_product_attention(q, k[..., :3], v))
     _expect(RuntimeError, None, lambda: torch.nn.functional.scaled_dot_product_attention(
         tq, tk[..., :3], tv))
+
+
+# ----------------------------------------------------------------------------- MultiheadAttention
+def _twin(torch_module, ours):
+    """Loads torch_module's state dict (as numpy arrays) into `ours`, both float64; returns
+    the pair (ours, torch_module)."""
+    torch_module.double()
+    result = ours.load_state_dict({k: v.detach().numpy() for k, v in
+                                   torch_module.state_dict().items()})
+    assert list(ours.state_dict()) == list(torch_module.state_dict())
+    assert not result.missing_keys and not result.unexpected_keys
+    return ours, torch_module
+
+
+def _mha_pair(**options):
+    return _twin(torch.nn.MultiheadAttention(**options), mg.nn.MultiheadAttention(**options))
+
+
+def _run_both(ours, theirs, arrays, rng, masks=None, **options):
+    """Calls both modules on the same inputs and masks; compares outputs, returned weights,
+    input gradients and every parameter's gradient."""
+    masks = masks or {}
+    inputs = [_pair(a) for a in arrays]
+    if not options.pop("fully_masked_rows", False):
+        # Every query keeps its first key, so no row is masked everywhere (NaN in torch).
+        for mask in masks.values():
+            if mask.dtype == bool:
+                mask[..., 0] = False
+    our_out = ours(*(a for a, _ in inputs), **{k: mg.tensor(v) for k, v in masks.items()},
+                   **options)
+    their_out = theirs(*(b for _, b in inputs), **{k: torch.tensor(v) for k, v in masks.items()},
+                       **options)
+    loss, expected_loss = 0, 0
+    for a, b in zip(our_out if isinstance(our_out, tuple) else [our_out],
+                    their_out if isinstance(their_out, tuple) else [their_out]):
+        if b is None:
+            assert a is None
+            continue
+        _close(a, b)
+        if not np.isfinite(b.detach().numpy()).all():
+            continue
+        seed = rng.standard_normal(tuple(b.shape))
+        loss = loss + (a * mg.tensor(seed)).sum()
+        expected_loss = expected_loss + (b * torch.tensor(seed)).sum()
+    if isinstance(loss, int):
+        return our_out
+    loss.backward()
+    expected_loss.backward()
+    for (a, b) in inputs:
+        if b.grad is not None:
+            _close(a.grad, b.grad)
+    theirs_named = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        _close(p.grad, theirs_named[name].grad)
+    return our_out
+
+
+L, S, N, E, H = 4, 5, 2, 6, 3
+
+
+def _qkv(rng, kdim=E, vdim=E, batch_first=False, batched=True):
+    def shape(length, width):
+        if not batched:
+            return (length, width)
+        return (N, length, width) if batch_first else (length, N, width)
+    return [rng.standard_normal(shape(L, E)), rng.standard_normal(shape(S, kdim)),
+            rng.standard_normal(shape(S, vdim))]
+
+
+@pytest.mark.parametrize("need_weights,average", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("options", [
+    {}, {"bias": False}, {"add_bias_kv": True}, {"add_zero_attn": True},
+    {"kdim": 4, "vdim": 5}, {"batch_first": True},
+    {"add_bias_kv": True, "add_zero_attn": True, "kdim": 4, "vdim": 2},
+])
+def test_mha_options(rng, options, need_weights, average):
+    ours, theirs = _mha_pair(embed_dim=E, num_heads=H, **options)
+    arrays = _qkv(rng, options.get("kdim", E), options.get("vdim", E),
+                  options.get("batch_first", False))
+    mask = rng.random((L, S)) > 0.7
+    kpm = rng.random((N, S)) > 0.7
+    _run_both(ours, theirs, arrays, rng, need_weights=need_weights,
+              average_attn_weights=average)
+    _run_both(ours, theirs, arrays, rng, dict(attn_mask=mask, key_padding_mask=kpm),
+              need_weights=need_weights, average_attn_weights=average)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("masks", [
+    lambda rng: dict(attn_mask=rng.random((L, S)) > 0.6),
+    lambda rng: dict(attn_mask=rng.standard_normal((L, S))),
+    lambda rng: dict(attn_mask=rng.random((N * H, L, S)) > 0.6),
+    lambda rng: dict(attn_mask=rng.standard_normal((N * H, L, S))),
+    lambda rng: dict(key_padding_mask=rng.random((N, S)) > 0.5),
+    lambda rng: dict(key_padding_mask=rng.standard_normal((N, S))),
+    lambda rng: dict(key_padding_mask=rng.standard_normal((N, S)),
+                     attn_mask=rng.standard_normal((N * H, L, S))),
+], ids=["bool2d", "float2d", "bool3d", "float3d", "kpm_bool", "kpm_float", "both_float"])
+def test_mha_masks(rng, masks, need_weights):
+    ours, theirs = _mha_pair(embed_dim=E, num_heads=H)
+    _run_both(ours, theirs, _qkv(rng), rng, masks(rng), need_weights=need_weights)
+
+
+def test_mha_self_attention_and_unbatched(rng):
+    ours, theirs = _mha_pair(embed_dim=E, num_heads=H, batch_first=True)
+    x = rng.standard_normal((N, L, E))
+    a, b = _pair(x)
+    _close(ours(a, a, a)[0], theirs(b, b, b)[0])
+    unbatched = _qkv(rng, batched=False)
+    _run_both(ours, theirs, unbatched, rng, dict(attn_mask=rng.random((L, S)) > 0.6,
+                                                   key_padding_mask=rng.random(S) > 0.6))
+    _run_both(ours, theirs, unbatched, rng, dict(attn_mask=rng.standard_normal((H, L, S))),
+              average_attn_weights=False)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_is_causal_hint(rng, need_weights):
+    ours, theirs = _mha_pair(embed_dim=E, num_heads=H)
+    causal = np.triu(np.ones((L, L), bool), 1)
+    arrays = [rng.standard_normal((L, N, E)) for _ in range(3)]
+    _run_both(ours, theirs, arrays, rng, dict(attn_mask=causal), need_weights=need_weights,
+              is_causal=True)
+    with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+        ours(*(mg.tensor(a) for a in arrays), is_causal=True)
+
+
+def test_mha_fully_masked_rows_as_torch(rng):
+    # torch: NaN rows in the weights path (plain softmax), zeros in the fused one.
+    ours, theirs = _mha_pair(embed_dim=E, num_heads=H)
+    kpm = np.zeros((N, S), bool)
+    kpm[1] = True
+    for need_weights in (True, False):
+        out = _run_both(ours, theirs, _qkv(rng), rng, dict(key_padding_mask=kpm),
+                        need_weights=need_weights, fully_masked_rows=True)
+        assert np.isnan(out[0].detach().numpy()[:, 1]).all() == need_weights
+
+
+def test_mha_dropout(rng):
+    ours = mg.nn.MultiheadAttention(E, H, dropout=0.5)
+    inputs = [mg.tensor(a) for a in _qkv(rng)]
+    ours.eval()
+    first = ours(*inputs)[1].detach().numpy()
+    np.testing.assert_array_equal(ours(*inputs)[1].detach().numpy(), first)
+    ours.train()
+    dropped = ours(*inputs, average_attn_weights=False)[1].detach().numpy()
+    kept = dropped != 0
+    assert 0.3 < kept.mean() < 0.7
+    ours.eval()
+    full = ours(*inputs, average_attn_weights=False)[1].detach().numpy()
+    np.testing.assert_allclose(dropped[kept], 2 * full[kept], **TOL)
+
+
+def test_mha_parameters_and_init(rng):
+    packed = mg.nn.MultiheadAttention(E, H, add_bias_kv=True)
+    assert [n for n, _ in packed.named_parameters()] == \
+        [n for n, _ in torch.nn.MultiheadAttention(E, H, add_bias_kv=True).named_parameters()]
+    assert isinstance(packed.out_proj, mg.nn.NonDynamicallyQuantizableLinear)
+    assert isinstance(packed.out_proj, mg.nn.Linear)
+    assert np.all(packed.in_proj_bias.detach().numpy() == 0)
+    assert np.all(packed.out_proj.bias.detach().numpy() == 0)
+    bound = np.sqrt(6 / (E + 3 * E))
+    assert np.abs(packed.in_proj_weight.detach().numpy()).max() <= bound
+    separate = mg.nn.MultiheadAttention(E, H, kdim=4, vdim=5, bias=False)
+    assert separate.in_proj_weight is None and separate.in_proj_bias is None
+    assert tuple(separate.k_proj_weight.shape) == (E, 4)
+    assert tuple(separate.v_proj_weight.shape) == (E, 5)
+    assert separate.out_proj.bias is None
+
+
+def test_mha_errors_as_torch(rng):
+    with pytest.raises(AssertionError, match="embed_dim must be divisible by num_heads"):
+        mg.nn.MultiheadAttention(5, 2)
+    with pytest.raises(AssertionError, match="embed_dim must be divisible by num_heads"):
+        torch.nn.MultiheadAttention(5, 2)
+    ours, theirs = _mha_pair(embed_dim=E, num_heads=H)
+    q, k, v = _qkv(rng)
+    bad_calls = [
+        (AssertionError, "expected `key` and `value` to be 3-D", (q, k[0], v[0]), {}),
+        (AssertionError, "batched 3D tensor but received 4-D", (q[None], k[None], v[None]), {}),
+        (RuntimeError, "The shape of the 2D attn_mask is", (q, k, v),
+         dict(attn_mask=np.zeros((L, L), bool))),
+        (RuntimeError, "The shape of the 3D attn_mask is", (q, k, v),
+         dict(attn_mask=np.zeros((H, L, S), bool))),
+        (AssertionError, "expected `attn_mask` to be `None`, 2-D or 3-D", (q, k, v),
+         dict(attn_mask=np.zeros((1, N * H, L, S), bool))),
+        (AssertionError, r"Expected key_padded_mask.shape\[1\] to be 5", (q, k, v),
+         dict(key_padding_mask=np.zeros((N, L), bool))),
+        (AssertionError, "only bool and floating types of attn_mask", (q, k, v),
+         dict(attn_mask=np.zeros((L, S), np.int64))),
+        (AssertionError, "was expecting embedding dimension of", (q[..., :3], k, v), {}),
+        (AssertionError, "does not match value shape", (q, k, v[:2]), {}),
+    ]
+    for error, match, arrays, masks in bad_calls:
+        with pytest.raises(error, match=match):
+            ours(*(mg.tensor(a) for a in arrays), **{n: mg.tensor(m) for n, m in masks.items()})
+        with pytest.raises(error, match=match):
+            theirs(*(torch.tensor(a) for a in arrays),
+                   **{n: torch.tensor(m) for n, m in masks.items()})
