@@ -15,3 +15,5 @@ from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401
 from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
+from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
+                          TransformerEncoderLayer, TransformerDecoderLayer)
