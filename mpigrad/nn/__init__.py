@@ -17,3 +17,5 @@ from .activation import MultiheadAttention  # noqa: F401
 from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
 from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
                           TransformerEncoderLayer, TransformerDecoderLayer)
+from .normalization import RMSNorm  # noqa: F401
+from .container import ParameterList, ParameterDict  # noqa: F401

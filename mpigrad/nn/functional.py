@@ -900,3 +900,59 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         out = out.squeeze(1)
         weights = None if weights is None else weights.squeeze(0)
     return out, weights
+
+
+# ----------------------------------------------------------------------------- norms
+def _normalized_shape(normalized_shape):
+    return ((normalized_shape,) if isinstance(normalized_shape, numbers.Integral)
+            else tuple(normalized_shape))
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """input / sqrt(mean(input^2) + eps) over the trailing `normalized_shape` dimensions,
+    times weight; eps=None means the machine epsilon of input's dtype, as torch."""
+    shape = _normalized_shape(normalized_shape)
+    if not shape or tuple(input.shape[input.ndim - len(shape):]) != shape:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
+                           f"[*{', '.join(map(str, shape))}], but got input of size"
+                           f"{list(input.shape)}")
+    check_same_dtype(_MIXED_DTYPES, input, weight)
+    if eps is None:
+        eps = float(np.finfo(input.dtype).eps)
+    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    out = input / ((input * input).mean(dims, keepdim=True) + eps).sqrt()
+    return out if weight is None else out * weight
+
+
+def _vector_norm(input, p, dim):
+    if p in (1, 2):
+        return ops.norm(input, p=p, dim=dim, keepdim=True)
+    if p == np.inf:
+        return input.abs().amax(dim, keepdim=True)
+    total = (input.abs() ** p).sum(dim, keepdim=True)
+    # The root's derivative is infinite at 0; a zero vector's norm gets torch's zero gradient.
+    zero = total == 0
+    return ops.where(zero, 0.0, ops.where(zero, 1.0, total) ** (1.0 / p))
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input divided by its p-norm along `dim`, the norm clamped below at eps."""
+    if out is not None:
+        raise NotImplementedError("normalize: out= is not supported")
+    if not -input.ndim <= dim < max(input.ndim, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-input.ndim}, {input.ndim - 1}], but got {dim})")
+    return input / ops.clamp(_vector_norm(input, p, dim), min=eps)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine of the angle between x1 and x2 (broadcast together) along `dim`; each norm is
+    clamped below at eps. As in torch, the clamp changes the value only: the gradient is the
+    one of the unclamped norm."""
+    shape = np.broadcast_shapes(x1.shape, x2.shape)
+    unit = []
+    for x in (x1, x2):
+        x = x.expand(shape)
+        norm = ops.norm(x, p=2, dim=dim, keepdim=True)
+        unit.append(x / (norm + (ops.clamp(norm, min=eps) - norm).detach()))
+    return (unit[0] * unit[1]).sum(dim)
