@@ -715,8 +715,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                "heads in ")
         key = _repeat_heads(key, heads // key_heads)
         value = _repeat_heads(value, heads // value_heads)
-    if scale is None:
-        scale = 1.0 / np.sqrt(query.shape[-1])
+    # A Python float, so float32 inputs stay float32.
+    scale = 1.0 / float(np.sqrt(query.shape[-1])) if scale is None else float(scale)
     scores = (query * scale) @ key.transpose(-2, -1)
     length, source = query.shape[-2], key.shape[-2]
     if is_causal:
@@ -873,7 +873,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     if not training:
         dropout_p = 0.0
     if need_weights:
-        scores = (q * (1.0 / np.sqrt(head_dim))) @ k.transpose(-2, -1)
+        scores = (q * (1.0 / float(np.sqrt(head_dim)))) @ k.transpose(-2, -1)
         if attn_mask is not None:
             scores = scores + attn_mask
         # A plain softmax, as torch's weights path: fully masked rows come out NaN there too.

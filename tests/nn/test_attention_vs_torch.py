@@ -431,3 +431,14 @@ def test_mha_errors_as_torch(rng):
         with pytest.raises(error, match=match):
             theirs(*(torch.tensor(a) for a in arrays),
                    **{n: torch.tensor(m) for n, m in masks.items()})
+
+
+def test_float32_stays_float32(rng):
+    q, k, v = (mg.tensor(rng.standard_normal(s).astype(np.float32)) for s in QKV)
+    assert F.scaled_dot_product_attention(q, k, v, is_causal=True).dtype == mg.float32
+    assert F.scaled_dot_product_attention(q, k, v, scale=np.float64(0.5)).dtype == mg.float32
+    mha = mg.nn.MultiheadAttention(E, H, dtype=mg.float32)
+    x = mg.tensor(rng.standard_normal((L, N, E)).astype(np.float32))
+    out, weights = mha(x, x, x)
+    assert out.dtype == weights.dtype == mg.float32
+    assert mha(x, x, x, need_weights=False)[0].dtype == mg.float32
