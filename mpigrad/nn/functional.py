@@ -460,9 +460,8 @@ def _check_indices(indices, size, what, name):
 
 def _embedding_options(num_embeddings, padding_idx, scale_grad_by_freq, sparse, what):
     """Checks the options; returns padding_idx as a non-negative row (or None)."""
-    if scale_grad_by_freq or sparse:
-        raise NotImplementedError(f"{what}: scale_grad_by_freq and sparse gradients are not "
-                                  "supported")
+    if sparse:
+        raise NotImplementedError(f"{what}: sparse gradients are not supported")
     if padding_idx is None:
         return None
     if not -num_embeddings <= padding_idx < num_embeddings:
@@ -475,7 +474,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
     """Rows of `weight` picked by the integer tensor `input`; repeated indices add their
     gradients. The padding_idx row gets no gradient. With max_norm, the picked rows are first
-    rescaled in place to norm at most max_norm (as torch does)."""
+    rescaled in place to norm at most max_norm (as torch does). With scale_grad_by_freq, each
+    row's gradient is divided by its index's count in input."""
     padding_idx = _embedding_options(weight.shape[0], padding_idx, scale_grad_by_freq, sparse,
                                      "embedding")
     input = _as_tensor(input)
@@ -483,6 +483,13 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if max_norm is not None:
         _renorm_rows(weight, np.unique(input.data), max_norm, norm_type)
     rows = weight[input]
+    if scale_grad_by_freq and rows.requires_grad:
+        # Each looked-up row's gradient divided by how often its index occurs in input; the
+        # value (and the tangent) are untouched, as in torch.
+        _, where_from, counts = np.unique(input.data, return_inverse=True, return_counts=True)
+        scale = Tensor.wrap((1.0 / counts[where_from.reshape(input.shape)])[..., None]
+                            .astype(weight.dtype))
+        rows.register_hook(lambda grad: grad * scale)
     if padding_idx is not None:
         keep = input.data != padding_idx
         if not keep.all():

@@ -219,3 +219,18 @@ def test_parameters_in_containers_train(rng):
     optimizer.step()
     assert not np.allclose(model.scales[0].detach().numpy(), 1)
     assert not np.allclose(model.shifts["x"].detach().numpy(), 0)
+
+
+def test_embedding_scale_grad_by_freq(rng):
+    weight = rng.standard_normal((5, 3))
+    ours = mg.nn.Embedding(5, 3, padding_idx=0, scale_grad_by_freq=True)
+    theirs = torch.nn.Embedding(5, 3, padding_idx=0, scale_grad_by_freq=True).double()
+    ours.load_state_dict({"weight": weight})
+    theirs.load_state_dict({"weight": torch.tensor(weight)})
+    index = np.array([[1, 1, 3], [1, 0, 3]])
+    out, expected = ours(mg.tensor(index)), theirs(torch.tensor(index))
+    np.testing.assert_array_equal(out.detach().numpy(), expected.detach().numpy())
+    seed = rng.standard_normal(out.shape)
+    out.backward(mg.tensor(seed))
+    expected.backward(torch.tensor(seed))
+    np.testing.assert_allclose(ours.weight.grad.numpy(), theirs.weight.grad.numpy(), **TOL)
