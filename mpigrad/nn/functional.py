@@ -740,27 +740,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return weights @ value
 
 
-def _mask_dims_check(query, key, value, key_padding_mask, attn_mask, num_heads):
+def _check_mha_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):
     """torch's _mha_shape_check: whether the input is batched, with its assertions."""
-    if query.ndim == 3:
-        kind = "batched (3-D)"
-        if key.ndim != 3 or value.ndim != 3:
-            raise AssertionError(f"For {kind} `query`, expected `key` and `value` to be 3-D but "
-                                 f"found {key.ndim}-D and {value.ndim}-D tensors respectively")
-        if key_padding_mask is not None and key_padding_mask.ndim != 2:
-            raise AssertionError(f"For {kind} `query`, expected `key_padding_mask` to be `None` "
-                                 f"or 2-D but found {key_padding_mask.ndim}-D tensor instead")
-    elif query.ndim == 2:
-        kind = "unbatched (2-D)"
-        if key.ndim != 2 or value.ndim != 2:
-            raise AssertionError(f"For {kind} `query`, expected `key` and `value` to be 2-D but "
-                                 f"found {key.ndim}-D and {value.ndim}-D tensors respectively")
-        if key_padding_mask is not None and key_padding_mask.ndim != 1:
-            raise AssertionError(f"For {kind} `query`, expected `key_padding_mask` to be `None` "
-                                 f"or 1-D but found {key_padding_mask.ndim}-D tensor instead")
-    else:
+    rank = query.ndim
+    if rank not in (2, 3):
         raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received "
-                             f"{query.ndim}-D query tensor")
+                             f"{rank}-D query tensor")
+    kind = "batched (3-D)" if rank == 3 else "unbatched (2-D)"
+    if key.ndim != rank or value.ndim != rank:
+        raise AssertionError(f"For {kind} `query`, expected `key` and `value` to be {rank}-D but "
+                             f"found {key.ndim}-D and {value.ndim}-D tensors respectively")
+    if key_padding_mask is not None and key_padding_mask.ndim != rank - 1:
+        raise AssertionError(f"For {kind} `query`, expected `key_padding_mask` to be `None` or "
+                             f"{rank - 1}-D but found {key_padding_mask.ndim}-D tensor instead")
     if attn_mask is not None and attn_mask.ndim not in (2, 3):
         raise AssertionError(f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D or 3-D "
                              f"but found {attn_mask.ndim}-D tensor instead")
@@ -807,7 +799,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                                   "supported")
     key_padding_mask = None if key_padding_mask is None else _as_tensor(key_padding_mask)
     attn_mask = None if attn_mask is None else _as_tensor(attn_mask)
-    batched = _mask_dims_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    batched = _check_mha_shapes(query, key, value, key_padding_mask, attn_mask, num_heads)
     if not batched:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         if key_padding_mask is not None:

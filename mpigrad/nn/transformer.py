@@ -53,24 +53,30 @@ def _sequence_length(src, batch_first):
 
 
 class _Layer(Module):
-    """The position-wise feed-forward block and the options both layer kinds share."""
+    """What both layer kinds share: self-attention, the position-wise feed-forward block, and
+    one LayerNorm and one dropout per residual block (`_blocks`: the encoder layer has 2, the
+    decoder layer 3, its extra block attending over the memory)."""
 
-    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                 batch_first, norm_first, bias, norms, dtype):
+    _blocks = 0
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=F.relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
         super().__init__()
+        check_device(device, type(self).__name__)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first, dtype=dtype)
-        if norms == 3:
+        if self._blocks == 3:
             self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                                      batch_first=batch_first, dtype=dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
         self.norm_first = norm_first
-        for i in range(1, norms + 1):
+        for i in range(1, self._blocks + 1):
             setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias,
                                                 dtype=dtype))
-        for i in range(1, norms + 1):
+        for i in range(1, self._blocks + 1):
             setattr(self, f"dropout{i}", Dropout(dropout))
         self.activation_relu_or_gelu = (2 if activation == "gelu" or activation is F.gelu
                                         else 1 if activation == "relu" or activation is F.relu
@@ -90,12 +96,7 @@ class TransformerEncoderLayer(_Layer):
     """Self-attention then a feed-forward block, each with a residual connection and a
     LayerNorm: after the residual sum (norm_first=False), or on the block's input."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=F.relu,
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
-                 device=None, dtype=None):
-        check_device(device, "TransformerEncoderLayer")
-        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                         batch_first, norm_first, bias, 2, dtype)
+    _blocks = 2
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         x = src
@@ -110,12 +111,7 @@ class TransformerDecoderLayer(_Layer):
     """Self-attention, attention over the encoder's output (memory), then a feed-forward
     block; residuals and LayerNorms as in the encoder layer."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=F.relu,
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
-                 device=None, dtype=None):
-        check_device(device, "TransformerDecoderLayer")
-        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                         batch_first, norm_first, bias, 3, dtype)
+    _blocks = 3
 
     def _mha_block(self, x, memory, attn_mask, key_padding_mask, is_causal):
         x = self.multihead_attn(x, memory, memory, attn_mask=attn_mask,

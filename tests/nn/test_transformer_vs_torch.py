@@ -72,12 +72,16 @@ def _activation_for_torch(options):
     return theirs
 
 
+def _layer_pair(name, **options):
+    """The layer class `name` of both libraries, built alike, with torch's weights in ours."""
+    return _twin(getattr(mg.nn, name)(D, NHEAD, FF, dropout=0.0, **options),
+                 getattr(torch.nn, name)(D, NHEAD, FF, dropout=0.0,
+                                         **_activation_for_torch(options)))
+
+
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(map(str, o)) or "default")
 def test_encoder_layer(rng, options):
-    ours, theirs = _twin(
-        mg.nn.TransformerEncoderLayer(D, NHEAD, FF, dropout=0.0, **options),
-        torch.nn.TransformerEncoderLayer(D, NHEAD, FF, dropout=0.0,
-                                         **_activation_for_torch(options)))
+    ours, theirs = _layer_pair("TransformerEncoderLayer", **options)
     bf = options.get("batch_first", False)
     _compare(ours, theirs, [_seq(rng, S, bf)], rng)
     causal = np.triu(np.full((S, S), -np.inf), 1)
@@ -89,10 +93,7 @@ def test_encoder_layer(rng, options):
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(map(str, o)) or "default")
 def test_decoder_layer(rng, options):
-    ours, theirs = _twin(
-        mg.nn.TransformerDecoderLayer(D, NHEAD, FF, dropout=0.0, **options),
-        torch.nn.TransformerDecoderLayer(D, NHEAD, FF, dropout=0.0,
-                                         **_activation_for_torch(options)))
+    ours, theirs = _layer_pair("TransformerDecoderLayer", **options)
     bf = options.get("batch_first", False)
     _compare(ours, theirs, [_seq(rng, T, bf), _seq(rng, S, bf)], rng)
     _compare(ours, theirs, [_seq(rng, T, bf), _seq(rng, S, bf)], rng,
@@ -103,12 +104,10 @@ def test_decoder_layer(rng, options):
 
 
 def test_layers_unbatched(rng):
-    ours, theirs = _twin(mg.nn.TransformerEncoderLayer(D, NHEAD, FF, dropout=0.0),
-                         torch.nn.TransformerEncoderLayer(D, NHEAD, FF, dropout=0.0))
+    ours, theirs = _layer_pair("TransformerEncoderLayer")
     _compare(ours, theirs, [_seq(rng, S, batched=False)], rng,
              src_key_padding_mask=_no_full_rows(rng.random(S) > 0.5))
-    ours, theirs = _twin(mg.nn.TransformerDecoderLayer(D, NHEAD, FF, dropout=0.0),
-                         torch.nn.TransformerDecoderLayer(D, NHEAD, FF, dropout=0.0))
+    ours, theirs = _layer_pair("TransformerDecoderLayer")
     _compare(ours, theirs, [_seq(rng, T, batched=False), _seq(rng, S, batched=False)], rng)
 
 
