@@ -9,6 +9,7 @@ import copy
 
 import numpy as np
 
+from .. import creation
 from ..tensor import Tensor
 from . import functional as F, init
 from ._checks import check_device
@@ -31,9 +32,9 @@ def _activation(activation):
 
 
 def _square_subsequent_mask(size, dtype=None):
-    """(size, size) float mask: 0 on and below the diagonal, -inf above it."""
-    dtype = np.float32 if dtype is None else dtype
-    return Tensor.wrap(np.triu(np.full((size, size), -np.inf), 1).astype(dtype))
+    """(size, size) float mask of `dtype` (default: the default dtype): 0 on and below the
+    diagonal, -inf above it."""
+    return Tensor.wrap(np.triu(creation.full((size, size), -np.inf, dtype=dtype).data, 1))
 
 
 def _is_causal_mask(mask, is_causal, size):
