@@ -725,16 +725,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # A Python float, so float32 inputs stay float32.
     scale = 1.0 / float(np.sqrt(query.shape[-1])) if scale is None else float(scale)
     scores = (query * scale) @ key.transpose(-2, -1)
-    length, source = query.shape[-2], key.shape[-2]
+    keep = None
     if is_causal:
-        attn_mask = Tensor.wrap(np.tri(length, source, dtype=np.bool_))
-    if attn_mask is not None:
-        if attn_mask.dtype == np.bool_:
-            scores = ops.masked_fill(scores, Tensor.wrap(~attn_mask.data), value=-np.inf)
-        else:
-            scores = scores + (attn_mask if attn_mask.dtype == scores.dtype
-                               else attn_mask.to(scores.dtype))
-    weights = ops.safe_softmax(scores, dim=-1)
+        keep = np.tri(query.shape[-2], key.shape[-2], dtype=np.bool_)
+    elif attn_mask is not None and attn_mask.dtype == np.bool_:
+        keep = attn_mask.data
+    elif attn_mask is not None:
+        scores = scores + (attn_mask if attn_mask.dtype == scores.dtype
+                           else attn_mask.to(scores.dtype))
+    weights = ops.masked_softmax(scores, keep, dim=-1)
     if dropout_p > 0:
         weights = _masked_dropout(weights, dropout_p, True, False, weights.shape)
     return weights @ value
