@@ -187,8 +187,8 @@ def test_sdpa_backward_keeps_one_attention_sized_array(rng):
     q = mg.tensor(rng.standard_normal((b, h, length, width)), requires_grad=True)
     k = mg.tensor(rng.standard_normal((b, h, source, width)), requires_grad=True)
     v = mg.tensor(rng.standard_normal((b, h, source, width)), requires_grad=True)
-    for options in [{}, {"is_causal": True}, {"attn_mask": mg.tensor(rng.random((length, source)) > 0.3)},
-                    {"attn_mask": mg.tensor(rng.standard_normal((b, h, length, source)))}]:
+    masks = [rng.random((length, source)) > 0.3, rng.standard_normal((b, h, length, source))]
+    for options in [{}, {"is_causal": True}] + [{"attn_mask": mg.tensor(m)} for m in masks]:
         saved = _saved_arrays(F.scaled_dot_product_attention(q, k, v, **options))
         big = [a for a in saved if a.size >= b * h * length * source and a.ndim == 4
                and a.shape[-2:] == (length, source)]
