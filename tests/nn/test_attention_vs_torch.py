@@ -94,6 +94,18 @@ def test_sdpa_grouped_query_attention(rng):
                mask=rng.random((3, 6)) > 0.3, enable_gqa=True)
 
 
+def test_sdpa_gradient_of_a_float_mask(rng):
+    mask, torch_mask = _pair(rng.standard_normal((3, 4, 6)))
+    arrays = [rng.standard_normal(s) for s in QKV]
+    out = F.scaled_dot_product_attention(*(mg.tensor(a) for a in arrays), attn_mask=mask)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(a) for a in arrays), attn_mask=torch_mask)
+    seed = rng.standard_normal(out.shape)
+    out.backward(mg.tensor(seed))
+    expected.backward(torch.tensor(seed))
+    _close(mask.grad, torch_mask.grad)
+
+
 def test_sdpa_float_mask_of_another_float_dtype(rng):
     q, k, v = (mg.tensor(rng.standard_normal(s)) for s in QKV)
     mask = rng.standard_normal((4, 6)).astype(np.float32)
@@ -344,8 +356,9 @@ def test_mha_self_attention_and_unbatched(rng):
     unbatched = _qkv(rng, batched=False)
     _run_both(ours, theirs, unbatched, rng, dict(attn_mask=rng.random((L, S)) > 0.6,
                                                    key_padding_mask=rng.random(S) > 0.6))
-    _run_both(ours, theirs, unbatched, rng, dict(attn_mask=rng.standard_normal((H, L, S))),
-              average_attn_weights=False)
+    for need_weights in (True, False):
+        _run_both(ours, theirs, unbatched, rng, dict(attn_mask=rng.standard_normal((H, L, S))),
+                  average_attn_weights=False, need_weights=need_weights)
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
