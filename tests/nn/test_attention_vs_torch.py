@@ -455,3 +455,19 @@ def test_float32_stays_float32(rng):
     out, weights = mha(x, x, x)
     assert out.dtype == weights.dtype == mg.float32
     assert mha(x, x, x, need_weights=False)[0].dtype == mg.float32
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_gradcheck_gradgradcheck_and_tangents(rng, need_weights):
+    mha = mg.nn.MultiheadAttention(4, 2, add_bias_kv=True, kdim=3, vdim=2)
+    query = mg.tensor(rng.standard_normal((3, 1, 4)), requires_grad=True)
+    key = mg.tensor(rng.standard_normal((2, 1, 3)), requires_grad=True)
+    value = mg.tensor(rng.standard_normal((2, 1, 2)), requires_grad=True)
+    mask = mg.tensor(np.array([[False, True], [False, False], [True, False]]))
+
+    def attend(q, k, v):
+        out, weights = mha(q, k, v, attn_mask=mask, need_weights=need_weights)
+        return out if weights is None else out.sum() + (weights * weights).sum()
+
+    assert gradcheck(attend, (query, key, value), check_forward_ad=True)
+    assert gradgradcheck(attend, (query, key, value))

@@ -197,3 +197,21 @@ def test_errors_as_torch(rng):
             model(src, tgt)
         with pytest.raises(RuntimeError, match="the feature number of src and tgt must be equal"):
             model(src, lib.tensor(rng.standard_normal((T, N, D + 1))))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_layers_gradcheck_gradgradcheck_and_tangents(rng, norm_first):
+    from mpigrad.autograd import gradcheck, gradgradcheck
+    encoder = mg.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, activation="gelu",
+                                            norm_first=norm_first)
+    decoder = mg.nn.TransformerDecoderLayer(4, 2, 6, dropout=0.0, norm_first=norm_first)
+    causal = mg.nn.Transformer.generate_square_subsequent_mask(3)
+
+    def both(src, tgt):
+        memory = encoder(src, src_key_padding_mask=mg.tensor([[False, False, True]]))
+        return decoder(tgt, memory, tgt_mask=causal, tgt_is_causal=True)
+
+    inputs = tuple(mg.tensor(rng.standard_normal((3, 1, 4)), requires_grad=True)
+                   for _ in range(2))
+    assert gradcheck(both, inputs, check_forward_ad=True)
+    assert gradgradcheck(both, inputs)
