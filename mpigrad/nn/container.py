@@ -213,7 +213,7 @@ class ParameterList(Module):
         return self.extend(values)
 
     def extra_repr(self):
-        return "\n".join(f"({i}): {_describe(p)}" for i, p in enumerate(self))
+        return _listing(enumerate(self))
 
 
 class ParameterDict(Module):
@@ -296,7 +296,13 @@ class ParameterDict(Module):
             self[key] = value
 
     def extra_repr(self):
-        return "\n".join(f"({k}): {_describe(p)}" for k, p in self.items())
+        return _listing(self.items())
+
+
+def _listing(pairs):
+    """One line per entry, indented inside the container's parentheses."""
+    lines = "".join(f"\n  ({key}): {_describe(value)}" for key, value in pairs)
+    return lines + "\n" if lines else ""
 
 
 def _describe(value):

@@ -234,3 +234,10 @@ def test_embedding_scale_grad_by_freq(rng):
     out.backward(mg.tensor(seed))
     expected.backward(torch.tensor(seed))
     np.testing.assert_allclose(ours.weight.grad.numpy(), theirs.weight.grad.numpy(), **TOL)
+
+
+def test_parameter_containers_print_one_entry_a_line():
+    assert repr(mg.nn.ParameterList([mg.ones(2), mg.zeros(2, 3)])) == (
+        "ParameterList(\n  (0): Parameter containing: [mpigrad.float64 of size 2]\n"
+        "  (1): Parameter containing: [mpigrad.float64 of size 2x3]\n)")
+    assert repr(mg.nn.ParameterDict()) == "ParameterDict()"
