@@ -688,6 +688,21 @@ def _check_attention_inputs(query, key, value, attn_mask, dropout_p):
                            f"sequence length, got {key.shape[-2]} and {value.shape[-2]}")
 
 
+def _check_mask_fits(mask, scores_shape):
+    """The mask must broadcast to the scores' shape without enlarging it (torch adds it into
+    the scores in place)."""
+    shape = tuple(mask.shape)
+    for axis in range(1, min(len(shape), len(scores_shape)) + 1):
+        a, b = scores_shape[-axis], shape[-axis]
+        if a != b and b != 1 and a != 1:
+            raise RuntimeError(f"The size of tensor a ({a}) must match the size of tensor b "
+                               f"({b}) at non-singleton dimension {len(scores_shape) - axis}")
+    broadcast = np.broadcast_shapes(shape, scores_shape)
+    if broadcast != tuple(scores_shape):
+        raise RuntimeError(f"output with shape {list(scores_shape)} doesn't match the broadcast "
+                           f"shape {list(broadcast)}")
+
+
 def _repeat_heads(x, repeats):
     """(..., Hk, S, d) -> (..., Hk * repeats, S, d), each head repeated in place (torch's
     repeat_interleave along the head dimension)."""
@@ -729,6 +744,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # A Python float, so float32 inputs stay float32.
     scale = 1.0 / float(np.sqrt(query.shape[-1])) if scale is None else float(scale)
     scores = (query * scale) @ key.transpose(-2, -1)
+    if attn_mask is not None:
+        _check_mask_fits(attn_mask, scores.shape)
     keep = None
     if is_causal:
         keep = np.tri(query.shape[-2], key.shape[-2], dtype=np.bool_)

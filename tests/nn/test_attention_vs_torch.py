@@ -471,3 +471,21 @@ def test_mha_gradcheck_gradgradcheck_and_tangents(rng, need_weights):
 
     assert gradcheck(attend, (query, key, value), check_forward_ad=True)
     assert gradgradcheck(attend, (query, key, value))
+
+
+@pytest.mark.parametrize("mask,match", [
+    (np.ones((3, 6), bool), r"size of tensor a \(4\) must match the size of tensor b \(3\) at "
+                            r"non-singleton dimension 0"),
+    (np.ones((3, 6)), r"size of tensor a \(4\) must match the size of tensor b \(3\)"),
+    (np.ones((2, 4, 6)), r"output with shape \[4, 6\] doesn't match the broadcast shape "
+                         r"\[2, 4, 6\]"),
+])
+def test_sdpa_mask_shape_errors_as_torch(rng, mask, match):
+    q, k = rng.standard_normal((4, 5)), rng.standard_normal((6, 5))
+    with pytest.raises(RuntimeError, match=match):
+        F.scaled_dot_product_attention(mg.tensor(q), mg.tensor(k), mg.tensor(k),
+                                       attn_mask=mg.tensor(mask))
+    with pytest.raises(RuntimeError, match=match):
+        torch.nn.functional.scaled_dot_product_attention(
+            torch.tensor(q), torch.tensor(k), torch.tensor(k), attn_mask=torch.tensor(mask))
+
