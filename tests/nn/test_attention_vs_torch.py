@@ -7,8 +7,12 @@ import mpigrad as mg
 import mpigrad.nn.functional as F
 from mpigrad.autograd import gradcheck, gradgradcheck
 from mpigrad.autograd.forward_ad import dual_level, make_dual, unpack_dual
+from mpigrad.autograd.graph import reachable
+from mpigrad.ops.core import OpNode
 
 torch = pytest.importorskip("torch")
+fwad = torch.autograd.forward_ad
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -163,11 +167,9 @@ def test_sdpa_tangent_against_torch(rng):
         duals = [make_dual(mg.tensor(a), mg.tensor(t)) for a, t in zip(arrays, tangents)]
         ours = unpack_dual(F.scaled_dot_product_attention(*duals, attn_mask=mg.tensor(mask)))
         ours_tangent = ours.tangent.numpy()
-    import torch.autograd.forward_ad as fwad
     with fwad.dual_level():
         duals = [fwad.make_dual(torch.tensor(a), torch.tensor(t))
                  for a, t in zip(arrays, tangents)]
-        from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(SDPBackend.MATH):
             theirs = fwad.unpack_dual(torch.nn.functional.scaled_dot_product_attention(
                 *duals, attn_mask=torch.tensor(mask)))
@@ -177,8 +179,6 @@ def test_sdpa_tangent_against_torch(rng):
 def _saved_arrays(out):
     """The arrays the graph behind `out` keeps for backward (inputs saved by each node, and
     saved outputs), each counted once."""
-    from mpigrad.autograd.graph import reachable
-    from mpigrad.ops.core import OpNode
     seen = {}
     for node in reachable([out.grad_fn]):
         if not isinstance(node, OpNode):

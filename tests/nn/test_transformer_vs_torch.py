@@ -6,6 +6,7 @@ import pytest
 
 import mpigrad as mg
 import mpigrad.nn.functional as F
+from mpigrad.autograd import gradcheck, gradgradcheck
 
 torch = pytest.importorskip("torch")
 
@@ -201,7 +202,6 @@ def test_errors_as_torch(rng):
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_layers_gradcheck_gradgradcheck_and_tangents(rng, norm_first):
-    from mpigrad.autograd import gradcheck, gradgradcheck
     encoder = mg.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, activation="gelu",
                                             norm_first=norm_first)
     decoder = mg.nn.TransformerDecoderLayer(4, 2, 6, dropout=0.0, norm_first=norm_first)
