@@ -215,3 +215,30 @@ def test_layers_gradcheck_gradgradcheck_and_tangents(rng, norm_first):
                    for _ in range(2))
     assert gradcheck(both, inputs, check_forward_ad=True)
     assert gradgradcheck(both, inputs)
+
+
+def test_training_steps_stay_equal_to_torch(rng):
+    ours, theirs = _twin(mg.nn.Transformer(D, NHEAD, 1, 1, FF, dropout=0.0, batch_first=True),
+                         torch.nn.Transformer(D, NHEAD, 1, 1, FF, dropout=0.0, batch_first=True))
+    our_opt = mg.optim.AdamW(ours.parameters(), lr=1e-2)
+    their_opt = torch.optim.AdamW(theirs.parameters(), lr=1e-2)
+    src, tgt = rng.standard_normal((N, S, D)), rng.standard_normal((N, T, D))
+    target = rng.standard_normal((N, T, D))
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    losses = []
+    for model, opt, lib in ((ours, our_opt, mg), (theirs, their_opt, torch)):
+        history = []
+        for _ in range(4):
+            out = model(lib.tensor(src), lib.tensor(tgt), tgt_mask=lib.tensor(mask))
+            loss = ((out - lib.tensor(target)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            history.append(loss.item())
+        losses.append(history)
+    np.testing.assert_allclose(losses[0], losses[1], **TOL)
+    assert losses[0][-1] < losses[0][0]
+    theirs_named = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), theirs_named[name].detach().numpy(),
+                                   **TOL, err_msg=name)
