@@ -17,11 +17,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(0)
-
-
 def _pair(array, requires_grad=True):
     return (mg.tensor(array, requires_grad=requires_grad),
             torch.tensor(array, requires_grad=requires_grad))

@@ -14,11 +14,6 @@ TF = torch.nn.functional
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(0)
-
-
 def _both(array):
     return mg.tensor(array, requires_grad=True), torch.tensor(array, requires_grad=True)
 

@@ -14,11 +14,6 @@ TOL = dict(rtol=1e-10, atol=1e-10)
 D, NHEAD, FF, N, S, T = 8, 2, 12, 2, 5, 4
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(0)
-
-
 def _twin(ours, theirs):
     theirs.double()
     ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
