@@ -22,6 +22,7 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   unsqueeze, cat, concat, stack, split, chunk, eq, ne, lt, le, gt, ge,
                   isnan, isfinite, clone, masked_fill, floor, ceil, round, cumsum, prod, sort,
                   topk, index_select, gather, unbind)
+from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softmax)
 from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401

@@ -13,3 +13,9 @@ from .sparse import Embedding  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
 from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
+from .activation import MultiheadAttention  # noqa: F401
+from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
+from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
+                          TransformerEncoderLayer, TransformerDecoderLayer)
+from .normalization import RMSNorm  # noqa: F401
+from .container import ParameterList, ParameterDict  # noqa: F401

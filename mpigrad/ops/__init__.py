@@ -12,3 +12,4 @@ from .reduction import (sum, mean, var, std, norm, amax, amin, max, min, argmax,
 from .shape import (reshape, flatten, permute, transpose, squeeze, unsqueeze, expand,  # noqa: F401
                     getitem, setitem_, index_put, copy_from, fill_with, cat, concat, stack,
                     split, chunk, pad, index_select, gather, repeat, unbind)
+from .reduction import safe_softmax, masked_softmax  # noqa: F401

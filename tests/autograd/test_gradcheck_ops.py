@@ -149,6 +149,10 @@ CASES = [
     ("tensor_methods", lambda a, b: a.add(b, alpha=2).sub(b, alpha=0.5).addcmul(a, b, value=3)
      .addcdiv(a, b * b + 1, value=-2).lerp(b, 0.3).neg().div(b * b + 1),
      [((2, 3), _normal), ((3,), _normal)]),
+    # attention (issue 20): the softmax that gives zeros for rows masked everywhere
+    ("safe_softmax", lambda a: mg._safe_softmax(a.masked_fill(
+        mg.tensor([[False] * 4, [True] * 4, [True, False, True, False]]), float("-inf")), -1),
+     [((3, 4), _normal)]),
 ]
 
 
