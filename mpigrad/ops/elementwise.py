@@ -110,3 +110,43 @@ _round = Op("round", lambda x, decimals: np.round(x, decimals),
 def round(x, decimals=0):
     """Half to even, as torch.round (and numpy) do."""
     return _round(x, decimals=decimals)
+
+
+rsqrt = Op("rsqrt", lambda x: 1 / np.sqrt(x), (lambda g, ans, x: g * (-0.5 * ans * ans * ans),),
+           saves="ans", elementwise=True)
+
+# Masking the triangle keeps or zeroes each element on its own: a diagonal Jacobian.
+_tril = Op("tril", lambda x, diagonal: np.tril(x, diagonal),
+           (lambda g, ans, x, diagonal: _tril(g, diagonal=diagonal),), elementwise=True)
+_triu = Op("triu", lambda x, diagonal: np.triu(x, diagonal),
+           (lambda g, ans, x, diagonal: _triu(g, diagonal=diagonal),), elementwise=True)
+
+
+def _triangle(op, name, input, diagonal):
+    if input.ndim < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+    return op(input, diagonal=int(diagonal))
+
+
+def tril(input, diagonal=0):
+    """The lower triangle of the last two dimensions (on and below `diagonal`), rest zero."""
+    return _triangle(_tril, "tril", input, diagonal)
+
+
+def triu(input, diagonal=0):
+    """The upper triangle of the last two dimensions (on and above `diagonal`), rest zero."""
+    return _triangle(_triu, "triu", input, diagonal)
+
+
+# Replaced entries are constants; torch passes the gradient only where x was finite.
+_nan_to_num = Op("nan_to_num",
+                 lambda x, nan, posinf, neginf: np.nan_to_num(x, nan=nan, posinf=posinf,
+                                                              neginf=neginf),
+                 (lambda g, ans, x, nan, posinf, neginf: where(np.isfinite(x.data), g, 0.0),),
+                 saves="x", elementwise=True)
+
+
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's
+    largest and smallest finite values)."""
+    return _nan_to_num(input, nan=nan, posinf=posinf, neginf=neginf)
