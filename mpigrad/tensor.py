@@ -722,10 +722,18 @@ class Tensor:
     def view(self, *shape):
         if isinstance(shape[0], np.dtype) or shape[0] in (float, int):
             raise TypeError("view(dtype) is not supported; use .to(dtype)")
-        if not self.data.flags.c_contiguous:
-            raise RuntimeError("view size is not compatible with input tensor's size and stride "
-                               "(the tensor is not contiguous); use .reshape(...) instead.")
-        return ops.reshape(self, _shape_arg(shape))
+        shape = _shape_arg(shape)
+        # As torch: any shape the strides allow without a copy (splitting the last dim of a
+        # non-contiguous slice, as attention code does), not only of contiguous tensors.
+        # numpy refuses to set a shape in place exactly when it would need a copy.
+        probe = self.data.view()
+        try:
+            probe.shape = shape
+        except AttributeError:
+            raise RuntimeError("view size is not compatible with input tensor's size and "
+                               "stride (at least one dimension spans across two contiguous "
+                               "subspaces). Use .reshape(...) instead.") from None
+        return ops.reshape(self, shape)
 
     def view_as(self, other):
         return self.view(other.shape)
@@ -769,7 +777,7 @@ class Tensor:
         return ops.clone(self)
 
     def contiguous(self):
-        return self if self.data.flags.c_contiguous else ops.clone(self)
+        return self if self.data.flags.c_contiguous else ops.clone(self, order="C")
 
 
 def zero_grads(tensors, set_to_none=True):

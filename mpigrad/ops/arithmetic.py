@@ -135,7 +135,9 @@ def cast(x, dtype):
     return _cast(x, dtype=dtype)
 
 
-clone = Op("clone", np.copy, (lambda g, ans, x: g,), elementwise=True)
+# order "K" keeps the layout, as torch's clone does; "C" is what contiguous() asks for.
+clone = Op("clone", lambda x, order="K": np.copy(x, order=order),
+           (lambda g, ans, x, order="K": g,), elementwise=True)
 
 
 def _constant(forward):
