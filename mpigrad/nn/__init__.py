@@ -1,7 +1,9 @@
 """Neural-network building blocks, with torch.nn's names."""
+import importlib
+
 from .parameter import Parameter, Buffer  # noqa: F401
 from .module import Module  # noqa: F401
-from . import functional, init  # noqa: F401
+from . import functional, init, utils  # noqa: F401
 from .linear import Identity, Linear  # noqa: F401
 from .conv import Conv2d  # noqa: F401
 from .pooling import MaxPool2d, AvgPool2d  # noqa: F401
@@ -19,3 +21,11 @@ from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  
                           TransformerEncoderLayer, TransformerDecoderLayer)
 from .normalization import RMSNorm  # noqa: F401
 from .container import ParameterList, ParameterDict  # noqa: F401
+
+
+def __getattr__(name):
+    # torch.nn.parallel is there after a bare `import torch`; ours imports mpigrad.distributed,
+    # which starts MPI, so it is imported on first use rather than with mpigrad.nn.
+    if name == "parallel":
+        return importlib.import_module(".parallel", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

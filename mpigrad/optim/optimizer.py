@@ -30,11 +30,14 @@ class Optimizer:
 
     def __init_subclass__(cls, **kwargs):
         # Every optimizer's step is one profiler row named as torch names it, whether the
-        # subclass keeps the inherited step or brings its own (unwrapped first, so a
-        # subclass of a subclass is not counted twice).
+        # subclass keeps the inherited step or brings its own. An inherited step is
+        # unwrapped first, so a subclass of a subclass is not counted twice; only our own
+        # wrapper is taken off, never the subclass's decorators (`@no_grad()` also sets
+        # __wrapped__, and dropping it ran the step with grad enabled).
         super().__init_subclass__(**kwargs)
-        step = getattr(cls.step, "__wrapped__", cls.step)
+        step = getattr(cls.step, "_unprofiled", cls.step)
         cls.step = record_function(f"Optimizer.step#{cls.__name__}.step")(step)
+        cls.step._unprofiled = step
 
     def __init__(self, params, defaults):
         self._check_hyperparameters(defaults)

@@ -29,6 +29,7 @@ from slurm_cluster import SlurmCluster, ensure_installed  # noqa: E402
 TRAIN_PY = REPO / "jobs" / "train.py"
 TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"
 BENCH_SBATCH = REPO / "jobs" / "bench.sbatch"
+GPT_SBATCH = REPO / "jobs" / "train_gpt.sbatch"
 FINISHED = re.compile(r"^\[rank 0\] training finished: epochs=(\d+) test_accuracy=([0-9.]+)$",
                       re.M)
 
@@ -164,6 +165,19 @@ def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
     checkpoints = submit_dir / "runs" / "mpigrad-train" / "checkpoints"
     assert (checkpoints / "final.npz").exists(), sorted(os.listdir(checkpoints))
     assert (checkpoints / f"ckpt-epoch{EPOCHS:04d}.npz").exists()
+
+
+def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(GPT_SBATCH), "--steps", "20",
+                    "--warmup", "2", "--eval-interval", "10", "--max-chars", "100000",
+                    "--sample-chars", "20", wait=True)
+    log = job_log(submit_dir, "mpigrad-gpt", job)
+    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
+    # One rank 0 of a 2-rank world (two 1-rank worlds would each print this line).
+    assert log.count("training finished: steps=20") == 1, log
+    assert "2 ranks x batch" in log, log
+    checkpoints = submit_dir / "runs" / "mpigrad-gpt" / "checkpoints"
+    assert {"ckpt-000010.npz", "ckpt-000020.npz", "final.npz"} <= set(os.listdir(checkpoints))
 
 
 def test_failing_job_is_reported_as_failed(cluster, submit_dir):
