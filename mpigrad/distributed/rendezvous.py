@@ -42,6 +42,8 @@ import threading
 import time
 import urllib.parse
 
+from . import settings
+
 # Variables through which an MPI launcher (mpiexec/mpirun of MPICH, Intel MPI or Open MPI,
 # srun with a PMI plugin) gives a process its place: their presence means MPI builds the
 # world itself.
@@ -158,7 +160,7 @@ def join(request, timeout=None):
     initialisation that follows forms their world. Raises, naming the cause, if the ranks
     disagree or do not all arrive within `timeout` seconds."""
     if timeout is None:
-        timeout = float(os.environ.get(_TIMEOUT_ENV, _DEFAULT_TIMEOUT))
+        timeout = settings.seconds(_TIMEOUT_ENV, _DEFAULT_TIMEOUT)
     if not 0 <= request.rank < request.world_size:
         raise ValueError(f"rank {request.rank} is outside a world of size {request.world_size}")
     deadline = time.monotonic() + timeout
