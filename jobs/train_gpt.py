@@ -54,7 +54,7 @@ def parse_args(argv=None):
                         "sources)")
     p.add_argument("--max-chars", type=positive_int, default=1_000_000,
                    help="characters of the standard library to read (default 1,000,000)")
-    p.add_argument("--n-layer", type=positive_int, default=2, help="blocks (default 2)")
+    p.add_argument("--n-layer", type=positive_int, default=4, help="blocks (default 4)")
     p.add_argument("--n-head", type=positive_int, default=4, help="attention heads (default 4)")
     p.add_argument("--n-embd", type=positive_int, default=64, help="width (default 64)")
     p.add_argument("--block-size", type=positive_int, default=64,
@@ -64,8 +64,8 @@ def parse_args(argv=None):
                    help="windows per rank per micro-batch (default 16)")
     p.add_argument("--grad-accum", type=positive_int, default=1,
                    help="micro-batches per optimizer step (default 1)")
-    p.add_argument("--steps", type=positive_int, default=600,
-                   help="optimizer steps (default 600)")
+    p.add_argument("--steps", type=positive_int, default=800,
+                   help="optimizer steps (default 800)")
     p.add_argument("--lr", type=positive_float, default=3e-3, help="peak lr (default 3e-3)")
     p.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
     p.add_argument("--min-lr", type=float, default=3e-4, help="final lr (default 3e-4)")

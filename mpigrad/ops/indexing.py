@@ -93,8 +93,9 @@ def _check_scatter(name, x, dim, index, src):
         raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self "
                            f"{list(x.shape)} apart from dimension {axis}")
     if index.size and (index.min() < -x.shape[axis] or index.max() >= x.shape[axis]):
-        raise RuntimeError(f"index {int(index.max() if index.max() >= x.shape[axis] else index.min())} "
-                           f"is out of bounds for dimension {axis} with size {x.shape[axis]}")
+        bad = index.max() if index.max() >= x.shape[axis] else index.min()
+        raise RuntimeError(f"index {int(bad)} is out of bounds for dimension {axis} with size "
+                           f"{x.shape[axis]}")
     return axis, np.where(index < 0, index + x.shape[axis], index)
 
 

@@ -12,8 +12,8 @@ import numpy as np
 from ..dtypes import get_default_dtype
 from ..tensor import Tensor
 from .adam import Adam
-from .optimizer import (Optimizer, WorkArrays, blocks, check_implementation, lerp_,
-                        regularized_grad)
+from .optimizer import (Optimizer, WorkArrays, adam_moments_, blocks, check_implementation,
+                        lerp_, regularized_grad)
 
 __all__ = ["NAdam", "RAdam", "Adamax"]
 
@@ -89,11 +89,7 @@ class NAdam(_AdamFamily):
         for p, g, m, v in blocks(param.data, grad, state["exp_avg"].data,
                                  state["exp_avg_sq"].data):
             g = self._decayed_grad(p, g, group, group["decoupled_weight_decay"])
-            scratch = lerp_(m, g, 1 - beta1, out=self._work.like(p, 1))
-            np.multiply(g, 1 - beta2, out=scratch)
-            scratch *= g
-            v *= beta2
-            v += scratch
+            scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
             denom = np.divide(v, bias_correction2, out=scratch)
             np.sqrt(denom, out=denom)
             denom += eps
@@ -135,11 +131,7 @@ class RAdam(_AdamFamily):
         for p, g, m, v in blocks(param.data, grad, state["exp_avg"].data,
                                  state["exp_avg_sq"].data):
             g = self._decayed_grad(p, g, group, group["decoupled_weight_decay"])
-            scratch = lerp_(m, g, 1 - beta1, out=self._work.like(p, 1))
-            np.multiply(g, 1 - beta2, out=scratch)
-            scratch *= g
-            v *= beta2
-            v += scratch
+            scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
             # In torch's order of operations: (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps))
             # * rect, subtracted.
             update = np.divide(m, bias_correction1, out=self._work.like(p, 2))

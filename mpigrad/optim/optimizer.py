@@ -256,6 +256,17 @@ def regularized_grad(param, grad, weight_decay, maximize, out=None):
     return np.negative(grad, out=out) if maximize else grad
 
 
+def adam_moments_(m, v, g, beta1, beta2, out):
+    """Adam's two running averages, in place: m = lerp(m, g, 1 - beta1) (torch's rounding),
+    v = beta2 * v + (1 - beta2) * g * g. Returns `out`, the scratch used, free again."""
+    scratch = lerp_(m, g, 1 - beta1, out=out)
+    np.multiply(g, 1 - beta2, out=scratch)
+    scratch *= g
+    v *= beta2
+    v += scratch
+    return scratch
+
+
 def lerp_(start, end, weight, out=None):
     """`start = lerp(start, end, weight)` in place, the way torch computes it: from
     `start` for a small weight, back from `end` otherwise, whichever rounds less.
