@@ -18,13 +18,16 @@ _agent = None
 
 
 class MPIRpcBackendOptions:
-    """Options of the MPI agent. `rpc_timeout` (seconds, 0 for none) is the default timeout
-    of every call; `num_worker_threads` the size of the pool that runs requests. Arguments
-    only TensorPipe understands (init_method, device_maps, devices, ...) are accepted and
-    ignored, so a torch script's options port unchanged."""
+    """Options of the MPI agent, with TensorPipeRpcBackendOptions' arguments. `rpc_timeout`
+    (seconds, 0 for none) is the default timeout of every call; `num_worker_threads` the size
+    of the pool that runs requests. `init_method` is kept for torch's scripts: the workers are
+    the ranks of the MPI world, which is already formed. Every tensor is on the CPU, so
+    `device_maps` and `devices` may only name the CPU; anything else is refused, not dropped.
+    `_transports` and `_channels` (TensorPipe's internals) are accepted and mean nothing here."""
 
     def __init__(self, *, num_worker_threads=DEFAULT_NUM_WORKER_THREADS,
-                 rpc_timeout=DEFAULT_RPC_TIMEOUT_SEC, init_method=None, **tensorpipe_only):
+                 rpc_timeout=DEFAULT_RPC_TIMEOUT_SEC, init_method="env://", device_maps=None,
+                 devices=None, _transports=None, _channels=None):
         if not isinstance(num_worker_threads, numbers.Integral) or num_worker_threads < 1:
             raise ValueError(f"num_worker_threads must be a positive int, got "
                              f"{num_worker_threads!r}")
@@ -34,6 +37,29 @@ class MPIRpcBackendOptions:
         self.num_worker_threads = int(num_worker_threads)
         self.rpc_timeout = float(rpc_timeout)
         self.init_method = init_method
+        self.device_maps = {}
+        self.devices = []
+        for to, device_map in (device_maps or {}).items():
+            self.set_device_map(to, device_map)
+        if devices:
+            self.set_devices(devices)
+
+    def set_device_map(self, to, device_map):
+        """torch's call: here only a CPU-to-CPU map, the only one there is."""
+        _require_cpu(f"device_maps[{to!r}]", [*device_map.keys(), *device_map.values()])
+        self.device_maps[to] = dict(device_map)
+
+    def set_devices(self, devices):
+        _require_cpu("devices", devices)
+        self.devices = list(devices)
+
+
+def _require_cpu(what, devices):
+    not_cpu = [d for d in devices if str(d).split(":")[0] != "cpu"]
+    if not_cpu:
+        raise ValueError(f"RPC backend options: {what} names {not_cpu}, but mpigrad has no GPU "
+                         "and keeps every tensor on the CPU; leave device maps out (or map "
+                         "'cpu' to 'cpu')")
 
 
 TensorPipeRpcBackendOptions = MPIRpcBackendOptions

@@ -1,5 +1,6 @@
 """The agent's errors and lifecycle: remote exceptions, timeouts, unknown and departed
 workers, calls before init_rpc, start-up mistakes, graceful shutdown with work in flight."""
+import inspect
 import os
 import subprocess
 import sys
@@ -206,3 +207,20 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
     """, 2)
     assert "0 sum 2" in result.stdout and "1 sum 3" in result.stdout, result.stderr
     assert "GONE" in result.stdout and "exited without calling rpc.shutdown()" in result.stdout
+
+
+def test_backend_options_take_torchs_arguments_and_refuse_what_cannot_be_honoured():
+    torch = pytest.importorskip("torch")
+    ours = inspect.signature(rpc.TensorPipeRpcBackendOptions.__init__).parameters
+    theirs = inspect.signature(torch.distributed.rpc.TensorPipeRpcBackendOptions.__init__)
+    assert list(ours) == list(theirs.parameters)
+    options = rpc.TensorPipeRpcBackendOptions(device_maps={"worker1": {"cpu": "cpu"}},
+                                              devices=["cpu"], init_method="tcp://h:1")
+    assert options.device_maps == {"worker1": {"cpu": "cpu"}} and options.devices == ["cpu"]
+    with pytest.raises(ValueError, match=r"device_maps\['worker1'\] names \[0, 'cuda:0'\], but "
+                                         "mpigrad has no GPU"):
+        rpc.TensorPipeRpcBackendOptions(device_maps={"worker1": {0: "cuda:0"}})
+    with pytest.raises(ValueError, match="devices names"):
+        rpc.TensorPipeRpcBackendOptions(devices=["cuda:1"])
+    with pytest.raises(ValueError, match="has no GPU"):
+        options.set_device_map("worker2", {"cuda:0": "cpu"})
