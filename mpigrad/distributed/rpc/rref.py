@@ -135,6 +135,22 @@ class RRef(_RRefBase):
             _quietly_wait(self._created)
         return value
 
+    def _get_type(self, timeout=UNSET_RPC_TIMEOUT, blocking=True):
+        """The type of the value, asked of the owner once and then remembered; with
+        `blocking=False` a Future of it."""
+        known = getattr(self, "_type", None)
+        if known is None and self._entry is not None:
+            known = self._type = type(self.local_value())
+        if known is not None:
+            return known if blocking else _done(known)
+        future = api.rpc_async(self._owner, _value_type, args=(self,), timeout=timeout)
+
+        def remember(done):
+            self._type = done.wait()
+            return self._type
+        typed = future.then(remember)
+        return typed.wait() if blocking else typed
+
     def rpc_sync(self, timeout=UNSET_RPC_TIMEOUT):
         """`rref.rpc_sync().method(*args)` runs `value.method(*args)` on the owner."""
         return _Proxy(self, api.rpc_sync, timeout)
@@ -186,6 +202,16 @@ class _Proxy:
 
 def _call_method(name, rref, args, kwargs):
     return getattr(rref.local_value(), name)(*args, **kwargs)
+
+
+def _value_type(rref):
+    return type(rref.local_value())
+
+
+def _done(value):
+    future = Future()
+    future.set_result(value)
+    return future
 
 
 # ---- forking (runs while a message is pickled) and receiving ------------------------------
