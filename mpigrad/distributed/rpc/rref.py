@@ -151,6 +151,23 @@ class RRef(_RRefBase):
         typed = future.then(remember)
         return typed.wait() if blocking else typed
 
+    def backward(self, dist_autograd_ctx_id=-1, retain_graph=False):
+        """Backward from the value (a scalar tensor), as torch's: with a distributed autograd
+        context id, the distributed pass of that context, started on the owner; without one
+        (-1), a local pass, which only the owner can run."""
+        if dist_autograd_ctx_id == -1:
+            if self._entry is None:
+                raise RuntimeError(f"RRef.backward() without a dist_autograd_ctx_id runs a local "
+                                   f"backward pass, which only the owner "
+                                   f"({self.owner_name()!r}) can do; pass the context id for a "
+                                   "distributed one")
+            self.local_value().backward(retain_graph=retain_graph)
+        elif self._entry is not None:
+            _distributed_backward(self, dist_autograd_ctx_id, retain_graph)
+        else:
+            api.rpc_sync(self._owner, _distributed_backward,
+                         args=(self, dist_autograd_ctx_id, retain_graph))
+
     def rpc_sync(self, timeout=UNSET_RPC_TIMEOUT):
         """`rref.rpc_sync().method(*args)` runs `value.method(*args)` on the owner."""
         return _Proxy(self, api.rpc_sync, timeout)
@@ -202,6 +219,13 @@ class _Proxy:
 
 def _call_method(name, rref, args, kwargs):
     return getattr(rref.local_value(), name)(*args, **kwargs)
+
+
+def _distributed_backward(rref, context_id, retain_graph):
+    # Here, not at the top: distributed autograd's engine imports this package's api, which
+    # imports this module.
+    from ..autograd import backward
+    backward(context_id, [rref.local_value()], retain_graph)
 
 
 def _value_type(rref):
