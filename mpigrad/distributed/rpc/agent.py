@@ -50,7 +50,7 @@ from mpi4py import MPI
 from ...futures import Future
 from ..buffers import message
 from ..errors import DistError
-from . import wire
+from . import functions, wire
 
 HEADER_TAG = 1
 _FIRST_DATA_TAG = 2
@@ -360,8 +360,23 @@ class Agent:
             except BaseException as exc:  # every failure goes back to the caller
                 result, ok = wire.describe_error(exc), False
             del payload
-            if msg_id:
+            if isinstance(result, functions.Deferred):
+                # An async function: reply when its Future completes, from a pool thread
+                # (never from the thread completing it, which may be the listener), and let
+                # this thread go now.
+                result.future.add_done_callback(
+                    lambda done: self.pool.submit(self._reply_when_done, source, msg_id, done,
+                                                  context))
+            elif msg_id:
                 self._reply(source, msg_id, ok, result, context)
+
+    def _reply_when_done(self, source, msg_id, future, context):
+        try:
+            result, ok = future.wait(), True
+        except BaseException as exc:
+            result, ok = wire.describe_error(exc), False
+        if msg_id:
+            self._reply(source, msg_id, ok, result, context)
 
     def _reply(self, dest, msg_id, ok, result, context):
         if dest in self._dead:

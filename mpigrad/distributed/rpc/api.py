@@ -9,8 +9,8 @@ from ...autograd import grad_mode
 from .. import abort
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
+from . import functions, wire
 from . import rref as rrefs
-from . import wire
 from .agent import Agent, Handler, RpcTimeoutError, WorkerInfo, WorkerUnavailableError  # noqa: F401
 from .constants import DEFAULT_NUM_WORKER_THREADS, DEFAULT_RPC_TIMEOUT_SEC, UNSET_RPC_TIMEOUT
 
@@ -195,7 +195,7 @@ def _stop_at_exit():
 
 def _run_call(sender, payload):
     func, args, kwargs = payload
-    return func(*args, **kwargs)
+    return functions.call(func, args, kwargs)
 
 
 def _peer_left(sender, why):

@@ -33,7 +33,7 @@ import threading
 import weakref
 
 from ...futures import Future
-from . import api
+from . import api, functions
 from .constants import UNSET_RPC_TIMEOUT
 from .wire import _RRefBase
 
@@ -297,9 +297,23 @@ def remote(agent, dest, func, args, kwargs, timeout, what):
 def _run_into(entry, func, args, kwargs, context):
     with api.running_in(context):
         try:
-            entry.future.set_result(func(*args, **kwargs))
+            _fill(entry, functions.call(func, args, kwargs))
         except Exception as exc:
             entry.future.set_exception(exc)
+
+
+def _fill(entry, value):
+    """The owner's value: `value`, or when an async function deferred it, its Future's."""
+    if not isinstance(value, functions.Deferred):
+        entry.future.set_result(value)
+        return
+
+    def settle(done):
+        try:
+            entry.future.set_result(done.wait())
+        except Exception as exc:
+            entry.future.set_exception(exc)
+    value.future.add_done_callback(settle)
 
 
 # ---- the owner's handlers ------------------------------------------------------------------
@@ -315,11 +329,13 @@ def _prepare_remote(sender, payload):
 def _run_remote(sender, prepared):
     entry, func, args, kwargs = prepared
     try:
-        value = func(*args, **kwargs)
+        value = functions.call(func, args, kwargs)
     except Exception as exc:
         entry.future.set_exception(exc)
         raise
-    entry.future.set_result(value)
+    _fill(entry, value)
+    if isinstance(value, functions.Deferred):
+        return value  # the creator hears back once the value exists (or failed)
 
 
 def _fetch(sender, rref_id):
