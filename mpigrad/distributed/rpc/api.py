@@ -5,7 +5,7 @@ import numbers
 
 from mpi4py import MPI
 
-from ...autograd import grad_mode
+from ...autograd import grad_mode, profiler
 from .. import abort
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
@@ -136,12 +136,27 @@ def _checked_call(name, func, args, kwargs):
     return func, tuple(args or ()), dict(kwargs or {})
 
 
+def _profiled(kind, agent, dest, func, future):
+    """`future`, shown in an active autograd profiler as torch names RPCs
+    (`rpc_async#module.fn(worker0 -> worker1)`), from the call until the reply."""
+    profile = profiler.active
+    if profile is None:
+        return future
+    name = (f"{kind}#{getattr(func, '__module__', '?')}."
+            f"{getattr(func, '__qualname__', func)!s}({agent.info.name} -> "
+            f"{agent.workers[dest].name})")
+    event = profile.begin(name)
+    future.add_done_callback(lambda _done: profile.end(event))
+    return future
+
+
 def rpc_async(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     """Run `func(*args, **kwargs)` on worker `to`; returns a Future of its result."""
     agent = current_agent("rpc_async")
     dest = agent.worker(to).id
     payload = _checked_call("rpc_async", func, args, kwargs)
-    return agent.request(dest, "call", payload, _describe_call("rpc", func), seconds(timeout))
+    return _profiled("rpc_async", agent, dest, func, agent.request(
+        dest, "call", payload, _describe_call("rpc", func), seconds(timeout)))
 
 
 def rpc_sync(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
@@ -149,8 +164,8 @@ def rpc_sync(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     agent = current_agent("rpc_sync")
     dest = agent.worker(to).id
     payload = _checked_call("rpc_sync", func, args, kwargs)
-    return agent.request(dest, "call", payload, _describe_call("rpc_sync", func),
-                         seconds(timeout)).wait()
+    return _profiled("rpc_sync", agent, dest, func, agent.request(
+        dest, "call", payload, _describe_call("rpc_sync", func), seconds(timeout))).wait()
 
 
 def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
@@ -158,8 +173,11 @@ def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     agent = current_agent("remote")
     dest = agent.worker(to).id
     func, args, kwargs = _checked_call("remote", func, args, kwargs)
-    return rrefs.remote(agent, dest, func, args, kwargs, seconds(timeout),
+    rref = rrefs.remote(agent, dest, func, args, kwargs, seconds(timeout),
                         _describe_call("remote", func))
+    if rref._created is not None:  # created elsewhere: the row lasts until the owner confirms
+        _profiled("remote", agent, dest, func, rref._created)
+    return rref
 
 
 def get_worker_info(worker_name=None):
