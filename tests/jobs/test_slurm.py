@@ -180,6 +180,20 @@ def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
     assert {"ckpt-000010.npz", "ckpt-000020.npz", "final.npz"} <= set(os.listdir(checkpoints))
 
 
+def test_srun_without_an_mpi_plugin_is_an_error_on_every_task(cluster, submit_dir):
+    """`srun --mpi=none` starts each task as its own world of one: every task must stop at
+    init_process_group saying which flag to add, not train alone as a rank 0."""
+    env = dict(job_env(cluster), MPIGRAD_SRUN_MPI="none")
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "1",
+                    wait=True, env=env)
+    log = job_log(submit_dir, "mpigrad-train", job)
+    assert r.returncode != 0, log
+    for task in (0, 1):
+        assert (f"srun started 2 tasks, but MPI's world on task {task} has 1 process"
+                in log), log
+    assert "srun --mpi=pmi2" in log and "training finished" not in log
+
+
 def test_failing_job_is_reported_as_failed(cluster, submit_dir):
     # train.py rejects the argument (argparse, exit code 2): the harness must see that.
     job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "-1",

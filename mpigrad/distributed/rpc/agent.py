@@ -50,9 +50,12 @@ from mpi4py import MPI
 from ...futures import Future
 from ..buffers import message
 from ..errors import DistError
-from . import wire
+from . import functions, wire
 
 HEADER_TAG = 1
+# Seconds the tensors of a message may take to follow its header (at least; the agent's
+# rpc_timeout if that is longer).
+ARRAYS_DEADLINE = 60.0
 _FIRST_DATA_TAG = 2
 _MIN_PAUSE, _MAX_PAUSE, _IDLE_PAUSE = 2e-5, 2e-3, 1e-2
 _IDLE_AFTER = 1.0  # seconds without messages before polls slow to _IDLE_PAUSE
@@ -155,6 +158,7 @@ class Agent:
         self.info = self.workers[self.rank]
         self._by_name = {w.name: w for w in self.workers}
         self.timeout = options.rpc_timeout
+        self.arrays_deadline = max(ARRAYS_DEADLINE, self.timeout)
         self.handlers = handlers
         self.codec = codec  # encode/decode hooks of RRef and distributed autograd
         self.pool = ThreadPoolExecutor(options.num_worker_threads,
@@ -251,6 +255,11 @@ class Agent:
     def encode(self, dest, kind, msg_id, payload):
         body, arrays, grad_tensors = wire.dumps(payload, lambda r: self.codec.fork(r, dest),
                                                 self.codec.records_grad())
+        size = sum(a.nbytes for a in arrays)
+        if size > wire.MAX_MESSAGE_BYTES:
+            raise ValueError(f"an RPC message to {self.describe(dest)} would carry {size} bytes "
+                             f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
+                             "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
         tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span if arrays else 0
         header = pickle.dumps((kind, msg_id, tag, [wire.layout(a) for a in arrays], autograd,
@@ -325,10 +334,17 @@ class Agent:
         source = status.Get_source()
         header = bytearray(status.Get_count(MPI.BYTE))
         incoming.Recv([header, MPI.BYTE])
-        kind, msg_id, tag, layouts, autograd, body = pickle.loads(header)
-        arrays = [wire.empty_like_layout(shape, dtype) for shape, dtype in layouts]
-        if arrays:
-            MPI.Request.Waitall([self.comm.Irecv(message(a), source, tag) for a in arrays])
+        try:
+            kind, msg_id, tag, layouts, autograd, body = pickle.loads(header)
+            arrays = wire.empty_like_layouts(layouts)
+            if arrays:
+                self._receive_arrays(arrays, source, tag)
+        except Exception as exc:
+            # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id
+            # cannot be trusted enough to answer. The agent goes on serving.
+            sys.stderr.write(f"[{self.info.name}] RPC: dropped a message from "
+                             f"{self.describe(source)}: {exc}\n")
+            return
         if kind == "reply":
             self._complete(source, msg_id, autograd, body, arrays)
             return
@@ -360,8 +376,36 @@ class Agent:
             except BaseException as exc:  # every failure goes back to the caller
                 result, ok = wire.describe_error(exc), False
             del payload
-            if msg_id:
+            if isinstance(result, functions.Deferred):
+                # An async function: reply when its Future completes, from a pool thread
+                # (never from the thread completing it, which may be the listener), and let
+                # this thread go now.
+                result.future.add_done_callback(
+                    lambda done: self.pool.submit(self._reply_when_done, source, msg_id, done,
+                                                  context))
+            elif msg_id:
                 self._reply(source, msg_id, ok, result, context)
+
+    def _reply_when_done(self, source, msg_id, future, context):
+        try:
+            result, ok = future.wait(), True
+        except BaseException as exc:
+            result, ok = wire.describe_error(exc), False
+        if msg_id:
+            self._reply(source, msg_id, ok, result, context)
+
+    def _receive_arrays(self, arrays, source, tag):
+        """The tensors that follow a header; they are sent right after it, so one that does
+        not arrive within ARRAYS_DEADLINE seconds never will (a truncated message)."""
+        requests = [self.comm.Irecv(message(a), source, tag) for a in arrays]
+        deadline = time.monotonic() + self.arrays_deadline
+        while not MPI.Request.Testall(requests):
+            if time.monotonic() > deadline:
+                for request in requests:
+                    request.Cancel()
+                raise TimeoutError(f"its tensors did not arrive within "
+                                   f"{self.arrays_deadline:g} s")
+            time.sleep(_MIN_PAUSE)
 
     def _reply(self, dest, msg_id, ok, result, context):
         if dest in self._dead:
