@@ -1,5 +1,6 @@
 """What the training jobs share: argument types, rank-0 logging, the agreed stop on a signal
-(preemption), and the checkpoint directory check. Import it as `common` (the jobs run from
+(preemption), the checkpoint directory check, and the parameter-server examples' options and
+roles. Import it as `common` (the jobs run from
 this folder, which Python puts first on sys.path)."""
 import argparse
 import os
@@ -7,8 +8,10 @@ import signal
 import tempfile
 
 import numpy as np
+from mpi4py import MPI
 
 import mpigrad.distributed as dist
+import mpigrad.distributed.rpc as rpc
 from mpigrad.serialization import remove_stale_temporaries
 
 # The exit code of a job stopped by SIGUSR1/SIGTERM after checkpointing: requeue me.
@@ -66,3 +69,28 @@ def check_checkpoint_directory(directory, rank):
                           "another --checkpoint DIR or fix its permissions")
     dist.broadcast_object_list(problem)
     return problem[0]
+
+
+def parameter_server_arguments(doc):
+    """The options both parameter-server examples take."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--train-samples", type=int, default=6000)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def run_server_and_trainers(script, train, args):
+    """Rank 0 is the parameter server "ps" and serves; every other rank is a trainer and
+    runs `train(args, rank, size)`; all stop together once every trainer is done."""
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    if size < 2:
+        raise SystemExit(f"{script} needs at least 2 ranks (a server and a trainer): "
+                         f"mpiexec -n 3 python jobs/{script}")
+    rpc.init_rpc("ps" if rank == 0 else f"trainer{rank - 1}")
+    if rank != 0:
+        train(args, rank, size)
+    rpc.shutdown()  # the server serves until every trainer is done

@@ -32,7 +32,9 @@ has ever sent", serving requests all along, until two consecutive sums are equal
 worker sent anything between its two contributions, and every request sent before was
 answered. Only then do the listeners stop. A worker that stops without that agreement
 (shutdown(graceful=False), or exiting the interpreter) first tells every other worker, whose
-calls to it then fail at once.
+calls to it then fail at once. The rounds' collective needs every worker, so once one has left
+the others agree among themselves instead: each, its own calls answered, tells the others it
+is done and serves until each of them has said the same, within the RPC timeout.
 """
 import heapq
 import itertools
@@ -174,6 +176,7 @@ class Agent:
         self.receiving = threading.local()  # .active: this thread is handling a message
         self._in_flight = []  # (request, buffer) of the listener's Isends
         self._dead = {}  # rank -> why it is gone
+        self._done = set()  # ranks that finished shutting down among the survivors
         self.requests_sent = 0
         self.replies_received = 0  # including late ones, for calls that timed out
         self._late = {}  # msg_id -> dest, for calls that timed out and await their reply
@@ -516,18 +519,51 @@ class Agent:
                 self._lock.wait(0.01)
 
     def agree_all_done(self):
-        """The graceful-shutdown rounds described in the module docstring."""
+        """The graceful-shutdown rounds described in the module docstring; among the workers
+        that are left if one has departed (the rounds' collective needs every worker).
+        Returns the departed workers' descriptions (empty when none left)."""
         previous = None
         while True:
             self.wait_until_idle()
+            if self._dead:
+                return self._agree_among_survivors()
             total = np.array(self.requests_sent, np.int64)
             summed = np.zeros_like(total)
             request = self.collective_comm.Iallreduce(total, summed, MPI.SUM)
             while not request.Test():
+                if self._dead:
+                    # A worker left mid-round: this collective can never complete. It is
+                    # left pending on a communicator that is then never used again.
+                    return self._agree_among_survivors()
                 time.sleep(1e-3)  # the listener and pool keep serving meanwhile
             if previous is not None and summed == previous:
-                return
+                return []
             previous = summed.copy()
+
+    def peer_done(self, rank):
+        with self._lock:
+            self._done.add(rank)
+            self._lock.notify_all()
+
+    def _agree_among_survivors(self):
+        """Each worker left tells the others it has no request of its own outstanding, then
+        serves until each of them has said the same (or left too), within the agent's
+        timeout: its own calls are all answered, and no one still needs it."""
+        self.wait_until_idle()
+        others = [r for r in range(self.size) if r != self.rank and r not in self._dead]
+        for rank in others:
+            self.post(rank, "done", None, "rpc.shutdown among the workers left")
+        deadline = time.monotonic() + (self.timeout or float("inf"))
+        with self._lock:
+            while not all(r in self._done or r in self._dead for r in others):
+                if time.monotonic() > deadline:
+                    waiting = [self.describe(r) for r in others
+                               if r not in self._done and r not in self._dead]
+                    raise RpcTimeoutError(f"rpc.shutdown: {', '.join(waiting)} did not shut "
+                                          f"down within {self.timeout:g} s after a worker left")
+                self._lock.wait(0.01)
+        self.wait_until_idle()
+        return [f"{self.describe(r)} ({why})" for r, why in sorted(self._dead.items())]
 
     def stop(self, graceful, why):
         if not graceful:
@@ -546,7 +582,9 @@ class Agent:
         for call in calls:
             call.future.set_exception(RuntimeError(f"{call.what}: the RPC agent of this worker "
                                                    f"shut down before the reply arrived"))
-        if graceful:
+        if graceful and not self._dead:
+            # With a worker gone, a pending collective may be left on these: leave them to
+            # MPI_Finalize rather than free them under it.
             self.comm.Free()
             self.collective_comm.Free()
 

@@ -2,6 +2,7 @@
 import atexit
 import gc
 import numbers
+import warnings
 
 from mpi4py import MPI
 
@@ -100,7 +101,8 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
         problem = f"rank={rank} but this process is MPI rank {world.Get_rank()}"
     elif world_size is not None and world_size != world.Get_size():
         problem = f"world_size={world_size} but MPI started {world.Get_size()} processes"
-    handlers = {"call": Handler(_run_call), "bye": Handler(_peer_left, inline=True)}
+    handlers = {"call": Handler(_run_call), "bye": Handler(_peer_left, inline=True),
+                "done": Handler(_peer_done, inline=True)}
     handlers.update(rrefs.handlers(Handler))
     handlers.update(dist_engine.handlers(Handler))
     codec = _Codec()
@@ -195,7 +197,10 @@ def shutdown(graceful=True, timeout=0):
     try:
         if graceful:
             gc.collect()  # user RRefs that are garbage now send their deletes first
-            agent.agree_all_done()
+            departed = agent.agree_all_done()
+            if departed:
+                warnings.warn(f"rpc.shutdown: {', '.join(departed)} had left; shut down "
+                              "among the workers that are left", RuntimeWarning, stacklevel=2)
     finally:
         agent.stop(graceful, "it called shutdown(graceful=False)")
         _agent = None
@@ -218,6 +223,10 @@ def _run_call(sender, payload):
 
 def _peer_left(sender, why):
     current_agent("RPC").peer_gone(sender, why)
+
+
+def _peer_done(sender, _payload):
+    current_agent("RPC").peer_done(sender)
 
 
 def current_context():

@@ -212,6 +212,39 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
     assert "GONE" in result.stdout and "exited without calling rpc.shutdown()" in result.stdout
 
 
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_graceful_shutdown_completes_among_the_workers_left_after_one_exits(ranks):
+    """The last worker exits without rpc.shutdown(); the others' graceful shutdown used to
+    wait for it forever. Now they agree among themselves, say who left, and finish."""
+    result = _run("""
+        import sys, time, warnings
+        from mpi4py import MPI
+        import mpigrad.distributed.rpc as rpc
+        rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        rpc.init_rpc(f"w{rank}")
+        if rank == size - 1:
+            sys.exit(0)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until this worker has heard it left
+            try:
+                rpc.rpc_sync(size - 1, sum, args=([1],))
+            except rpc.WorkerUnavailableError:
+                break
+            time.sleep(0.05)
+        if size > 2:  # the survivors still serve each other
+            assert rpc.rpc_sync(1 - rank, sum, args=([rank, 1],)) == rank + 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rpc.shutdown()
+        print(f"{rank} DONE {caught[0].message}", flush=True)
+    """, ranks, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for rank in range(ranks - 1):
+        assert (f"{rank} DONE rpc.shutdown: worker 'w{ranks - 1}' (rank {ranks - 1}) (its "
+                "process exited without calling rpc.shutdown()) had left") in result.stdout
+
+
 def test_backend_options_take_torchs_arguments_and_refuse_what_cannot_be_honoured():
     torch = pytest.importorskip("torch")
     ours = inspect.signature(rpc.TensorPipeRpcBackendOptions.__init__).parameters
