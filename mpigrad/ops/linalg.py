@@ -28,8 +28,8 @@ def _parse(equation, shapes):
     lhs, arrow, rhs = equation.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != len(shapes):
-        raise RuntimeError(f"einsum(): more operands were provided than specified in the "
-                           f"equation" if len(shapes) > len(inputs) else
+        raise RuntimeError("einsum(): more operands were provided than specified in the "
+                           "equation" if len(shapes) > len(inputs) else
                            "einsum(): fewer operands were provided than specified in the "
                            "equation")
     for term in inputs + ([rhs] if arrow else []):
@@ -140,7 +140,7 @@ def einsum(equation, *operands):
     return _einsum(*operands, inputs=tuple(inputs), output=output)
 
 
-def _check_matrix_operands(name, first, second, dims):
+def _check_matrix_operands(first, second, dims):
     for label, operand in zip(("batch1", "batch2") if dims == 3 else ("mat1", "mat2"),
                               (first, second)):
         if operand.ndim != dims:
@@ -157,7 +157,7 @@ def _check_matrix_operands(name, first, second, dims):
 
 def bmm(input, mat2):
     """Batched matrix product of (b, n, m) and (b, m, p): no broadcasting, as torch."""
-    _check_matrix_operands("bmm", input, mat2, 3)
+    _check_matrix_operands(input, mat2, 3)
     return matmul(input, mat2)
 
 
@@ -171,13 +171,13 @@ def _scaled_sum(input, product, beta, alpha):
 
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (batch1 @ batch2), batched; input broadcasts to the result."""
-    _check_matrix_operands("baddbmm", batch1, batch2, 3)
+    _check_matrix_operands(batch1, batch2, 3)
     return _scaled_sum(input, matmul(batch1, batch2), beta, alpha)
 
 
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2); input broadcasts to the result."""
-    _check_matrix_operands("addmm", mat1, mat2, 2)
+    _check_matrix_operands(mat1, mat2, 2)
     return _scaled_sum(input, matmul(mat1, mat2), beta, alpha)
 
 
