@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
 from mpigrad import nn  # noqa: E402
-from mpigrad.utils import checkpoint_sequential  # noqa: E402
+from mpigrad.utils.checkpoint import checkpoint_sequential  # noqa: E402
 
 BLOCKS, WIDTH, BATCH, SEGMENTS, MICRO = 12, 256, 2048, 3, 4
 MODES = ("forward only", "forward + backward", "checkpointed (3 segments)",

@@ -5,8 +5,9 @@
     python jobs/plot.py timeline runs/x/timeline.rank0.json -o timeline.png
 
 metrics: the JSON lines written by `train.py --metrics FILE` (one object per epoch with
-"epoch", "loss", "accuracy", "test_accuracy", "samples_per_sec"; missing keys are left out
-of the plot). Left panel: loss per epoch; right panel: training and test accuracy.
+"epoch", "loss", "accuracy", "test_accuracy", "samples_per_sec") or `train_gpt.py --metrics
+FILE` ("epoch", "loss", "val_loss"); missing keys are left out of the plot. Left panel: loss
+per epoch (validation dashed); right panel: training and test accuracy.
 
 timeline: the Chrome-trace file written by `train.py --timeline FILE` (one file per rank),
 either a list of events or {"traceEvents": [...]}. Read from it:
@@ -147,7 +148,11 @@ def plot_metrics(paths, output):
     several = len(runs) > 1
     for i, (path, rows) in enumerate(runs):
         loss_ax.plot(*series(rows, "loss"), marker="o", color=f"C{i}",
-                     label=path if several else None)
+                     label=path if several else "train")
+        x, y = series(rows, "val_loss")
+        if x:  # train_gpt.py's validation loss: dashed, in the run's colour
+            loss_ax.plot(x, y, "--", marker="o", color=f"C{i}",
+                         label=f"validation ({path})" if several else "validation")
         # One colour per run; solid: training accuracy, dashed: test accuracy.
         for key, name, style in (("accuracy", "train", "-"), ("test_accuracy", "test", "--")):
             x, y = series(rows, key)
@@ -160,7 +165,7 @@ def plot_metrics(paths, output):
     for ax in (loss_ax, acc_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    if len(runs) > 1:
+    if several or any(series(rows, "val_loss")[0] for _, rows in runs):
         loss_ax.legend(fontsize="small")
     acc_ax.legend(fontsize="small")
     fig.savefig(output, dpi=100)

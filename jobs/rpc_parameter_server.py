@@ -16,12 +16,10 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
 import mpigrad.distributed.autograd as dist_autograd  # noqa: E402
@@ -29,6 +27,8 @@ import mpigrad.distributed.rpc as rpc  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad import data, nn, optim  # noqa: E402
 from mpigrad.distributed.optim import DistributedOptimizer  # noqa: E402
+
+from common import parameter_server_arguments, run_server_and_trainers  # noqa: E402
 
 
 class ParameterServer:
@@ -110,24 +110,6 @@ def train(args, rank, size):
         print(f"test accuracy {accuracy:.4f}", flush=True)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--train-samples", type=int, default=6000)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-    if size < 2:
-        raise SystemExit("rpc_parameter_server.py needs at least 2 ranks (a server and a "
-                         "trainer): mpiexec -n 3 python jobs/rpc_parameter_server.py")
-    rpc.init_rpc("ps" if rank == 0 else f"trainer{rank - 1}")
-    if rank != 0:
-        train(args, rank, size)
-    rpc.shutdown()  # the server serves until every trainer is done
-
-
 if __name__ == "__main__":
-    main()
+    run_server_and_trainers("rpc_parameter_server.py", train,
+                            parameter_server_arguments(__doc__).parse_args())

@@ -19,9 +19,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import glob  # noqa: E402
 import json  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -31,24 +29,9 @@ import mpigrad.distributed as dist  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad import data, nn, optim  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel  # noqa: E402
-from mpigrad.serialization import remove_stale_temporaries  # noqa: E402
 
-PREEMPTED_EXIT_CODE = 99
-
-
-def positive_int(text):
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def positive_float(text):
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
+from common import (PREEMPTED_EXIT_CODE, StopFlag, check_checkpoint_directory, log,  # noqa: E402
+                    positive_float, positive_int)
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Data-parallel training with mpigrad "
@@ -142,40 +125,6 @@ def build_model(kind, image_shape, num_classes):
         nn.Flatten(), nn.Linear(32 * (height // 4) * (width // 4), num_classes))
 
 
-class StopFlag:
-    """Set by SIGUSR1/SIGTERM; ranks agree on it once per step so they stop together."""
-
-    def __init__(self):
-        self.local = np.zeros(1, np.int64)
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        self.local[0] = 1
-
-    def agreed(self):
-        flag = self.local.copy()
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag[0])
-
-
-def check_checkpoint_directory(directory, rank):
-    """Create `directory` and prove rank 0 can write there, before any training is spent;
-    also remove the temporaries of saves that were killed. Every rank learns the outcome."""
-    problem = [None]
-    if rank == 0:
-        try:
-            os.makedirs(directory, exist_ok=True)
-            remove_stale_temporaries(directory)
-            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-                pass
-        except OSError as err:
-            problem[0] = (f"checkpoint directory {directory} is not writable ({err}); choose "
-                          "another --checkpoint DIR or fix its permissions")
-    dist.broadcast_object_list(problem)
-    return problem[0]
-
-
 def checkpoint_position(state, world, batch_size):
     """(epoch, samples of that epoch's order already trained on) of a checkpoint. Older
     checkpoints recorded only [epoch, step]; their step is counted at the present world
@@ -228,11 +177,6 @@ def remaining_share(sampler, done):
     rest = order[done:]
     rest += order[:-len(rest) % sampler.num_replicas]
     return rest[sampler.rank::sampler.num_replicas]
-
-
-def log(rank, message):
-    if rank == 0:
-        print(f"[rank {rank}] {message}", flush=True)
 
 
 def evaluate(model, dataset, rank, world):

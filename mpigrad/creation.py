@@ -106,3 +106,11 @@ def randint(low, high=None, size=(), dtype=None, generator=None):
 
 def randperm(n, generator=None):
     return Tensor.wrap(random.permutation_array(n, generator))
+
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """torch.multinomial: `num_samples` category indices per row of `input` (1-D or 2-D
+    non-negative weights, not necessarily summing to one), int64."""
+    weights = input.data if isinstance(input, Tensor) else np.asarray(input)
+    return Tensor.wrap(random.multinomial_array(weights, num_samples, replacement, generator))

@@ -72,3 +72,43 @@ def integers_array(low, high, shape, dtype, generator=None):
 
 def permutation_array(n, generator=None):
     return _rng(generator).permutation(n).astype(np.int64)
+
+
+
+def multinomial_array(weights, num_samples, replacement, generator=None):
+    """`num_samples` indices drawn from each row of the 1-D or 2-D non-negative `weights`,
+    int64, with torch.multinomial's checks and errors.
+
+    With replacement, inverse-CDF sampling of uniform draws; without, the Efraimidis-Spirakis
+    keys u ** (1 / w), whose largest `num_samples` are a weighted sample without replacement
+    (computed as log(u) / w to stay in range). Zero weights are never drawn either way."""
+    if weights.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if weights.dtype.kind != "f":
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{dtypes.torch_name(weights.dtype)}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    rows = weights.reshape(-1, weights.shape[-1]).astype(np.float64)
+    if not replacement and num_samples > rows.shape[1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without "
+                           "replacement")
+    if not np.isfinite(rows).all() or (rows < 0).any():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if (rows.sum(axis=1) <= 0).any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and (np.count_nonzero(rows, axis=1) < num_samples).any():
+        raise RuntimeError("invalid multinomial distribution (with replacement=False, not "
+                           "enough non-negative category to sample)")
+    rng = _rng(generator)
+    if replacement:
+        cumulative = np.cumsum(rows, axis=1)
+        draws = rng.random((rows.shape[0], num_samples)) * cumulative[:, -1:]
+        picks = np.stack([np.searchsorted(c, d, side="right")
+                          for c, d in zip(cumulative, draws)])
+        picks = np.minimum(picks, rows.shape[1] - 1)
+    else:
+        with np.errstate(divide="ignore"):
+            keys = np.log(rng.random(rows.shape)) / rows
+        picks = np.argsort(-keys, axis=1, kind="stable")[:, :num_samples]
+    return picks.astype(np.int64).reshape(weights.shape[:-1] + (num_samples,))

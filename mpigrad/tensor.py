@@ -111,6 +111,8 @@ class Tensor:
     def numel(self):
         return self.data.size
 
+    nelement = numel
+
     def element_size(self):
         return self.data.itemsize
 
@@ -468,7 +470,7 @@ class Tensor:
         return self + tensor1 / tensor2 * value
 
     def lerp(self, end, weight):
-        return self + (end - self) * weight
+        return ops.lerp(self, end, weight)
 
     def new_tensor(self, data, dtype=None, requires_grad=False):
         """A new leaf holding a copy of `data`, with this tensor's dtype unless told."""
@@ -576,6 +578,72 @@ class Tensor:
     def masked_fill(self, mask, value):
         return ops.masked_fill(self, mask, value=value)
 
+    def where(self, condition, other):
+        return ops.where(condition, self, other)
+
+    def erf(self):
+        return ops.erf(self)
+
+    def rsqrt(self):
+        return ops.rsqrt(self)
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        return ops.nan_to_num(self, nan, posinf, neginf)
+
+    def tril(self, diagonal=0):
+        return ops.tril(self, diagonal)
+
+    def triu(self, diagonal=0):
+        return ops.triu(self, diagonal)
+
+    def bmm(self, mat2):
+        return ops.bmm(self, mat2)
+
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return ops.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        return ops.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def outer(self, vec2):
+        return ops.outer(self, vec2)
+
+    ger = outer
+
+    def scatter(self, dim, index, src=None, *, value=None, reduce=None):
+        return ops.scatter(self, dim, index, src, value=value, reduce=reduce)
+
+    def scatter_(self, dim, index, src=None, *, value=None, reduce=None):
+        return ops.scatter_(self, dim, index, src, value=value, reduce=reduce)
+
+    def scatter_add(self, dim, index, src):
+        return ops.scatter_add(self, dim, index, src)
+
+    def scatter_add_(self, dim, index, src):
+        return ops.scatter_add_(self, dim, index, src)
+
+    def index_add(self, dim, index, source, *, alpha=1):
+        return ops.index_add(self, dim, index, source, alpha=alpha)
+
+    def index_add_(self, dim, index, source, *, alpha=1):
+        return ops.index_add_(self, dim, index, source, alpha=alpha)
+
+    def repeat_interleave(self, repeats=None, dim=None, *, output_size=None):
+        return ops.repeat_interleave(self, repeats, dim, output_size=output_size)
+
+    def roll(self, shifts, dims=None):
+        return ops.roll(self, shifts, dims)
+
+    def flip(self, *dims):
+        return ops.flip(self, dims[0] if len(dims) == 1 else dims)
+
+    def broadcast_to(self, size):
+        return ops.broadcast_to(self, size)
+
+    def multinomial(self, num_samples, replacement=False, *, generator=None):
+        return Tensor.wrap(random.multinomial_array(self.data, num_samples, replacement,
+                                                    generator))
+
     def matmul(self, other):
         return ops.matmul(self, other)
 
@@ -654,10 +722,18 @@ class Tensor:
     def view(self, *shape):
         if isinstance(shape[0], np.dtype) or shape[0] in (float, int):
             raise TypeError("view(dtype) is not supported; use .to(dtype)")
-        if not self.data.flags.c_contiguous:
-            raise RuntimeError("view size is not compatible with input tensor's size and stride "
-                               "(the tensor is not contiguous); use .reshape(...) instead.")
-        return ops.reshape(self, _shape_arg(shape))
+        shape = _shape_arg(shape)
+        # As torch: any shape the strides allow without a copy (splitting the last dim of a
+        # non-contiguous slice, as attention code does), not only of contiguous tensors.
+        # numpy refuses to set a shape in place exactly when it would need a copy.
+        probe = self.data.view()
+        try:
+            probe.shape = shape
+        except AttributeError:
+            raise RuntimeError("view size is not compatible with input tensor's size and "
+                               "stride (at least one dimension spans across two contiguous "
+                               "subspaces). Use .reshape(...) instead.") from None
+        return ops.reshape(self, shape)
 
     def view_as(self, other):
         return self.view(other.shape)
@@ -701,7 +777,7 @@ class Tensor:
         return ops.clone(self)
 
     def contiguous(self):
-        return self if self.data.flags.c_contiguous else ops.clone(self)
+        return self if self.data.flags.c_contiguous else ops.clone(self, order="C")
 
 
 def zero_grads(tensors, set_to_none=True):
@@ -805,6 +881,16 @@ def to_arguments(where, args, kwargs):
         require_cpu(where, target)
     copy = kwargs.get("copy", args[1] if len(args) > 1 else False)
     return dtype, copy
+
+
+def is_tensor(obj):
+    """Whether `obj` is a Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    """The number of elements of `input`."""
+    return input.numel()
 
 
 # The layers above Tensor: its operators are ops, its backward() is autograd's. Both build on

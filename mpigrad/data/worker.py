@@ -32,12 +32,14 @@ the main script's top level must be guarded by `if __name__ == "__main__":`.
 """
 import multiprocessing
 import os
+import pickle
 import queue
 import random
 import sys
 import threading
 import traceback
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
@@ -90,8 +92,19 @@ class _Failure:
                            f"{self.worker_id}.\nOriginal {self.text}")
 
 
-def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, base_seed,
-                 init_fn, worker_id, num_workers):
+def _pickled_result(pass_id, position, batch, worker_id):
+    """The result as bytes, pickled here rather than by the queue's feeder thread: that
+    thread only prints a batch it cannot pickle and drops it, leaving the main process
+    waiting for it forever."""
+    try:
+        pickled = ForkingPickler.dumps((pass_id, position, batch))
+    except Exception as exception:
+        pickled = ForkingPickler.dumps((pass_id, position, _Failure(worker_id, exception)))
+    return bytes(pickled)  # dumps gives a memoryview, which the queue cannot pickle
+
+
+def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, parent_alive,
+                 base_seed, init_fn, worker_id, num_workers):
     global _worker_info
     seed = base_seed + worker_id
     try:
@@ -102,9 +115,18 @@ def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, base_
         if init_fn is not None:
             init_fn(worker_id)
     except Exception as exception:  # reported when the first batch is asked for
-        result_queue.put((None, None, _Failure(worker_id, exception)))
+        result_queue.put(_pickled_result(None, None, _Failure(worker_id, exception), worker_id))
         return
     while not stop.is_set():
+        # The main process holds the only write end of `parent_alive` and never writes: the
+        # pipe becomes readable (end of file) exactly when that process is gone (killed with
+        # -9, say). Then nobody will ever ask this worker for a batch or stop it, so it leaves
+        # by itself. (os.getppid() would race: a worker still starting when its parent dies
+        # already sees its new parent.)
+        if parent_alive.poll():
+            # Unsent results would make exit wait for a reader that no longer exists.
+            result_queue.cancel_join_thread()
+            return
         try:
             task = index_queue.get(timeout=_POLL_SECONDS)
         except queue.Empty:
@@ -116,7 +138,7 @@ def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, base_
             batch = fetch(dataset, collate, indices)
         except Exception as exception:
             batch = _Failure(worker_id, exception)
-        result_queue.put((pass_id, position, batch))
+        result_queue.put(_pickled_result(pass_id, position, batch, worker_id))
 
 
 class _LauncherFreeEnvironment:
@@ -129,10 +151,8 @@ class _LauncherFreeEnvironment:
                       if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
         for name in self.saved:
             del os.environ[name]
-        os.environ[WORKER_ENV] = "1"
 
     def __exit__(self, *exc_info):
-        del os.environ[WORKER_ENV]
         os.environ.update(self.saved)
         self._lock.release()
 
@@ -160,6 +180,7 @@ class _WorkerPool:
         context = start_method(loader.multiprocessing_context)
         self.result_queue = context.Queue()
         self.stop = context.Event()
+        self.parent_alive, self.parent_alive_writer = context.Pipe(duplex=False)
         try:
             with _LauncherFreeEnvironment():
                 for worker_id in range(loader.num_workers):
@@ -169,7 +190,8 @@ class _WorkerPool:
                         target=_worker_loop, daemon=True,
                         name=f"mpigrad-data-worker-{worker_id}",
                         args=(loader.dataset, loader.collate_fn, fetch, index_queue,
-                              self.result_queue, self.stop, base_seed, loader.worker_init_fn,
+                              self.result_queue, self.stop, self.parent_alive, base_seed,
+                              loader.worker_init_fn,
                               worker_id, loader.num_workers))
                     process.start()  # pickles the dataset: may fail for this worker only
                     self.processes.append(process)
@@ -184,7 +206,7 @@ class _WorkerPool:
         waited = 0.0
         while True:
             try:
-                return self.result_queue.get(timeout=_POLL_SECONDS)
+                return pickle.loads(self.result_queue.get(timeout=_POLL_SECONDS))
             except queue.Empty:
                 waited += _POLL_SECONDS
             dead = [p for p in self.processes if not p.is_alive()]
@@ -210,6 +232,8 @@ class _WorkerPool:
         for q in (*self.index_queues, self.result_queue):
             q.cancel_join_thread()
             q.close()
+        self.parent_alive.close()
+        self.parent_alive_writer.close()
         self.processes, self.index_queues = [], []
 
     def __del__(self):

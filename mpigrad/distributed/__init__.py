@@ -57,5 +57,5 @@ from .process_group import (Backend, GroupMember, ProcessGroup,  # noqa: E402
                             get_local_world_size, get_node_local_rank, get_process_group_ranks,
                             get_rank, get_world_size, group, init_process_group, is_available,
                             is_initialized, new_group)
-from .reduce_ops import ReduceOp, reduce_op  # noqa: E402
+from .reduce_ops import ReduceOp, _make_nccl_premul_sum, reduce_op  # noqa: E402
 from .work import Work  # noqa: E402

@@ -16,7 +16,7 @@ import traceback
 
 from mpi4py import MPI
 
-from . import rendezvous
+from . import rendezvous, segments
 
 ENV = "MPIGRAD_ABORT_ON_EXCEPTION"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -76,6 +76,7 @@ def abort_job():
     sys.stdout.flush()
     sys.stderr.flush()
     time.sleep(_OUTPUT_GRACE_SECONDS)
+    segments.release()  # those MPI mapped after init_process_group, before MPI_Abort
     if rendezvous.joined():
         rendezvous.abort_job(1)
     MPI.COMM_WORLD.Abort(1)

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .buffers import SUPPORTED_DTYPES
 from .errors import CollectiveMismatchError
-from .reduce_ops import ReduceOp
+from .reduce_ops import ReduceOp, kind
 from .watchdog import blocked
 
 KINDS = (
@@ -77,7 +77,7 @@ class _Check:
         self._add(label, [value], lambda v: render(int(v[0])))
 
     def op(self, op):
-        self._add("op", [_OPS.index(op)], lambda v: f"ReduceOp.{_OPS[v[0]].name}")
+        self._add("op", [_OPS.index(kind(op))], lambda v: f"ReduceOp.{_OPS[v[0]].name}")
 
     def pairwise(self, send_counts, recv_counts, send_what, recv_what):
         """For all-to-all: this rank sends send_counts[j] elements to group rank j and expects

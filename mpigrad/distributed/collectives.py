@@ -18,7 +18,7 @@ from ..autograd.profiler import record_function
 from . import checks, ring
 from .buffers import array_of, arrays_of, expect_layout, mark_written, message, mpi_type
 from .process_group import group_rank_of, member_group
-from .reduce_ops import ReduceOp, finish, mpi_op
+from .reduce_ops import ReduceOp, finish, mpi_op, premultiplied
 from .watchdog import blocked
 from .work import Work
 
@@ -72,6 +72,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False, *, algorithm
         check.tensor("tensor", arr)
         check.op(op)
         check.value("algorithm", _ALGORITHMS.index(algorithm), _ALGORITHMS.__getitem__)
+    premultiplied(op, arr, in_place=True)
 
     def done():
         finish(op, arr, pg.size())
@@ -98,7 +99,10 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
         check.value("dst", dst)
         check.op(op)
     if pg.rank() != root:
-        return _launch(pg, "Reduce", (message(arr), None, mpi, root), async_op)
+        # A PREMUL_SUM scales a copy: the tensors of ranks other than dst stay unchanged.
+        send = premultiplied(op, arr, in_place=False)
+        return _launch(pg, "Reduce", (message(send), None, mpi, root), async_op)
+    premultiplied(op, arr, in_place=True)
 
     def done():
         finish(op, arr, pg.size())
@@ -221,7 +225,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         mpi = mpi_op(op, out.dtype)
         check.tensor("output", out)
         check.op(op)
-    return _reduce_scatter_block(pg, np.stack(ins), out, output, op, mpi, async_op)
+    return _reduce_scatter_block(pg, premultiplied(op, np.stack(ins), in_place=True), out,
+                                 output, op, mpi, async_op)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -237,7 +242,9 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
         mpi = mpi_op(op, out.dtype)
         check.tensor("output", out)
         check.op(op)
-    send = inp.copy() if np.may_share_memory(inp, out) else inp
+    send = premultiplied(op, inp, in_place=False)
+    if send is inp and np.may_share_memory(inp, out):
+        send = inp.copy()
     return _reduce_scatter_block(pg, send, out, output, op, mpi, async_op)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..device import device
-from . import abort, checks, rendezvous, watchdog
+from . import abort, checks, rendezvous, segments, watchdog
 
 _CHECK_ENV = "MPIGRAD_CHECK_COLLECTIVES"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -226,6 +226,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     _local.update(rank=node.Get_rank(), size=node.Get_size())
     node.Free()
+    # Every rank is past MPI_Init (the collectives above completed), so every local rank has
+    # mapped MPI's shared memory: its name can go, and an aborted job leaves nothing behind.
+    segments.release()
     GroupMember.WORLD = world
     _live_groups.append(world)
     abort.set_abort_on_exception(abort_setting)

@@ -16,6 +16,47 @@ class ReduceOp(enum.Enum):
     BOR = "bor"
     BXOR = "bxor"
     AVG = "avg"
+    # A sum of each rank's tensor times a factor; made with `_make_nccl_premul_sum(factor)`.
+    PREMUL_SUM = "premul_sum"
+
+
+class PremulSum:
+    """ReduceOp.PREMUL_SUM with its factor, as torch's `_make_nccl_premul_sum(factor)` gives
+    it: each rank's tensor is multiplied by `factor` (each rank's own) before the sum."""
+
+    name = "PREMUL_SUM"
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __repr__(self):
+        return f"ReduceOp.PREMUL_SUM(factor={self.factor})"
+
+
+def _make_nccl_premul_sum(factor):
+    """torch's spelling: the op for a sum of factor * tensor (a number, or a one-element
+    tensor). It works with every MPI library, not only NCCL, in all_reduce, reduce and the
+    reduce_scatters."""
+    value = np.asarray(getattr(factor, "data", factor))
+    if value.size != 1 or value.dtype.kind not in "iufc":
+        raise TypeError(f"the PREMUL_SUM factor must be a number or a one-element tensor, "
+                        f"got {factor!r}")
+    return PremulSum(value.reshape(()).item())
+
+
+def kind(op):
+    """The ReduceOp member an op is (PREMUL_SUM for a factor-carrying one)."""
+    return ReduceOp.PREMUL_SUM if isinstance(op, PremulSum) else op
+
+
+def premultiplied(op, array, in_place):
+    """`array` times a PREMUL_SUM's factor (in place, or as a new array), else `array`."""
+    if not isinstance(op, PremulSum):
+        return array
+    if in_place:
+        array *= op.factor
+        return array
+    return np.multiply(array, op.factor, dtype=array.dtype)
 
 
 class _DeprecatedReduceOp:
@@ -49,6 +90,14 @@ _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
 def mpi_op(op, dtype):
     """The MPI operation that performs `op` on arrays of `dtype`, or a TypeError saying why not."""
+    if op is ReduceOp.PREMUL_SUM:
+        raise ValueError("ReduceOp.PREMUL_SUM needs its factor: pass "
+                         "dist._make_nccl_premul_sum(factor) as the op")
+    if isinstance(op, PremulSum):
+        if np.dtype(dtype).kind not in "fc" or np.dtype(dtype) == np.float16:
+            raise TypeError(f"ReduceOp.PREMUL_SUM needs a float32, float64 or complex tensor, "
+                            f"got {np.dtype(dtype)}")
+        return MPI.SUM
     if not isinstance(op, ReduceOp):
         raise TypeError(f"op must be a ReduceOp (e.g. ReduceOp.SUM), got {op!r}")
     dtype = np.dtype(dtype)

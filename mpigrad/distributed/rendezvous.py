@@ -42,6 +42,8 @@ import threading
 import time
 import urllib.parse
 
+from . import settings
+
 # Variables through which an MPI launcher (mpiexec/mpirun of MPICH, Intel MPI or Open MPI,
 # srun with a PMI plugin) gives a process its place: their presence means MPI builds the
 # world itself.
@@ -158,7 +160,7 @@ def join(request, timeout=None):
     initialisation that follows forms their world. Raises, naming the cause, if the ranks
     disagree or do not all arrive within `timeout` seconds."""
     if timeout is None:
-        timeout = float(os.environ.get(_TIMEOUT_ENV, _DEFAULT_TIMEOUT))
+        timeout = settings.seconds(_TIMEOUT_ENV, _DEFAULT_TIMEOUT)
     if not 0 <= request.rank < request.world_size:
         raise ValueError(f"rank {request.rank} is outside a world of size {request.world_size}")
     deadline = time.monotonic() + timeout
@@ -333,6 +335,16 @@ def check_world(mpi_rank, mpi_size, rank=-1, world_size=-1, init_method=None):
         raise ValueError(f"WORLD_SIZE={environment} is set, but MPI's world has {mpi_size} "
                          f"process{'es' if mpi_size != 1 else ''}"
                          f"{_size_one_hint(mpi_size, int(environment))}")
+    step_tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if step_tasks.isdigit() and int(step_tasks) > 1 and mpi_size == 1:
+        # srun without an MPI plugin starts the tasks as separate worlds of one, each of them
+        # a rank 0 training alone; every task sees this at once and stops.
+        raise RuntimeError(
+            f"srun started {step_tasks} tasks, but MPI's world on task "
+            f"{os.environ.get('SLURM_PROCID', '?')} has 1 process: srun did not connect them. "
+            "Tell srun how MPI starts: `srun --mpi=pmi2 ...` for MPICH (the mpich wheel), "
+            "`srun --mpi=pmix ...` for Open MPI (see `srun --mpi=list`), or set "
+            "MpiDefault in slurm.conf")
 
 
 def _size_one_hint(mpi_size, wanted):

@@ -25,6 +25,7 @@ end-of-backward callback spent waiting). `summarize(events)` reads them back.
 """
 import atexit
 import collections
+import errno
 import json
 import os
 import time
@@ -92,7 +93,7 @@ class Timeline:
             directory = os.path.dirname(path)
             if directory:
                 os.makedirs(directory, exist_ok=True)
-            self._file = open(path, "wb")
+            self._file = _create_without_following(path)
             self._file.write(_HEADER + _CLOSING)
             self._first = True
             self.flush()
@@ -167,3 +168,17 @@ def _flush_all():
             timeline.flush()
         except OSError:
             pass
+
+
+def _create_without_following(path):
+    """`path` opened for writing, refusing a symbolic link there: per-rank paths are often in
+    shared directories, where a planted link would make every rank overwrite its target."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(err.errno, f"the timeline path {path} is a symbolic link; mpigrad "
+                                     "does not write through one: remove it or choose another "
+                                     "path") from None
+        raise
+    return os.fdopen(descriptor, "wb")

@@ -36,6 +36,7 @@ import time
 
 from mpi4py import MPI
 
+from . import settings
 from .abort import abort_job
 
 STALL_ENV = "MPIGRAD_STALL_SECONDS"
@@ -103,11 +104,7 @@ class blocked:
 
 
 def stall_seconds():
-    value = os.environ.get(STALL_ENV, "60")
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"{STALL_ENV} must be a number of seconds, got {value!r}") from None
+    return settings.seconds(STALL_ENV, 60, zero_allowed=True)
 
 
 def start(comm):

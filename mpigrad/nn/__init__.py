@@ -1,7 +1,9 @@
 """Neural-network building blocks, with torch.nn's names."""
+import importlib
+
 from .parameter import Parameter, Buffer  # noqa: F401
 from .module import Module  # noqa: F401
-from . import functional, init  # noqa: F401
+from . import functional, init, utils  # noqa: F401
 from .linear import Identity, Linear  # noqa: F401
 from .conv import Conv2d  # noqa: F401
 from .pooling import MaxPool2d, AvgPool2d  # noqa: F401
@@ -18,3 +20,17 @@ from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2
                         ZeroPad2d)
 from .normalization import GroupNorm  # noqa: F401
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
+from .activation import MultiheadAttention  # noqa: F401
+from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
+from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
+                          TransformerEncoderLayer, TransformerDecoderLayer)
+from .normalization import RMSNorm  # noqa: F401
+from .container import ParameterList, ParameterDict  # noqa: F401
+
+
+def __getattr__(name):
+    # torch.nn.parallel is there after a bare `import torch`; ours imports mpigrad.distributed,
+    # which starts MPI, so it is imported on first use rather than with mpigrad.nn.
+    if name == "parallel":
+        return importlib.import_module(".parallel", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,11 @@
-"""Activation layers: thin wrappers over mpigrad.nn.functional."""
-from . import functional as F
+"""Activation layers: thin wrappers over mpigrad.nn.functional; and MultiheadAttention, which
+torch files among them."""
+from .. import creation
+from . import functional as F, init
+from ._checks import check_device, positive_int
+from .linear import NonDynamicallyQuantizableLinear
 from .module import Module
+from .parameter import Parameter
 
 
 class ReLU(Module):
@@ -82,3 +87,81 @@ class LogSoftmax(Module):
     def extra_repr(self):
         return f"dim={self.dim}"
 
+
+class MultiheadAttention(Module):
+    """Attention over `num_heads` heads of size embed_dim // num_heads, with torch's parameter
+    layout: a packed in_proj_weight (3 * embed_dim, embed_dim) when keys and values have
+    embed_dim features, else q_proj_weight, k_proj_weight, v_proj_weight; in_proj_bias;
+    out_proj; bias_k and bias_v (1, 1, embed_dim) with add_bias_kv."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        check_device(device, "MultiheadAttention")
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim="
+                             f"{embed_dim} and num_heads={num_heads} instead")
+        self.embed_dim = positive_int("embed_dim", embed_dim, "MultiheadAttention")
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(creation.empty(3 * embed_dim, embed_dim, dtype=dtype))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.q_proj_weight = Parameter(creation.empty(embed_dim, embed_dim, dtype=dtype))
+            self.k_proj_weight = Parameter(creation.empty(embed_dim, self.kdim, dtype=dtype))
+            self.v_proj_weight = Parameter(creation.empty(embed_dim, self.vdim, dtype=dtype))
+            self.register_parameter("in_proj_weight", None)
+        self.register_parameter(
+            "in_proj_bias", Parameter(creation.empty(3 * embed_dim, dtype=dtype)) if bias else None)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
+                                                        dtype=dtype)
+        if add_bias_kv:
+            self.bias_k = Parameter(creation.empty(1, 1, embed_dim, dtype=dtype))
+            self.bias_v = Parameter(creation.empty(1, 1, embed_dim, dtype=dtype))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            init.xavier_uniform_(self.q_proj_weight)
+            init.xavier_uniform_(self.k_proj_weight)
+            init.xavier_uniform_(self.v_proj_weight)
+        if self.in_proj_bias is not None:
+            init.zeros_(self.in_proj_bias)
+            init.zeros_(self.out_proj.bias)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        """(output, weights) for (L, N, E) input ((N, L, E) with batch_first, or unbatched
+        (L, E)); weights (N, L, S), or (N, heads, L, S) unaveraged, or None without
+        need_weights."""
+        batch_first = self.batch_first and query.ndim == 3
+        if batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        separate = not self._qkv_same_embed_dim
+        out, weights = F.multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            use_separate_proj_weight=separate, q_proj_weight=self.q_proj_weight,
+            k_proj_weight=self.k_proj_weight, v_proj_weight=self.v_proj_weight,
+            average_attn_weights=average_attn_weights, is_causal=is_causal)
+        return (out.transpose(0, 1) if batch_first else out), weights

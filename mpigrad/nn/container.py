@@ -2,7 +2,9 @@
 import collections
 import numbers
 
+from ..tensor import Tensor
 from .module import Module
+from .parameter import Parameter
 
 
 def _position(index, length, container):
@@ -161,3 +163,150 @@ class ModuleDict(Module):
         items = modules.items() if hasattr(modules, "items") else modules
         for key, module in items:
             self[key] = module
+
+
+def _put_parameter(container, name, value):
+    """Registers value under name, keeping name's place if it exists (a dict assignment, as
+    torch's containers do). A plain tensor is wrapped as a Parameter, as torch does; any other
+    object is kept as an attribute."""
+    if isinstance(value, Tensor):
+        container.register_parameter(
+            name, value if isinstance(value, Parameter) else Parameter(value))
+    else:
+        setattr(container, name, value)
+
+
+class ParameterList(Module):
+    """A list of parameters, registered as "0", "1", ... (plain tensors become Parameters)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        self._size = 0
+        if values is not None:
+            self.extend(values)
+
+    def __len__(self):
+        return self._size
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return type(self)([self[i] for i in range(len(self))[index]])
+        return getattr(self, str(_position(index, len(self), "ParameterList")))
+
+    def __setitem__(self, index, value):
+        _put_parameter(self, str(_position(index, len(self), "ParameterList")), value)
+
+    def append(self, value):
+        self._size += 1
+        self[-1] = value
+        return self
+
+    def extend(self, values):
+        for value in values:
+            self.append(value)
+        return self
+
+    def __iadd__(self, values):
+        return self.extend(values)
+
+    def extra_repr(self):
+        return _listing(enumerate(self))
+
+
+class ParameterDict(Module):
+    """An ordered dict of name -> parameter, registered under those names (plain tensors
+    become Parameters)."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._keys = {}
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def __setitem__(self, key, value):
+        if not isinstance(key, str):
+            raise TypeError(f"ParameterDict keys must be strings, got {type(key).__name__}")
+        self._keys[key] = None
+        _put_parameter(self, key, value)
+
+    def __delitem__(self, key):
+        del self._keys[key]
+        delattr(self, key)
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __reversed__(self):
+        return reversed(list(self._keys))
+
+    def __contains__(self, key):
+        return key in self._keys
+
+    def keys(self):
+        return self._keys.keys()
+
+    def values(self):
+        return [self[k] for k in self._keys]
+
+    def items(self):
+        return [(k, self[k]) for k in self._keys]
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def pop(self, key):
+        value = self[key]
+        del self[key]
+        return value
+
+    def popitem(self):
+        key = next(reversed(self))
+        return key, self.pop(key)
+
+    def clear(self):
+        for key in list(self._keys):
+            del self[key]
+
+    def copy(self):
+        return type(self)(collections.OrderedDict(self.items()))
+
+    def update(self, parameters):
+        if isinstance(parameters, (collections.OrderedDict, ParameterDict)):
+            items = parameters.items()
+        elif hasattr(parameters, "items"):
+            # torch sorts the keys of a plain mapping (its order once was not reliable).
+            items = sorted(parameters.items())
+        else:
+            items = parameters
+        for key, value in items:
+            self[key] = value
+
+    def extra_repr(self):
+        return _listing(self.items())
+
+
+def _listing(pairs):
+    """One line per entry, indented inside the container's parentheses."""
+    lines = "".join(f"\n  ({key}): {_describe(value)}" for key, value in pairs)
+    return lines + "\n" if lines else ""
+
+
+def _describe(value):
+    if not isinstance(value, Tensor):
+        return repr(value)
+    kind = "Parameter containing" if isinstance(value, Parameter) else "Tensor"
+    return f"{kind}: [mpigrad.{value.dtype} of size {'x'.join(map(str, value.shape))}]"

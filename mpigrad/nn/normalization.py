@@ -135,6 +135,37 @@ class LayerNorm(Module):
                 f"elementwise_affine={self.elementwise_affine}")
 
 
+class RMSNorm(Module):
+    """Divides each sample by the root mean square over its trailing `normalized_shape`
+    dimensions, then applies an elementwise weight of that shape; eps=None means the machine
+    epsilon of the input's dtype."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None,
+                 dtype=None):
+        super().__init__()
+        check_device(device, "RMSNorm")
+        self.normalized_shape = tuple(positive_int("normalized_shape", s, "RMSNorm")
+                                      for s in F._normalized_shape(normalized_shape))
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(creation.ones(self.normalized_shape, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+
 class GroupNorm(Module):
     """Normalises each sample's channels in `num_groups` groups (see F.group_norm), then
     applies a per-channel weight and bias."""

@@ -135,7 +135,9 @@ def cast(x, dtype):
     return _cast(x, dtype=dtype)
 
 
-clone = Op("clone", np.copy, (lambda g, ans, x: g,), elementwise=True)
+# order "K" keeps the layout, as torch's clone does; "C" is what contiguous() asks for.
+clone = Op("clone", lambda x, order="K": np.copy(x, order=order),
+           (lambda g, ans, x, order="K": g,), elementwise=True)
 
 
 def _constant(forward):
@@ -158,3 +160,14 @@ logical_or = _constant(np.logical_or)
 logical_not = _constant(np.logical_not)
 isnan = _constant(np.isnan)
 isfinite = _constant(np.isfinite)
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether |input - other| <= atol + rtol * |other| everywhere (broadcasting), a bool."""
+    return bool(np.allclose(input.data, other.data if isinstance(other, Tensor) else other,
+                            rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def lerp(input, end, weight):
+    """input + weight * (end - input), differentiable in all three."""
+    return input + weight * (end - input)

@@ -34,8 +34,9 @@ class Op:
 
     `vjps` is a tuple with one rule per positional input (None where no gradient flows), or,
     for variadic ops, one callable taking the input's position first. `saves` names the
-    forward's parameters (and/or "ans", the output) whose values the rules read; backward
-    checks that none of them changed in place since. `view=True` marks ops whose output may
+    forward's parameters (and/or "ans", the output) whose values the rules read, or is "*"
+    for all of a variadic op's inputs; backward checks that none of them changed in place
+    since. `view=True` marks ops whose output may
     share storage with input 0, so both share one version counter. `inplace_fast(target,
     *others, **params)` writes the result straight into target's array when no graph is
     recorded (the optimizer path); without it, the result is computed and copied in.
@@ -61,12 +62,15 @@ class Op:
                              "rules; give jvps or elementwise=True, not both")
         self.jvps = vjps if elementwise else jvps
         names = saves.split()
-        params = _input_names(vjps) if names else []
-        unknown = set(names) - set(params) - {"ans"}
-        if unknown:
-            raise ValueError(f"op {name}: saves names {unknown} that are not inputs")
-        self.saved_positions = frozenset(params.index(n) for n in names if n != "ans")
         self.saves_ans = "ans" in names
+        if "*" in names:
+            self.saved_positions = _EVERY_POSITION
+        else:
+            params = _input_names(vjps) if names else []
+            unknown = set(names) - set(params) - {"ans"}
+            if unknown:
+                raise ValueError(f"op {name}: saves names {unknown} that are not inputs")
+            self.saved_positions = frozenset(params.index(n) for n in names if n != "ans")
         self.view = view
         self.inplace_fast = inplace_fast
         if name in REGISTRY:
@@ -78,6 +82,16 @@ class Op:
 
     def __repr__(self):
         return f"<op {self.name}>"
+
+
+class _EveryPosition:
+    """`saves="*"`: a variadic op (einsum) whose rules read all of its inputs."""
+
+    def __contains__(self, position):
+        return True
+
+
+_EVERY_POSITION = _EveryPosition()
 
 
 def _input_names(vjps):

@@ -361,3 +361,37 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     values, indices = sort(x, axis, descending=largest)
     head = (slice(None),) * axis
     return SortResult(values[head + (slice(0, k),)], indices[head + (slice(0, k),)])
+
+
+def _masked_softmax_forward(x, keep, dim):
+    # Masked positions (keep False) count as -inf. A row that is -inf everywhere (attention
+    # with every key masked) gives zeros, as torch's _safe_softmax does, instead of the 0/0
+    # NaNs of the plain softmax. Works in one fresh array, the output.
+    e = np.where(keep, x, -np.inf) if keep is not None else None
+    top = np.max(x if e is None else e, axis=dim, keepdims=True)
+    dead = np.isneginf(top)
+    any_dead = dead.any()
+    if any_dead:
+        top[dead] = 0
+    e = np.subtract(x, top) if e is None else np.subtract(e, top, out=e)
+    np.exp(e, out=e)
+    total = np.sum(e, axis=dim, keepdims=True)
+    if any_dead:
+        total[dead] = 1
+    e /= total
+    return e
+
+
+def _softmax_rule(t, ans, x, keep, dim):
+    # Masked and dead positions have ans = 0, so softmax's rule gives them zero gradient and
+    # zero tangent: the mask itself needs no rule.
+    return ans * (t - (t * ans).sum(dim, keepdim=True))
+
+
+masked_softmax = Op("_masked_softmax", _masked_softmax_forward, (_softmax_rule, None),
+                    (_softmax_rule, None), saves="ans", grad_fn_name="SafeSoftmaxBackward0")
+
+
+def safe_softmax(x, dim):
+    """torch._safe_softmax: softmax along dim, with zeros for rows that are -inf everywhere."""
+    return masked_softmax(x, None, dim=dim)

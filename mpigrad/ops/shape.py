@@ -1,4 +1,6 @@
 """Shape, indexing and joining ops. Most return numpy views that share the input's storage."""
+import warnings
+
 import numpy as np
 
 from ..tensor import Tensor
@@ -336,3 +338,37 @@ def unbind(x, dim=0):
     """The slices of `x` along `dim`, as a tuple."""
     axis = _dim(dim, x.ndim)
     return tuple(getitem(x, (slice(None),) * axis + (i,)) for i in range(x.shape[axis]))
+
+
+def broadcast_to(x, size):
+    """torch.broadcast_to: `x` expanded to `size` (a view; -1 keeps a dimension)."""
+    return expand(x, tuple(size))
+
+
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids from 1-D tensors: `indexing='ij'` (matrix, torch's default) or 'xy'
+    (Cartesian: the first two grid dimensions swapped). Each grid is a broadcast view."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the "
+                      "indexing argument.", UserWarning, stacklevel=2)
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: '
+                         f"{indexing}")
+    for t in tensors:
+        if t.ndim > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list "
+                               f"but got: {t}")
+    sizes = [t.data.size for t in tensors]
+    swap = indexing == "xy" and len(tensors) >= 2
+    if swap:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    grids = []
+    for i, t in enumerate(tensors):
+        axis = {0: 1, 1: 0}.get(i, i) if swap else i
+        shape = [1] * len(tensors)
+        shape[axis] = -1
+        grids.append(expand(reshape(t, tuple(shape)), tuple(sizes)))
+    return tuple(grids)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..tensor import Tensor
-from .optimizer import (Optimizer, WorkArrays, blocks, check_implementation, lerp_,
+from .optimizer import (Optimizer, WorkArrays, adam_moments_, blocks, check_implementation,
                         regularized_grad)
 
 __all__ = ["Adam", "AdamW"]
@@ -81,11 +81,7 @@ class Adam(Optimizer):
                 g = regularized_grad(p, g, weight_decay, group["maximize"],
                                      out=self._work.like(p, 0))
 
-            scratch = lerp_(m, g, 1 - beta1, out=self._work.like(p, 1))
-            np.multiply(g, 1 - beta2, out=scratch)
-            scratch *= g
-            v *= beta2
-            v += scratch
+            scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
 
             if v_max:
                 v_max, = v_max

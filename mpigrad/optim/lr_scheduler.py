@@ -24,8 +24,9 @@ from bisect import bisect_right
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "LinearLR", "CosineAnnealingLR",
-           "SequentialLR"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "LinearLR",
+           "PolynomialLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
+           "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
 
 
 class LRScheduler:
@@ -142,6 +143,30 @@ class StepLR(LRScheduler):
                 for base_lr in self.base_lrs]
 
 
+class MultiStepLR(LRScheduler):
+    """Multiply the lr by `gamma` at each of `milestones` (a milestone given twice, twice)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        self.milestones = sorted(milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base_lr * self.gamma ** bisect_right(self.milestones, self.last_epoch)
+                for base_lr in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    """Multiply the lr by `gamma` every epoch."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base_lr * self.gamma ** self.last_epoch for base_lr in self.base_lrs]
+
+
 class LinearLR(LRScheduler):
     """Scale the lr linearly from `start_factor` to `end_factor` times the
     base lr over `total_iters` epochs, then keep it: the usual warm-up."""
@@ -167,6 +192,19 @@ class LinearLR(LRScheduler):
         return [base_lr * factor for base_lr in self.base_lrs]
 
 
+class PolynomialLR(LRScheduler):
+    """Decay the lr to 0 over `total_iters` epochs as (1 - epoch / total_iters) ** power."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        factor = (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+        return [base_lr * factor for base_lr in self.base_lrs]
+
+
 class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2.
 
@@ -185,6 +223,255 @@ class CosineAnnealingLR(LRScheduler):
         cosine = 1 + math.cos(math.pi * self.last_epoch / self.T_max)
         return [self.eta_min + (base_lr - self.eta_min) * cosine / 2
                 for base_lr in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from the base lr to `eta_min` over `T_0` epochs, then a restart; each
+    period is `T_mult` times the one before (SGDR).
+
+    `step(epoch)` jumps to a fractional epoch, for a schedule stepped every iteration
+    (`scheduler.step(epoch + i / iters)`); a plain `step()` then goes on one epoch from there,
+    as torch's does.
+    """
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):
+        if not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type "
+                             f"{type(eta_min)}")
+        self.T_0 = T_0
+        self.T_mult = T_mult
+        self.eta_min = eta_min
+        self._position = float(last_epoch)
+        super().__init__(optimizer, last_epoch)
+
+    def step(self, epoch=None):
+        if epoch is None:
+            self._move_to(self._position + 1)
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        else:
+            self._move_to(epoch)
+
+    def _move_to(self, position):
+        self._position = float(position)
+        super()._move_to(math.floor(position))
+
+    def _period(self):
+        """(epochs into the current period, the period's length) at the current position."""
+        if self._position < self.T_0 or self.T_mult == 1:
+            return self._position % self.T_0, self.T_0
+        restarts = int(math.log(self._position / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+        start = self.T_0 * (self.T_mult ** restarts - 1) / (self.T_mult - 1)
+        return self._position - start, self.T_0 * self.T_mult ** restarts
+
+    def get_lr(self):
+        into, length = self._period()
+        cosine = 1 + math.cos(math.pi * into / length)
+        return [self.eta_min + (base_lr - self.eta_min) * cosine / 2
+                for base_lr in self.base_lrs]
+
+    def _undo_first_step(self):
+        super()._undo_first_step()
+        self._position -= 1
+
+
+def _momentum_key(optimizer):
+    """'momentum' (SGD, RMSprop) or 'betas' (Adam's family: beta1 is cycled)."""
+    if "momentum" in optimizer.defaults:
+        return "momentum"
+    if "betas" in optimizer.defaults:
+        return "betas"
+    raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option "
+                     "enabled")
+
+
+def _set_momentum(group, key, momentum):
+    if key == "betas":
+        group["betas"] = (momentum, *group["betas"][1:])
+    else:
+        group["momentum"] = momentum
+
+
+def _per_group(name, value, optimizer):
+    groups = len(optimizer.param_groups)
+    if isinstance(value, (list, tuple)):
+        if len(value) != groups:
+            raise ValueError(f"expected {groups} values for {name}, got {len(value)}")
+        return list(value)
+    return [value] * groups
+
+
+class CyclicLR(LRScheduler):
+    """The lr cycles between `base_lr` and `max_lr` (Smith's cyclical learning rates), rising
+    over `step_size_up` steps and falling over `step_size_down`; with `cycle_momentum`, the
+    momentum (or Adam's beta1) cycles the opposite way between `max_momentum` and
+    `base_momentum`. Counted in iterations: call `step()` after every batch.
+
+    A custom `scale_fn` cannot be saved: `state_dict` leaves it out, so pass the same one
+    when re-creating the scheduler to resume.
+    """
+
+    _MODES = {"triangular": "cycle", "triangular2": "cycle", "exp_range": "iterations"}
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
+        if mode not in self._MODES and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        base_lrs = _per_group("base_lr", base_lr, optimizer)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = group["initial_lr"] = lr
+        self.max_lrs = _per_group("max_lr", max_lr, optimizer)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        self.mode = mode
+        self.gamma = gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else self._MODES[mode]
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._momentum = _momentum_key(optimizer)
+            max_momentums = _per_group("max_momentum", max_momentum, optimizer)
+            base_momentums = _per_group("base_momentum", base_momentum, optimizer)
+            if last_epoch == -1:
+                for m_max, m_base, group in zip(max_momentums, base_momentums,
+                                                optimizer.param_groups):
+                    _set_momentum(group, self._momentum, m_max)
+                    group["max_momentum"], group["base_momentum"] = m_max, m_base
+            self.base_momentums = [g["base_momentum"] for g in optimizer.param_groups]
+            self.max_momentums = [g["max_momentum"] for g in optimizer.param_groups]
+        super().__init__(optimizer, last_epoch)
+
+    def scale_fn(self, x):
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def _heights(self):
+        """(the fraction of the way up, the scale) at the current step."""
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        up = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        return up, self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+
+    def get_lr(self):
+        up, scale = self._heights()
+        return [base_lr + (max_lr - base_lr) * up * scale
+                for base_lr, max_lr in zip(self.base_lrs, self.max_lrs)]
+
+    def _apply_last_lr(self):
+        super()._apply_last_lr()
+        if self.cycle_momentum:
+            up, scale = self._heights()
+            for group, m_base, m_max in zip(self.optimizer.param_groups, self.base_momentums,
+                                            self.max_momentums):
+                _set_momentum(group, self._momentum, m_max - (m_max - m_base) * up * scale)
+
+    def state_dict(self):
+        state = super().state_dict()
+        del state["_scale_fn_custom"]
+        return state
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: the lr rises from max_lr / div_factor to `max_lr` over the first
+    `pct_start` of `total_steps`, then anneals to max_lr / div_factor / final_div_factor (with
+    `three_phase`, back down to the start first); momentum (or Adam's beta1) moves the
+    opposite way between `max_momentum` and `base_momentum`. Call `step()` after every batch;
+    stepping past `total_steps` is an error, as in torch.
+    """
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
+                 pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85,
+                 max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
+                 last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise ValueError("You must define either total_steps OR (epochs AND "
+                                 "steps_per_epoch)")
+            for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+                if not isinstance(value, int) or value <= 0:
+                    raise ValueError(f"Expected positive integer {name}, but got {value}")
+            total_steps = epochs * steps_per_epoch
+        elif not isinstance(total_steps, int) or total_steps <= 0:
+            raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        if not 0 <= pct_start <= 1 or not isinstance(pct_start, (int, float)):
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError("anneal_strategy must be one of 'cos' or 'linear', instead got "
+                             f"{anneal_strategy}")
+        self.total_steps = total_steps
+        self.anneal_strategy = anneal_strategy
+        rise_end = float(pct_start * total_steps) - 1
+        if three_phase:
+            self._phases = [(rise_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                            (float(2 * pct_start * total_steps) - 2, "max_lr", "initial_lr",
+                             "base_momentum", "max_momentum"),
+                            (total_steps - 1, "initial_lr", "min_lr", "max_momentum",
+                             "max_momentum")]
+        else:
+            self._phases = [(rise_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                            (total_steps - 1, "max_lr", "min_lr", "base_momentum",
+                             "max_momentum")]
+        if last_epoch == -1:
+            for lr, group in zip(_per_group("max_lr", max_lr, optimizer),
+                                 optimizer.param_groups):
+                group["initial_lr"] = lr / div_factor
+                group["max_lr"] = lr
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._momentum = _momentum_key(optimizer)
+            if last_epoch == -1:
+                for m_max, m_base, group in zip(
+                        _per_group("max_momentum", max_momentum, optimizer),
+                        _per_group("base_momentum", base_momentum, optimizer),
+                        optimizer.param_groups):
+                    _set_momentum(group, self._momentum, m_max)
+                    group["max_momentum"], group["base_momentum"] = m_max, m_base
+        super().__init__(optimizer, last_epoch)
+
+    def _anneal(self, start, end, fraction):
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * fraction) + 1)
+        return (end - start) * fraction + start
+
+    def _phase_values(self, group):
+        """(lr, momentum) of `group` at the current step."""
+        start = 0
+        for i, (end, lr_from, lr_to, m_from, m_to) in enumerate(self._phases):
+            if self.last_epoch <= end or i == len(self._phases) - 1:
+                fraction = (self.last_epoch - start) / (end - start)
+                momentum = (self._anneal(group[m_from], group[m_to], fraction)
+                            if self.cycle_momentum else None)
+                return self._anneal(group[lr_from], group[lr_to], fraction), momentum
+            start = end
+        raise AssertionError("the last phase always matches")
+
+    def get_lr(self):
+        if self.last_epoch > self.total_steps:
+            raise ValueError(f"Tried to step {self.last_epoch} times. The specified number of "
+                             f"total steps is {self.total_steps}")
+        return [self._phase_values(group)[0] for group in self.optimizer.param_groups]
+
+    def _apply_last_lr(self):
+        super()._apply_last_lr()
+        if self.cycle_momentum:
+            for group in self.optimizer.param_groups:
+                _set_momentum(group, self._momentum, self._phase_values(group)[1])
 
 
 class SequentialLR(LRScheduler):
@@ -250,3 +537,72 @@ class SequentialLR(LRScheduler):
     def _undo_first_step(self):
         for scheduler in self._schedulers:
             scheduler._undo_first_step()
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the lr by `factor` when `metrics` passed to `step(metrics)` has not improved
+    for `patience` epochs (by more than `threshold`, relative or absolute), then wait
+    `cooldown` epochs before counting again; never below `min_lr`, and never by less than
+    `eps`. The only scheduler here driven by a measured value rather than the epoch count.
+    """
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4,
+                 threshold_mode="rel", cooldown=0, min_lr=0, eps=1e-8):
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        groups = len(optimizer.param_groups)
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != groups:
+                raise ValueError(f"expected {groups} min_lrs, got {len(min_lr)}")
+            self.min_lrs = list(min_lr)
+        else:
+            self.min_lrs = [min_lr] * groups
+        if mode not in ("min", "max"):
+            raise ValueError("mode " + mode + " is unknown!")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError("threshold mode " + threshold_mode + " is unknown!")
+        self.optimizer = optimizer
+        self.mode = mode
+        self.factor = factor
+        self.patience = patience
+        self.threshold = threshold
+        self.threshold_mode = threshold_mode
+        self.cooldown = cooldown
+        self.eps = eps
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.cooldown_counter = 0
+        self.last_epoch = 0
+        self._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+    def step(self, metrics):
+        current = float(metrics)
+        self.last_epoch += 1
+        if self._is_better(current):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, min_lr in zip(self.optimizer.param_groups, self.min_lrs):
+                old = float(group["lr"])
+                new = max(old * self.factor, min_lr)
+                if old - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _is_better(self, current):
+        if self.mode == "min":
+            bar = (self.best * (1 - self.threshold) if self.threshold_mode == "rel"
+                   else self.best - self.threshold)
+            return current < bar
+        bar = (self.best * (1 + self.threshold) if self.threshold_mode == "rel"
+               else self.best + self.threshold)
+        return current > bar

@@ -30,11 +30,14 @@ class Optimizer:
 
     def __init_subclass__(cls, **kwargs):
         # Every optimizer's step is one profiler row named as torch names it, whether the
-        # subclass keeps the inherited step or brings its own (unwrapped first, so a
-        # subclass of a subclass is not counted twice).
+        # subclass keeps the inherited step or brings its own. An inherited step is
+        # unwrapped first, so a subclass of a subclass is not counted twice; only our own
+        # wrapper is taken off, never the subclass's decorators (`@no_grad()` also sets
+        # __wrapped__, and dropping it ran the step with grad enabled).
         super().__init_subclass__(**kwargs)
-        step = getattr(cls.step, "__wrapped__", cls.step)
+        step = getattr(cls.step, "_unprofiled", cls.step)
         cls.step = record_function(f"Optimizer.step#{cls.__name__}.step")(step)
+        cls.step._unprofiled = step
 
     def __init__(self, params, defaults):
         self._check_hyperparameters(defaults)
@@ -251,6 +254,17 @@ def regularized_grad(param, grad, weight_decay, maximize, out=None):
         g = np.multiply(param, weight_decay, out=out)
         return np.subtract(g, grad, out=g) if maximize else np.add(g, grad, out=g)
     return np.negative(grad, out=out) if maximize else grad
+
+
+def adam_moments_(m, v, g, beta1, beta2, out):
+    """Adam's two running averages, in place: m = lerp(m, g, 1 - beta1) (torch's rounding),
+    v = beta2 * v + (1 - beta2) * g * g. Returns `out`, the scratch used, free again."""
+    scratch = lerp_(m, g, 1 - beta1, out=out)
+    np.multiply(g, 1 - beta2, out=scratch)
+    scratch *= g
+    v *= beta2
+    v += scratch
+    return scratch
 
 
 def lerp_(start, end, weight, out=None):

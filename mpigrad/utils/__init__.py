@@ -1,3 +1,3 @@
-"""Utilities: activation checkpointing, and `data` (torch.utils.data's path to mpigrad.data)."""
-from .checkpoint import checkpoint, checkpoint_sequential  # noqa: F401
-from . import data  # noqa: F401
+"""Utilities, at torch.utils' paths: `checkpoint` (activation checkpointing, a module as in
+torch) and `data` (torch.utils.data's path to mpigrad.data)."""
+from . import checkpoint, data  # noqa: F401

@@ -149,6 +149,44 @@ CASES = [
     ("tensor_methods", lambda a, b: a.add(b, alpha=2).sub(b, alpha=0.5).addcmul(a, b, value=3)
      .addcdiv(a, b * b + 1, value=-2).lerp(b, 0.3).neg().div(b * b + 1),
      [((2, 3), _normal), ((3,), _normal)]),
+    # attention (issue 20): the softmax that gives zeros for rows masked everywhere
+    ("safe_softmax", lambda a: mg._safe_softmax(a.masked_fill(
+        mg.tensor([[False] * 4, [True] * 4, [True, False, True, False]]), float("-inf")), -1),
+     [((3, 4), _normal)]),
+    # transformer-era tensor ops (issue 20)
+    ("tril", lambda a: mg.tril(a, -1) + a.tril(1), [((2, 3, 4), _normal)]),
+    ("triu", lambda a: mg.triu(a) * a.triu(diagonal=2), [((4, 3), _normal)]),
+    ("rsqrt", lambda a: a.rsqrt(), [((3, 4), _positive)]),
+    ("nan_to_num", lambda a: mg.nan_to_num(a * a, posinf=1.0), [((3, 2), _normal)]),
+    ("einsum_batched_matmul", lambda a, b: mg.einsum("bij,bjk->bik", a, b),
+     [((2, 3, 4), _normal), ((2, 4, 2), _normal)]),
+    ("einsum_diagonal_and_sum", lambda a, b: mg.einsum("ii,ij->j", a, b),
+     [((3, 3), _normal), ((3, 2), _normal)]),
+    ("einsum_ellipsis_broadcast", lambda a, b: mg.einsum("...ij,...j->...i", a, b),
+     [((2, 3, 4), _normal), ((1, 4), _normal)]),
+    ("einsum_implicit_outer_and_sum", lambda a, b: mg.einsum("ij,k", a, b),
+     [((2, 3), _normal), ((2,), _normal)]),
+    ("einsum_three_operands", lambda a, b, c: mg.einsum("bn,anm,bm->ba", a, b, c),
+     [((2, 3), _normal), ((2, 3, 4), _normal), ((2, 4), _normal)]),
+    ("bmm_baddbmm_addmm", lambda a, b, c: mg.baddbmm(a, b, c, beta=0.5, alpha=2.0).sum(0)
+     + mg.addmm(a[0], b[0], c[0], alpha=-1.0) + b.bmm(c)[1],
+     [((2, 3, 2), _normal), ((2, 3, 4), _normal), ((2, 4, 2), _normal)]),
+    ("outer", lambda a, b: mg.outer(a, b), [((3,), _normal), ((4,), _normal)]),
+    ("scatter", lambda a, b: a.scatter(1, mg.tensor([[2, 0], [1, 3]]), b),
+     [((2, 4), _normal), ((2, 3), _normal)]),
+    ("scatter_value", lambda a: mg.scatter(a, 0, mg.tensor([[1, 0, 1]]), value=2.5),
+     [((2, 3), _normal)]),
+    ("scatter_add", lambda a, b: a.scatter_add(0, mg.tensor([[1, 0, 1], [1, 1, 0]]), b),
+     [((3, 3), _normal), ((2, 3), _normal)]),
+    ("index_add", lambda a, b: a.index_add(1, mg.tensor([2, 0, 2]), b, alpha=1.5),
+     [((2, 4), _normal), ((2, 3), _normal)]),
+    ("roll", lambda a: mg.roll(a, (1, -2), (0, 2)) + a.roll(3), [((3, 2, 4), _normal)]),
+    ("flip", lambda a: mg.flip(a, (0, 2)) * a.flip(1), [((2, 3, 2), _normal)]),
+    ("repeat_interleave", lambda a: a.repeat_interleave(mg.tensor([1, 0, 3]), dim=1).sum(1)
+     + mg.repeat_interleave(a, 2)[1:4].sum(), [((2, 3), _normal)]),
+    ("lerp_meshgrid_broadcast", lambda a, b: mg.lerp(a, b, 0.25) + mg.meshgrid(
+        a[0], b[:, 1], indexing="xy")[1].sum() + mg.broadcast_to(b[0], (2, 3)),
+     [((2, 3), _normal), ((2, 3), _normal)]),
 ]
 
 

@@ -3,6 +3,9 @@ seeded as PyTorch seeds its workers, and the workers go away on errors and when 
 import gc
 import os
 import pathlib
+import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -146,3 +149,54 @@ def test_pin_memory_warns_that_there_is_no_accelerator():
     ds = _datasets()
     with pytest.warns(UserWarning, match="no accelerator is found"):
         assert len(list(DataLoader(ds.Squares(4), batch_size=2, pin_memory=True))) == 2
+
+
+def test_a_batch_that_cannot_be_pickled_is_an_error_in_the_main_process():
+    """The queue's feeder thread used to print the pickling error and drop the batch, so the
+    main process waited for it forever (timeout=0, the default)."""
+    ds = _datasets()
+    loader = DataLoader(ds.Unpicklable(), batch_size=2, num_workers=2, collate_fn=ds.as_is)
+    with pytest.raises(RuntimeError, match=r"(?s)Caught TypeError in DataLoader worker "
+                                           r"process 1\..*pickle"):
+        list(loader)
+
+
+_ORPHAN_PARENT = """
+import os, sys, time
+sys.path.insert(0, {folder!r})
+from mpigrad.data import DataLoader
+import worker_datasets
+
+if __name__ == "__main__":
+    loader = DataLoader(worker_datasets.WhoLoadedMe(), batch_size=2, num_workers=2,
+                        collate_fn=worker_datasets.as_list, persistent_workers=True)
+    pids = sorted({{s["pid"] for s in next(iter(loader))}} | {{p.pid for p in loader._pool.processes}})
+    print(" ".join(map(str, pids)), flush=True)
+    time.sleep(600)
+"""
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_exit_when_their_parent_is_killed_with_sigkill(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_PARENT.format(folder=str(pathlib.Path(__file__).parent)))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2 and all(_running(pid) for pid in workers)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 5
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _running(pid)]
+    finally:
+        parent.kill()
+        parent.wait()

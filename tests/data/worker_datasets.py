@@ -68,3 +68,18 @@ def init_marks_worker(worker_id):
 
 def as_list(samples):
     return samples
+
+
+class Unpicklable(Dataset):
+    """Sample 3 holds a lock, which no pickler can send back to the main process."""
+
+    def __getitem__(self, index):
+        import threading
+        return threading.Lock() if index == 3 else index
+
+    def __len__(self):
+        return 6
+
+
+def as_is(batch):
+    return batch

@@ -293,3 +293,39 @@ def test_blocking_collectives_are_profiler_rows():
         dist.broadcast(t, src=0)
     calls = {row.key: row.count for row in prof.key_averages()}
     assert calls["mpi:Allreduce"] == 1 and calls["mpi:Bcast"] == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_premul_sum_is_the_sum_of_each_ranks_tensor_times_its_factor(dtype, rank, size):
+    """torch's PREMUL_SUM (dist._make_nccl_premul_sum): each rank may pass its own factor."""
+    factors = [0.5 + r for r in range(size)]
+    op = dist._make_nccl_premul_sum(factors[rank])
+    inputs = all_inputs((2, 3), dtype)
+    expected = sum(f * x for f, x in zip(factors, inputs)).astype(dtype)
+    tolerance = {"rtol": 1e-6 if dtype == np.float32 else 1e-12}
+
+    arr = rank_input(rank, (2, 3), dtype)
+    dist.all_reduce(arr, op=op)
+    np.testing.assert_allclose(arr, expected, **tolerance)
+
+    arr, original = rank_input(rank, (2, 3), dtype), rank_input(rank, (2, 3), dtype)
+    dist.reduce(arr, dst=0, op=dist._make_nccl_premul_sum(mg.tensor([factors[rank]])))
+    np.testing.assert_allclose(arr, expected if rank == 0 else original, **tolerance)
+
+    blocks = [np.full(4, rank + i, dtype) for i in range(size)]
+    out = np.empty(4, dtype)
+    dist.reduce_scatter(out, blocks, op=op)
+    np.testing.assert_allclose(out, sum(f * (r + rank) for r, f in enumerate(factors)),
+                               **tolerance)
+    stacked = np.stack(blocks)
+    dist.reduce_scatter_tensor(out, stacked, op=op)
+    np.testing.assert_allclose(out, sum(f * (r + rank) for r, f in enumerate(factors)),
+                               **tolerance)
+    np.testing.assert_array_equal(stacked, np.stack(blocks))  # the input is left alone
+
+
+def test_premul_sum_needs_its_factor_and_a_float_tensor(rank):
+    with pytest.raises(ValueError, match="needs its factor"):
+        dist.all_reduce(np.zeros(2), op=ReduceOp.PREMUL_SUM)
+    with pytest.raises(TypeError, match="needs a float32, float64 or complex tensor"):
+        dist.all_reduce(np.zeros(2, np.int64), op=dist._make_nccl_premul_sum(2.0))

@@ -10,6 +10,7 @@ import pytest
 import mpigrad as mg
 import mpigrad.distributed as dist
 import mpigrad.distributed.nn as dnn
+import mpigrad.distributed.nn.functional as functional
 from mpigrad.distributed import ReduceOp
 
 from ._helpers import assert_matches, rank_input
@@ -235,3 +236,9 @@ def test_bad_arguments(rank, size):
         with pytest.raises(ValueError, match=f"global rank {rank} is not a member"):
             dnn.all_gather(mg.ones(1), group=group)
     dist.destroy_process_group(group)
+
+
+def test_the_functions_are_at_torchs_module_path_too():
+    for name in ("all_gather", "all_reduce", "all_to_all", "broadcast", "reduce",
+                 "reduce_scatter", "send", "recv"):
+        assert getattr(functional, name) is getattr(dnn, name)

@@ -9,6 +9,8 @@ import textwrap
 import time
 import tracemalloc
 
+import pytest
+
 from mpigrad.autograd.profiler import profile, record_function
 from mpigrad.distributed.timeline import MEMORY_EVENTS, Timeline, summarize
 
@@ -95,3 +97,13 @@ def test_timeline_and_profiler_share_one_clock():
     backward = next(e for e in timeline.events if e.get("ph") == "X")
     step = next(e for e in prof.events() if e.name == "step")
     assert step.start_ns / 1e3 <= backward["ts"] <= step.end_ns / 1e3
+
+
+def test_a_symbolic_link_at_the_path_is_refused_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    link = tmp_path / "trace.rank0.json"
+    os.symlink(victim, link)
+    with pytest.raises(OSError, match="is a symbolic link"):
+        Timeline(str(link), rank=0)
+    assert victim.read_text() == "keep"

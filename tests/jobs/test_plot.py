@@ -80,6 +80,17 @@ def test_metrics_of_several_runs_and_missing_keys(tmp_path):
     assert_png(out)
 
 
+def test_metrics_with_a_validation_loss_as_train_gpt_writes_them(tmp_path):
+    metrics = tmp_path / "gpt.jsonl"
+    metrics.write_text("".join(json.dumps({"epoch": e, "step": 100 * e, "loss": 3.0 / e,
+                                           "val_loss": 3.2 / e, "lr": 1e-3}) + "\n"
+                               for e in range(1, 5)))
+    out = tmp_path / "gpt.png"
+    r = plot("metrics", metrics, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert_png(out)
+
+
 def test_timeline_plot_is_a_png(tmp_path):
     trace = tmp_path / "timeline.json"
     trace.write_text(json.dumps({"traceEvents": timeline_events(), "displayTimeUnit": "ms"}))

@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 TRAIN = Path(__file__).resolve().parents[2] / "jobs" / "train.py"
 
 
-def _load_train_module():
+def _load_train_module(monkeypatch):
+    # train.py imports its sibling jobs/common.py as a top-level module, as when run as a script.
+    monkeypatch.syspath_prepend(str(TRAIN.parent))
     spec = importlib.util.spec_from_file_location("jobs_train", TRAIN)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -50,8 +52,8 @@ def _torch_resnet(in_channels, num_classes):
         tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(32, num_classes))
 
 
-def test_resnet_step_matches_torch():
-    ours = _load_train_module().resnet(3, 5).double()
+def test_resnet_step_matches_torch(monkeypatch):
+    ours = _load_train_module(monkeypatch).resnet(3, 5).double()
     theirs = _torch_resnet(3, 5).double()
     assert list(ours.state_dict()) == list(theirs.state_dict())
     ours.load_state_dict({k: mpigrad.tensor(v.numpy()) for k, v in theirs.state_dict().items()})

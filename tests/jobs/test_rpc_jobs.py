@@ -1,5 +1,5 @@
-"""The model-parallel jobs end to end: jobs/rpc_parameter_server.py and jobs/rpc_rnn.py
-under mpiexec (3 ranks), and the parameter server's Slurm script on the test cluster."""
+"""The model-parallel jobs end to end: jobs/rpc_parameter_server.py, the batching one and
+jobs/rpc_rnn.py under mpiexec, and the parameter server's Slurm script on the test cluster."""
 import os
 import re
 import shutil
@@ -32,6 +32,16 @@ def test_parameter_server_trains_with_two_trainers():
     result = _run("rpc_parameter_server.py", "--epochs", "2", "--train-samples", "3000")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert len(re.findall(r"^trainer [01] epoch 2: loss", result.stdout, re.M)) == 2
+    accuracy = float(re.search(r"^test accuracy ([0-9.]+)$", result.stdout, re.M).group(1))
+    assert accuracy > 0.8, result.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_batching_parameter_server_trains(ranks):
+    result = _run("rpc_batch_parameter_server.py", "--epochs", "2", "--train-samples", "3000",
+                  ranks=ranks)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert len(re.findall(r"^trainer \d epoch 2: loss", result.stdout, re.M)) == ranks - 1
     accuracy = float(re.search(r"^test accuracy ([0-9.]+)$", result.stdout, re.M).group(1))
     assert accuracy > 0.8, result.stdout
 

@@ -29,6 +29,7 @@ from slurm_cluster import SlurmCluster, ensure_installed  # noqa: E402
 TRAIN_PY = REPO / "jobs" / "train.py"
 TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"
 BENCH_SBATCH = REPO / "jobs" / "bench.sbatch"
+GPT_SBATCH = REPO / "jobs" / "train_gpt.sbatch"
 FINISHED = re.compile(r"^\[rank 0\] training finished: epochs=(\d+) test_accuracy=([0-9.]+)$",
                       re.M)
 
@@ -164,6 +165,33 @@ def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
     checkpoints = submit_dir / "runs" / "mpigrad-train" / "checkpoints"
     assert (checkpoints / "final.npz").exists(), sorted(os.listdir(checkpoints))
     assert (checkpoints / f"ckpt-epoch{EPOCHS:04d}.npz").exists()
+
+
+def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(GPT_SBATCH), "--steps", "20",
+                    "--warmup", "2", "--eval-interval", "10", "--max-chars", "100000",
+                    "--sample-chars", "20", wait=True)
+    log = job_log(submit_dir, "mpigrad-gpt", job)
+    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
+    # One rank 0 of a 2-rank world (two 1-rank worlds would each print this line).
+    assert log.count("training finished: steps=20") == 1, log
+    assert "2 ranks x batch" in log, log
+    checkpoints = submit_dir / "runs" / "mpigrad-gpt" / "checkpoints"
+    assert {"ckpt-000010.npz", "ckpt-000020.npz", "final.npz"} <= set(os.listdir(checkpoints))
+
+
+def test_srun_without_an_mpi_plugin_is_an_error_on_every_task(cluster, submit_dir):
+    """`srun --mpi=none` starts each task as its own world of one: every task must stop at
+    init_process_group saying which flag to add, not train alone as a rank 0."""
+    env = dict(job_env(cluster), MPIGRAD_SRUN_MPI="none")
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "1",
+                    wait=True, env=env)
+    log = job_log(submit_dir, "mpigrad-train", job)
+    assert r.returncode != 0, log
+    for task in (0, 1):
+        assert (f"srun started 2 tasks, but MPI's world on task {task} has 1 process"
+                in log), log
+    assert "srun --mpi=pmi2" in log and "training finished" not in log
 
 
 def test_failing_job_is_reported_as_failed(cluster, submit_dir):

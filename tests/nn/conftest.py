@@ -13,3 +13,9 @@ def float64_and_seeded():
     mg.manual_seed(0)
     yield
     mg.set_default_dtype(previous)
+
+
+@pytest.fixture
+def rng():
+    """A fresh seeded numpy generator, for the inputs tests compare against torch."""
+    return np.random.default_rng(0)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import mpigrad as mg
 from mpigrad import Tensor, optim
 
 
@@ -236,3 +237,28 @@ def test_repr_lists_groups_and_hyperparameters():
     text = repr(optim.AdamW([leaf([1.0])], lr=0.5))
     assert text.startswith("AdamW (\nParameter Group 0\n")
     assert "    lr: 0.5\n" in text and "    weight_decay: 0.01\n" in text
+
+
+def test_a_subclass_step_decorated_with_no_grad_runs_without_grad():
+    """pytorch/examples' own optimizers decorate step with @torch.no_grad() and update
+    parameters in place; the profiler's wrapping of step used to unwrap that decorator."""
+    class PlainSGD(optim.Optimizer):
+        def __init__(self, params, lr):
+            super().__init__(params, {"lr": lr})
+
+        @mg.no_grad()
+        def step(self, closure=None):
+            assert not mg.is_grad_enabled()
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+    class PlainerSGD(PlainSGD):
+        pass
+
+    for kind in (PlainSGD, PlainerSGD):
+        w = Tensor(np.ones(3), requires_grad=True)
+        (w * w).sum().backward()
+        kind([w], lr=0.25).step()
+        np.testing.assert_array_equal(w.data, np.full(3, 0.5))
+        assert mg.is_grad_enabled()

@@ -1,4 +1,4 @@
-"""SGD, Adam and AdamW against torch.optim on the same parameters and gradients."""
+"""The optimizers against torch.optim on the same parameters and gradients."""
 
 import itertools
 
@@ -243,9 +243,77 @@ def test_adagrad_state_exists_before_the_first_step_as_in_torch():
     ("Adagrad", dict(initial_accumulator_value=-1), "Invalid initial_accumulator_value value"),
     ("RMSprop", dict(alpha=-0.1), "Invalid alpha value: -0.1"),
     ("RMSprop", dict(momentum=-1), "Invalid momentum value: -1"),
+    ("NAdam", dict(momentum_decay=-1), "Invalid momentum_decay value: -1"),
+    ("NAdam", dict(betas=(1.0, 0.9)), "Invalid beta parameter at index 0: 1.0"),
+    ("RAdam", dict(eps=-1), "Invalid epsilon value: -1"),
+    ("Adamax", dict(weight_decay=-1), "Invalid weight_decay value: -1"),
+    ("Adamax", dict(lr=-1), "Invalid learning rate: -1"),
 ])
 def test_bad_hyperparameters_are_torchs_errors(name, kwargs, message):
     with pytest.raises(ValueError, match=message):
         getattr(optim, name)([Tensor(np.ones(2), requires_grad=True)], **kwargs)
     with pytest.raises(ValueError, match=message):
         getattr(torch.optim, name)([torch.ones(2, requires_grad=True)], **kwargs)
+
+
+VARIANT_GRID = (
+    [("NAdam", dict(lr=lr, betas=betas, weight_decay=wd, momentum_decay=md,
+                    decoupled_weight_decay=dwd, maximize=mx))
+     for lr, betas, wd, md, dwd, mx in itertools.product(
+         [0.05], [(0.9, 0.999), (0.5, 0.9)], [0.0, 0.1], [4e-3, 0.5], [False, True],
+         [False, True])]
+    + [("RAdam", dict(lr=lr, betas=betas, weight_decay=wd, decoupled_weight_decay=dwd,
+                      maximize=mx))
+       # beta2 = 0.9 turns the rectified step on from step 6 (rho_t > 5); 0.999 never in 10.
+       for lr, betas, wd, dwd, mx in itertools.product(
+           [0.05], [(0.9, 0.999), (0.8, 0.9)], [0.0, 0.1], [False, True], [False, True])]
+    + [("Adamax", dict(lr=lr, betas=betas, eps=eps, weight_decay=wd, maximize=mx))
+       for lr, betas, eps, wd, mx in itertools.product(
+           [0.05], [(0.9, 0.999), (0.5, 0.8)], [1e-8, 0.3], [0.0, 0.1], [False, True])])
+
+
+@pytest.mark.parametrize("name, kwargs", VARIANT_GRID, ids=str)
+def test_nadam_radam_adamax_match_torch(name, kwargs, blocked):
+    assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
+
+
+@pytest.mark.parametrize("name", ["NAdam", "RAdam", "Adamax"])
+def test_adam_variants_state_dicts_and_float32_match_torch(name):
+    initial, grads = make_problem(seed=5, dtype=np.float32)
+    got, ours = run_mpigrad(lambda ps: getattr(optim, name)(ps, lr=0.01), initial, grads)
+    params = [torch.tensor(p, requires_grad=True) for p in initial]
+    theirs = getattr(torch.optim, name)(params, lr=0.01)
+    for step_grads in grads:
+        for param, grad in zip(params, step_grads):
+            param.grad = None if grad is None else torch.tensor(grad)
+        theirs.step()
+    for g, e in zip(got, params):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, e.detach().numpy(), rtol=1e-5, atol=1e-6)
+    ours_sd, theirs_sd = ours.state_dict(), theirs.state_dict()
+    assert ours_sd["param_groups"][0].keys() == theirs_sd["param_groups"][0].keys()
+    for index, state in theirs_sd["state"].items():
+        assert ours_sd["state"][index].keys() == state.keys()
+        for key, value in state.items():
+            np.testing.assert_allclose(np.asarray(ours_sd["state"][index][key]), value.numpy(),
+                                       rtol=1e-5, atol=1e-7)
+    resumed = getattr(optim, name)([Tensor(p.copy(), requires_grad=True) for p in initial],
+                                   lr=0.01)
+    resumed.load_state_dict(ours_sd)
+    assert resumed.state_dict()["state"][0]["step"] == ours_sd["state"][0]["step"]
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "NAdam", "RAdam"])
+def test_no_weight_decay_for_biases_and_norms_as_gpt_recipes_group_them(name):
+    """The usual transformer recipe: decay the matrices, not the biases and norm weights."""
+    def groups(params):
+        return [{"params": [params[0], params[2]], "weight_decay": 0.1},
+                {"params": [params[1]], "weight_decay": 0.0}]
+
+    initial, grads = make_problem(seed=6)
+    kwargs = dict(lr=0.02, betas=(0.9, 0.95))
+    got, _ = run_mpigrad(lambda ps: getattr(optim, name)(groups(ps), **kwargs), initial, grads)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(groups(ps), **kwargs), initial,
+                         grads)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)

@@ -1,5 +1,4 @@
 """Activation checkpointing, both schemes, against plain backward and torch.utils.checkpoint."""
-import importlib
 import tracemalloc
 import warnings
 
@@ -9,11 +8,8 @@ import pytest
 import mpigrad as mg
 from mpigrad import autograd, nn
 import mpigrad.nn.functional as F
-from mpigrad.utils import checkpoint, checkpoint_sequential
-from mpigrad.utils.checkpoint import CheckpointError
-
-# The module, which `mpigrad.utils.checkpoint` (the function) hides.
-checkpoint_module = importlib.import_module("mpigrad.utils.checkpoint")
+import mpigrad.utils.checkpoint as checkpoint_module
+from mpigrad.utils.checkpoint import CheckpointError, checkpoint, checkpoint_sequential
 
 BOTH = pytest.mark.parametrize("use_reentrant", [False, True])
 

@@ -7,7 +7,7 @@ import mpigrad as mg
 from mpigrad import nn, ops
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
-from mpigrad.utils import checkpoint
+from mpigrad.utils.checkpoint import checkpoint
 
 PER_RANK = 4
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from ...autograd.engine import run_backward
 from ...autograd.graph import AccumulateGrad, gradient_edge, reachable
+from ...autograd.profiler import record_function
 from ...tensor import Tensor
 from ..rpc import api
 from ..rpc.wire import describe_error
@@ -165,7 +166,8 @@ def backward(context_id, roots, retain_graph=False):
     with context.cond:
         context.round += 1
         peers = context.workers - {agent.rank}
-    _pass_here(context, peers, edges, grads, retain_graph)
+    with record_function(f"dist_autograd.backward(context {context_id})"):
+        _pass_here(context, peers, edges, grads, retain_graph)
 
 
 # ---- ending a context ------------------------------------------------------------------------

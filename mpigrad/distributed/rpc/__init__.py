@@ -12,7 +12,9 @@
 - `wire`: the message format: a pickled header, tensors as raw MPI buffers beside it.
 - `rref`: RRef and its reference-counting protocol.
 - `api`: init_rpc, rpc_sync, rpc_async, remote, get_worker_info, shutdown, backend options.
+- `functions`: `async_execution`, for functions that reply with a Future's result.
 """
+from . import functions
 from .agent import RpcTimeoutError, WorkerInfo, WorkerUnavailableError
 from .api import (BackendType, MPIRpcBackendOptions, TensorPipeRpcBackendOptions,
                   get_worker_info, init_rpc, remote, rpc_async, rpc_sync, shutdown)
@@ -20,7 +22,7 @@ from .constants import DEFAULT_RPC_TIMEOUT_SEC, UNSET_RPC_TIMEOUT
 from .rref import RRef
 from ...futures import Future
 
-__all__ = ["init_rpc", "rpc_sync", "rpc_async", "remote", "get_worker_info", "shutdown", "RRef",
+__all__ = ["functions", "init_rpc", "rpc_sync", "rpc_async", "remote", "get_worker_info", "shutdown", "RRef",
            "WorkerInfo", "Future", "BackendType", "MPIRpcBackendOptions",
            "TensorPipeRpcBackendOptions", "RpcTimeoutError", "WorkerUnavailableError",
            "DEFAULT_RPC_TIMEOUT_SEC", "UNSET_RPC_TIMEOUT"]

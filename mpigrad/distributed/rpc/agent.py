@@ -32,7 +32,9 @@ has ever sent", serving requests all along, until two consecutive sums are equal
 worker sent anything between its two contributions, and every request sent before was
 answered. Only then do the listeners stop. A worker that stops without that agreement
 (shutdown(graceful=False), or exiting the interpreter) first tells every other worker, whose
-calls to it then fail at once.
+calls to it then fail at once. The rounds' collective needs every worker, so once one has left
+the others agree among themselves instead: each, its own calls answered, tells the others it
+is done and serves until each of them has said the same, within the RPC timeout.
 """
 import heapq
 import itertools
@@ -50,9 +52,12 @@ from mpi4py import MPI
 from ...futures import Future
 from ..buffers import message
 from ..errors import DistError
-from . import wire
+from . import functions, wire
 
 HEADER_TAG = 1
+# Seconds the tensors of a message may take to follow its header (at least; the agent's
+# rpc_timeout if that is longer).
+ARRAYS_DEADLINE = 60.0
 _FIRST_DATA_TAG = 2
 _MIN_PAUSE, _MAX_PAUSE, _IDLE_PAUSE = 2e-5, 2e-3, 1e-2
 _IDLE_AFTER = 1.0  # seconds without messages before polls slow to _IDLE_PAUSE
@@ -155,6 +160,7 @@ class Agent:
         self.info = self.workers[self.rank]
         self._by_name = {w.name: w for w in self.workers}
         self.timeout = options.rpc_timeout
+        self.arrays_deadline = max(ARRAYS_DEADLINE, self.timeout)
         self.handlers = handlers
         self.codec = codec  # encode/decode hooks of RRef and distributed autograd
         self.pool = ThreadPoolExecutor(options.num_worker_threads,
@@ -170,6 +176,7 @@ class Agent:
         self.receiving = threading.local()  # .active: this thread is handling a message
         self._in_flight = []  # (request, buffer) of the listener's Isends
         self._dead = {}  # rank -> why it is gone
+        self._done = set()  # ranks that finished shutting down among the survivors
         self.requests_sent = 0
         self.replies_received = 0  # including late ones, for calls that timed out
         self._late = {}  # msg_id -> dest, for calls that timed out and await their reply
@@ -251,6 +258,11 @@ class Agent:
     def encode(self, dest, kind, msg_id, payload):
         body, arrays, grad_tensors = wire.dumps(payload, lambda r: self.codec.fork(r, dest),
                                                 self.codec.records_grad())
+        size = sum(a.nbytes for a in arrays)
+        if size > wire.MAX_MESSAGE_BYTES:
+            raise ValueError(f"an RPC message to {self.describe(dest)} would carry {size} bytes "
+                             f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
+                             "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
         tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span if arrays else 0
         header = pickle.dumps((kind, msg_id, tag, [wire.layout(a) for a in arrays], autograd,
@@ -325,10 +337,17 @@ class Agent:
         source = status.Get_source()
         header = bytearray(status.Get_count(MPI.BYTE))
         incoming.Recv([header, MPI.BYTE])
-        kind, msg_id, tag, layouts, autograd, body = pickle.loads(header)
-        arrays = [wire.empty_like_layout(shape, dtype) for shape, dtype in layouts]
-        if arrays:
-            MPI.Request.Waitall([self.comm.Irecv(message(a), source, tag) for a in arrays])
+        try:
+            kind, msg_id, tag, layouts, autograd, body = pickle.loads(header)
+            arrays = wire.empty_like_layouts(layouts)
+            if arrays:
+                self._receive_arrays(arrays, source, tag)
+        except Exception as exc:
+            # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id
+            # cannot be trusted enough to answer. The agent goes on serving.
+            sys.stderr.write(f"[{self.info.name}] RPC: dropped a message from "
+                             f"{self.describe(source)}: {exc}\n")
+            return
         if kind == "reply":
             self._complete(source, msg_id, autograd, body, arrays)
             return
@@ -360,8 +379,36 @@ class Agent:
             except BaseException as exc:  # every failure goes back to the caller
                 result, ok = wire.describe_error(exc), False
             del payload
-            if msg_id:
+            if isinstance(result, functions.Deferred):
+                # An async function: reply when its Future completes, from a pool thread
+                # (never from the thread completing it, which may be the listener), and let
+                # this thread go now.
+                result.future.add_done_callback(
+                    lambda done: self.pool.submit(self._reply_when_done, source, msg_id, done,
+                                                  context))
+            elif msg_id:
                 self._reply(source, msg_id, ok, result, context)
+
+    def _reply_when_done(self, source, msg_id, future, context):
+        try:
+            result, ok = future.wait(), True
+        except BaseException as exc:
+            result, ok = wire.describe_error(exc), False
+        if msg_id:
+            self._reply(source, msg_id, ok, result, context)
+
+    def _receive_arrays(self, arrays, source, tag):
+        """The tensors that follow a header; they are sent right after it, so one that does
+        not arrive within ARRAYS_DEADLINE seconds never will (a truncated message)."""
+        requests = [self.comm.Irecv(message(a), source, tag) for a in arrays]
+        deadline = time.monotonic() + self.arrays_deadline
+        while not MPI.Request.Testall(requests):
+            if time.monotonic() > deadline:
+                for request in requests:
+                    request.Cancel()
+                raise TimeoutError(f"its tensors did not arrive within "
+                                   f"{self.arrays_deadline:g} s")
+            time.sleep(_MIN_PAUSE)
 
     def _reply(self, dest, msg_id, ok, result, context):
         if dest in self._dead:
@@ -472,18 +519,51 @@ class Agent:
                 self._lock.wait(0.01)
 
     def agree_all_done(self):
-        """The graceful-shutdown rounds described in the module docstring."""
+        """The graceful-shutdown rounds described in the module docstring; among the workers
+        that are left if one has departed (the rounds' collective needs every worker).
+        Returns the departed workers' descriptions (empty when none left)."""
         previous = None
         while True:
             self.wait_until_idle()
+            if self._dead:
+                return self._agree_among_survivors()
             total = np.array(self.requests_sent, np.int64)
             summed = np.zeros_like(total)
             request = self.collective_comm.Iallreduce(total, summed, MPI.SUM)
             while not request.Test():
+                if self._dead:
+                    # A worker left mid-round: this collective can never complete. It is
+                    # left pending on a communicator that is then never used again.
+                    return self._agree_among_survivors()
                 time.sleep(1e-3)  # the listener and pool keep serving meanwhile
             if previous is not None and summed == previous:
-                return
+                return []
             previous = summed.copy()
+
+    def peer_done(self, rank):
+        with self._lock:
+            self._done.add(rank)
+            self._lock.notify_all()
+
+    def _agree_among_survivors(self):
+        """Each worker left tells the others it has no request of its own outstanding, then
+        serves until each of them has said the same (or left too), within the agent's
+        timeout: its own calls are all answered, and no one still needs it."""
+        self.wait_until_idle()
+        others = [r for r in range(self.size) if r != self.rank and r not in self._dead]
+        for rank in others:
+            self.post(rank, "done", None, "rpc.shutdown among the workers left")
+        deadline = time.monotonic() + (self.timeout or float("inf"))
+        with self._lock:
+            while not all(r in self._done or r in self._dead for r in others):
+                if time.monotonic() > deadline:
+                    waiting = [self.describe(r) for r in others
+                               if r not in self._done and r not in self._dead]
+                    raise RpcTimeoutError(f"rpc.shutdown: {', '.join(waiting)} did not shut "
+                                          f"down within {self.timeout:g} s after a worker left")
+                self._lock.wait(0.01)
+        self.wait_until_idle()
+        return [f"{self.describe(r)} ({why})" for r, why in sorted(self._dead.items())]
 
     def stop(self, graceful, why):
         if not graceful:
@@ -502,7 +582,9 @@ class Agent:
         for call in calls:
             call.future.set_exception(RuntimeError(f"{call.what}: the RPC agent of this worker "
                                                    f"shut down before the reply arrived"))
-        if graceful:
+        if graceful and not self._dead:
+            # With a worker gone, a pending collective may be left on these: leave them to
+            # MPI_Finalize rather than free them under it.
             self.comm.Free()
             self.collective_comm.Free()
 

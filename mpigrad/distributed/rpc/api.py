@@ -2,15 +2,16 @@
 import atexit
 import gc
 import numbers
+import warnings
 
 from mpi4py import MPI
 
-from ...autograd import grad_mode
+from ...autograd import grad_mode, profiler
 from .. import abort
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
+from . import functions, wire
 from . import rref as rrefs
-from . import wire
 from .agent import Agent, Handler, RpcTimeoutError, WorkerInfo, WorkerUnavailableError  # noqa: F401
 from .constants import DEFAULT_NUM_WORKER_THREADS, DEFAULT_RPC_TIMEOUT_SEC, UNSET_RPC_TIMEOUT
 
@@ -18,13 +19,16 @@ _agent = None
 
 
 class MPIRpcBackendOptions:
-    """Options of the MPI agent. `rpc_timeout` (seconds, 0 for none) is the default timeout
-    of every call; `num_worker_threads` the size of the pool that runs requests. Arguments
-    only TensorPipe understands (init_method, device_maps, devices, ...) are accepted and
-    ignored, so a torch script's options port unchanged."""
+    """Options of the MPI agent, with TensorPipeRpcBackendOptions' arguments. `rpc_timeout`
+    (seconds, 0 for none) is the default timeout of every call; `num_worker_threads` the size
+    of the pool that runs requests. `init_method` is kept for torch's scripts: the workers are
+    the ranks of the MPI world, which is already formed. Every tensor is on the CPU, so
+    `device_maps` and `devices` may only name the CPU; anything else is refused, not dropped.
+    `_transports` and `_channels` (TensorPipe's internals) are accepted and mean nothing here."""
 
     def __init__(self, *, num_worker_threads=DEFAULT_NUM_WORKER_THREADS,
-                 rpc_timeout=DEFAULT_RPC_TIMEOUT_SEC, init_method=None, **tensorpipe_only):
+                 rpc_timeout=DEFAULT_RPC_TIMEOUT_SEC, init_method="env://", device_maps=None,
+                 devices=None, _transports=None, _channels=None):
         if not isinstance(num_worker_threads, numbers.Integral) or num_worker_threads < 1:
             raise ValueError(f"num_worker_threads must be a positive int, got "
                              f"{num_worker_threads!r}")
@@ -34,6 +38,29 @@ class MPIRpcBackendOptions:
         self.num_worker_threads = int(num_worker_threads)
         self.rpc_timeout = float(rpc_timeout)
         self.init_method = init_method
+        self.device_maps = {}
+        self.devices = []
+        for to, device_map in (device_maps or {}).items():
+            self.set_device_map(to, device_map)
+        if devices:
+            self.set_devices(devices)
+
+    def set_device_map(self, to, device_map):
+        """torch's call: here only a CPU-to-CPU map, the only one there is."""
+        _require_cpu(f"device_maps[{to!r}]", [*device_map.keys(), *device_map.values()])
+        self.device_maps[to] = dict(device_map)
+
+    def set_devices(self, devices):
+        _require_cpu("devices", devices)
+        self.devices = list(devices)
+
+
+def _require_cpu(what, devices):
+    not_cpu = [d for d in devices if str(d).split(":")[0] != "cpu"]
+    if not_cpu:
+        raise ValueError(f"RPC backend options: {what} names {not_cpu}, but mpigrad has no GPU "
+                         "and keeps every tensor on the CPU; leave device maps out (or map "
+                         "'cpu' to 'cpu')")
 
 
 TensorPipeRpcBackendOptions = MPIRpcBackendOptions
@@ -74,7 +101,8 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
         problem = f"rank={rank} but this process is MPI rank {world.Get_rank()}"
     elif world_size is not None and world_size != world.Get_size():
         problem = f"world_size={world_size} but MPI started {world.Get_size()} processes"
-    handlers = {"call": Handler(_run_call), "bye": Handler(_peer_left, inline=True)}
+    handlers = {"call": Handler(_run_call), "bye": Handler(_peer_left, inline=True),
+                "done": Handler(_peer_done, inline=True)}
     handlers.update(rrefs.handlers(Handler))
     handlers.update(dist_engine.handlers(Handler))
     codec = _Codec()
@@ -110,12 +138,27 @@ def _checked_call(name, func, args, kwargs):
     return func, tuple(args or ()), dict(kwargs or {})
 
 
+def _profiled(kind, agent, dest, func, future):
+    """`future`, shown in an active autograd profiler as torch names RPCs
+    (`rpc_async#module.fn(worker0 -> worker1)`), from the call until the reply."""
+    profile = profiler.active
+    if profile is None:
+        return future
+    name = (f"{kind}#{getattr(func, '__module__', '?')}."
+            f"{getattr(func, '__qualname__', func)!s}({agent.info.name} -> "
+            f"{agent.workers[dest].name})")
+    event = profile.begin(name)
+    future.add_done_callback(lambda _done: profile.end(event))
+    return future
+
+
 def rpc_async(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     """Run `func(*args, **kwargs)` on worker `to`; returns a Future of its result."""
     agent = current_agent("rpc_async")
     dest = agent.worker(to).id
     payload = _checked_call("rpc_async", func, args, kwargs)
-    return agent.request(dest, "call", payload, _describe_call("rpc", func), seconds(timeout))
+    return _profiled("rpc_async", agent, dest, func, agent.request(
+        dest, "call", payload, _describe_call("rpc", func), seconds(timeout)))
 
 
 def rpc_sync(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
@@ -123,8 +166,8 @@ def rpc_sync(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     agent = current_agent("rpc_sync")
     dest = agent.worker(to).id
     payload = _checked_call("rpc_sync", func, args, kwargs)
-    return agent.request(dest, "call", payload, _describe_call("rpc_sync", func),
-                         seconds(timeout)).wait()
+    return _profiled("rpc_sync", agent, dest, func, agent.request(
+        dest, "call", payload, _describe_call("rpc_sync", func), seconds(timeout))).wait()
 
 
 def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
@@ -132,8 +175,11 @@ def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     agent = current_agent("remote")
     dest = agent.worker(to).id
     func, args, kwargs = _checked_call("remote", func, args, kwargs)
-    return rrefs.remote(agent, dest, func, args, kwargs, seconds(timeout),
+    rref = rrefs.remote(agent, dest, func, args, kwargs, seconds(timeout),
                         _describe_call("remote", func))
+    if rref._created is not None:  # created elsewhere: the row lasts until the owner confirms
+        _profiled("remote", agent, dest, func, rref._created)
+    return rref
 
 
 def get_worker_info(worker_name=None):
@@ -151,7 +197,10 @@ def shutdown(graceful=True, timeout=0):
     try:
         if graceful:
             gc.collect()  # user RRefs that are garbage now send their deletes first
-            agent.agree_all_done()
+            departed = agent.agree_all_done()
+            if departed:
+                warnings.warn(f"rpc.shutdown: {', '.join(departed)} had left; shut down "
+                              "among the workers that are left", RuntimeWarning, stacklevel=2)
     finally:
         agent.stop(graceful, "it called shutdown(graceful=False)")
         _agent = None
@@ -169,11 +218,15 @@ def _stop_at_exit():
 
 def _run_call(sender, payload):
     func, args, kwargs = payload
-    return func(*args, **kwargs)
+    return functions.call(func, args, kwargs)
 
 
 def _peer_left(sender, why):
     current_agent("RPC").peer_gone(sender, why)
+
+
+def _peer_done(sender, _payload):
+    current_agent("RPC").peer_done(sender)
 
 
 def current_context():

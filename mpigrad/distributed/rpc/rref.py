@@ -33,7 +33,7 @@ import threading
 import weakref
 
 from ...futures import Future
-from . import api
+from . import api, functions
 from .constants import UNSET_RPC_TIMEOUT
 from .wire import _RRefBase
 
@@ -135,6 +135,39 @@ class RRef(_RRefBase):
             _quietly_wait(self._created)
         return value
 
+    def _get_type(self, timeout=UNSET_RPC_TIMEOUT, blocking=True):
+        """The type of the value, asked of the owner once and then remembered; with
+        `blocking=False` a Future of it."""
+        known = getattr(self, "_type", None)
+        if known is None and self._entry is not None:
+            known = self._type = type(self.local_value())
+        if known is not None:
+            return known if blocking else _done(known)
+        future = api.rpc_async(self._owner, _value_type, args=(self,), timeout=timeout)
+
+        def remember(done):
+            self._type = done.wait()
+            return self._type
+        typed = future.then(remember)
+        return typed.wait() if blocking else typed
+
+    def backward(self, dist_autograd_ctx_id=-1, retain_graph=False):
+        """Backward from the value (a scalar tensor), as torch's: with a distributed autograd
+        context id, the distributed pass of that context, started on the owner; without one
+        (-1), a local pass, which only the owner can run."""
+        if dist_autograd_ctx_id == -1:
+            if self._entry is None:
+                raise RuntimeError(f"RRef.backward() without a dist_autograd_ctx_id runs a local "
+                                   f"backward pass, which only the owner "
+                                   f"({self.owner_name()!r}) can do; pass the context id for a "
+                                   "distributed one")
+            self.local_value().backward(retain_graph=retain_graph)
+        elif self._entry is not None:
+            _distributed_backward(self, dist_autograd_ctx_id, retain_graph)
+        else:
+            api.rpc_sync(self._owner, _distributed_backward,
+                         args=(self, dist_autograd_ctx_id, retain_graph))
+
     def rpc_sync(self, timeout=UNSET_RPC_TIMEOUT):
         """`rref.rpc_sync().method(*args)` runs `value.method(*args)` on the owner."""
         return _Proxy(self, api.rpc_sync, timeout)
@@ -186,6 +219,23 @@ class _Proxy:
 
 def _call_method(name, rref, args, kwargs):
     return getattr(rref.local_value(), name)(*args, **kwargs)
+
+
+def _distributed_backward(rref, context_id, retain_graph):
+    # Here, not at the top: distributed autograd's engine imports this package's api, which
+    # imports this module.
+    from ..autograd import backward
+    backward(context_id, [rref.local_value()], retain_graph)
+
+
+def _value_type(rref):
+    return type(rref.local_value())
+
+
+def _done(value):
+    future = Future()
+    future.set_result(value)
+    return future
 
 
 # ---- forking (runs while a message is pickled) and receiving ------------------------------
@@ -247,9 +297,23 @@ def remote(agent, dest, func, args, kwargs, timeout, what):
 def _run_into(entry, func, args, kwargs, context):
     with api.running_in(context):
         try:
-            entry.future.set_result(func(*args, **kwargs))
+            _fill(entry, functions.call(func, args, kwargs))
         except Exception as exc:
             entry.future.set_exception(exc)
+
+
+def _fill(entry, value):
+    """The owner's value: `value`, or when an async function deferred it, its Future's."""
+    if not isinstance(value, functions.Deferred):
+        entry.future.set_result(value)
+        return
+
+    def settle(done):
+        try:
+            entry.future.set_result(done.wait())
+        except Exception as exc:
+            entry.future.set_exception(exc)
+    value.future.add_done_callback(settle)
 
 
 # ---- the owner's handlers ------------------------------------------------------------------
@@ -265,11 +329,13 @@ def _prepare_remote(sender, payload):
 def _run_remote(sender, prepared):
     entry, func, args, kwargs = prepared
     try:
-        value = func(*args, **kwargs)
+        value = functions.call(func, args, kwargs)
     except Exception as exc:
         entry.future.set_exception(exc)
         raise
-    entry.future.set_result(value)
+    _fill(entry, value)
+    if isinstance(value, functions.Deferred):
+        return value  # the creator hears back once the value exists (or failed)
 
 
 def _fetch(sender, rref_id):

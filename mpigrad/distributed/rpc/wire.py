@@ -157,8 +157,29 @@ def layout(array):
     return array.shape, array.dtype.str
 
 
-def empty_like_layout(shape, dtype):
-    return np.empty(shape, np.dtype(dtype))
+# The most one message may declare: a header is the other side's word, and an absurd or
+# forged one must cost an error, not this process's memory.
+MAX_MESSAGE_BYTES = 1 << 34
+
+
+def empty_like_layouts(layouts):
+    """Arrays to receive a message's tensors into, after checking what the header declares:
+    supported dtypes, non-negative integer shapes, at most MAX_MESSAGE_BYTES in all."""
+    if not isinstance(layouts, (list, tuple)):
+        raise ValueError(f"a message declared its tensors as {type(layouts).__name__}")
+    checked, total = [], 0
+    for shape, dtype_text in layouts:
+        dtype = np.dtype(dtype_text)
+        if dtype.newbyteorder("=") not in SUPPORTED_DTYPES:
+            raise ValueError(f"a message declared a tensor of dtype {dtype}")
+        if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)):
+            raise ValueError(f"a message declared a tensor of shape {shape!r}")
+        total += int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if total > MAX_MESSAGE_BYTES:
+            raise ValueError(f"a message declared more than {MAX_MESSAGE_BYTES} bytes of "
+                             "tensors")
+        checked.append((shape, dtype))
+    return [np.empty(shape, dtype) for shape, dtype in checked]
 
 
 # ---- errors ------------------------------------------------------------------------------

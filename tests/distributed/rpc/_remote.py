@@ -195,3 +195,74 @@ def explode_stage(h):
 class FailingSGD(mg.optim.SGD):
     def step(self, closure=None):
         raise RuntimeError("this optimizer refuses to step")
+
+
+def squared_sum(t):
+    return (t * t).sum()
+
+
+class BatchingServer:
+    """PyTorch's batch-updating parameter server: trainers' gradients are summed, and only
+    when all have arrived is the update applied and every waiting trainer answered."""
+
+    def __init__(self, trainers, lr=0.1):
+        self.weights = mg.zeros(3, dtype=mg.float64)
+        self.trainers, self.lr = trainers, lr
+        self.lock = threading.Lock()
+        self.pending = mg.zeros(3, dtype=mg.float64)
+        self.arrived = 0
+        self.future = rpc.Future()
+
+    def get_weights(self):
+        return self.weights
+
+    @staticmethod
+    @rpc.functions.async_execution
+    def update_and_fetch(server_rref, grad):
+        self = server_rref.local_value()
+        with self.lock:
+            self.pending += grad
+            self.arrived += 1
+            future = self.future
+            if self.arrived == self.trainers:
+                self.weights = self.weights - self.lr * self.pending / self.trainers
+                self.pending, self.arrived = mg.zeros(3, dtype=mg.float64), 0
+                self.future = rpc.Future()
+                future.set_result(self.weights)
+        return future
+
+
+def trainer_gradient(weights, rank, step):
+    """A deterministic gradient of a quadratic whose minimum depends on the trainer."""
+    target = mg.tensor([rank, -rank, 0.5 * step], dtype=mg.float64)
+    return 2 * (weights - target)
+
+
+@rpc.functions.async_execution
+def async_add_later(a, b):
+    """Answers with a Future that another thread completes a little later."""
+    future = rpc.Future()
+    threading.Timer(0.05, future.set_result, args=(a + b,)).start()
+    return future
+
+
+@rpc.functions.async_execution
+def async_chain(to, a, b):
+    """Nested and chained: calls another async function and adds one to its answer."""
+    return rpc.rpc_async(to, async_add_later, args=(a, b)).then(lambda done: done.wait() + 1)
+
+
+@rpc.functions.async_execution
+def async_returns_a_number():
+    return 3
+
+
+def shared_server(trainers):
+    """The one BatchingServer of this worker, as an RRef (made by the first caller)."""
+    with _server_lock:
+        if "server" not in state:
+            state["server"] = rpc.RRef(BatchingServer(trainers))
+        return state["server"]
+
+
+_server_lock = threading.Lock()

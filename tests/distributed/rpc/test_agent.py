@@ -1,11 +1,15 @@
 """The agent's errors and lifecycle: remote exceptions, timeouts, unknown and departed
 workers, calls before init_rpc, start-up mistakes, graceful shutdown with work in flight."""
+import inspect
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+from mpi4py import MPI
 
 import mpigrad as mg
 import mpigrad.distributed as dist
@@ -206,3 +210,84 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
     """, 2)
     assert "0 sum 2" in result.stdout and "1 sum 3" in result.stdout, result.stderr
     assert "GONE" in result.stdout and "exited without calling rpc.shutdown()" in result.stdout
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_graceful_shutdown_completes_among_the_workers_left_after_one_exits(ranks):
+    """The last worker exits without rpc.shutdown(); the others' graceful shutdown used to
+    wait for it forever. Now they agree among themselves, say who left, and finish."""
+    result = _run("""
+        import sys, time, warnings
+        from mpi4py import MPI
+        import mpigrad.distributed.rpc as rpc
+        rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        rpc.init_rpc(f"w{rank}")
+        if rank == size - 1:
+            sys.exit(0)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until this worker has heard it left
+            try:
+                rpc.rpc_sync(size - 1, sum, args=([1],))
+            except rpc.WorkerUnavailableError:
+                break
+            time.sleep(0.05)
+        if size > 2:  # the survivors still serve each other
+            assert rpc.rpc_sync(1 - rank, sum, args=([rank, 1],)) == rank + 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rpc.shutdown()
+        print(f"{rank} DONE {caught[0].message}", flush=True)
+    """, ranks, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for rank in range(ranks - 1):
+        assert (f"{rank} DONE rpc.shutdown: worker 'w{ranks - 1}' (rank {ranks - 1}) (its "
+                "process exited without calling rpc.shutdown()) had left") in result.stdout
+
+
+def test_backend_options_take_torchs_arguments_and_refuse_what_cannot_be_honoured():
+    torch = pytest.importorskip("torch")
+    ours = inspect.signature(rpc.TensorPipeRpcBackendOptions.__init__).parameters
+    theirs = inspect.signature(torch.distributed.rpc.TensorPipeRpcBackendOptions.__init__)
+    assert list(ours) == list(theirs.parameters)
+    options = rpc.TensorPipeRpcBackendOptions(device_maps={"worker1": {"cpu": "cpu"}},
+                                              devices=["cpu"], init_method="tcp://h:1")
+    assert options.device_maps == {"worker1": {"cpu": "cpu"}} and options.devices == ["cpu"]
+    with pytest.raises(ValueError, match=r"device_maps\['worker1'\] names \[0, 'cuda:0'\], but "
+                                         "mpigrad has no GPU"):
+        rpc.TensorPipeRpcBackendOptions(device_maps={"worker1": {0: "cuda:0"}})
+    with pytest.raises(ValueError, match="devices names"):
+        rpc.TensorPipeRpcBackendOptions(devices=["cuda:1"])
+    with pytest.raises(ValueError, match="has no GPU"):
+        options.set_device_map("worker2", {"cuda:0": "cpu"})
+
+
+@mpi
+def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd):
+    """Headers are the sender's word: one declaring a huge tensor, a bad dtype or a shape
+    that is not one, or whose tensors never arrive, is dropped with a message, and the agent
+    goes on serving."""
+    rank, _ = workers
+    agent = rpc.api._agent
+    agent.arrays_deadline = 1.0  # the truncated message is dropped after a second
+    dist.barrier()
+    if rank == 1:
+        forged = [[((2**40,), "<f8")], [((3,), "|O")], [((-1,), "<f8")], [(("x",), "<f8")],
+                  [((4,), "<f8")]]  # the last declares a tensor that is never sent
+        for layouts in forged:
+            header = pickle.dumps(("call", 0, 7, layouts, None, b""))
+            agent.comm.Send([header, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
+    dist.barrier()
+    if rank == 0:
+        errors = ""
+        deadline = time.monotonic() + 20
+        while errors.count("dropped a message") < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            errors += capfd.readouterr().err
+        for reason in ("more than", "dtype object", "shape (-1,)", "shape ('x',)",
+                       "did not arrive within 1 s"):
+            assert reason in errors, errors
+    dist.barrier()
+    with bounded(30):  # and rank 0's agent, the target, still answers
+        assert rpc.rpc_sync(0, _remote.add, args=(2, 3)) == 5
+    dist.barrier()

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+import mpigrad.distributed.autograd as dist_autograd
 import mpigrad.distributed.rpc as rpc
+from mpigrad.autograd.profiler import profile
 from mpigrad.futures import Future, collect_all, wait_all
 
 from . import _remote
@@ -99,3 +101,22 @@ def test_every_rank_calls_every_rank_at_once(workers):
     futures = [rpc.rpc_async(r, _remote.add, args=(rank, 100 * r)) for r in range(size)
                for _ in range(5)]
     assert wait_all(futures) == [rank + 100 * r for r in range(size) for _ in range(5)]
+
+
+def test_calls_and_the_distributed_backward_show_in_the_profiler(workers):
+    rank, _ = workers
+    if rank != 0:
+        return
+    x = mg.tensor(np.ones(3), requires_grad=True)
+    with profile() as prof:
+        rpc.rpc_sync(1, _remote.add, args=(1, 2))
+        rpc.rpc_async("worker1", _remote.add, args=(1, 2)).wait()
+        rpc.remote(1, _remote.add, args=(1, 2)).to_here()
+        with dist_autograd.context() as context_id:
+            loss = rpc.rpc_sync(1, _remote.squared_sum, args=(x,))
+            dist_autograd.backward(context_id, [loss])
+    names = {e.name for e in prof.function_events}
+    for kind in ("rpc_sync", "rpc_async", "remote"):
+        assert f"{kind}#{_remote.__name__}.add(worker0 -> worker1)" in names, names
+    assert any(n.startswith("dist_autograd.backward(context ") for n in names), names
+    assert "rpc_sync" in prof.key_averages().table()

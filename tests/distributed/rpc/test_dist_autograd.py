@@ -150,3 +150,27 @@ def test_concurrent_contexts_stay_apart(model):
         _, expected_x, expected = _oracle(x_array)
         np.testing.assert_allclose(x_grad, 5 * expected_x, **TOL)
         np.testing.assert_allclose(w1_grad, 5 * expected["W1"], **TOL)
+
+
+def test_rref_backward_equals_dist_autograd_backward(model):
+    rank, _ = model
+    if rank != 0:
+        return
+    x = _input(3)
+    with bounded(60):
+        with dist_autograd.context() as context_id:
+            loss = rpc.rpc_sync("worker1", _remote.squared_sum, args=(x,))
+            dist_autograd.backward(context_id, [loss])
+            expected = dist_autograd.get_gradients(context_id)[x].data.copy()
+        with dist_autograd.context() as context_id:
+            rref = rpc.remote("worker1", _remote.squared_sum, args=(x,))
+            rref.backward(context_id)
+            np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+                                       expected, **TOL)
+        np.testing.assert_allclose(expected, 2 * x.data, **TOL)
+        with pytest.raises(RuntimeError, match="only the owner"):
+            rref.backward()
+        # On the owner, without a context: the local pass, into .grad.
+        local = rpc.RRef(_remote.squared_sum(x))
+        local.backward()
+        np.testing.assert_allclose(x.grad.data, 2 * x.data, **TOL)

@@ -25,6 +25,18 @@ def _settle(*ranks):
         rpc.rpc_sync(rank, gc.collect)
 
 
+def test_get_type_asks_the_owner_once(workers):
+    rank, _ = workers
+    if rank != 0:
+        return
+    rref = rpc.remote("worker1", _remote.Counter, args=(5,))
+    assert rref._get_type() is _remote.Counter
+    assert rref._get_type(blocking=False).wait() is _remote.Counter
+    local = rpc.RRef(mg.zeros(2))
+    assert local._get_type() is mg.Tensor
+    assert local._get_type(blocking=False).wait() is mg.Tensor
+
+
 def test_remote_rref_api(workers):
     rank, _ = workers
     if rank != 0:

@@ -37,14 +37,14 @@ Every rank of the group must take part in forward and in backward, in the same o
 import numpy as np
 from mpi4py import MPI
 
-from .. import autograd
-from ..creation import from_numpy, zeros, zeros_like
-from ..tensor import Tensor
-from . import collectives, p2p
-from .buffers import message
-from .process_group import GroupMember, get_rank, get_world_size, group_rank_of, member_group
-from .reduce_ops import ReduceOp
-from .watchdog import blocked
+from ... import autograd
+from ...creation import from_numpy, zeros, zeros_like
+from ...tensor import Tensor
+from .. import collectives, p2p
+from ..buffers import message
+from ..process_group import GroupMember, get_rank, get_world_size, group_rank_of, member_group
+from ..reduce_ops import ReduceOp
+from ..watchdog import blocked
 
 _ALL_REDUCE_OPS = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT)
 _LINEAR_OPS = (ReduceOp.SUM, ReduceOp.AVG)

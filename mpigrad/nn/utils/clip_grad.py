@@ -1,0 +1,76 @@
+"""Gradient clipping, with torch.nn.utils' names, arithmetic and errors.
+
+Norms are taken with numpy on the gradients' storage, outside autograd (torch runs them under
+no_grad too), each in its gradient's dtype; the total is the norm of the per-gradient norms.
+Gradients are scaled in place through `writing()`, so their versions move as torch's do.
+Under DistributedDataParallel the gradients are already averaged when backward returns, so
+every rank computes the same norm and clips identically.
+"""
+import numpy as np
+
+from ...tensor import Tensor
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"]
+
+
+def _as_list(tensors):
+    return [tensors] if isinstance(tensors, Tensor) else list(tensors)
+
+
+def _gradients(parameters):
+    return [p.grad for p in _as_list(parameters) if p.grad is not None]
+
+
+def _vector_norm(array, norm_type):
+    return np.linalg.norm(array.reshape(-1), ord=norm_type).astype(array.dtype)
+
+
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The `norm_type`-norm of all of `tensors` together (as if concatenated), a 0-dim Tensor."""
+    tensors = _as_list(tensors)
+    norm_type = float(norm_type)
+    if not tensors:
+        return Tensor(np.array(0.0, dtype=np.float32))
+    norms = [_vector_norm(t.data, norm_type) for t in tensors]
+    total = _vector_norm(np.stack(norms).astype(np.result_type(*norms)), norm_type)
+    if error_if_nonfinite and not np.isfinite(total):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the gradients "
+            "by the non-finite norm anyway, set `error_if_nonfinite=False`")
+    return Tensor(total)
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """Scale the gradients of `parameters` by max_norm / (total_norm + 1e-6), at most 1."""
+    gradients = _gradients(parameters)
+    if not gradients:
+        return
+    total = np.asarray(total_norm.data if isinstance(total_norm, Tensor) else total_norm)
+    coefficient = np.minimum(total.dtype.type(float(max_norm)) / (total + total.dtype.type(1e-6)),
+                             total.dtype.type(1.0))
+    for gradient in gradients:
+        # A non-finite norm scales into NaNs, as in torch, without numpy's warnings.
+        with gradient.writing() as array, np.errstate(invalid="ignore", over="ignore"):
+            array *= coefficient.astype(array.dtype)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                    foreach=None):
+    """Scale the gradients of `parameters` in place so their total norm is at most `max_norm`;
+    returns the total norm before clipping (a 0-dim Tensor)."""
+    parameters = _as_list(parameters)
+    gradients = _gradients(parameters)
+    if not gradients:
+        return Tensor(np.array(0.0, dtype=np.float32))
+    total = get_total_norm(gradients, norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(parameters, max_norm, total, foreach)
+    return total
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamp every gradient of `parameters` to [-clip_value, clip_value] in place."""
+    clip_value = float(clip_value)
+    for gradient in _gradients(parameters):
+        with gradient.writing() as array:
+            np.clip(array, -clip_value, clip_value, out=array)
