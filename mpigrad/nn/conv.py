@@ -63,7 +63,7 @@ class _ConvNd(Module):
         text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}")
         if self.padding != (0,) * self._dims:
-            text += f", padding={self.padding!r}"
+            text += f", padding={self.padding}"
         if self.dilation != (1,) * self._dims:
             text += f", dilation={self.dilation}"
         if self.groups != 1:

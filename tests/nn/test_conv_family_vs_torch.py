@@ -9,6 +9,22 @@ from mpigrad.autograd import gradcheck, gradgradcheck
 torch = pytest.importorskip("torch")
 
 
+def _check_module_against_torch(ours, theirs, x):
+    """Output, input gradient, parameter gradients and repr of a module against torch's."""
+    xo = mpigrad.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    yo, yt = ours(xo), theirs(xt)
+    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-10)
+    g = np.random.default_rng(7).standard_normal(yt.shape)
+    yo.backward(mpigrad.tensor(g))
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-10)
+    for (name, po), (_, pt) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(po.grad.numpy(), pt.grad.numpy(), rtol=1e-10, atol=1e-10,
+                                   err_msg=name)
+    assert repr(ours) == repr(theirs)
+
+
 def _pair_of_conv1d(*args, **kwargs):
     ours = nn.Conv1d(*args, dtype=mpigrad.float64, **kwargs)
     theirs = torch.nn.Conv1d(*args, dtype=torch.float64, **kwargs)
@@ -27,18 +43,7 @@ def _pair_of_conv1d(*args, **kwargs):
 ])
 def test_conv1d_matches_torch(shape, kwargs):
     ours, theirs = _pair_of_conv1d(4, 6 if "groups" not in kwargs else 8, **kwargs)
-    x = np.random.default_rng(0).standard_normal(shape)
-    xo = mpigrad.tensor(x, requires_grad=True)
-    xt = torch.tensor(x, requires_grad=True)
-    yo, yt = ours(xo), theirs(xt)
-    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-10)
-    g = np.random.default_rng(1).standard_normal(yt.shape)
-    yo.backward(mpigrad.tensor(g))
-    yt.backward(torch.tensor(g))
-    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-10)
-    for (name, po), (_, pt) in zip(ours.named_parameters(), theirs.named_parameters()):
-        np.testing.assert_allclose(po.grad.numpy(), pt.grad.numpy(), rtol=1e-10, atol=1e-10,
-                                   err_msg=name)
+    _check_module_against_torch(ours, theirs, np.random.default_rng(0).standard_normal(shape))
 
 
 def test_conv1d_state_dict_and_init_shapes_match_torch():
@@ -64,18 +69,6 @@ def test_conv1d_functional_and_errors():
     with pytest.raises(ValueError):
         nn.Conv1d(3, 4, 3, groups=2)
 
-
-def _check_module_against_torch(ours, theirs, x):
-    """Output and input gradient of a parameter-free module against torch, and its repr."""
-    xo = mpigrad.tensor(x, requires_grad=True)
-    xt = torch.tensor(x, requires_grad=True)
-    yo, yt = ours(xo), theirs(xt)
-    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-10)
-    g = np.random.default_rng(7).standard_normal(yt.shape)
-    yo.backward(mpigrad.tensor(g))
-    yt.backward(torch.tensor(g))
-    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-10)
-    assert repr(ours) == repr(theirs)
 
 
 @pytest.mark.parametrize("name, args, shape", [
@@ -124,19 +117,7 @@ def test_group_norm_matches_torch(args, kwargs, shape):
         for p in theirs.parameters():
             p.copy_(torch.tensor(rng.standard_normal(p.shape)))
     ours.load_state_dict({k: mpigrad.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
-    x = rng.standard_normal(shape)
-    xo = mpigrad.tensor(x, requires_grad=True)
-    xt = torch.tensor(x, requires_grad=True)
-    yo, yt = ours(xo), theirs(xt)
-    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-10)
-    g = rng.standard_normal(shape)
-    yo.backward(mpigrad.tensor(g))
-    yt.backward(torch.tensor(g))
-    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-10)
-    for (name, po), (_, pt) in zip(ours.named_parameters(), theirs.named_parameters()):
-        np.testing.assert_allclose(po.grad.numpy(), pt.grad.numpy(), rtol=1e-10, atol=1e-10,
-                                   err_msg=name)
-    assert repr(ours) == repr(theirs)
+    _check_module_against_torch(ours, theirs, rng.standard_normal(shape))
 
 
 def test_group_norm_errors_match_torch():
