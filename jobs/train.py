@@ -1,7 +1,8 @@
-"""Data-parallel training of an MLP or a small CNN with mpigrad.
+"""Data-parallel training of an MLP, a small CNN or a small ResNet with mpigrad.
 
     mpiexec -n 2 python jobs/train.py                      # synthetic images, MLP
     mpiexec -n 2 python jobs/train.py --model cnn --epochs 2
+    mpiexec -n 2 python jobs/train.py --model resnet --train-samples 1000 --epochs 2
     mpiexec -n 4 python jobs/train.py --dataset mnist --data-dir ~/data/mnist
     srun --mpi=pmi2 python jobs/train.py --checkpoint runs/ckpt --resume
 
@@ -35,8 +36,9 @@ from common import (PREEMPTED_EXIT_CODE, StopFlag, check_checkpoint_directory, l
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Data-parallel training with mpigrad "
                                             "(launch with mpiexec or srun).")
-    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
-                   help="mlp: two hidden layers of 256; cnn: two conv+pool blocks (default mlp)")
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet"], default="mlp",
+                   help="mlp: two hidden layers of 256; cnn: two conv+pool blocks; resnet: "
+                        "two torchvision-style BasicBlocks of 16 and 32 channels (default mlp)")
     p.add_argument("--dataset", choices=["synthetic", "mnist", "digits"], default="synthetic",
                    help="synthetic: built-in 16x16 images, no download; mnist: IDX files in "
                         "--data-dir; digits: scikit-learn's bundled 8x8 digits (default synthetic)")
@@ -78,8 +80,42 @@ def load_datasets(args):
             data.SyntheticImages(2000, seed=args.seed, train=False))
 
 
+class BasicBlock(nn.Module):
+    """torchvision's ResNet BasicBlock: two 3x3 conv+BatchNorm layers and a shortcut, which is
+    a strided 1x1 conv+BatchNorm when the block changes resolution or width."""
+
+    def __init__(self, in_channels, channels, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.downsample = None
+        if stride != 1 or in_channels != channels:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, channels, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(channels))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + identity)
+
+
+def resnet(in_channels, num_classes):
+    """A small torchvision-style ResNet: a 3x3 stem, a 16- and a strided 32-channel block,
+    global average pooling and a linear classifier."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        BasicBlock(16, 16), BasicBlock(16, 32, stride=2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
+
+
 def build_model(kind, image_shape, num_classes):
     channels, height, width = image_shape
+    if kind == "resnet":
+        return resnet(channels, num_classes)
     if kind == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, 256), nn.ReLU(),
                              nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, num_classes))

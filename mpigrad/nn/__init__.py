@@ -15,6 +15,11 @@ from .sparse import Embedding  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
 from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
+from .conv import Conv1d  # noqa: F401
+from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
+                        ZeroPad2d)
+from .normalization import GroupNorm  # noqa: F401
+from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401
 from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
 from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401

@@ -21,18 +21,29 @@ from ..tensor import Tensor
 __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pad",
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
-           "cross_entropy", "nll_loss", "mse_loss"]
+           "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
+           "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d"]
 
 
 # ----------------------------------------------------------------------------- argument checks
+def _ntuple(value, name, minimum, length):
+    """An int or a `length`-tuple of ints, each at least `minimum`, as a tuple."""
+    values = (value,) * length if isinstance(value, numbers.Integral) else tuple(value)
+    if len(values) != length or not all(isinstance(v, numbers.Integral) for v in values):
+        noun = "a pair of ints" if length == 2 else f"a {length}-tuple of ints"
+        raise TypeError(f"{name} must be an int or {noun}, got {value!r}")
+    if any(v < minimum for v in values):
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
 def _pair(value, name, minimum):
     """An int or a pair of ints, each at least `minimum`, as a (height, width) tuple."""
-    pair = (value, value) if isinstance(value, numbers.Integral) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) for v in pair):
-        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
-    if any(v < minimum for v in pair):
-        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
-    return tuple(int(v) for v in pair)
+    return _ntuple(value, name, minimum, 2)
+
+
+def _single(value, name, minimum):
+    return _ntuple(value, name, minimum, 1)
 
 
 def _as_tensor(x):
@@ -157,6 +168,27 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         out = out + bias.reshape(out_channels, 1)
     out = out.reshape(n, out_channels, oh, ow)
     return out.squeeze(0) if unbatched else out
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D cross-correlation over (N, C, L) or (C, L) input: conv2d on a height-1 image, so it
+    shares conv2d's kernels and their gradient and tangent rules.
+
+    weight is (out_channels, in_channels // groups, k); padding is an int, a 1-tuple, 'valid'
+    or 'same'.
+    """
+    if input.ndim not in (2, 3):
+        raise ValueError(f"conv1d: expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
+                         f"{tuple(input.shape)}")
+    if weight.ndim != 3:
+        raise ValueError(f"conv1d: expected a 3-D weight (out_channels, in_channels / groups, "
+                         f"k), got shape {tuple(weight.shape)}")
+    if not isinstance(padding, str):
+        padding = (0,) + _single(padding, "padding", 0)
+    out = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
+                 (1,) + _single(stride, "stride", 1), padding,
+                 (1,) + _single(dilation, "dilation", 1), groups)
+    return out.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -398,6 +430,26 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         out = out * weight
     if bias is not None:
         out = out + bias
+    return out
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalises each sample's channels (dimension 1) in `num_groups` consecutive groups, each
+    over its channels and all spatial positions (biased variance); weight and bias are per
+    channel."""
+    if input.ndim < 2 or input.shape[1] % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    check_same_dtype(_MIXED_DTYPES, input, weight, bias)
+    grouped = input.reshape(input.shape[0], num_groups, -1)
+    out = _normalize(grouped, grouped.mean(-1, keepdim=True),
+                     grouped.var(-1, keepdim=True, correction=0), eps).reshape(input.shape)
+    per_channel = (input.shape[1],) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
     return out
 
 
@@ -647,6 +699,84 @@ def mse_loss(input, target, reduction="mean"):
     if reduction == "none":
         return loss
     return loss.sum() if reduction == "sum" else loss.mean()
+
+
+# ----------------------------------------------------------------------------- pixel shuffles
+def _check_shuffle_input(what, input):
+    if input.ndim < 3:
+        raise RuntimeError(f"{what} expects input to have at least 3 dimensions, but got input "
+                           f"with {input.ndim} dimension(s)")
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C r^2, H, W) -> (*, C, H r, W r): each r x r block of output pixels comes from r^2
+    consecutive channels."""
+    _check_shuffle_input("pixel_shuffle", input)
+    r = upscale_factor
+    *batch, channels, h, w = input.shape
+    if channels % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)="
+                           f"{channels} is not divisible by {r * r}")
+    k = len(batch)
+    blocks = input.reshape(*batch, channels // (r * r), r, r, h, w)
+    order = tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2)
+    return blocks.permute(*order).reshape(*batch, channels // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """The inverse of pixel_shuffle: (*, C, H r, W r) -> (*, C r^2, H, W)."""
+    _check_shuffle_input("pixel_unshuffle", input)
+    r = downscale_factor
+    *batch, channels, h, w = input.shape
+    for axis, name, size in ((-2, "height", h), (-1, "width", w)):
+        if size % r:
+            raise RuntimeError(f"pixel_unshuffle expects {name} to be divisible by "
+                               f"downscale_factor, but input.size({axis})={size} is not "
+                               f"divisible by {r}")
+    k = len(batch)
+    blocks = input.reshape(*batch, channels, h // r, r, w // r, r)
+    order = tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3)
+    return blocks.permute(*order).reshape(*batch, channels * r * r, h // r, w // r)
+
+
+# ----------------------------------------------------------------------------- adaptive pooling
+def _adaptive_mean_matrix(size, out_size, dtype):
+    """(out_size, size) matrix whose row i averages torch's adaptive bin i: inputs
+    floor(i * size / out_size) up to ceil((i + 1) * size / out_size)."""
+    matrix = np.zeros((out_size, size), dtype=dtype)
+    for i in range(out_size):
+        start, end = (i * size) // out_size, -((-(i + 1) * size) // out_size)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return Tensor(matrix)
+
+
+def _adaptive_sizes(what, input, output_size, dims):
+    if input.ndim < dims + 1:
+        raise ValueError("Input dimension should be at least " + str(dims + 1))
+    sizes = (output_size,) * dims if isinstance(output_size, numbers.Integral) or \
+        output_size is None else tuple(output_size)
+    if len(sizes) != dims:
+        raise RuntimeError(f"{what}: output_size must be {dims}")
+    return [input.shape[input.ndim - dims + i] if s is None else int(s)
+            for i, s in enumerate(sizes)]
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Mean over torch's adaptive bins of the last dimension, as one product with a fixed
+    averaging matrix (so its gradient and tangent are products too)."""
+    (length,) = _adaptive_sizes("adaptive_avg_pool1d", input, output_size, 1)
+    return input @ _adaptive_mean_matrix(input.shape[-1], length, input.dtype).T
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Mean over torch's adaptive bins of the last two dimensions: bins are products of a
+    height interval and a width interval, so the mean separates into one averaging matrix per
+    axis."""
+    height, width = _adaptive_sizes("adaptive_avg_pool2d", input, output_size, 2)
+    rows = _adaptive_mean_matrix(input.shape[-2], height, input.dtype)
+    columns = _adaptive_mean_matrix(input.shape[-1], width, input.dtype)
+    return rows @ input @ columns.T
 
 
 # ----------------------------------------------------------------------------- attention

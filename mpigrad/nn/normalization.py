@@ -96,7 +96,26 @@ class BatchNorm2d(_BatchNorm):
     _ranks = (4,)
 
 
-class LayerNorm(Module):
+class _AffineNorm(Module):
+    """A normalisation followed by an optional weight (init 1) and bias (init 0)."""
+
+    def _affine_parameters(self, shape, affine, bias, dtype):
+        if affine:
+            self.weight = Parameter(creation.ones(shape, dtype=dtype))
+            self.register_parameter(
+                "bias", Parameter(creation.zeros(shape, dtype=dtype)) if bias else None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+
+class LayerNorm(_AffineNorm):
     """Normalises each sample over its trailing `normalized_shape` dimensions, then applies an
     elementwise weight and bias of that shape."""
 
@@ -112,20 +131,7 @@ class LayerNorm(Module):
                                       for s in shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(creation.ones(self.normalized_shape, dtype=dtype))
-            self.register_parameter(
-                "bias", Parameter(creation.zeros(self.normalized_shape, dtype=dtype)) if bias
-                else None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-
-    def reset_parameters(self):
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        self._affine_parameters(self.normalized_shape, elementwise_affine, bias, dtype)
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -164,3 +170,26 @@ class RMSNorm(Module):
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.elementwise_affine}")
 
+
+
+class GroupNorm(_AffineNorm):
+    """Normalises each sample's channels in `num_groups` groups (see F.group_norm), then
+    applies a per-channel weight and bias."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, bias=True, device=None,
+                 dtype=None):
+        super().__init__()
+        check_device(device, "GroupNorm")
+        if num_channels % num_groups:
+            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups "
+                             f"({num_groups})")
+        self.num_groups, self.num_channels = num_groups, num_channels
+        self.eps, self.affine = eps, affine
+        self._affine_parameters(num_channels, affine, bias, dtype)
+
+    def forward(self, input):
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
