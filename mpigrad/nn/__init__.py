@@ -26,6 +26,8 @@ from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  
                           TransformerEncoderLayer, TransformerDecoderLayer)
 from .normalization import RMSNorm  # noqa: F401
 from .container import ParameterList, ParameterDict  # noqa: F401
+from .activation import (Hardtanh, ReLU6, SELU, Hardsigmoid, Hardswish, Mish, ELU,  # noqa: F401
+                         CELU, Softplus, Softsign, LogSigmoid, GLU, Threshold, PReLU)
 
 
 def __getattr__(name):

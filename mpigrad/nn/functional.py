@@ -1105,3 +1105,110 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
         norm = ops.norm(x, p=2, dim=dim, keepdim=True)
         unit.append(x / (norm + (ops.clamp(norm, min=eps) - norm).detach()))
     return (unit[0] * unit[1]).sum(dim)
+
+
+# ----------------------------------------------------------------------------- more activations
+__all__ += ["relu6", "hardtanh", "elu", "selu", "celu", "prelu", "mish", "softplus", "softsign",
+            "hardswish", "hardsigmoid", "logsigmoid", "glu", "threshold"]
+
+# SELU's constants (Klambauer et al., 2017), to the digits torch uses.
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+# torch's ScalarType names, as its dispatch errors print them.
+_SCALAR_TYPE_NAMES = {"int8": "Char", "uint8": "Byte", "int16": "Short", "int32": "Int",
+                      "int64": "Long", "bool": "Bool"}
+
+
+def _check_floating(input, what):
+    if input.dtype.kind != "f":
+        name = _SCALAR_TYPE_NAMES.get(input.dtype.name, input.dtype.name)
+        raise NotImplementedError(f'"{what}_cpu" not implemented for {name!r}')
+
+
+def _pointwise(op, input, inplace, what, **params):
+    _check_floating(input, what)
+    return ops.inplace(op, input, **params) if inplace else op(input, **params)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return _pointwise(ops.hardtanh, input, inplace, "hardtanh", min_val=min_val, max_val=max_val)
+
+
+def relu6(input, inplace=False):
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _pointwise(ops.elu, input, inplace, "elu", alpha=alpha, scale=1.0, input_scale=1.0)
+
+
+def selu(input, inplace=False):
+    return _pointwise(ops.elu, input, inplace, "elu", alpha=_SELU_ALPHA, scale=_SELU_SCALE,
+                      input_scale=1.0)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return _pointwise(ops.elu, input, inplace, "elu", alpha=alpha, scale=1.0,
+                      input_scale=1.0 / alpha)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _pointwise(ops.softplus, input, False, "softplus", beta=beta, threshold=threshold)
+
+
+def logsigmoid(input):
+    return _pointwise(ops.log_sigmoid, input, False, "log_sigmoid_forward")
+
+
+def hardsigmoid(input, inplace=False):
+    return _pointwise(ops.hardsigmoid, input, inplace, "hardsigmoid")
+
+
+def hardswish(input, inplace=False):
+    return _pointwise(ops.hardswish, input, inplace, "hardswish")
+
+
+def threshold(input, threshold, value, inplace=False):
+    return _pointwise(ops.threshold, input, inplace, "threshold", threshold=threshold,
+                      value=value)
+
+
+def softsign(input):
+    return input / (input.abs() + 1)
+
+
+def mish(input, inplace=False):
+    # In place, the gradient reads a copy of the input, which the write does not overwrite.
+    source = input.clone() if inplace else input
+    out = source * ops.tanh(softplus(source))
+    return input.copy_(out) if inplace else out
+
+
+def prelu(input, weight):
+    """x where x > 0, else weight * x; weight has one entry, or one per channel (dim 1)."""
+    if weight.numel() != 1:
+        channels = input.shape[1] if input.ndim >= 2 else 1
+        if weight.numel() != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                               f"parameter numbers = {weight.numel()} and channel size = "
+                               f"{channels}.")
+        weight = weight.reshape((channels,) + (1,) * (input.ndim - 2))
+    return ops.where(input > 0, input, weight * input)
+
+
+def glu(input, dim=-1):
+    """The first half of `dim` gated by the sigmoid of the second half."""
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    size = input.shape[dim]
+    if size % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension "
+                           f"{dim % input.ndim} is size {size}")
+    first, second = ops.chunk(input, 2, dim)
+    return first * ops.sigmoid(second)

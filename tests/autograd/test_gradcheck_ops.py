@@ -187,6 +187,16 @@ CASES = [
     ("lerp_meshgrid_broadcast", lambda a, b: mg.lerp(a, b, 0.25) + mg.meshgrid(
         a[0], b[:, 1], indexing="xy")[1].sum() + mg.broadcast_to(b[0], (2, 3)),
      [((2, 3), _normal), ((2, 3), _normal)]),
+    # activations (issue 21)
+    ("hardtanh_relu6", lambda a: mg.nn.functional.hardtanh(a, -1.5, 0.5)
+     + mg.nn.functional.relu6(a * 4), [((3, 4), _spread)]),
+    ("elu_selu_celu", lambda a: mg.nn.functional.elu(a, 0.7) + mg.nn.functional.selu(a)
+     + mg.nn.functional.celu(a, 2.0), [((3, 4), _spread)]),
+    ("softplus_logsigmoid", lambda a: mg.nn.functional.softplus(a, beta=2.0, threshold=1.0)
+     + mg.nn.functional.logsigmoid(a), [((3, 4), _spread)]),
+    ("hardsigmoid_hardswish", lambda a: mg.nn.functional.hardsigmoid(a * 2)
+     + mg.nn.functional.hardswish(a * 2), [((3, 4), _spread)]),
+    ("threshold", lambda a: mg.nn.functional.threshold(a, 0.3, -2.0), [((3, 4), _spread)]),
 ]
 
 
