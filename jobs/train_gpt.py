@@ -14,7 +14,7 @@ step (DDP reduces only the last). The lr warms up linearly, then follows a cosin
 are clipped to `--clip` before each step.
 
 Rank 0 shows a progress bar, prints the validation loss every `--eval-interval` steps (an
-"epoch" in the metrics file that jobs/plot.py draws), and at the end a sample of generated
+"epoch" in the metrics file that jobs/tools/plot.py draws), and at the end a sample of generated
 text. On SIGUSR1 or SIGTERM all ranks stop at the next step, rank 0 saves a checkpoint of the
 exact step, and the job exits with code 99 (requeue me); `--resume` continues from it.
 """
@@ -87,7 +87,7 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest checkpoint in --checkpoint DIR")
     p.add_argument("--metrics", metavar="FILE", default=None,
-                   help="append one JSON line per validation (for jobs/plot.py)")
+                   help="append one JSON line per validation (for jobs/tools/plot.py)")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")

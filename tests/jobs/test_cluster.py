@@ -1,4 +1,4 @@
-"""DDP across two simulated hosts (jobs/cluster.py): network namespaces joined by a shaped
+"""DDP across two simulated hosts (jobs/tools/cluster.py): network namespaces joined by a shaped
 veth, Open MPI over TCP. On 2 hosts x 1 rank and 2 hosts x 2 ranks the parameters after a
 few steps must equal one process's on the whole batch (float64, 1e-10), the ranks must sit on
 two hosts (DDP then reduces hierarchically on 2 x 2), and the link's counters must show the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "jobs"))        # scripts, not packages
+sys.path.insert(0, str(REPO / "jobs" / "tools"))  # scripts, not packages
 sys.path.insert(0, str(REPO / "tests" / "jobs"))
 import cluster  # noqa: E402
 import cluster_ddp_worker as worker  # noqa: E402

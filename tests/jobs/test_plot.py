@@ -1,4 +1,4 @@
-"""jobs/plot.py: PNGs from metrics and timeline files, and its errors."""
+"""jobs/tools/plot.py: PNGs from metrics and timeline files, and its errors."""
 
 import importlib.util
 import json
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 REPO = Path(__file__).resolve().parents[2]
-PLOT = str(REPO / "jobs" / "plot.py")
+PLOT = str(REPO / "jobs" / "tools" / "plot.py")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -28,7 +28,7 @@ from slurm_cluster import SlurmCluster, ensure_installed  # noqa: E402
 
 TRAIN_PY = REPO / "jobs" / "train.py"
 TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"
-BENCH_SBATCH = REPO / "jobs" / "bench.sbatch"
+BENCH_SBATCH = REPO / "jobs" / "bench" / "bench.sbatch"
 GPT_SBATCH = REPO / "jobs" / "train_gpt.sbatch"
 FINISHED = re.compile(r"^\[rank 0\] training finished: epochs=(\d+) test_accuracy=([0-9.]+)$",
                       re.M)
@@ -215,8 +215,6 @@ def test_missing_virtualenv_fails_with_a_clear_message(cluster, submit_dir):
 
 
 def test_bench_job_runs(cluster, submit_dir):
-    if not (REPO / "jobs" / "bench_ddp.py").exists():
-        pytest.skip("jobs/bench_ddp.py does not exist yet")
     job, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(BENCH_SBATCH),
                     "--steps", "2", "--rounds", "1", "--no-torch", wait=False)
     info = cluster.wait_job(job, JOB_TIMEOUT)

@@ -1,16 +1,13 @@
 """Winograd F(2x2, 3x3) against im2col for 3x3 stride-1 convolutions, op by op.
 
-    python jobs/bench_winograd.py [--reps 15]
+    python jobs/bench/bench_winograd.py [--reps 15]
 
 Times conv2d's forward, its input's gradient (conv_transpose2d) and its weight's gradient
 (conv2d_weight) on both paths, float32, one BLAS thread, padding 1, at the shapes of the
-CIFAR-shaped CNN of jobs/bench_engine.py and a few more. The two paths alternate rep by rep,
+CIFAR-shaped CNN of jobs/bench/bench_engine.py and a few more. The two paths alternate rep by rep,
 so a busy neighbour slows both alike; medians of the thread's CPU time are reported.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

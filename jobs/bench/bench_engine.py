@@ -1,6 +1,6 @@
 """Training-step speed against PyTorch: two CNNs, an MLP and a graph of tiny ops.
 
-    python jobs/bench_engine.py [--steps 10] [--rounds 7] [--tiny-ops 10000] [--only NAME ...]
+    python jobs/bench/bench_engine.py [--steps 10] [--rounds 7] [--tiny-ops 10000] [--only NAME ...]
                                 [--ops]
 
 Each model step is zero_grad, forward, cross-entropy, backward and SGD (lr 0.01, momentum
@@ -25,24 +25,18 @@ im2col/col2im, pooling, elementwise), the optimizer, and what is left, the Pytho
 op dispatch in forward and of the engine in backward. `--ops` then times the tutorial CNN's
 convolutions and poolings alone, mpigrad's numpy kernels against torch's ATen calls.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # first: sets threads
 
 import argparse  # noqa: E402
-import collections  # noqa: E402
-import gc  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
+from harness import breakdown, print_breakdown, time_call  # noqa: E402
 from mpigrad import nn, optim  # noqa: E402
 from mpigrad.ops import conv as conv_ops  # noqa: E402
-from mpigrad.ops.core import Op  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
 
@@ -148,114 +142,6 @@ def tiny_runners(nodes, torch):
     return runners
 
 
-CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
-clock = CLOCKS["cpu"]
-
-
-def time_call(run, steps):
-    gc.collect()
-    start = clock()
-    for _ in range(steps):
-        run()
-    return (clock() - start) / steps
-
-
-# ----------------------------------------------------------------------------- breakdown
-# Ops and kernels by category; nested timers count exclusively (a convolution's GEMM time is
-# its own time less the im2col and col2im inside it).
-CATEGORIES = {"gemm": {"matmul", "linear", "conv2d", "conv_transpose2d", "conv2d_weight"},
-              "im2col/col2im": {"unfold", "fold", "_im2col_into", "_fold_into"},
-              "pooling": {"max_pool2d", "tap_scatter", "tap_gather", "winning_taps",
-                          "take_along_dim", "scatter_along", "argmax"}}
-# Module-level functions timed besides the ops, where they exist.
-KERNELS = [(conv_ops, "_im2col_into"), (conv_ops, "_fold_into"), (conv_ops, "winning_taps"),
-           (mg.ops.reduction, "argmax")]
-
-
-def _category(name):
-    for category, names in CATEGORIES.items():
-        if name in names:
-            return category
-    return "elementwise/other"
-
-
-class KernelTimer:
-    """Wraps every Op's numpy forward (which backward's rules call too) and a few kernels with
-    timers, and adds up seconds per category, exclusive of nested timed calls."""
-
-    def __init__(self):
-        self.seconds = collections.Counter()
-        self._ops = {o: o.forward for o in gc.get_objects() if type(o) is Op}
-        self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
-                           if hasattr(module, name)]
-        self._nested = [0.0]
-
-    def _wrap(self, name, fn):
-        category = _category(name)
-
-        def timed(*args, **kwargs):
-            self._nested.append(0.0)
-            start = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                elapsed = clock() - start
-                self.seconds[category] += elapsed - self._nested.pop()
-                self._nested[-1] += elapsed
-        return timed
-
-    def __enter__(self):
-        for op, forward in self._ops.items():
-            op.forward = self._wrap(op.name, forward)
-        for module, name, fn in self._functions:
-            setattr(module, name, self._wrap(name, fn))
-        return self
-
-    def __exit__(self, *exc):
-        for op, forward in self._ops.items():
-            op.forward = forward
-        for module, name, fn in self._functions:
-            setattr(module, name, fn)
-
-    def take(self):
-        seconds = dict(self.seconds)
-        self.seconds.clear()
-        self._nested = [0.0]
-        return seconds
-
-
-def breakdown(step, steps):
-    """Milliseconds per step in each category, averaged over `steps` instrumented steps."""
-    totals = collections.Counter()
-    with KernelTimer() as kernels:
-        for _ in range(steps):
-            start = clock()
-            loss = step.forward()
-            forward = clock() - start
-            forward_kernels = kernels.take()
-            start = clock()
-            loss.backward()
-            backward = clock() - start
-            backward_kernels = kernels.take()
-            start = clock()
-            step.optimizer.step()
-            totals["optimizer"] += clock() - start
-            kernels.take()
-            for seconds in (forward_kernels, backward_kernels):
-                totals.update(seconds)
-            totals["overhead: forward dispatch"] += forward - sum(forward_kernels.values())
-            totals["overhead: backward engine"] += backward - sum(backward_kernels.values())
-    return {k: v / steps * 1e3 for k, v in totals.items()}
-
-
-def print_breakdown(name, parts):
-    total = sum(parts.values())
-    order = ["gemm", "im2col/col2im", "pooling", "elementwise/other", "optimizer",
-             "overhead: forward dispatch", "overhead: backward engine"]
-    cells = [f"{k} {parts.get(k, 0.0):.2f} ({parts.get(k, 0.0) / total:.0%})" for k in order]
-    print(f"  {name:9s} {total:7.2f} ms = " + ", ".join(cells))
-
-
 # ----------------------------------------------------------------------------- per op
 # The tutorial CNN's convolutions and poolings alone: (name, input shape, weight shape).
 TUTORIAL_CONVS = [("conv1", (64, 1, 28, 28), (10, 1, 5, 5)),
@@ -329,11 +215,10 @@ def main():
     parser.add_argument("--no-breakdown", action="store_true")
     parser.add_argument("--ops", action="store_true",
                         help="also time the tutorial CNN's convolutions and poolings alone")
-    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
+    parser.add_argument("--clock", choices=list(harness.CLOCKS), default="cpu",
                         help="thread CPU time (default) or wall time")
     args = parser.parse_args()
-    global clock
-    clock = CLOCKS[args.clock]
+    harness.clock = harness.CLOCKS[args.clock]
     try:
         import torch
         torch.set_num_threads(1)

@@ -1,15 +1,13 @@
 """Engine overhead: one training step of a 4-layer MLP in mpigrad, hand-written numpy and PyTorch.
 
-    python jobs/bench_autograd.py [--steps 20] [--rounds 7]
+    python jobs/bench/bench_autograd.py [--steps 20] [--rounds 7]
 
 Each step is forward + backward + SGD on a 784-1024-1024-1024-10 MLP, batch 64, float32, one
 BLAS thread. The three run interleaved in rounds on the same weights and data, so a noisy
 neighbour slows all of them alike; the median round is reported, as ratios.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
+import os  # noqa: E402
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

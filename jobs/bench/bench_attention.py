@@ -1,6 +1,6 @@
 """scaled_dot_product_attention's speed against PyTorch's, on a GPT-sized call.
 
-    python jobs/bench_attention.py [--rounds 40] [--steps 5] [--no-causal]
+    python jobs/bench/bench_attention.py [--rounds 40] [--steps 5] [--no-causal]
 
 One step is forward and backward of attention on q, k, v of shape (16, 4, 64, 32) (batch,
 heads, tokens, head size; a small GPT's), float32, causal unless --no-causal, one BLAS thread
@@ -10,10 +10,7 @@ reach: the same arithmetic in plain numpy, forward and hand-written backward, wi
 The three run interleaved round after round, so a busy neighbour slows all alike; each
 round's time is the thread's CPU time; the medians and the median ratios are printed.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

@@ -1,6 +1,6 @@
 """mpigrad's RPC against torch.distributed.rpc (TensorPipe) on the same machine, in one run.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 3 python jobs/bench_rpc.py
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 3 python jobs/bench/bench_rpc.py
 
 Ranks and world size come from MPI; TensorPipe rendezvous at MASTER_ADDR=127.0.0.1 and
 MASTER_PORT (default 29631). The two agents never run at the same time: while TensorPipe's
@@ -22,14 +22,13 @@ with a sleep in between). Each number is the median over rounds of that round's 
 machine may be shared, which is why the configurations alternate within every round. One
 compute thread per rank.
 """
-import argparse
-import os
-import resource
-import statistics
-import time
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import argparse  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
@@ -176,7 +175,7 @@ def main():
     rank, size = world.Get_rank(), world.Get_size()
     if size != 3:
         raise SystemExit("bench_rpc.py runs on exactly 3 ranks: mpiexec -n 3 python "
-                         "jobs/bench_rpc.py")
+                         "jobs/bench/bench_rpc.py")
     comm = world.Dup()
     rpc.init_rpc(f"worker{rank}")
     idle = comm.gather(idle_cpu_fraction(), 0)

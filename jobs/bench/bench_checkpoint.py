@@ -1,6 +1,6 @@
 """Memory and time of a training step with and without activation checkpointing.
 
-    python jobs/bench_checkpoint.py [--rounds 5] [--steps 3]
+    python jobs/bench/bench_checkpoint.py [--rounds 5] [--steps 3]
 
 The model of the autograd notes' table: 12 blocks of Linear(256, 256) + ReLU, batch 2048,
 float32, one BLAS thread, the loss `out.sum()`. Four ways to run a step:
@@ -16,10 +16,7 @@ batch), gradients included: for mpigrad from tracemalloc (numpy reports its buff
 for PyTorch from its memory profiler's allocation timeline. Times are medians over rounds in
 which the contenders run interleaved, without any memory tracing.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -29,7 +26,6 @@ import tracemalloc  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
-from mpigrad import nn  # noqa: E402
 from mpigrad.utils.checkpoint import checkpoint_sequential  # noqa: E402
 
 BLOCKS, WIDTH, BATCH, SEGMENTS, MICRO = 12, 256, 2048, 3, 4

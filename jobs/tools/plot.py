@@ -1,8 +1,8 @@
 """Plots of a training run: per-epoch metrics, and DDP's gradient-bucket timeline.
 
-    python jobs/plot.py metrics runs/x/metrics.jsonl -o loss.png
-    python jobs/plot.py metrics a/metrics.jsonl b/metrics.jsonl -o compare.png
-    python jobs/plot.py timeline runs/x/timeline.rank0.json -o timeline.png
+    python jobs/tools/plot.py metrics runs/x/metrics.jsonl -o loss.png
+    python jobs/tools/plot.py metrics a/metrics.jsonl b/metrics.jsonl -o compare.png
+    python jobs/tools/plot.py timeline runs/x/timeline.rank0.json -o timeline.png
 
 metrics: the JSON lines written by `train.py --metrics FILE` (one object per epoch with
 "epoch", "loss", "accuracy", "test_accuracy", "samples_per_sec") or `train_gpt.py --metrics
@@ -128,7 +128,7 @@ def import_pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("jobs/plot.py needs matplotlib, which is not installed: "
+        raise SystemExit("jobs/tools/plot.py needs matplotlib, which is not installed: "
                          "pip install 'mpigrad[plot]'  (or: pip install matplotlib)")
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
@@ -271,7 +271,7 @@ def main(argv=None):
         else:
             plot_timeline(args.file, args.output, args.rank, args.step)
     except OSError as e:
-        raise SystemExit(f"jobs/plot.py: {e}")
+        raise SystemExit(f"jobs/tools/plot.py: {e}")
     print(f"wrote {args.output}")
 
 

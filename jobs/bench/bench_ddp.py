@@ -1,6 +1,6 @@
 """DistributedDataParallel step time against PyTorch DDP (gloo) and against no communication.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 2 python jobs/bench_ddp.py
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 2 python jobs/bench/bench_ddp.py
 
 Model: the 4-layer MLP 784-1024-1024-1024-10 (float32, ReLU, cross-entropy), batch 64 per rank,
 SGD with momentum, one BLAS thread per rank. Configurations are run in alternating rounds (the
@@ -16,76 +16,20 @@ Waitall) against one MPI Allreduce of the same total bytes; the cost of the end-
 agreement (a 16-byte Allreduce on the control communicator); and, from DDP's timeline, how
 much of the communication time was hidden behind backward.
 """
-import argparse
-import os
-import socket
-import statistics
-import time
+from harness import BATCH, SIZES, MlpStep, TorchRun, mpigrad_mlp, timed  # first: sets threads
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import argparse  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
-import mpigrad.nn as nn  # noqa: E402
-import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad.distributed.timeline import summarize  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
-
-SIZES = (784, 1024, 1024, 1024, 10)
-BATCH = 64
-
-
-def mpigrad_mlp():
-    layers = []
-    for k in range(len(SIZES) - 1):
-        layers.append(nn.Linear(SIZES[k], SIZES[k + 1]))
-        if k < len(SIZES) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
-
-
-def torch_mlp(torch):
-    layers = []
-    for k in range(len(SIZES) - 1):
-        layers.append(torch.nn.Linear(SIZES[k], SIZES[k + 1]))
-        if k < len(SIZES) - 2:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
-
-
-def batch(rank):
-    rng = np.random.default_rng(rank)
-    return (rng.standard_normal((BATCH, SIZES[0])).astype(np.float32),
-            rng.integers(0, SIZES[-1], BATCH).astype(np.int64))
-
-
-def timed(comm, step, steps):
-    """Seconds per step, the slowest rank's mean over `steps`."""
-    comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return comm.allreduce((time.perf_counter() - start) / steps, op=MPI.MAX)
-
-
-class MlpStep:
-    """A training step of the benchmark's MLP (`model`, wrapped or not, with optimizer
-    `opt`) on this rank's batch; the benchmarks of DDP, links and ZeRO build on it."""
-
-    def __init__(self, rank, model, opt):
-        self.model, self.opt = model, opt
-        x, y = batch(rank)
-        self.x, self.y = mg.tensor(x), mg.tensor(y)
-
-    def step(self):
-        self.opt.zero_grad()
-        F.cross_entropy(self.model(self.x), self.y).backward()
-        self.opt.step()
 
 
 class MpigradRun(MlpStep):
@@ -93,22 +37,6 @@ class MpigradRun(MlpStep):
         model = mpigrad_mlp()
         model = DDP(model, bucket_cap_mb=bucket_cap_mb) if ddp else model
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
-
-
-class TorchRun:
-    """The same step in PyTorch DDP (`ddp_options`: DistributedDataParallel's keywords)."""
-
-    def __init__(self, torch, rank, **ddp_options):
-        self.torch = torch
-        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch), **ddp_options)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        x, y = batch(rank)
-        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
-
-    def step(self):
-        self.opt.zero_grad()
-        self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
-        self.opt.step()
 
 
 def init_torch(comm):

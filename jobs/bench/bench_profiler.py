@@ -1,18 +1,15 @@
 """What the profiler costs: nothing measurable when off, and how much when recording.
 
-    python jobs/bench_profiler.py [--rounds 9]
+    python jobs/bench/bench_profiler.py [--rounds 9]
 
 "off" is mpigrad as shipped, no profile recording: each op reads `profiler.active` once and
 the engine reads its observer once per backward. "stripped" runs the same code with that
 check taken out of the op path (ops call the recording-free `_apply` directly), which is
 what mpigrad cost before the profiler. "on" records every op and node (no shapes, no
 memory). Two workloads, interleaved in rounds, medians reported: a loop of tiny adds (where
-the per-op cost shows most) and forward + backward + SGD of jobs/bench_autograd.py's MLP.
+the per-op cost shows most) and forward + backward + SGD of jobs/bench/bench_autograd.py's MLP.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

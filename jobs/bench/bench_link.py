@@ -1,15 +1,15 @@
 """DDP step time over one link, with and without compression, against PyTorch DDP (gloo).
 
     # shared memory (one host, 2 ranks):
-    mpiexec -n 2 python jobs/bench_link.py --link shm --out runs/bench-shm.json
-    # the simulated cluster, 2 hosts x 1 rank (jobs/cluster.py; RATE 1gbit or 10gbit):
-    python jobs/cluster.py up --rate 1gbit
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
-        python jobs/bench_link.py --link 1gbit --master-addr 10.77.0.1 --cluster-prefix mgh \
+    mpiexec -n 2 python jobs/bench/bench_link.py --link shm --out runs/bench-shm.json
+    # the simulated cluster, 2 hosts x 1 rank (jobs/tools/cluster.py; RATE 1gbit or 10gbit):
+    python jobs/tools/cluster.py up --rate 1gbit
+    python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
+        python jobs/bench/bench_link.py --link 1gbit --master-addr 10.77.0.1 --cluster-prefix mgh \
         --out runs/bench-1gbit.json
     # 2 hosts x 2 ranks: DDP's default goes hierarchical; "flat" forces one Iallreduce
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- \
-        python jobs/bench_link.py --link 1gbit-2x2 --cluster-prefix mgh --only default flat \
+    python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- \
+        python jobs/bench/bench_link.py --link 1gbit-2x2 --cluster-prefix mgh --only default flat \
         --no-torch
 
 Model: the MLP 784-1024-1024-1024-10 (float32, ReLU, cross-entropy), batch 64 per rank, SGD
@@ -25,24 +25,24 @@ with momentum, one BLAS thread per rank. Configurations:
 PowerSGD starts at iteration 2 in both (after DDP's bucket rebuild); warm-up steps are not
 timed. Rounds alternate the configurations (the machine may be shared); each configuration's
 time is the median over rounds of the slowest rank's mean step. For the cost model
-(jobs/cost_model.py, `report` on the JSON written here) each round also times ping-pong and
+(jobs/tools/cost_model.py, `report` on the JSON written here) each round also times ping-pong and
 Allreduce over the link, and the no-communication step is split into forward, backward and
 optimizer.
 """
-import argparse
-import json
-import os
-import socket
-import statistics
-import time
+from harness import BATCH, SIZES, MlpStep, mpigrad_mlp, timed  # first: sets threads
+from harness import TorchRun as TorchStep
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
@@ -51,10 +51,10 @@ from mpigrad.distributed.algorithms.ddp_comm_hooks.topk_hooks import TopKState, 
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
 
+# The link's cost model and the simulated cluster are tools of their own, run on their own too.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import cost_model  # noqa: E402
 from cluster import Cluster  # noqa: E402
-from bench_ddp import BATCH, SIZES, MlpStep, mpigrad_mlp, timed  # noqa: E402
-from bench_ddp import TorchRun as TorchStep  # noqa: E402
 
 WARMUP = 4
 
@@ -141,7 +141,7 @@ def main():
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--only", nargs="*", help="mpigrad configurations to run")
     parser.add_argument("--torch-only", nargs="*", help="PyTorch configurations to run")
-    parser.add_argument("--cluster-prefix", help="on jobs/cluster.py's hosts (e.g. mgh): "
+    parser.add_argument("--cluster-prefix", help="on jobs/tools/cluster.py's hosts (e.g. mgh): "
                         "count the bytes that cross the link per step")
     parser.add_argument("--out", help="write the results as JSON here (rank 0)")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """DataLoader with worker processes: one pass over a dataset whose samples cost real CPU work,
 in mpigrad and PyTorch, with 0 and with `--workers` worker processes.
 
-    python jobs/bench_dataloader.py [--samples 256] [--workers 2] [--rounds 5] [--step-ms 0]
+    python jobs/bench/bench_dataloader.py [--samples 256] [--workers 2] [--rounds 5] [--step-ms 0]
 
 Each sample is a 3x32x32 image made from a 3x64x64 one (random crop of a padded image, flip,
 a 9x9 box blur, 2x2 downsampling, normalisation: a few milliseconds of numpy, as decoding and
@@ -10,10 +10,7 @@ libraries. Workers are persistent, so a pass measures loading, not start-up; sta
 mpigrad, PyTorch's default start method) is timed separately. The contenders run interleaved in
 rounds and the median round is reported.
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -21,7 +18,6 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import mpigrad as mg  # noqa: E402
 from mpigrad.utils.data import DataLoader  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Ring allreduce (point-to-point, mpigrad.distributed.ring) against MPI's own Allreduce.
 
-    timeout 600 mpiexec -n 2 python jobs/bench_allreduce.py [--max-seconds 1.0]
+    timeout 600 mpiexec -n 2 python jobs/bench/bench_allreduce.py [--max-seconds 1.0]
 
 For float32 buffers from 4 KB to 64 MB it prints the time of one allreduce (the slowest
 rank's mean over a loop of calls, best of 5 loops), the bus bandwidth (2(N-1)/N * bytes /

@@ -11,11 +11,11 @@ through the veth, and shared memory inside a host (`--mca btl tcp,sm,self`). (Th
 same set-up: only 48 KB crossed it.) Open MPI must not go into the project's venv, whose
 `mpiexec` is MPICH's: `venv` builds a separate one, with mpi4py bound to that Open MPI.
 
-    python jobs/cluster.py venv /tmp/mpigrad-ompi-venv       # once: Open MPI, mpi4py, numpy
+    python jobs/tools/cluster.py venv /tmp/mpigrad-ompi-venv       # once: Open MPI, mpi4py, numpy
                                                         # (--benchmark: and torch)
-    python jobs/cluster.py up --rate 1gbit              # namespaces mgh1, mgh2
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- python x.py
-    python jobs/cluster.py down
+    python jobs/tools/cluster.py up --rate 1gbit              # namespaces mgh1, mgh2
+    python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- python x.py
+    python jobs/tools/cluster.py down
 """
 import argparse
 import os
@@ -162,7 +162,7 @@ def venv_problem(venv):
     Open MPI (a wheel of mpi4py may bind to whatever MPI it finds at run time)."""
     python = Path(venv) / "bin" / "python"
     if not (Path(venv) / "bin" / "mpiexec").exists() or not python.exists():
-        return f"{venv} is not a venv with Open MPI's mpiexec (build it: jobs/cluster.py venv)"
+        return f"{venv} is not a venv with Open MPI's mpiexec (build it: jobs/tools/cluster.py venv)"
     probe = subprocess.run([str(python), "-c", "from mpi4py import MPI; import numpy; "
                             "print(MPI.Get_library_version())"],
                            capture_output=True, text=True, env=Cluster.environment(venv))

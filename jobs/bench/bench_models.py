@@ -1,6 +1,6 @@
 """Training steps of the models of the day against PyTorch: a GPT.
 
-    python jobs/bench_models.py [--steps 5] [--rounds 7] [--no-memory] [--no-breakdown]
+    python jobs/bench/bench_models.py [--steps 5] [--rounds 7] [--no-memory] [--no-breakdown]
 
 gpt: nanoGPT's model with scaled_dot_product_attention (4 layers, 4 heads, n_embd 128, block
 64, vocabulary 96, tied embedding), batch 16, float32, one thread; a step is zero_grad,
@@ -14,10 +14,7 @@ the growth of its peak resident set from just before the first step to after the
 activations, gradients, optimizer state and scratch of a step) is compared. Then one
 instrumented step splits mpigrad's time by category (bench_engine.py's categories).
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+from harness import breakdown, print_breakdown, time_call  # first: one BLAS thread per process
 
 import argparse  # noqa: E402
 import math  # noqa: E402
@@ -28,7 +25,6 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
-from bench_engine import breakdown, print_breakdown, time_call  # noqa: E402
 
 VOCAB, BLOCK, BATCH = 96, 64, 16
 GPT_SHAPE = dict(n_layer=4, n_head=4, n_embd=128)

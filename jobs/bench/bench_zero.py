@@ -1,8 +1,8 @@
 """ZeroRedundancyOptimizer: optimizer-state and gradient bytes per rank, and step time, against
 plain DDP with the same optimizer.
 
-    OMP_NUM_THREADS=1 timeout 900 mpiexec -n 2 python jobs/bench_zero.py
-    OMP_NUM_THREADS=1 timeout 900 mpiexec -n 3 python jobs/bench_zero.py
+    OMP_NUM_THREADS=1 timeout 900 mpiexec -n 2 python jobs/bench/bench_zero.py
+    OMP_NUM_THREADS=1 timeout 900 mpiexec -n 3 python jobs/bench/bench_zero.py
 
 Model: the MLP 784-1024-1024-1024-10 (float32), batch 64 per rank, Adam (two state arrays per
 parameter). Configurations, run in alternating rounds (the machine may be shared), each the
@@ -17,11 +17,9 @@ Bytes are counted after a step: Adam's state arrays held by the rank, and the `.
 it keeps between steps.
 """
 import argparse
-import os
-import statistics
+from harness import MlpStep, mpigrad_mlp, timed  # first: sets threads
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import statistics  # noqa: E402
 
 from mpi4py import MPI  # noqa: E402
 
@@ -32,8 +30,6 @@ from mpigrad.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import \
 from mpigrad.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import Adam  # noqa: E402
-
-from bench_ddp import MlpStep, mpigrad_mlp, timed  # noqa: E402
 
 
 class Run(MlpStep):

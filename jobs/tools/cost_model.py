@@ -1,14 +1,14 @@
 """An alpha-beta-gamma cost model of DDP's step, fitted per link, checked against measured
 step times, and extrapolated to many nodes.
 
-    # 1. measure a link (2 ranks; on the simulated cluster through jobs/cluster.py run):
-    mpiexec -n 2 python jobs/cost_model.py measure --link shm --out runs/link-shm.json
-    python jobs/cluster.py up --rate 1gbit
-    python jobs/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
-        python jobs/cost_model.py measure --link 1gbit --out runs/link-1gbit.json
+    # 1. measure a link (2 ranks; on the simulated cluster through jobs/tools/cluster.py run):
+    mpiexec -n 2 python jobs/tools/cost_model.py measure --link shm --out runs/link-shm.json
+    python jobs/tools/cluster.py up --rate 1gbit
+    python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
+        python jobs/tools/cost_model.py measure --link 1gbit --out runs/link-1gbit.json
     # 2. or take the link samples bench_link.py records between its rounds; then fit,
     #    predict the benchmark's step times, compare, and extrapolate:
-    python jobs/cost_model.py report runs/bench-*.json
+    python jobs/tools/cost_model.py report runs/bench-*.json
 
 The model (all times in seconds, n in bytes, N ranks):
 

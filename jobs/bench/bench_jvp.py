@@ -1,6 +1,6 @@
 """Jacobian-vector products on an MLP: forward mode against the double-vjp trick and PyTorch.
 
-    python jobs/bench_jvp.py [--batch 256] [--width 512] [--rounds 9] [--repeat 5]
+    python jobs/bench/bench_jvp.py [--batch 256] [--width 512] [--rounds 9] [--repeat 5]
 
 J v of a 784-W-W-W-10 tanh MLP (float64, one BLAS thread) with respect to its input:
 mpigrad's `autograd.functional.jvp` (dual tensors, one forward pass; like torch's, it records
@@ -11,10 +11,7 @@ rounds on the same weights and data, so a noisy neighbour slows all alike; the m
 is reported, as ratios, in wall-clock time and in the process's CPU time (on a shared
 machine the second is the steadier: it leaves out the time other jobs held the core).
 """
-import os
-
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import harness  # noqa: F401  (first: one BLAS thread per process)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

@@ -1,0 +1,204 @@
+"""What the benchmarks share, so that they do not import one another.
+
+Imported first by every benchmark (before numpy): one BLAS/OpenMP thread per process unless
+the caller set otherwise, so that ranks and the torch side do not fight over cores.
+
+- The data-parallel workload of bench_ddp, bench_link and bench_zero: the MLP
+  784-1024-1024-1024-10, batch 64 per rank, SGD with momentum, in mpigrad and in torch, and
+  `timed`, the slowest rank's mean step time.
+- `time_call` and the clocks, and `breakdown`: one instrumented training step split into numpy
+  kernels by kind, the optimizer and the Python overhead of dispatch and of the engine
+  (bench_engine, bench_models).
+"""
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import collections  # noqa: E402
+import gc  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import mpigrad as mg  # noqa: E402
+import mpigrad.nn as nn  # noqa: E402
+import mpigrad.nn.functional as F  # noqa: E402
+from mpigrad.ops import conv as conv_ops  # noqa: E402
+from mpigrad.ops.core import Op  # noqa: E402
+
+SIZES = (784, 1024, 1024, 1024, 10)
+BATCH = 64
+
+
+def mpigrad_mlp():
+    layers = []
+    for k in range(len(SIZES) - 1):
+        layers.append(nn.Linear(SIZES[k], SIZES[k + 1]))
+        if k < len(SIZES) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def torch_mlp(torch):
+    layers = []
+    for k in range(len(SIZES) - 1):
+        layers.append(torch.nn.Linear(SIZES[k], SIZES[k + 1]))
+        if k < len(SIZES) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def batch(rank):
+    rng = np.random.default_rng(rank)
+    return (rng.standard_normal((BATCH, SIZES[0])).astype(np.float32),
+            rng.integers(0, SIZES[-1], BATCH).astype(np.int64))
+
+
+def timed(comm, step, steps):
+    """Seconds per step, the slowest rank's mean over `steps`."""
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return max(comm.allgather((time.perf_counter() - start) / steps))
+
+
+class MlpStep:
+    """A training step of the benchmark's MLP (`model`, wrapped or not, with optimizer
+    `opt`) on this rank's batch; the benchmarks of DDP, links and ZeRO build on it."""
+
+    def __init__(self, rank, model, opt):
+        self.model, self.opt = model, opt
+        x, y = batch(rank)
+        self.x, self.y = mg.tensor(x), mg.tensor(y)
+
+    def step(self):
+        self.opt.zero_grad()
+        F.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+
+class TorchRun:
+    """The same step in PyTorch DDP (`ddp_options`: DistributedDataParallel's keywords)."""
+
+    def __init__(self, torch, rank, **ddp_options):
+        self.torch = torch
+        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch), **ddp_options)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        x, y = batch(rank)
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step(self):
+        self.opt.zero_grad()
+        self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+
+
+# ----------------------------------------------------------------------------- timing
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+def time_call(run, steps):
+    gc.collect()
+    start = clock()
+    for _ in range(steps):
+        run()
+    return (clock() - start) / steps
+
+
+# ----------------------------------------------------------------------------- breakdown
+# Ops and kernels by category; nested timers count exclusively (a convolution's GEMM time is
+# its own time less the im2col and col2im inside it).
+CATEGORIES = {"gemm": {"matmul", "linear", "conv2d", "conv_transpose2d", "conv2d_weight"},
+              "im2col/col2im": {"unfold", "fold", "_im2col_into", "_fold_into"},
+              "pooling": {"max_pool2d", "tap_scatter", "tap_gather", "winning_taps",
+                          "take_along_dim", "scatter_along", "argmax"}}
+# Module-level functions timed besides the ops, where they exist.
+KERNELS = [(conv_ops, "_im2col_into"), (conv_ops, "_fold_into"), (conv_ops, "winning_taps"),
+           (mg.ops.reduction, "argmax")]
+
+
+def _category(name):
+    for category, names in CATEGORIES.items():
+        if name in names:
+            return category
+    return "elementwise/other"
+
+
+class KernelTimer:
+    """Wraps every Op's numpy forward (which backward's rules call too) and a few kernels with
+    timers, and adds up seconds per category, exclusive of nested timed calls."""
+
+    def __init__(self):
+        self.seconds = collections.Counter()
+        self._ops = {o: o.forward for o in gc.get_objects() if type(o) is Op}
+        self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
+                           if hasattr(module, name)]
+        self._nested = [0.0]
+
+    def _wrap(self, name, fn):
+        category = _category(name)
+
+        def timed(*args, **kwargs):
+            self._nested.append(0.0)
+            start = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = clock() - start
+                self.seconds[category] += elapsed - self._nested.pop()
+                self._nested[-1] += elapsed
+        return timed
+
+    def __enter__(self):
+        for op, forward in self._ops.items():
+            op.forward = self._wrap(op.name, forward)
+        for module, name, fn in self._functions:
+            setattr(module, name, self._wrap(name, fn))
+        return self
+
+    def __exit__(self, *exc):
+        for op, forward in self._ops.items():
+            op.forward = forward
+        for module, name, fn in self._functions:
+            setattr(module, name, fn)
+
+    def take(self):
+        seconds = dict(self.seconds)
+        self.seconds.clear()
+        self._nested = [0.0]
+        return seconds
+
+
+def breakdown(step, steps):
+    """Milliseconds per step in each category, averaged over `steps` instrumented steps."""
+    totals = collections.Counter()
+    with KernelTimer() as kernels:
+        for _ in range(steps):
+            start = clock()
+            loss = step.forward()
+            forward = clock() - start
+            forward_kernels = kernels.take()
+            start = clock()
+            loss.backward()
+            backward = clock() - start
+            backward_kernels = kernels.take()
+            start = clock()
+            step.optimizer.step()
+            totals["optimizer"] += clock() - start
+            kernels.take()
+            for seconds in (forward_kernels, backward_kernels):
+                totals.update(seconds)
+            totals["overhead: forward dispatch"] += forward - sum(forward_kernels.values())
+            totals["overhead: backward engine"] += backward - sum(backward_kernels.values())
+    return {k: v / steps * 1e3 for k, v in totals.items()}
+
+
+def print_breakdown(name, parts):
+    total = sum(parts.values())
+    order = ["gemm", "im2col/col2im", "pooling", "elementwise/other", "optimizer",
+             "overhead: forward dispatch", "overhead: backward engine"]
+    cells = [f"{k} {parts.get(k, 0.0):.2f} ({parts.get(k, 0.0) / total:.0%})" for k in order]
+    print(f"  {name:9s} {total:7.2f} ms = " + ", ".join(cells))
