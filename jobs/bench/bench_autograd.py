@@ -7,7 +7,6 @@ BLAS thread. The three run interleaved in rounds on the same weights and data, s
 neighbour slows all of them alike; the median round is reported, as ratios.
 """
 import harness  # noqa: F401  (first: one BLAS thread per process)
-import os  # noqa: E402
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

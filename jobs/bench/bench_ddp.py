@@ -16,11 +16,11 @@ Waitall) against one MPI Allreduce of the same total bytes; the cost of the end-
 agreement (a 16-byte Allreduce on the control communicator); and, from DDP's timeline, how
 much of the communication time was hidden behind backward.
 """
-from harness import BATCH, SIZES, MlpStep, TorchRun, mpigrad_mlp, timed  # first: sets threads
+from harness import (BATCH, SIZES, MlpStep, TorchRun, init_torch_gloo,  # first: sets threads
+                     mpigrad_mlp, timed)
 
 import argparse  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -37,21 +37,6 @@ class MpigradRun(MlpStep):
         model = mpigrad_mlp()
         model = DDP(model, bucket_cap_mb=bucket_cap_mb) if ddp else model
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
-
-
-def init_torch(comm):
-    import torch
-    import torch.distributed as tdist
-    torch.set_num_threads(1)
-    port = None
-    if comm.Get_rank() == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port, root=0)
-    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                             rank=comm.Get_rank(), world_size=comm.Get_size())
-    return torch
 
 
 def bench_bucketed_allreduce(comm, reducer, repeats):
@@ -87,7 +72,7 @@ def main():
     dist.init_process_group()
     comm = MPI.COMM_WORLD.Dup()
     rank, size = comm.Get_rank(), comm.Get_size()
-    torch = None if args.no_torch else init_torch(comm)
+    torch = None if args.no_torch else init_torch_gloo(comm)
 
     runs = {"mpigrad, no communication": MpigradRun(rank, False, args.bucket_cap_mb),
             "mpigrad DDP": MpigradRun(rank, True, args.bucket_cap_mb)}

@@ -29,7 +29,8 @@ time is the median over rounds of the slowest rank's mean step. For the cost mod
 Allreduce over the link, and the no-communication step is split into forward, backward and
 optimizer.
 """
-from harness import BATCH, SIZES, MlpStep, mpigrad_mlp, timed  # first: sets threads
+from harness import (BATCH, SIZES, MlpStep, init_torch_gloo, mpigrad_mlp,  # first: sets threads
+                     timed)
 from harness import TorchRun as TorchStep
 
 import argparse  # noqa: E402
@@ -116,22 +117,6 @@ def gloo_interface():
     return names[0] if len(names) == 1 else "lo"
 
 
-def init_torch(comm, master_addr):
-    import torch
-    import torch.distributed as tdist
-    torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = gloo_interface()
-    port = None
-    if comm.Get_rank() == 0:
-        with socket.socket() as s:
-            s.bind((master_addr, 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port, root=0)
-    tdist.init_process_group("gloo", init_method=f"tcp://{master_addr}:{port}",
-                             rank=comm.Get_rank(), world_size=comm.Get_size())
-    return torch
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--link", required=True, help="a name for the link (shm, 1gbit, ...)")
@@ -155,7 +140,7 @@ def main():
         if not args.only or name in args.only:
             runs[("mpigrad", name)] = MpigradRun(rank, hook)
     if not args.no_torch:
-        torch = init_torch(comm, args.master_addr)
+        torch = init_torch_gloo(comm, args.master_addr, gloo_interface())
         for name in args.torch_only or ("default", "fp16", "powerSGD"):
             runs[("torch", name)] = TorchRun(torch, rank, name)
     for run in runs.values():

@@ -17,6 +17,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import collections  # noqa: E402
 import gc  # noqa: E402
+import socket  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -93,6 +94,26 @@ class TorchRun:
         self.opt.zero_grad()
         self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
         self.opt.step()
+
+
+def init_torch_gloo(comm, master_addr="127.0.0.1", interface=None):
+    """torch.distributed over gloo among the ranks of `comm` (rank 0 picks a free port on
+    `master_addr`), one intra-op thread per rank; returns torch. `interface`: gloo's network
+    interface (GLOO_SOCKET_IFNAME) when the hosts' default one is not the link to use."""
+    import torch  # the oracle, only when a benchmark compares against it
+    import torch.distributed as tdist
+    torch.set_num_threads(1)
+    if interface is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind((master_addr, 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    tdist.init_process_group("gloo", init_method=f"tcp://{master_addr}:{port}",
+                             rank=comm.Get_rank(), world_size=comm.Get_size())
+    return torch
 
 
 # ----------------------------------------------------------------------------- timing
