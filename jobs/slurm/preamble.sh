@@ -35,8 +35,14 @@ if [[ -n $venv ]]; then
     source "$venv/bin/activate"
 fi
 
-# One BLAS/OpenMP thread per rank: the ranks already use every CPU of the allocation.
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# As many BLAS/OpenMP threads per rank as CPUs Slurm gave each task: one by default (the
+# ranks use every CPU), more in the hybrid layout (`--ntasks-per-node=1 --cpus-per-task=C`:
+# one rank per node computing with C threads, DDP only between nodes; see docs/cluster.md).
+threads=${SLURM_CPUS_PER_TASK:-1}
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+# srun no longer inherits sbatch's --cpus-per-task (Slurm 22.05 on): without this each rank
+# would be bound to one CPU and its threads would share it.
+export SRUN_CPUS_PER_TASK=$threads
 
 # --kill-on-bad-exit: if one rank dies, end the others instead of leaving them waiting in a
 # collective until the time limit.
