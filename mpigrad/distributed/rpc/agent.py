@@ -4,11 +4,12 @@ Threads
 - The caller's thread encodes a request, registers its Future, and sends the header and
   arrays itself (blocking MPI sends: the receiver's listener takes them at once).
 - The listener thread receives everything. It polls its own communicator with `Improbe`,
-  sleeping between empty polls: 20 us while a reply is awaited or a message came in the
-  last 50 ms, then doubling up to 2 ms, and up to 10 ms after a second without messages, so
-  an idle agent costs about 1% of a core and a busy one answers within one short poll.
-  A caller thread waiting for its reply receives (any) messages itself meanwhile (see
-  `receive_until`), and the listener slows down rather than compete with it. Receiving
+  only yielding the CPU between empty polls for 2 ms after a message, then sleeping: 20 us
+  while a reply is awaited or a message came in the last 50 ms, then doubling up to 2 ms,
+  and up to 10 ms after a second without messages, so an idle agent costs about 1% of a
+  core and a busy one answers within microseconds. A caller thread waiting for its reply
+  receives (any) messages itself meanwhile (see `receive_until`), yielding for its first
+  2 ms, and the listener slows down rather than compete with it. Receiving
   never blocks on a send: small control messages and their acknowledgements leave through
   the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
   replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
@@ -38,6 +39,7 @@ is done and serves until each of them has said the same, within the RPC timeout.
 """
 import heapq
 import itertools
+import os
 import pickle
 import queue
 import sys
@@ -62,6 +64,11 @@ _FIRST_DATA_TAG = 2
 _MIN_PAUSE, _MAX_PAUSE, _IDLE_PAUSE = 2e-5, 2e-3, 1e-2
 _IDLE_AFTER = 1.0  # seconds without messages before polls slow to _IDLE_PAUSE
 _STAY_AWAKE = 0.05  # seconds after the last message during which polls stay short
+# Seconds after a message (or while awaiting a reply) during which polls only yield the CPU.
+# time.sleep has a floor of 50-100 us on Linux (timer slack), where a message between two
+# processes of a node takes a few: sleeping between polls made a small call's round trip
+# 4x slower than the work it does. A yield lets any other runnable thread or process run.
+_SPIN = 2e-3
 _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 
 
@@ -294,13 +301,16 @@ class Agent:
             if incoming is not None or sent:
                 last_message = time.monotonic()
                 continue
+            quiet = time.monotonic() - last_message
             if self._receivers:
                 pause = _MAX_PAUSE  # a waiting caller receives; don't compete with it
-            elif self._calls or time.monotonic() - last_message < _STAY_AWAKE:
+            elif quiet < _SPIN:
+                os.sched_yield()
+                continue
+            elif self._calls or quiet < _STAY_AWAKE:
                 pause = _MIN_PAUSE
             else:
-                idle = time.monotonic() - last_message > _IDLE_AFTER
-                pause = min(2 * pause, _IDLE_PAUSE if idle else _MAX_PAUSE)
+                pause = min(2 * pause, _IDLE_PAUSE if quiet > _IDLE_AFTER else _MAX_PAUSE)
             time.sleep(pause)
 
     def receive_until(self, future):
@@ -309,6 +319,7 @@ class Agent:
         status = MPI.Status()
         with self._lock:
             self._receivers += 1
+        spin_until = time.monotonic() + _SPIN
         try:
             while not future._completed and not self._stopping.is_set():
                 try:
@@ -321,7 +332,10 @@ class Agent:
                 except Exception:
                     sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
                                      f"{traceback.format_exc()}")
-                time.sleep(_MIN_PAUSE)
+                if time.monotonic() < spin_until:
+                    os.sched_yield()
+                else:
+                    time.sleep(_MIN_PAUSE)
         finally:
             with self._lock:
                 self._receivers -= 1
@@ -408,7 +422,7 @@ class Agent:
                     request.Cancel()
                 raise TimeoutError(f"its tensors did not arrive within "
                                    f"{self.arrays_deadline:g} s")
-            time.sleep(_MIN_PAUSE)
+            os.sched_yield()  # they were sent right after the header
 
     def _reply(self, dest, msg_id, ok, result, context):
         if dest in self._dead:
