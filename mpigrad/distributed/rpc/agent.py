@@ -69,6 +69,10 @@ _STAY_AWAKE = 0.05  # seconds after the last message during which polls stay sho
 # processes of a node takes a few: sleeping between polls made a small call's round trip
 # 4x slower than the work it does. A yield lets any other runnable thread or process run.
 _SPIN = 2e-3
+# Tensors of at most this many bytes in all travel inside the header, as one MPI message:
+# below it, a second message (and the receiver's posting and testing of it) costs more than
+# copying the bytes.
+_INLINE_BYTES = 1 << 16
 _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 
 
@@ -271,9 +275,13 @@ class Agent:
                              f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
                              "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
+        layouts = [wire.layout(a) for a in arrays]
+        packed = None
+        if arrays and size <= _INLINE_BYTES:
+            packed, arrays = b"".join(a.tobytes() for a in arrays), []
         tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span if arrays else 0
-        header = pickle.dumps((kind, msg_id, tag, [wire.layout(a) for a in arrays], autograd,
-                               body), pickle.HIGHEST_PROTOCOL)
+        header = pickle.dumps((kind, msg_id, tag, layouts, autograd, body, packed),
+                              pickle.HIGHEST_PROTOCOL)
         return header, arrays, tag
 
     def _send(self, dest, header, arrays, tag):
@@ -352,9 +360,11 @@ class Agent:
         header = bytearray(status.Get_count(MPI.BYTE))
         incoming.Recv([header, MPI.BYTE])
         try:
-            kind, msg_id, tag, layouts, autograd, body = pickle.loads(header)
+            kind, msg_id, tag, layouts, autograd, body, packed = pickle.loads(header)
             arrays = wire.empty_like_layouts(layouts)
-            if arrays:
+            if packed is not None:
+                wire.unpack_into(arrays, packed)
+            elif arrays:
                 self._receive_arrays(arrays, source, tag)
         except Exception as exc:
             # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id

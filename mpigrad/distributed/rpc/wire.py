@@ -2,14 +2,15 @@
 
 A message is a header plus zero or more raw arrays:
 
-    header = pickle((kind, msg_id, data_tag, array_layouts, autograd, body))
+    header = pickle((kind, msg_id, data_tag, array_layouts, autograd, body, packed))
 
 `body` is the payload (function, args, result, ...) pickled with every Tensor and numpy array
 replaced by a reference to an entry of `arrays`. The arrays travel as MPI buffers of their
 own right after the header, on the header's `data_tag` (unique per message, so arrays of
 messages sent at once by several threads never mix), and are received into fresh arrays
 before the body is unpickled. So a 16 MB tensor is one MPI message of 16 MB: no pickling,
-no copy unless it was not C-contiguous. RRefs in a payload go through their fork protocol
+no copy unless it was not C-contiguous. Small tensors (64 KiB in all, at most) go inside the
+header instead, as `packed`, their bytes one after another: one MPI message per call. RRefs in a payload go through their fork protocol
 (see rref.py); tensors that require grad inside a distributed autograd context are recorded
 as one send/recv pair per message (see mpigrad.distributed.autograd).
 """
@@ -180,6 +181,20 @@ def empty_like_layouts(layouts):
                              "tensors")
         checked.append((shape, dtype))
     return [np.empty(shape, dtype) for shape, dtype in checked]
+
+
+def unpack_into(arrays, packed):
+    """Fill `arrays` (from empty_like_layouts) with the tensors a header carried inline,
+    one after another in `packed`; ValueError if their sizes do not add up."""
+    if not isinstance(packed, bytes) or len(packed) != sum(a.nbytes for a in arrays):
+        raise ValueError(f"a message carried {len(packed) if isinstance(packed, bytes) else 0} "
+                         f"bytes of tensors inline but declared "
+                         f"{sum(a.nbytes for a in arrays)}")
+    offset = 0
+    for array in arrays:
+        flat = array.reshape(-1).view(np.uint8)
+        flat[:] = np.frombuffer(packed, np.uint8, array.nbytes, offset)
+        offset += array.nbytes
 
 
 # ---- errors ------------------------------------------------------------------------------

@@ -272,20 +272,22 @@ def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd
     agent.arrays_deadline = 1.0  # the truncated message is dropped after a second
     dist.barrier()
     if rank == 1:
-        forged = [[((2**40,), "<f8")], [((3,), "|O")], [((-1,), "<f8")], [(("x",), "<f8")],
-                  [((4,), "<f8")]]  # the last declares a tensor that is never sent
-        for layouts in forged:
-            header = pickle.dumps(("call", 0, 7, layouts, None, b""))
+        forged = [([((2**40,), "<f8")], None), ([((3,), "|O")], None),
+                  ([((-1,), "<f8")], None), ([(("x",), "<f8")], None),
+                  ([((4,), "<f8")], None),  # declares a tensor that is never sent
+                  ([((4,), "<f8")], bytes(24))]  # carries fewer bytes inline than declared
+        for layouts, packed in forged:
+            header = pickle.dumps(("call", 0, 7, layouts, None, b"", packed))
             agent.comm.Send([header, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
     dist.barrier()
     if rank == 0:
         errors = ""
         deadline = time.monotonic() + 20
-        while errors.count("dropped a message") < 5 and time.monotonic() < deadline:
+        while errors.count("dropped a message") < 6 and time.monotonic() < deadline:
             time.sleep(0.1)
             errors += capfd.readouterr().err
         for reason in ("more than", "dtype object", "shape (-1,)", "shape ('x',)",
-                       "did not arrive within 1 s"):
+                       "did not arrive within 1 s", "24 bytes of tensors inline but declared 32"):
             assert reason in errors, errors
     dist.barrier()
     with bounded(30):  # and rank 0's agent, the target, still answers
