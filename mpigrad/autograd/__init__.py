@@ -1,98 +1,18 @@
-"""Reverse-mode automatic differentiation: the engine, grad modes, custom Functions, checks."""
-import numpy as np
+"""Reverse-mode automatic differentiation: the engine, grad modes, custom Functions, checks.
 
-from .grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,  # noqa: F401
-                        inference_mode, is_inference_mode_enabled)
-from .anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled  # noqa: F401
-from .engine import queue_callback, run_backward
+This face only hands names on: `backward`/`grad` live in backward.py, the engine in
+engine.py, custom Functions in function.py, the checks in gradcheck.py.
+"""
+from . import forward_ad, functional  # noqa: F401
+from .anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly  # noqa: F401
+from .backward import backward, grad  # noqa: F401
+from .engine import queue_callback  # noqa: F401
 from .function import Function, FunctionCtx  # noqa: F401
+from .grad_mode import (enable_grad, inference_mode, is_grad_enabled,  # noqa: F401
+                        is_inference_mode_enabled, no_grad, set_grad_enabled)
+from .gradcheck import gradcheck, gradgradcheck  # noqa: F401
+from .graph import Node  # noqa: F401
 from .variable import Variable  # noqa: F401
-from . import forward_ad  # noqa: F401
-from .graph import Node, gradient_edge
-from ..tensor import Tensor
-
-
-def _tensors_as_tuple(x):
-    """A tensor, a list or tuple of them, or None, as a tuple."""
-    if x is None:
-        return ()
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def _root_grads(outputs, grad_outputs):
-    grad_outputs = _tensors_as_tuple(grad_outputs) or (None,) * len(outputs)
-    if len(grad_outputs) != len(outputs):
-        raise RuntimeError(f"got {len(grad_outputs)} gradients for {len(outputs)} outputs")
-    grads = []
-    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
-        if g is None:
-            if out.data.size != 1:
-                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; "
-                                   f"output {i} has shape {tuple(out.shape)}, so pass a gradient "
-                                   "of that shape")
-            g = Tensor.wrap(np.ones(out.shape, out.dtype))
-        else:
-            g = g if isinstance(g, Tensor) else Tensor(g)
-            if g.shape != out.shape:
-                raise RuntimeError(f"mismatch in shape: the gradient for output {i} has shape "
-                                   f"{tuple(g.shape)} but the output has shape {tuple(out.shape)}")
-        grads.append(g)
-    return grads
-
-
-def _edges(tensors, what):
-    edges = []
-    for i, t in enumerate(tensors):
-        edge = gradient_edge(t)
-        if edge is None:
-            raise RuntimeError(f"element {i} of {what} does not require grad and does not have "
-                               "a grad_fn")
-        edges.append(edge)
-    return edges
-
-
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate d(tensors)/d(leaf) into every leaf's `.grad` (or only `inputs`' if given)."""
-    tensors = _tensors_as_tuple(tensors)
-    grads = _root_grads(tensors, grad_tensors)
-    retain_graph = create_graph if retain_graph is None else retain_graph
-    roots = _edges(tensors, "tensors")
-    if inputs is None:
-        run_backward(roots, grads, retain_graph, create_graph)
-        return
-    inputs = _tensors_as_tuple(inputs)
-    for t, g in zip(inputs, run_backward(roots, grads, retain_graph, create_graph,
-                                         _edges(inputs, "inputs"))):
-        if g is not None:
-            t.grad = g if t.grad is None else t.grad + g
-
-
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-         allow_unused=False, materialize_grads=False):
-    """The gradients of `outputs` with respect to `inputs`, returned, not accumulated."""
-    outputs, inputs = _tensors_as_tuple(outputs), _tensors_as_tuple(inputs)
-    grads = _root_grads(outputs, grad_outputs)
-    retain_graph = create_graph if retain_graph is None else retain_graph
-    results = run_backward(_edges(outputs, "outputs"), grads, retain_graph, create_graph,
-                           _edges(inputs, "inputs"))
-    out = []
-    for i, (t, g) in enumerate(zip(inputs, results)):
-        if g is None:
-            if materialize_grads:
-                g = Tensor.wrap(np.zeros(t.shape, t.dtype))
-            elif not allow_unused:
-                raise RuntimeError(f"input {i} was not used in the graph of the outputs; pass "
-                                   "allow_unused=True if this is expected")
-        elif not create_graph and g.requires_grad:
-            g = g.detach()
-        out.append(g)
-    return tuple(out)
-
-
-# These build on backward() and grad() above (and on ops), so they come after them.
-from . import functional  # noqa: E402,F401
-from .gradcheck import gradcheck, gradgradcheck  # noqa: E402,F401
-
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "no_grad", "enable_grad",
            "set_grad_enabled", "is_grad_enabled", "inference_mode", "is_inference_mode_enabled",
            "detect_anomaly", "set_detect_anomaly",

@@ -38,14 +38,33 @@ observer = None
 
 
 class GraphTask:
-    """One call of run_backward: its id, whether it accumulates into `.grad`, its callbacks."""
+    """One call of run_backward and the state of its pass.
 
-    __slots__ = ("id", "accumulate", "callbacks")
+    `accumulate`: gradients go into leaves' `.grad` (else they are captured into `results`,
+    one per captured edge, from `captures[node] = [(nr, position)]`). `buffers[node][nr]` is
+    the gradient summed so far for that output of `node`; `owned[node][nr]` says whether
+    nothing else can see its array (so a leaf may keep it as `.grad` without a copy).
+    `deps[node]` counts the edges into `node` still to run; `ready` is the heap of nodes whose
+    count reached zero, highest priority first, then in the order they became ready
+    (`tiebreak`). `callbacks` run when the pass ends (queue_callback)."""
 
-    def __init__(self, accumulate):
+    __slots__ = ("id", "accumulate", "retain_graph", "create_graph", "check_anomaly",
+                 "observe", "callbacks", "buffers", "owned", "captures", "results", "deps",
+                 "ready", "tiebreak")
+
+    def __init__(self, accumulate, retain_graph, create_graph):
         self.id = next(_task_ids)
         self.accumulate = accumulate
+        self.retain_graph = retain_graph
+        self.create_graph = create_graph
+        self.check_anomaly = anomaly.is_anomaly_enabled()
+        self.observe = observer
         self.callbacks = []
+        self.buffers, self.owned, self.captures = {}, {}, {}
+        self.results = []
+        self.deps = {}
+        self.ready = []
+        self.tiebreak = itertools.count()
 
 
 def current_task():
@@ -186,28 +205,21 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     With `capture_edges` None, gradients accumulate into leaves' `.grad`. Otherwise the total
     gradient reaching each captured edge is returned, in order, and no `.grad` is touched.
     """
-    accumulate = capture_edges is None
-    # buffers[node][nr] is the gradient summed so far for that output; owned[node][nr] says
-    # whether nothing else can see its array (so a leaf may keep it as .grad without a copy).
-    buffers, owned = {}, {}
+    task = GraphTask(capture_edges is None, retain_graph, create_graph)
+    buffers = task.buffers
     for (node, nr), grad in zip(root_edges, root_grads):
-        _add_to_buffer(buffers, owned, node, nr, grad, False)  # the caller may hold these
+        _add_to_buffer(buffers, task.owned, node, nr, grad, False)  # the caller may hold these
 
     nodes = reachable(list(buffers))
-    captures = {}
-    if not accumulate:
+    if not task.accumulate:
         for pos, (node, nr) in enumerate(capture_edges):
-            captures.setdefault(node, []).append((nr, pos))
-        nodes = _needed_for(nodes, captures)
-    deps = _dependencies(nodes)
-    results = [None] * (len(capture_edges) if capture_edges else 0)
-
-    tiebreak = itertools.count()
-    ready = [(-n.priority, next(tiebreak), n) for n in buffers if n in deps and deps[n] == 0]
-    heapq.heapify(ready)
-    check_anomaly = anomaly.is_anomaly_enabled()
-    observe = observer
-    task = GraphTask(accumulate)
+            task.captures.setdefault(node, []).append((nr, pos))
+        nodes = _needed_for(nodes, task.captures)
+        task.results = [None] * len(capture_edges)
+    deps = task.deps = _dependencies(nodes)
+    task.ready = [(-n.priority, next(task.tiebreak), n)
+                  for n in buffers if n in deps and deps[n] == 0]
+    heapq.heapify(task.ready)
     callbacks = task.callbacks
     outer_tasks = _running.tasks
     _running.tasks = outer_tasks + (task,)
@@ -216,8 +228,7 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     mode.enabled = create_graph
     try:
         try:
-            _propagate(ready, buffers, owned, deps, captures, results, accumulate,
-                       retain_graph, create_graph, check_anomaly, observe, tiebreak)
+            _propagate(task)
         except BaseException as error:
             mode.enabled = previous_mode
             _run_callbacks(callbacks, error)
@@ -226,12 +237,16 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     finally:
         mode.enabled = previous_mode
         _running.tasks = outer_tasks
-    return results
+    return task.results
 
 
-def _propagate(ready, buffers, owned, deps, captures, results, accumulate, retain_graph,
-               create_graph, check_anomaly, observe, tiebreak):
+def _propagate(task):
     """The pass itself: run ready nodes until none is left."""
+    # Locals, not attribute lookups, in the loop that runs once per node.
+    ready, buffers, owned, deps = task.ready, task.buffers, task.owned, task.deps
+    captures, results, accumulate = task.captures, task.results, task.accumulate
+    retain_graph, create_graph = task.retain_graph, task.create_graph
+    check_anomaly, observe, tiebreak = task.check_anomaly, task.observe, task.tiebreak
     while ready:
         node = heapq.heappop(ready)[2]
         grads = buffers.pop(node, None)

@@ -8,7 +8,7 @@ import numpy as np
 from .. import ops
 from ..tensor import Tensor
 from . import forward_ad, grad_mode
-from . import grad as _grad
+from .backward import grad as _grad
 
 
 def _as_tuple_and_form(x):

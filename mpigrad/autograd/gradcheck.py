@@ -5,7 +5,9 @@ import warnings
 import numpy as np
 
 from ..tensor import Tensor
-from . import _tensors_as_tuple, forward_ad, grad as autograd_grad
+from . import forward_ad
+from .backward import _tensors_as_tuple
+from .backward import grad as autograd_grad
 
 
 class GradcheckError(RuntimeError):

@@ -1,0 +1,351 @@
+"""A watchdog that tells where a stuck job is stuck, and ends it instead of letting it hang.
+
+A blocking MPI call cannot time out: a rank whose peers are stuck elsewhere (in another
+collective, on another group, waiting for a message that never comes, or gone) would wait
+forever. Every blocking call this package makes runs inside `blocked(pg, what)`, which
+records what the rank waits for, how many times it has waited there (`#n`, the same number
+on every rank for the same call) and a deadline (now + the group's timeout, 30 minutes unless
+init_process_group says otherwise). Recording costs about a microsecond; the blocking call
+itself stays a plain MPI call (polling from Python instead is far slower when ranks share
+cores). A daemon thread looks at the records ten times a second:
+
+- Stall report: a rank blocked longer than MPIGRAD_STALL_SECONDS (default 60; 0 turns
+  reports off) asks every rank of the group where it is and prints, once per blocked call,
+  which ranks wait in which call (with its number and the line of the script that made it)
+  and which have not reached it (with the line they are at), as Horovod's stall check does.
+  Nothing is aborted: a slow rank may still arrive.
+- Timeout: a rank blocked longer than the group's timeout prints the same report, every
+  thread's Python stack, and aborts the MPI job, as torch's watchdog does for NCCL.
+- Departure: a rank whose interpreter exits (sys.exit(), the end of the script) tells the
+  others before MPI_Finalize, which would otherwise wait for them forever. A rank blocked in a
+  collective of a group the departed rank belongs to (now, or when it enters one later)
+  cannot complete it: it prints which rank left and where the ranks wait, and aborts the job
+  at once instead of at the timeout.
+
+The ranks answer each other's questions from this thread, on a communicator of its own (a
+duplicate of the default group's, made by init_process_group), so answers come while the
+main thread computes or waits in MPI. That needs MPI_THREAD_MULTIPLE; with less, or in a job
+of one process, reports show this rank only and departures are not announced.
+"""
+import atexit
+import faulthandler
+import os
+import sys
+import threading
+import time
+
+from mpi4py import MPI
+
+from .. import settings
+from .abort import abort_job
+
+STALL_ENV = "MPIGRAD_STALL_SECONDS"
+_POLL_SECONDS = 0.1
+_ANSWER_SECONDS = 1.0   # how long a report waits for the other ranks to say where they are
+_DEPARTED_GRACE_SECONDS = 2.0  # a call still blocked this long after its peer left never ends
+_LEFT, _QUERY, _ANSWER = 1, 2, 3  # message tags on the watchdog's communicator
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_waiting = {}  # thread id -> the innermost watch that thread is blocked in right now
+_finished = {}  # thread id -> the last outermost watch it left
+_counts = {}   # (group name, what) -> how many times this rank has entered that watch
+_lock = threading.Lock()  # the control communicator: the watchdog thread and (de)initialisation
+_state = {"thread": None, "control": None, "stop": False, "departed": {},
+          "finalize_hooked": False}
+
+
+def next_number(pg, what):
+    """The next number of the call `what` on `pg` (the same on every rank for the same call).
+    A collective Work takes its number when it is created, which every rank does, rather than
+    when it is waited for, which a rank polling `is_completed()` never does."""
+    key = (pg.name, what)
+    number = _counts[key] = _counts.get(key, 0) + 1
+    return number
+
+
+class blocked:
+    """`with blocked(pg, "all_reduce"): <blocking MPI call>` puts the call under watch.
+    `collective=False` for point-to-point calls, which are not numbered (their descriptions
+    name peers and tags, which need not repeat) and which concern only `peers` (global ranks:
+    a departed rank outside them does not stop the call; None, for a receive from any rank,
+    is the whole group). `number`: one taken earlier with `next_number`.
+
+    Watches nest: DistributedDataParallel waits for a comm hook's Future under its own watch
+    (a hook may return any Future), and a Work inside it adds its own; reports describe the
+    outermost, the deadline is the earliest."""
+    __slots__ = ("started", "deadline", "what", "pg", "collective", "peers", "number",
+                 "outer", "reported")
+
+    def __init__(self, pg, what, collective=True, peers=None, number=None):
+        self.started = time.monotonic()
+        self.deadline = self.started + pg.timeout
+        self.what, self.pg, self.collective = what, pg, collective
+        self.peers = pg.ranks if collective or peers is None else peers
+        self.number = number
+        self.reported = False
+
+    def __enter__(self):
+        if _state["thread"] is None:
+            _start_thread()
+        if self.collective and self.number is None:
+            self.number = next_number(self.pg, self.what)
+        thread = threading.get_ident()
+        self.outer = _waiting.get(thread)
+        _waiting[thread] = self
+
+    def __exit__(self, *exc_info):
+        thread = threading.get_ident()
+        if self.outer is None:
+            del _waiting[thread]
+            _finished[thread] = self
+        else:
+            _waiting[thread] = self.outer
+        return False
+
+
+def stall_seconds():
+    return settings.seconds(STALL_ENV, 60, zero_allowed=True)
+
+
+def start(comm):
+    """Called by init_process_group on every rank of `comm` (collective): the communicator the
+    ranks' watchdogs talk over, and the thread."""
+    stall_seconds()  # a bad setting is an error now, on every rank, not in the thread later
+    if comm.Get_size() > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+        control = comm.Dup()
+        _hook_finalize()
+        with _lock:
+            _state["control"] = control
+            _state["departed"] = {}
+        atexit.register(_leave)
+        if _state["thread"] is None:
+            _start_thread()  # to answer the others from the start (else at the first watch)
+
+
+def stop():
+    """Called by destroy_process_group of the default group (collective): free the
+    watchdog's communicator."""
+    with _lock:
+        control, _state["control"] = _state["control"], None
+    if control is not None:
+        atexit.unregister(_leave)
+        control.Free()
+
+
+def _hook_finalize():
+    """Make MPI_Finalize, whoever calls it (mpi4py at exit, or the script itself), first wait
+    for the watchdog thread to be out of MPI and keep it out: MPI deletes COMM_SELF's
+    attributes first thing in MPI_Finalize, on the finalizing thread, so a delete callback
+    there runs before MPI goes away. (Checking MPI.Is_finalized() in the thread instead
+    races with a Finalize that starts just after the check.)"""
+    if not _state["finalize_hooked"]:
+        keyval = MPI.Comm.Create_keyval(delete_fn=_on_finalize)
+        MPI.COMM_SELF.Set_attr(keyval, None)
+        _state["finalize_hooked"] = True
+
+
+def _on_finalize(comm, keyval, value):
+    with _lock:  # waits for the thread to finish what it is doing with MPI
+        _state["control"] = None  # freed with everything else by MPI_Finalize
+
+
+def _start_thread():
+    _state["stop"] = False
+    _state["thread"] = threading.Thread(target=_watch, name="mpigrad-watchdog", daemon=True)
+    _state["thread"].start()
+
+
+def _watch():
+    while not _state["stop"]:
+        time.sleep(_POLL_SECONDS)
+        with _lock:
+            _serve()
+        now = time.monotonic()
+        stall = stall_seconds()
+        for watch in list(_waiting.values()):
+            outermost, deadline = watch, watch.deadline
+            while outermost.outer is not None:
+                outermost = outermost.outer
+                deadline = min(deadline, outermost.deadline)
+            if now > deadline:
+                _abort_on_timeout(outermost)
+            left = _departed_peer(outermost, now)
+            if left is not None:
+                _abort_on_departure(outermost, left)
+            if 0 < stall < now - outermost.started and not outermost.reported:
+                outermost.reported = True
+                _stall_report(outermost, stall)
+
+
+# ---------------------------------------------------------------------- talking to the others
+def _serve(until=None):
+    """Answer the other ranks' questions and note departures; with `until` (a dict of rank
+    -> answer or None), also collect answers into it. Called with `_lock` held."""
+    control = _state["control"]
+    if control is None:  # also after MPI_Finalize began (see _hook_finalize)
+        return
+    status = MPI.Status()
+    while control.iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
+        source, tag = status.Get_source(), status.Get_tag()
+        message = control.recv(source=source, tag=tag)
+        if tag == _LEFT:
+            _state["departed"][source] = time.monotonic()
+        elif tag == _QUERY:
+            control.send(_where_am_i(), dest=source, tag=_ANSWER)
+        elif tag == _ANSWER and until is not None and source in until:
+            until[source] = message
+
+
+def _ask(ranks):
+    """Where the ranks `ranks` (global) are, as answered within _ANSWER_SECONDS; None for a
+    rank that did not answer (stopped, dead, or holding the GIL the whole time)."""
+    answers = {r: None for r in ranks}
+    with _lock:
+        control = _state["control"]
+        if control is None:
+            return answers
+        requests = [control.isend(None, dest=r, tag=_QUERY) for r in ranks]
+        deadline = time.monotonic() + _ANSWER_SECONDS
+        while any(a is None for a in answers.values()) and time.monotonic() < deadline:
+            _serve(until=answers)
+            time.sleep(0.01)
+        MPI.Request.Testall(requests)  # to a live rank, small messages have long gone
+    return answers
+
+
+def _leave():
+    """At interpreter exit: tell every other rank this one is gone, so none waits for it."""
+    _state["stop"] = True
+    thread = _state["thread"]
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=2 * _POLL_SECONDS + _ANSWER_SECONDS)
+    with _lock:
+        control = _state["control"]
+        if control is None:
+            return
+        me = control.Get_rank()
+        requests = [control.isend(None, dest=r, tag=_LEFT)
+                    for r in range(control.Get_size()) if r != me]
+        deadline = time.monotonic() + _ANSWER_SECONDS
+        while not MPI.Request.Testall(requests) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------- where a rank is
+def _call_site(frame):
+    """The first frame outside mpigrad: the line of the user's script that made the call."""
+    innermost = frame
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+    frame = frame or innermost
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _where_am_i():
+    """This rank's position: the outermost watch of every blocked thread, and where the main
+    thread is and the last call it waited in."""
+    now = time.monotonic()
+    frames = sys._current_frames()
+    waits = []
+    for thread, watch in list(_waiting.items()):
+        while watch.outer is not None:
+            watch = watch.outer
+        waits.append((watch.what, watch.pg.name, watch.number, now - watch.started,
+                      _call_site(frames.get(thread))))
+    main = threading.main_thread().ident
+    last = _finished.get(main)
+    if last is not None:
+        last = (last.what, last.pg.name, last.number, now - last.started)
+    return {"waits": waits, "site": _call_site(frames.get(main)), "last": last}
+
+
+def _call(what, number, group):
+    """A watched call as reports name it: `the check before all_reduce #3 on the default
+    group` (point-to-point calls have no number)."""
+    return f"{what}{'' if number is None else f' #{number}'} on {group}"
+
+
+def _describe(position):
+    if position is None:
+        return "no answer (stopped, dead, or busy without releasing the GIL)"
+    if position["waits"]:
+        return "; ".join(f"waiting in {_call(what, number, group)} for {seconds:.0f} s, "
+                         f"called at {site}"
+                         for what, group, number, seconds, site in position["waits"])
+    text = f"not in any collective: at {position['site']}"
+    if position["last"] is not None:
+        what, group, number, ago = position["last"]
+        text += f" (its last call: {_call(what, number, group)}, started {ago:.0f} s ago)"
+    return text
+
+
+def _report(watch, headline):
+    """The headline, then every rank of the watch's group and where it is."""
+    me = _my_rank()
+    answers = _ask([r for r in watch.pg.ranks if r != me and r not in _state["departed"]])
+    answers.update((r, None) for r in watch.pg.ranks if r in _state["departed"])
+    answers[me] = _where_am_i()
+    lines = [headline]
+    for r in sorted(answers):
+        position = answers[r]
+        if position is None and r in _state["departed"]:
+            lines.append(f"  rank {r}: left the job")
+            continue
+        mark = ""
+        if position is not None and not any(what == watch.what and number == watch.number
+                                            for what, _, number, _, _ in position["waits"]):
+            mark = "  <- has not reached it"
+        lines.append(f"  rank {r}: {_describe(position)}{mark}")
+    return me, answers, "\n".join(f"[rank {me}] {line}" for line in lines) + "\n"
+
+
+def _my_rank():
+    control = _state["control"]
+    return MPI.COMM_WORLD.Get_rank() if control is None else control.Get_rank()
+
+
+def _stall_report(watch, stall):
+    me, answers, text = _report(watch, (
+        f"mpigrad.distributed stall: {_call(watch.what, watch.number, watch.pg.name)} has "
+        f"waited {stall:g} s ({STALL_ENV}); the job aborts if it is still waiting after "
+        f"{watch.pg.timeout:g} s (init_process_group's timeout). Where the ranks are:"))
+    # One report per stall: the lowest rank waiting in the same call prints it.
+    for r, position in answers.items():
+        if r < me and position is not None and any(
+                what == watch.what and number == watch.number
+                for what, _, number, _, _ in position["waits"]):
+            return
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _abort_on_timeout(watch):
+    me = _my_rank()
+    _, _, text = _report(watch, (
+        f"mpigrad.distributed: {watch.what} on {watch.pg.name} has been blocked on rank {me} "
+        f"for longer than the group's timeout ({watch.pg.timeout:g} s). Some rank is stuck "
+        f"elsewhere: in another collective, on another group, or waiting for a message that "
+        f"never comes. Aborting the MPI job. Where the ranks are:"))
+    sys.stderr.write(text + f"[rank {me}] this rank's Python stacks:\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    abort_job()
+
+
+def _departed_peer(watch, now):
+    for rank, when in _state["departed"].items():
+        if rank in watch.peers and now - max(when, watch.started) > _DEPARTED_GRACE_SECONDS:
+            return rank
+    return None
+
+
+def _abort_on_departure(watch, left):
+    _, _, text = _report(watch, (
+        f"mpigrad.distributed: rank {left} has left the job (its interpreter exited: "
+        f"sys.exit() or the end of its script) while this rank waits in "
+        f"{_call(watch.what, watch.number, watch.pg.name)}, which needs rank {left} and so "
+        f"can never complete. Aborting the MPI job. Where the ranks are:"))
+    sys.stderr.write(text)
+    abort_job()

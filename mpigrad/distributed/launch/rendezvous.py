@@ -1,0 +1,346 @@
+"""Launching without mpiexec: one MPI world out of processes that torchrun (or anything that
+sets torch's variables) started.
+
+torchrun, `torch.multiprocessing` scripts and batch systems start N ordinary processes and
+tell each its place through the environment (`WORLD_SIZE`, `RANK`, `MASTER_ADDR`,
+`MASTER_PORT`) or an `init_method` URL (`env://`, `tcp://host:port`, `file:///path`). Each
+such process, initialising MPI on its own, is a world of one. mpigrad either joins them into one
+MPI world or refuses, saying how to launch; it never lets N worlds of one run as if they were a
+job (every `all_reduce` would silently return the local value).
+
+How the world is built (MPICH, the `mpich` extra's library): the same way mpiexec does it.
+MPICH's processes learn their rank and exchange their network addresses through a
+process-management server they find in `PMI_PORT`. Rank 0 starts a small PMI-1 server of
+mpigrad's own (`pmi_server.py`, a separate process, so it outlives rank 0's interpreter during
+MPI_Finalize) on `MASTER_ADDR:MASTER_PORT`; every rank checks in with it, then sets `PMI_PORT`
+and `PMI_ID` and initialises MPI, which forms `MPI.COMM_WORLD` of `WORLD_SIZE` ranks, with
+shared memory between the ranks of a node. Under torchrun, whose own store already listens on
+`MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). If
+any rank aborts or dies before MPI_Finalize, the server tells the others to exit, as mpiexec
+would. This needs the environment before MPI is initialised, which is why it happens when
+`mpigrad.distributed` is imported (`join_from_environment`).
+
+What was tried first, and why not: `MPI_Open_port` / `MPI_Comm_accept` / `MPI_Comm_connect`
+(the port name passed through a file or socket, then `Intercomm_merge`) and `MPI_Comm_join`
+over a socket. Between processes each started by its own `mpiexec -n 1` they work, but between
+processes that initialised MPI as singletons (what torchrun starts) MPICH 5.0 refuses the
+connection: "Local and remote groups in MPI_Intercomm_create must not contain the same
+processes; both contain process 0" -- every singleton is process 0 of an identically named
+world. Open MPI's singletons need its PMIx server in the same way; with Open MPI (or any MPI
+not reading `PMI_PORT`) the world stays of size one and `check_world` refuses it with the
+launch instructions.
+
+When the variables only appear after MPI is initialised (a `multiprocessing` script that sets
+`MASTER_ADDR` in the child and then calls `init_process_group(rank=r, world_size=n)`), the
+world cannot be built any more; `check_world` then fails at once, naming what to do.
+"""
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+from .. import settings
+from .launchers import PMI_CLIENT_VARIABLES, mpi_launcher
+
+_PORT_ENV = "MPIGRAD_RENDEZVOUS_PORT"
+_TIMEOUT_ENV = "MPIGRAD_RENDEZVOUS_TIMEOUT"
+_DEFAULT_TIMEOUT = 120.0
+_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pmi_server.py")
+_control = {}  # the open control connection and its watcher thread, kept for the job's life
+
+HOW_TO_LAUNCH = ("Launch the N processes with MPI: `mpiexec -n N python script.py` (or `srun "
+                 "--mpi=pmi2 ...` under Slurm), or with torchrun (`torchrun --nproc_per_node=N "
+                 "script.py`), whose RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT mpigrad reads "
+                 "when mpigrad.distributed is imported; a script starting its own processes "
+                 "must set those four variables in each child before importing "
+                 "mpigrad.distributed.")
+
+
+class Request:
+    """Where this process belongs: `rank` of `world_size`, meeting at `host:port` or through
+    the file `path` (file:// URLs), as `source` (for messages) said."""
+
+    def __init__(self, rank, world_size, host=None, port=None, path=None, source=""):
+        self.rank, self.world_size = rank, world_size
+        self.host, self.port, self.path, self.source = host, port, path, source
+
+    def __repr__(self):
+        return f"rank {self.rank} of {self.world_size} ({self.source})"
+
+
+def _int_variable(name, value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def request_from_environment(environ=os.environ):
+    """The Request torchrun's variables describe, or None when WORLD_SIZE is not set."""
+    if "WORLD_SIZE" not in environ:
+        return None
+    world_size = _int_variable("WORLD_SIZE", environ["WORLD_SIZE"])
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in environ]
+    if world_size > 1 and missing:
+        raise ValueError(f"WORLD_SIZE={world_size} is set but {', '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not: the processes cannot "
+                         f"find each other. {HOW_TO_LAUNCH}")
+    rank = _int_variable("RANK", environ.get("RANK", "0"))
+    port = _int_variable("MASTER_PORT", environ.get("MASTER_PORT", "0"))
+    if "TORCHELASTIC_USE_AGENT_STORE" in environ:
+        port += 1  # torchrun's own store is listening on MASTER_PORT
+    if _PORT_ENV in environ:
+        port = _int_variable(_PORT_ENV, environ[_PORT_ENV])
+    return Request(rank, world_size, environ.get("MASTER_ADDR"), port,
+                   source="RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT")
+
+
+def request_from_init_method(init_method, rank, world_size, environ=os.environ):
+    """The Request an `init_method` URL and init_process_group's rank/world_size describe."""
+    url = urllib.parse.urlparse(init_method)
+    if url.scheme == "env":
+        request = request_from_environment(environ)
+        if request is None:
+            raise ValueError(f"init_method={init_method!r} reads WORLD_SIZE, RANK, MASTER_ADDR "
+                             f"and MASTER_PORT from the environment, but WORLD_SIZE is not "
+                             f"set. {HOW_TO_LAUNCH}")
+        if rank >= 0:
+            request.rank = rank
+        if world_size >= 0:
+            request.world_size = world_size
+        return request
+    if url.scheme not in ("tcp", "file"):
+        raise ValueError(f"init_method={init_method!r}: expected an env://, tcp://host:port or "
+                         "file:///path URL")
+    query = urllib.parse.parse_qs(url.query)
+    if rank < 0 and "rank" in query:
+        rank = _int_variable("rank", query["rank"][0])
+    if world_size < 0 and "world_size" in query:
+        world_size = _int_variable("world_size", query["world_size"][0])
+    if rank < 0 or world_size < 0:
+        raise ValueError(f"init_method={init_method!r} needs rank and world_size (as arguments "
+                         "or in the URL's query, ?rank=R&world_size=N)")
+    if url.scheme == "tcp":
+        if not url.hostname or not url.port:
+            raise ValueError(f"init_method={init_method!r}: expected tcp://host:port")
+        return Request(rank, world_size, url.hostname, url.port, source=init_method)
+    return Request(rank, world_size, path=url.path, source=init_method)
+
+
+def mpi_initialized():
+    """Whether MPI has been initialised, without initialising it."""
+    module = sys.modules.get("mpi4py.MPI")
+    return module is not None and module.Is_initialized()
+
+
+def join_from_environment():
+    """Before MPI is initialised: build one world from torchrun's variables when they describe
+    a world of several processes and no MPI launcher started us. Does nothing otherwise."""
+    if mpi_launcher() is not None or mpi_initialized():
+        return
+    request = request_from_environment()
+    if request is not None and request.world_size > 1:
+        join(request)
+
+
+def join(request, timeout=None):
+    """Meet the other ranks of `request` and point MPI at the PMI server, so that the MPI
+    initialisation that follows forms their world. Raises, naming the cause, if the ranks
+    disagree or do not all arrive within `timeout` seconds."""
+    if timeout is None:
+        timeout = settings.seconds(_TIMEOUT_ENV, _DEFAULT_TIMEOUT)
+    if not 0 <= request.rank < request.world_size:
+        raise ValueError(f"rank {request.rank} is outside a world of size {request.world_size}")
+    deadline = time.monotonic() + timeout
+    if request.path is not None:
+        host, port = _address_through_file(request, deadline, timeout)
+    else:
+        host, port = request.host, request.port
+        if request.rank == 0:
+            _start_server(port, request.world_size, timeout)
+    conn = _check_in(request, host, port, deadline, timeout)
+    watcher = threading.Thread(target=_watch, args=(conn,), daemon=True,
+                               name="mpigrad-rendezvous-watch")
+    watcher.start()
+    _control.update(conn=conn, watcher=watcher)
+    for name in PMI_CLIENT_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ["PMI_PORT"] = f"{host}:{port}"
+    os.environ["PMI_ID"] = str(request.rank)
+
+
+def joined():
+    """Whether this process's MPI world was formed by `join` (not by an MPI launcher)."""
+    return "conn" in _control
+
+
+def abort_job(code):
+    """End the job as MPI_Abort would under mpiexec: the server tells every other rank to exit,
+    and this one exits with `code`. (MPI_Abort itself would leave this process to exit through
+    its atexit handlers with MPI half torn down, which mpiexec hides by killing it first.)"""
+    try:
+        _control["conn"].sendall(f"cmd=mpigrad_abort_request code={code}\n".encode())
+        # The server closes its side once it has passed the message on.
+        _control["conn"].settimeout(5)
+        _control["conn"].recv(1)
+    except OSError:
+        pass
+    os._exit(code)
+
+
+def _start_server(port, world_size, timeout):
+    server = subprocess.Popen([sys.executable, _SERVER, "0.0.0.0", str(port), str(world_size),
+                               str(timeout)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              # Not rank 0's stderr: whoever reads that (a launcher, a test)
+                              # would wait for the server too, which may outlive rank 0.
+                              stderr=subprocess.DEVNULL, text=True)
+    first_line = server.stdout.readline().strip()
+    if not first_line.startswith("ready"):
+        raise RuntimeError(f"rank 0 could not start mpigrad's rendezvous server on port {port}: "
+                           f"{first_line or 'it exited'}. Choose a free port (MASTER_PORT, or "
+                           f"{_PORT_ENV}), or launch with mpiexec.")
+    server.stdout.close()
+    _control["server"] = server
+    return int(first_line.split()[1])
+
+
+def _address_through_file(request, deadline, timeout):
+    """file:// URLs: rank 0 writes where its server listens; the others read it."""
+    if request.rank == 0:
+        port = _start_server(0, request.world_size, timeout)
+        host = socket.gethostname()
+        staging = f"{request.path}.{os.getpid()}.tmp"
+        with open(staging, "w") as file:
+            file.write(f"{host}:{port}\n")
+        os.replace(staging, request.path)
+        return host, port
+    while time.monotonic() < deadline:
+        try:
+            with open(request.path) as file:
+                text = file.read().strip()
+            host, _, port = text.rpartition(":")
+            if host and port.isdigit():
+                return host, int(port)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"rank {request.rank}: rank 0 did not write {request.path} within "
+                       f"{timeout:g} seconds. {HOW_TO_LAUNCH}")
+
+
+def _check_in(request, host, port, deadline, timeout):
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            conn = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(),
+                                                                      0.1))
+            break
+        except OSError as error:
+            last_error = error
+            time.sleep(0.1)
+    else:
+        raise RuntimeError(f"rank {request.rank} of {request.world_size}: no rendezvous server "
+                           f"at {host}:{port} within {timeout:g} seconds ({last_error}); rank 0 "
+                           f"starts it. {HOW_TO_LAUNCH}")
+    conn.sendall(f"cmd=mpigrad_hello rank={request.rank} size={request.world_size} "
+                 f"host={socket.gethostname()}\n".encode())
+    # The server's own deadline is the same: allow its refusal, naming who is missing, to arrive.
+    reply = _read_line(conn, deadline + 5)
+    if reply is None or not reply.startswith("cmd=mpigrad_welcome"):
+        conn.close()
+        raise RuntimeError(f"rank {request.rank} of {request.world_size}: the rendezvous at "
+                           f"{host}:{port} refused to form the world: {_reason(reply)}. "
+                           f"{HOW_TO_LAUNCH}")
+    conn.settimeout(None)
+    return conn
+
+
+def _read_line(conn, deadline):
+    data = b""
+    while not data.endswith(b"\n"):
+        conn.settimeout(max(deadline - time.monotonic(), 0.1))
+        try:
+            chunk = conn.recv(4096)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode().strip()
+
+
+def _reason(line):
+    if line is None:
+        return "no answer"
+    for word in line.split():
+        if word.startswith("reason="):
+            return word[len("reason="):].replace("_", " ")
+    return line
+
+
+def _watch(conn):
+    """Exit when the server says the job is over: a rank aborted or died, or the world could
+    not form. Without this, the surviving ranks would wait forever in their next collective."""
+    buffer = b""
+    while True:
+        try:
+            data = conn.recv(4096)
+        except OSError:
+            return
+        if not data:
+            return
+        buffer += data
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            fields = dict(word.partition("=")[::2] for word in line.decode().split())
+            if fields.get("cmd") == "mpigrad_abort":
+                code = int(fields.get("code", "1") or 1)
+                sys.stderr.write(f"mpigrad: rank {fields.get('rank')} ended the job (exit code "
+                                 f"{code}); exiting\n")
+            elif fields.get("cmd") == "mpigrad_refused":
+                code = 1
+                sys.stderr.write(f"mpigrad: the world could not form: {_reason(line.decode())}"
+                                 f". {HOW_TO_LAUNCH}\n")
+            else:
+                continue
+            sys.stderr.flush()
+            os._exit(code or 1)
+
+
+def check_world(mpi_rank, mpi_size, rank=-1, world_size=-1, init_method=None):
+    """Refuse a world that is not the one the caller asked for. `rank`/`world_size` are
+    init_process_group's arguments (-1: not given); the environment's WORLD_SIZE counts too."""
+    if world_size >= 0 and world_size != mpi_size:
+        raise ValueError(f"init_process_group(world_size={world_size}) disagrees with MPI, whose "
+                         f"world has {mpi_size} process{'es' if mpi_size != 1 else ''}"
+                         f"{_size_one_hint(mpi_size, world_size)}")
+    if rank >= 0 and rank != mpi_rank:
+        raise ValueError(f"init_process_group(rank={rank}) disagrees with MPI, which made this "
+                         f"process rank {mpi_rank}; under an MPI launcher MPI decides the ranks: "
+                         "leave rank out, or pass dist.get_rank()'s value")
+    environment = os.environ.get("WORLD_SIZE")
+    if environment is not None and environment.isdigit() and int(environment) != mpi_size:
+        raise ValueError(f"WORLD_SIZE={environment} is set, but MPI's world has {mpi_size} "
+                         f"process{'es' if mpi_size != 1 else ''}"
+                         f"{_size_one_hint(mpi_size, int(environment))}")
+    step_tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if step_tasks.isdigit() and int(step_tasks) > 1 and mpi_size == 1:
+        # srun without an MPI plugin starts the tasks as separate worlds of one, each of them
+        # a rank 0 training alone; every task sees this at once and stops.
+        raise RuntimeError(
+            f"srun started {step_tasks} tasks, but MPI's world on task "
+            f"{os.environ.get('SLURM_PROCID', '?')} has 1 process: srun did not connect them. "
+            "Tell srun how MPI starts: `srun --mpi=pmi2 ...` for MPICH (the mpich wheel), "
+            "`srun --mpi=pmix ...` for Open MPI (see `srun --mpi=list`), or set "
+            "MpiDefault in slurm.conf")
+
+
+def _size_one_hint(mpi_size, wanted):
+    if mpi_size != 1 or wanted <= 1:
+        return ""
+    return (": this process was not started by an MPI launcher, and mpigrad could not join it "
+            "to the others (the launch variables must be set before mpigrad.distributed is "
+            f"imported, and the MPI library must be MPICH). {HOW_TO_LAUNCH}")
