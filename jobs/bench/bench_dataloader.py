@@ -18,7 +18,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from mpigrad.utils.data import DataLoader  # noqa: E402
+from mpigrad.data import DataLoader  # noqa: E402
 
 
 class AugmentedImages:

@@ -1,5 +1,9 @@
 """Datasets, samplers and loaders, with PyTorch's `torch.utils.data` names.
 
+This is the canonical package; `mpigrad.utils.data` is torch's path to the same objects.
+The loader framework (Dataset, samplers, DataLoader and its workers, collation,
+partitioning, DistributedSampler) is here; concrete datasets are in `datasets/`.
+
 Reproducible and resumable order
 --------------------------------
 A shuffled order (`RandomSampler`, `DataLoader(shuffle=True)`,
@@ -24,14 +28,11 @@ to the next epoch by itself after every pass.
 """
 from .collate import default_collate
 from .dataset import Dataset, Subset, TensorDataset, random_split
-from .digits import load_digits
+from .datasets import MNIST, SyntheticImages, load_digits, read_idx, write_idx
 from .distributed import DistributedSampler
-from .idx import read_idx, write_idx
 from .loader import DataLoader
-from .mnist import MNIST
 from .partition import DataPartitioner, Partition
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
-from .synthetic import SyntheticImages
 from .worker import WorkerInfo, get_worker_info
 
 __all__ = [

@@ -51,7 +51,6 @@ _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", 
                       "PRTE_", "TORCHELASTIC_")
 _LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                    "MASTER_ADDR", "MASTER_PORT")
-WORKER_ENV = "MPIGRAD_DATALOADER_WORKER"
 
 
 @dataclass(frozen=True)

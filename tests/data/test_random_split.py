@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
-from mpigrad.utils.data import DataLoader, Subset, random_split
+from mpigrad.data import DataLoader, Subset, random_split
 
 torch_split_cases = [[3, 7], [0.3, 0.3, 0.4], [0.5, 0.5], [0.1] * 10, [1 / 3] * 3, [0.25, 0.75]]
 

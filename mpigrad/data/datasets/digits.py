@@ -1,10 +1,10 @@
 """scikit-learn's bundled 8x8 handwritten digits, when scikit-learn is installed."""
 import numpy as np
 
-from ..creation import from_numpy
+from ...creation import from_numpy
 
-from ._checks import check_int
-from .dataset import TensorDataset
+from .._checks import check_int
+from ..dataset import TensorDataset
 
 
 def load_digits(train=True, test_fraction=0.2, seed=0):

@@ -3,8 +3,8 @@ import os
 
 import numpy as np
 
-from ..creation import from_numpy
-from .dataset import TensorDataset
+from ...creation import from_numpy
+from ..dataset import TensorDataset
 from .idx import read_idx
 
 

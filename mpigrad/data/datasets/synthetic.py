@@ -1,10 +1,10 @@
 """A synthetic image classification task, deterministic from a seed."""
 import numpy as np
 
-from ..creation import from_numpy
+from ...creation import from_numpy
 
-from ._checks import check_int
-from .dataset import TensorDataset
+from .._checks import check_int
+from ..dataset import TensorDataset
 
 
 def _smoothing_matrix(size, width):
