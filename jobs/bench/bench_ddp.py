@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import mpigrad.distributed as dist  # noqa: E402
-from mpigrad.distributed.timeline import summarize  # noqa: E402
+from mpigrad.distributed.ddp.timeline import summarize  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
 

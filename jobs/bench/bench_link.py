@@ -62,7 +62,7 @@ WARMUP = 4
 
 def mpigrad_hooks():
     return {"default": (None, None),
-            "flat": (None, default_hooks.flat_allreduce_hook),
+            "flat": (None, default_hooks.allreduce_hook),
             "ring": (None, default_hooks.ring_allreduce_hook),
             "fp16": (None, default_hooks.fp16_compress_hook),
             "bf16": (None, default_hooks.bf16_compress_hook),

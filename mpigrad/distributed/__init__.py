@@ -5,46 +5,46 @@
     dist.all_reduce(t, op=dist.ReduceOp.AVG)  # t: an mpigrad.Tensor or a numpy array
 
 Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`,
-`torchrun --nproc_per_node=4 train.py` (see `rendezvous`), or plain `python train.py` (one
+`torchrun --nproc_per_node=4 train.py` (see `launch`), or plain `python train.py` (one
 process). Tensors travel as MPI buffers, in place in their storage.
 
-- `process_group`: init_process_group (torch's signature), get_rank, get_world_size,
-  get_local_rank (on this node), get_node_local_rank, new_group (an MPI sub-communicator),
-  destroy_process_group. `group.WORLD.comm` is the default group's mpi4py communicator.
-- `rendezvous` (with `pmi_server`): joins processes that torchrun started into one MPI world
-  when this package is imported, or explains how to launch.
-- `collectives`: all_reduce, reduce, broadcast, all_gather(_into_tensor), gather, scatter,
-  reduce_scatter(_tensor), all_to_all(_single), barrier; `async_op=True` returns a `Work`.
-  `all_reduce(..., algorithm="ring")` uses `ring`, a ring allreduce on point-to-point messages
-  (also DDP's reduction between hosts where it beats the library's: see `hierarchical`).
-- `p2p`: send, recv (from any source, returning the sender), isend, irecv.
-- `objects`: all_gather_object, broadcast_object_list, for small picklable metadata.
-- `checks`: before each collective, the ranks compare what they are about to do and all raise
-  CollectiveMismatchError, naming ranks and fields, if they differ. MPIGRAD_CHECK_COLLECTIVES=0
-  turns this off.
-- `abort`: after init_process_group, an uncaught exception on any rank aborts the whole job
-  (with the rank's traceback) instead of leaving the others waiting;
-  init_process_group(abort_on_exception=False), MPIGRAD_ABORT_ON_EXCEPTION=0 or
-  `set_abort_on_exception(False)` turns that off. Importing the package installs nothing.
-- `watchdog`: a rank blocked in one call for longer than the group's timeout
-  (init_process_group(timeout=...), 30 minutes by default) aborts the job, saying where.
-- `nn` (import it explicitly): differentiable collectives, with their gradient conventions.
-- `work`: `Work`, the Future (mpigrad.futures) of a nonblocking operation.
-- DistributedDataParallel (`ddp`, as mpigrad.nn.parallel.DistributedDataParallel) is built
-  on the layers above: `reducer` (the Reducer and its lifecycle), `channel` (DDP's
-  communicators, every wait under the watchdog), `comm_hook` (GradBucket, the hook contract),
-  `joinable`, `buffers` (dtypes, float16), `timeline`, `hierarchical` (hosts; the default
-  reduction across them), `rounds` (hooks in several rounds). `algorithms` builds on DDP:
-  `Join` and `ddp_comm_hooks` (default_hooks, powerSGD_hook, topk_hooks, ddp_zero_hook).
+The rooms, lowest first (mpigrad/ARCHITECTURE.md has the rules; tests/test_layering.py
+enforces them):
+
+- vocabulary: `errors`, `settings` (environment values, checked), `buffers` (tensors and
+  arrays as MPI buffers, dtypes), `reduce_ops` (ReduceOp and its MPI translation).
+- `launch/`: the launcher variables, the rendezvous that joins processes torchrun started
+  into one MPI world when this package is imported, and its PMI server.
+- `fault/`: the watchdog around every blocking call, abort on an uncaught exception, the
+  cross-rank collective checks (MPIGRAD_CHECK_COLLECTIVES=0 turns them off), /dev/shm clean-up.
+- the communication core: `process_group` (init_process_group with torch's signature,
+  get_rank, get_world_size, get_local_rank, new_group, destroy_process_group; `group.WORLD.comm`
+  is the default group's mpi4py communicator), `collectives` (all_reduce, reduce, broadcast,
+  all_gather(_into_tensor), gather, scatter, reduce_scatter(_tensor), all_to_all(_single),
+  barrier; `async_op=True` returns a `Work`), `p2p` (send, recv, isend, irecv), `objects`
+  (all_gather_object, broadcast_object_list), `ring` (a ring allreduce on point-to-point
+  messages), `work`, and `nn` (import it explicitly: differentiable collectives).
+- `algorithms/`: DDP's comm hooks (with the hierarchical allreduce and the driver of hooks in
+  several rounds) and Join, at PyTorch's paths.
+- `ddp/`: DistributedDataParallel (also mpigrad.nn.parallel.DistributedDataParallel), its
+  Reducer, Channel, GradBucket and timeline.
+- `rpc/` and `autograd/`: RPC, RRef and distributed autograd; `optim/`: DistributedOptimizer
+  and ZeroRedundancyOptimizer.
+
+After init_process_group an uncaught exception on any rank aborts the whole job (with the
+rank's traceback) instead of leaving the others waiting (init_process_group(
+abort_on_exception=False), MPIGRAD_ABORT_ON_EXCEPTION=0 or `set_abort_on_exception(False)`
+turn that off; importing the package installs nothing), and a rank blocked in one call for
+longer than the group's timeout (30 minutes by default) aborts the job, saying where.
 """
-from . import rendezvous
+from .launch import rendezvous
 
 # Before anything imports mpi4py's MPI (which initialises MPI): processes that torchrun started
 # become one MPI world here, or stay alone and init_process_group refuses them.
 rendezvous.join_from_environment()
 
 from . import algorithms  # noqa: E402
-from .abort import set_abort_on_exception  # noqa: E402
+from .fault.abort import set_abort_on_exception  # noqa: E402
 from .collectives import (all_gather, all_gather_into_tensor, all_reduce,  # noqa: E402
                           all_to_all, all_to_all_single, barrier, broadcast, gather, reduce, reduce_scatter,
                           reduce_scatter_tensor, scatter)

@@ -15,11 +15,12 @@ import numpy as np
 from mpi4py import MPI
 
 from ..autograd.profiler import record_function
-from . import checks, ring
+from .fault import checks
+from . import ring
 from .buffers import array_of, arrays_of, expect_layout, mark_written, message, mpi_type
 from .process_group import group_rank_of, member_group
 from .reduce_ops import ReduceOp, finish, mpi_op, premultiplied
-from .watchdog import blocked
+from .fault.watchdog import blocked
 from .work import Work
 
 _ALGORITHMS = ("mpi", "ring")

@@ -2,9 +2,9 @@
 
 Tensors should go through the buffer collectives instead: these pickle.
 """
-from . import checks
+from .fault import checks
 from .process_group import group_rank_of, member_group
-from .watchdog import blocked
+from .fault.watchdog import blocked
 
 
 def all_gather_object(object_list, obj, group=None):

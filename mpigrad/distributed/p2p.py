@@ -11,7 +11,7 @@ from mpi4py import MPI
 from .buffers import array_of, mark_written, message
 from .errors import MessageMismatchError
 from .process_group import group_rank_of, member_group
-from .watchdog import blocked
+from .fault.watchdog import blocked
 from .work import Work
 
 

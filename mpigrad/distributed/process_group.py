@@ -14,7 +14,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ..device import device
-from . import abort, checks, rendezvous, segments, watchdog
+from .fault import abort, checks, segments, watchdog
+from .launch import rendezvous
+from .launch.launchers import LOCAL_RANK_VARIABLES
 
 _CHECK_ENV = "MPIGRAD_CHECK_COLLECTIVES"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -377,7 +379,7 @@ def get_node_local_rank(fallback_rank=None):
     where torch would need `fallback_rank`, what the MPI launcher or the default group knows
     (MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, the ranks sharing memory), then
     `fallback_rank`; RuntimeError if none of them is there."""
-    for name in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+    for name in LOCAL_RANK_VARIABLES:
         if name in os.environ:
             return int(os.environ[name])
     if is_initialized():

@@ -6,10 +6,10 @@ sends one chunk to its right neighbour and folds the chunk arriving from its lef
 own copy; afterwards rank r holds the fully reduced chunk r+1. In N-1 all-gather steps the
 finished chunks travel once more around the ring, overwriting the stale ones. Every rank sends
 2(N-1)/N of the buffer in total, whatever N is, which is the bandwidth lower bound. Open
-MPI's own Allreduce over TCP moved about half of that rate on a 1 Gbit/s link (see the
-README's "Beyond one machine"), which is why DDP can choose this one between hosts.
+MPI's own Allreduce over TCP moved about half of that rate on a 1 Gbit/s link (see
+docs/scaling.md), which is why DDP can choose this one between hosts.
 
-`ring_rounds` is the ring as a generator of nonblocking hops (for rounds.py: DDP's buckets
+`ring_rounds` is the ring as a generator of nonblocking hops (for algorithms/ddp_comm_hooks/rounds.py: DDP's buckets
 progress while backward runs), optionally carrying each hop encoded by a codec (16-bit
 compression, see ddp_comm_hooks/compression.py). `ring_all_reduce` runs it to the end,
 blocking: select it with `all_reduce(tensor, algorithm="ring")`. Both work on bare numpy

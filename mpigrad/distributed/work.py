@@ -12,7 +12,7 @@ bucket array, which is what torch's hook futures hold. `get_future()` is the Wor
 from mpi4py import MPI
 
 from ..futures import Future
-from .watchdog import blocked, next_number
+from .fault.watchdog import blocked, next_number
 
 
 class Work(Future):

@@ -851,7 +851,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     Composed of differentiable ops (two products and a softmax that applies a bool mask
     itself), so double backward and tangents need no rule of their own; measured on a
-    GPT-sized call (jobs/bench_attention.py) this is within 10% of torch's fused CPU kernel,
+    GPT-sized call (jobs/bench/bench_attention.py) this is within 10% of torch's fused CPU kernel,
     and a dedicated op could save at most the graph's overhead. The backward keeps one
     (..., L, S) array, the attention weights (the softmax's output, which the product with
     value reads too): the scores die after the softmax, and the scale is applied to the query

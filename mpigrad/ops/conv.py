@@ -344,7 +344,7 @@ def winograd_fits(op, weight_shape, stride, dilation, out_size):
 
 
 # Per op, the fewest channels (on both sides) and output pixels per image that take the
-# Winograd path; measured with jobs/bench_winograd.py at batch 32 on a shared machine (single
+# Winograd path; measured with jobs/bench/bench_winograd.py at batch 32 on a shared machine (single
 # runs vary by 20%). The input's gradient replaces GEMM and col2im, the costlier pair, so it
 # gains already on 8x8 images (15-45% at 32 and 64 channels); the weight's gradient gains
 # 0-15% from 32 channels on 16x16 images, the forward 5-15% from 64. On 8x8 images a third

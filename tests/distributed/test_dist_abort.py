@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import mpigrad.distributed as dist
-from mpigrad.distributed import abort
+from mpigrad.distributed.fault import abort
 
 RAISE_ON_LAST_RANK = """
 import numpy as np
@@ -113,7 +113,7 @@ def test_hook_installed_by_init_process_group():
 WHICH_HOOK = """
 import sys
 import mpigrad.distributed as dist
-from mpigrad.distributed import abort
+from mpigrad.distributed.fault import abort
 
 print("import:", "abort" if sys.excepthook is abort._abort_hook else "python's")
 dist.init_process_group(**ARGUMENTS)

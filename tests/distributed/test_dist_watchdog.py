@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import mpigrad.distributed as dist
-from mpigrad.distributed import watchdog
+from mpigrad.distributed.fault import watchdog
 
 
 @pytest.mark.mpi(min_size=2)
@@ -23,7 +23,7 @@ def test_a_nonblocking_collective_has_the_same_number_on_every_rank_however_it_i
     else:
         first.wait()
     dist.all_reduce(np.ones(4), async_op=True).wait()
-    last = watchdog._finished[threading.get_ident()]
+    last = watchdog._dog.finished[threading.get_ident()]
     assert last.what == "waiting for MPI Allreduce"
     numbers = MPI.COMM_WORLD.allgather(last.number)
     assert len(set(numbers)) == 1, numbers

@@ -8,6 +8,7 @@ import pytest
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad.distributed import process_group
+from mpigrad.distributed.launch.launchers import LOCAL_RANK_VARIABLES, mpi_launcher
 
 
 @pytest.fixture
@@ -87,9 +88,9 @@ def test_mpi_backend_ignores_rank_and_world_size_with_torchs_warning(fresh, size
 
 
 def test_init_method_urls_are_checked_as_torch_reads_them(fresh, size, tmp_path):
-    dist.init_process_group(init_method="env://" if dist.rendezvous.mpi_launcher() else None)
+    dist.init_process_group(init_method="env://" if mpi_launcher() else None)
     dist.destroy_process_group()
-    if dist.rendezvous.mpi_launcher() is None:
+    if mpi_launcher() is None:
         with pytest.raises(ValueError, match="env://.*WORLD_SIZE is not set"):
             dist.init_process_group(init_method="env://")
         with pytest.raises(ValueError, match="needs rank and world_size"):
@@ -120,7 +121,7 @@ def test_before_init_the_errors_are_torchs_value_errors(fresh):
 def test_node_local_rank_and_default_backend(monkeypatch, process_group):
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert dist.get_node_local_rank() == 3
-    for name in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+    for name in LOCAL_RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     assert dist.get_node_local_rank() == dist.get_local_rank()
     assert dist.get_node_local_rank(fallback_rank=7) == dist.get_local_rank()

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from mpigrad.distributed import rendezvous
-from mpigrad.distributed.pmi_server import process_mapping
+from mpigrad.distributed.launch import rendezvous
+from mpigrad.distributed.launch.pmi_server import process_mapping
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "launch_check.py"

@@ -2,7 +2,8 @@
 naming the variable, never a job that silently never times out."""
 import pytest
 
-from mpigrad.distributed import settings, watchdog
+from mpigrad.distributed import settings
+from mpigrad.distributed.fault import watchdog
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-1", "ten", ""])

@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from mpigrad.autograd.profiler import profile, record_function
-from mpigrad.distributed.timeline import MEMORY_EVENTS, Timeline, summarize
+from mpigrad.distributed.ddp.timeline import MEMORY_EVENTS, Timeline, summarize
 
 
 def record_steps(timeline, first, count, buckets=3):
@@ -65,7 +65,7 @@ def test_a_killed_process_leaves_a_readable_trace_of_its_finished_steps(tmp_path
         import sys, time
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         from test_timeline import record_steps
-        from mpigrad.distributed.timeline import Timeline
+        from mpigrad.distributed.ddp.timeline import Timeline
 
         timeline = Timeline({str(path)!r}, rank=1)
         record_steps(timeline, 0, 50)

@@ -19,7 +19,7 @@ from mpi4py import MPI
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad import nn
-from mpigrad.distributed import watchdog
+from mpigrad.distributed.fault import watchdog
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 
 FAULTY = 1
@@ -186,7 +186,7 @@ def finalize_by_the_script(rank):
     if rank == FAULTY:
         fault("MPI.Finalize() called by the script")
     MPI.Finalize()
-    print(f"[rank {rank}] watchdog out of MPI: {watchdog._state['control'] is None}",
+    print(f"[rank {rank}] watchdog out of MPI: {watchdog._dog.control is None}",
           flush=True)
     time.sleep(3 * watchdog._POLL_SECONDS)  # the thread goes on polling after Finalize
 

@@ -52,7 +52,7 @@ def main(out):
     if rank == 0:
         np.savez(out, hosts=np.array(hosts), local_sizes=np.array(local_sizes),
                  library=np.array(MPI.Get_library_version()),
-                 hierarchical=np.array(ddp._channel.hierarchy.spans_shared_hosts),
+                 hierarchical=np.array(ddp.reducer._comm_hook[0].hierarchy.spans_shared_hosts),
                  **{f"p{i}": p for i, p in enumerate(params)})
     dist.destroy_process_group()
 

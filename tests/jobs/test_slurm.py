@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "jobs"))  # also a script; not a package
 from slurm_cluster import SlurmCluster, ensure_installed  # noqa: E402
 
+from mpigrad.distributed.launch.launchers import mpi_launcher  # noqa: E402
+
 TRAIN_PY = REPO / "jobs" / "train.py"
 TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"
 BENCH_SBATCH = REPO / "jobs" / "bench" / "bench.sbatch"
@@ -48,7 +50,7 @@ def cluster():
         pytest.skip("MPIGRAD_SKIP_SLURM is set")
     if not sys.platform.startswith("linux"):
         pytest.skip("the test cluster needs Linux")
-    if any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+    if mpi_launcher() is not None:
         pytest.skip("started by mpiexec: the Slurm tests run in the serial pass only")
     if os.geteuid() != 0:
         pytest.skip("the test cluster needs root (slurmd runs as root)")

@@ -9,7 +9,7 @@
 - `functions`: the send/recv pair recorded where tensors that require grad cross workers.
 - `engine`: the distributed backward (FAST mode) over the local engine, and clean-up.
 """
-from ..rpc import api
+from ..rpc.agent import current_agent
 from . import contexts as _contexts
 from . import engine as _engine
 from .engine import backward
@@ -22,7 +22,7 @@ class context:
     context is released on every worker it reached."""
 
     def __enter__(self):
-        agent = api.current_agent("dist_autograd.context")
+        agent = current_agent("dist_autograd.context")
         if _contexts.current_id() is not None:
             raise RuntimeError("a distributed autograd context is already current on this "
                                "thread; contexts do not nest")

@@ -29,7 +29,7 @@ from ...autograd.engine import run_backward
 from ...autograd.graph import AccumulateGrad, gradient_edge, reachable
 from ...autograd.profiler import record_function
 from ...tensor import Tensor
-from ..rpc import api
+from ..rpc.agent import current_agent
 from ..rpc.wire import describe_error
 from . import contexts
 from .functions import RecvBackward, Send, send_gradients
@@ -47,7 +47,7 @@ def record_send(context_id, dest, tensors):
         context.workers.add(dest)
     if not tensors:
         return None
-    send_id = contexts.new_id(api.current_agent("RPC").rank)
+    send_id = contexts.new_id(current_agent("RPC").rank)
     node = Send.apply(context, send_id, dest, *tensors)[0].grad_fn
     with context.cond:
         context.sends[send_id] = node
@@ -105,14 +105,14 @@ def _answer_the_rest(context, recvs, error):
 
 
 def _error_text(exc):
-    agent = api.current_agent("distributed backward")
+    agent = current_agent("distributed backward")
     kind, type_name, message, remote_traceback = describe_error(exc)
     return f"{type_name}: {message}\n(on {agent.describe(agent.rank)})\n{remote_traceback}"
 
 
 def _pass_here(context, peers, root_edges, root_grads, retain_graph):
     """Run this worker's pass, having started the peers'; raise the first error of any."""
-    agent = api.current_agent("distributed backward")
+    agent = current_agent("distributed backward")
     with context.cond:
         context.outgoing = []
     with contexts.running_in(None):
@@ -135,7 +135,7 @@ def _pass_here(context, peers, root_edges, root_grads, retain_graph):
 def _join_pass(sender, payload):
     context_id, round_, retain_graph = payload
     context = contexts.get_or_create(context_id)
-    agent = api.current_agent("distributed backward")
+    agent = current_agent("distributed backward")
     with context.cond:
         if context.round >= round_:
             return  # another worker's flood got here first; that one waits for our pass
@@ -147,7 +147,7 @@ def _join_pass(sender, payload):
 def backward(context_id, roots, retain_graph=False):
     """Run the backward pass from `roots` (scalar tensors on this worker) through every
     worker the context reached; gradients accumulate in the context on each worker."""
-    agent = api.current_agent("dist_autograd.backward")
+    agent = current_agent("dist_autograd.backward")
     context = contexts.retrieve(context_id)
     roots = list(roots) if isinstance(roots, (list, tuple)) else [roots]
     if not roots:
@@ -177,7 +177,7 @@ def release(context_id, sender=None):
     context = contexts.pop(context_id)
     if context is None:
         return
-    agent = api.current_agent("dist_autograd.context")
+    agent = current_agent("dist_autograd.context")
     peers = context.workers - {sender, agent.rank}
     with contexts.running_in(None):
         futures = [agent.request(peer, "dist_release", context_id, "distributed autograd "

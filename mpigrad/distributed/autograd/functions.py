@@ -14,7 +14,7 @@ import numpy as np
 from ...autograd import Function
 from ...autograd.graph import Node
 from ...tensor import Tensor
-from ..rpc import api
+from ..rpc.agent import RpcTimeoutError, current_agent
 from . import contexts
 
 _WAIT_SLICE = 0.05  # seconds
@@ -57,7 +57,7 @@ class RecvBackward(Node):
 def send_gradients(node, grads, error):
     """Answer the send function behind `node` (a recv function) for the current pass."""
     context = node.context
-    agent = api.current_agent("distributed backward")
+    agent = current_agent("distributed backward")
     node.answered = context.round
     with contexts.running_in(None):
         future = agent.request(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
@@ -67,14 +67,14 @@ def send_gradients(node, grads, error):
 
 
 def await_gradients(context, send_id, peer, count):
-    agent = api.current_agent("distributed backward")
+    agent = current_agent("distributed backward")
     deadline = time.monotonic() + agent.timeout if agent.timeout else None
     with context.cond:
         # In slices, so a peer that leaves, or this agent stopping, ends the wait at once.
         while not context.cond.wait_for(lambda: send_id in context.mailbox, _WAIT_SLICE):
             agent.check_reachable(peer, "distributed backward")
             if deadline is not None and time.monotonic() > deadline:
-                raise api.RpcTimeoutError(
+                raise RpcTimeoutError(
                     f"distributed backward: no gradients from {agent.describe(peer)} for a "
                     f"tensor sent to it within {agent.timeout:g} s")
         grads, error = context.mailbox.pop(send_id)

@@ -28,7 +28,6 @@ import collections
 import errno
 import json
 import os
-import time
 import weakref
 
 ENV = "MPIGRAD_TIMELINE"

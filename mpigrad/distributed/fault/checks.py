@@ -16,7 +16,7 @@ this one on another group) is caught by the watchdog after the group's timeout.
 
 Cost: one Allreduce of 512 bytes per collective, on a communicator of its own, plus about
 10 us of Python: 10-20 us per call on 2 ranks of a 2-core machine, where a bare 4-byte MPI
-Allreduce takes 2-4 us (jobs/bench_allreduce.py measures it); all_to_all adds an Alltoall
+Allreduce takes 2-4 us (jobs/bench/bench_allreduce.py measures it); all_to_all adds an Alltoall
 and an Allgather of a few integers per rank to compare message sizes. Code that runs MPI
 operations on `group.comm` itself (DistributedDataParallel's hot path) does not pay it.
 Turn it off, for all ranks alike, with MPIGRAD_CHECK_COLLECTIVES=0; mismatched calls then

@@ -44,14 +44,27 @@ _POLL_SECONDS = 0.1
 _ANSWER_SECONDS = 1.0   # how long a report waits for the other ranks to say where they are
 _DEPARTED_GRACE_SECONDS = 2.0  # a call still blocked this long after its peer left never ends
 _LEFT, _QUERY, _ANSWER = 1, 2, 3  # message tags on the watchdog's communicator
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# mpigrad/ itself: frames inside it are not the caller's line a report shows.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-_waiting = {}  # thread id -> the innermost watch that thread is blocked in right now
-_finished = {}  # thread id -> the last outermost watch it left
-_counts = {}   # (group name, what) -> how many times this rank has entered that watch
-_lock = threading.Lock()  # the control communicator: the watchdog thread and (de)initialisation
-_state = {"thread": None, "control": None, "stop": False, "departed": {},
-          "finalize_hooked": False}
+
+class _State:
+    """What this process's watchdog knows; one instance, `_dog`."""
+
+    def __init__(self):
+        self.waiting = {}   # thread id -> the innermost watch that thread is blocked in now
+        self.finished = {}  # thread id -> the last outermost watch it left
+        self.counts = {}    # (group name, what) -> how many times this rank entered that watch
+        # Guards the control communicator: the watchdog thread and (de)initialisation.
+        self.lock = threading.Lock()
+        self.thread = None
+        self.control = None   # the communicator the ranks' watchdogs talk over
+        self.stop = False
+        self.departed = {}    # global rank -> when it said it left the job
+        self.finalize_hooked = False
+
+
+_dog = _State()
 
 
 def next_number(pg, what):
@@ -59,7 +72,7 @@ def next_number(pg, what):
     A collective Work takes its number when it is created, which every rank does, rather than
     when it is waited for, which a rank polling `is_completed()` never does."""
     key = (pg.name, what)
-    number = _counts[key] = _counts.get(key, 0) + 1
+    number = _dog.counts[key] = _dog.counts.get(key, 0) + 1
     return number
 
 
@@ -85,21 +98,21 @@ class blocked:
         self.reported = False
 
     def __enter__(self):
-        if _state["thread"] is None:
+        if _dog.thread is None:
             _start_thread()
         if self.collective and self.number is None:
             self.number = next_number(self.pg, self.what)
         thread = threading.get_ident()
-        self.outer = _waiting.get(thread)
-        _waiting[thread] = self
+        self.outer = _dog.waiting.get(thread)
+        _dog.waiting[thread] = self
 
     def __exit__(self, *exc_info):
         thread = threading.get_ident()
         if self.outer is None:
-            del _waiting[thread]
-            _finished[thread] = self
+            del _dog.waiting[thread]
+            _dog.finished[thread] = self
         else:
-            _waiting[thread] = self.outer
+            _dog.waiting[thread] = self.outer
         return False
 
 
@@ -114,19 +127,19 @@ def start(comm):
     if comm.Get_size() > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
         control = comm.Dup()
         _hook_finalize()
-        with _lock:
-            _state["control"] = control
-            _state["departed"] = {}
+        with _dog.lock:
+            _dog.control = control
+            _dog.departed = {}
         atexit.register(_leave)
-        if _state["thread"] is None:
+        if _dog.thread is None:
             _start_thread()  # to answer the others from the start (else at the first watch)
 
 
 def stop():
     """Called by destroy_process_group of the default group (collective): free the
     watchdog's communicator."""
-    with _lock:
-        control, _state["control"] = _state["control"], None
+    with _dog.lock:
+        control, _dog.control = _dog.control, None
     if control is not None:
         atexit.unregister(_leave)
         control.Free()
@@ -138,31 +151,31 @@ def _hook_finalize():
     attributes first thing in MPI_Finalize, on the finalizing thread, so a delete callback
     there runs before MPI goes away. (Checking MPI.Is_finalized() in the thread instead
     races with a Finalize that starts just after the check.)"""
-    if not _state["finalize_hooked"]:
+    if not _dog.finalize_hooked:
         keyval = MPI.Comm.Create_keyval(delete_fn=_on_finalize)
         MPI.COMM_SELF.Set_attr(keyval, None)
-        _state["finalize_hooked"] = True
+        _dog.finalize_hooked = True
 
 
 def _on_finalize(comm, keyval, value):
-    with _lock:  # waits for the thread to finish what it is doing with MPI
-        _state["control"] = None  # freed with everything else by MPI_Finalize
+    with _dog.lock:  # waits for the thread to finish what it is doing with MPI
+        _dog.control = None  # freed with everything else by MPI_Finalize
 
 
 def _start_thread():
-    _state["stop"] = False
-    _state["thread"] = threading.Thread(target=_watch, name="mpigrad-watchdog", daemon=True)
-    _state["thread"].start()
+    _dog.stop = False
+    _dog.thread = threading.Thread(target=_watch, name="mpigrad-watchdog", daemon=True)
+    _dog.thread.start()
 
 
 def _watch():
-    while not _state["stop"]:
+    while not _dog.stop:
         time.sleep(_POLL_SECONDS)
-        with _lock:
+        with _dog.lock:
             _serve()
         now = time.monotonic()
         stall = stall_seconds()
-        for watch in list(_waiting.values()):
+        for watch in list(_dog.waiting.values()):
             outermost, deadline = watch, watch.deadline
             while outermost.outer is not None:
                 outermost = outermost.outer
@@ -180,8 +193,8 @@ def _watch():
 # ---------------------------------------------------------------------- talking to the others
 def _serve(until=None):
     """Answer the other ranks' questions and note departures; with `until` (a dict of rank
-    -> answer or None), also collect answers into it. Called with `_lock` held."""
-    control = _state["control"]
+    -> answer or None), also collect answers into it. Called with `_dog.lock` held."""
+    control = _dog.control
     if control is None:  # also after MPI_Finalize began (see _hook_finalize)
         return
     status = MPI.Status()
@@ -189,7 +202,7 @@ def _serve(until=None):
         source, tag = status.Get_source(), status.Get_tag()
         message = control.recv(source=source, tag=tag)
         if tag == _LEFT:
-            _state["departed"][source] = time.monotonic()
+            _dog.departed[source] = time.monotonic()
         elif tag == _QUERY:
             control.send(_where_am_i(), dest=source, tag=_ANSWER)
         elif tag == _ANSWER and until is not None and source in until:
@@ -200,8 +213,8 @@ def _ask(ranks):
     """Where the ranks `ranks` (global) are, as answered within _ANSWER_SECONDS; None for a
     rank that did not answer (stopped, dead, or holding the GIL the whole time)."""
     answers = {r: None for r in ranks}
-    with _lock:
-        control = _state["control"]
+    with _dog.lock:
+        control = _dog.control
         if control is None:
             return answers
         requests = [control.isend(None, dest=r, tag=_QUERY) for r in ranks]
@@ -215,12 +228,12 @@ def _ask(ranks):
 
 def _leave():
     """At interpreter exit: tell every other rank this one is gone, so none waits for it."""
-    _state["stop"] = True
-    thread = _state["thread"]
+    _dog.stop = True
+    thread = _dog.thread
     if thread is not None and thread is not threading.current_thread():
         thread.join(timeout=2 * _POLL_SECONDS + _ANSWER_SECONDS)
-    with _lock:
-        control = _state["control"]
+    with _dog.lock:
+        control = _dog.control
         if control is None:
             return
         me = control.Get_rank()
@@ -249,13 +262,13 @@ def _where_am_i():
     now = time.monotonic()
     frames = sys._current_frames()
     waits = []
-    for thread, watch in list(_waiting.items()):
+    for thread, watch in list(_dog.waiting.items()):
         while watch.outer is not None:
             watch = watch.outer
         waits.append((watch.what, watch.pg.name, watch.number, now - watch.started,
                       _call_site(frames.get(thread))))
     main = threading.main_thread().ident
-    last = _finished.get(main)
+    last = _dog.finished.get(main)
     if last is not None:
         last = (last.what, last.pg.name, last.number, now - last.started)
     return {"waits": waits, "site": _call_site(frames.get(main)), "last": last}
@@ -284,13 +297,13 @@ def _describe(position):
 def _report(watch, headline):
     """The headline, then every rank of the watch's group and where it is."""
     me = _my_rank()
-    answers = _ask([r for r in watch.pg.ranks if r != me and r not in _state["departed"]])
-    answers.update((r, None) for r in watch.pg.ranks if r in _state["departed"])
+    answers = _ask([r for r in watch.pg.ranks if r != me and r not in _dog.departed])
+    answers.update((r, None) for r in watch.pg.ranks if r in _dog.departed)
     answers[me] = _where_am_i()
     lines = [headline]
     for r in sorted(answers):
         position = answers[r]
-        if position is None and r in _state["departed"]:
+        if position is None and r in _dog.departed:
             lines.append(f"  rank {r}: left the job")
             continue
         mark = ""
@@ -302,7 +315,7 @@ def _report(watch, headline):
 
 
 def _my_rank():
-    control = _state["control"]
+    control = _dog.control
     return MPI.COMM_WORLD.Get_rank() if control is None else control.Get_rank()
 
 
@@ -335,7 +348,7 @@ def _abort_on_timeout(watch):
 
 
 def _departed_peer(watch, now):
-    for rank, when in _state["departed"].items():
+    for rank, when in _dog.departed.items():
         if rank in watch.peers and now - max(when, watch.started) > _DEPARTED_GRACE_SECONDS:
             return rank
     return None

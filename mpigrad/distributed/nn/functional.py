@@ -44,7 +44,7 @@ from .. import collectives, p2p
 from ..buffers import message
 from ..process_group import GroupMember, get_rank, get_world_size, group_rank_of, member_group
 from ..reduce_ops import ReduceOp
-from ..watchdog import blocked
+from ..fault.watchdog import blocked
 
 _ALL_REDUCE_OPS = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT)
 _LINEAR_OPS = (ReduceOp.SUM, ReduceOp.AVG)

@@ -31,7 +31,7 @@ from mpi4py import MPI
 from ...optim.optimizer import Optimizer
 from ...tensor import Tensor
 from ..process_group import _get_default_group, _live, duplicate, free_communicators
-from ..watchdog import blocked
+from ..fault.watchdog import blocked
 
 __all__ = ["ZeroRedundancyOptimizer"]
 

@@ -8,18 +8,25 @@
     rref.rpc_sync().forward(x)
     rpc.shutdown()                                 # waits for every worker's outstanding work
 
-- `agent`: the per-process agent (listener thread, request pool, timeouts, shutdown).
-- `wire`: the message format: a pickled header, tensors as raw MPI buffers beside it.
-- `rref`: RRef and its reference-counting protocol.
-- `api`: init_rpc, rpc_sync, rpc_async, remote, get_worker_info, shutdown, backend options.
-- `functions`: `async_execution`, for functions that reply with a Future's result.
+Lowest first (each imports only those above it; distributed autograd sits between the
+transport and the calls that record into it):
+
+- `constants`, `functions` (`async_execution`, for functions that reply with a Future's
+  result), `wire` (the message format: a pickled header, tensors as raw MPI buffers beside
+  it), `agent` (the per-process agent: listener thread, request pool, timeouts, shutdown;
+  and the current one, `current_agent`).
+- `mpigrad.distributed.autograd`: contexts, send/recv functions, the distributed engine.
+- `calls`: rpc_sync, rpc_async. `rref`: RRef, its reference-counting protocol, and remote.
+- `api`: init_rpc, shutdown, get_worker_info, backend options; the only module that wires
+  the agent to the handlers of calls, RRefs and distributed autograd.
 """
 from . import functions
 from .agent import RpcTimeoutError, WorkerInfo, WorkerUnavailableError
 from .api import (BackendType, MPIRpcBackendOptions, TensorPipeRpcBackendOptions,
-                  get_worker_info, init_rpc, remote, rpc_async, rpc_sync, shutdown)
+                  get_worker_info, init_rpc, shutdown)
+from .calls import rpc_async, rpc_sync
 from .constants import DEFAULT_RPC_TIMEOUT_SEC, UNSET_RPC_TIMEOUT
-from .rref import RRef
+from .rref import RRef, remote
 from ...futures import Future
 
 __all__ = ["functions", "init_rpc", "rpc_sync", "rpc_async", "remote", "get_worker_info", "shutdown", "RRef",

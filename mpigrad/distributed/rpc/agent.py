@@ -21,6 +21,11 @@ Threads
   call (A calls B, which calls A back) or a long function never stops other requests.
   Callbacks of RPC Futures run on the pool too, never on the listener.
 
+Blocking MPI calls (the start-up exchange of names, a caller's sends) run under the
+watchdog (fault/watchdog.py) as "RPC" calls with the agent's timeout (none when the timeout is
+0): a send to a worker that stopped receiving shows in stall reports and ends the job at the
+timeout, or at once if that worker's process has left the job, instead of hanging.
+
 Communicators: the agent duplicates MPI.COMM_WORLD twice, one for messages, one for its own
 collectives (start-up and the shutdown agreement), so RPC traffic never matches collectives,
 DDP or the user's messages. Headers go on HEADER_TAG; each message's arrays on a tag of
@@ -54,6 +59,7 @@ from mpi4py import MPI
 from ...futures import Future
 from ..buffers import message
 from ..errors import DistError
+from ..fault.watchdog import blocked
 from . import functions, wire
 
 HEADER_TAG = 1
@@ -74,6 +80,7 @@ _SPIN = 2e-3
 # copying the bytes.
 _INLINE_BYTES = 1 << 16
 _msg_ids = itertools.count(1)  # never reused, not even by a later agent
+current = None  # this worker's running Agent: set by init_rpc, cleared by shutdown
 
 
 class RpcTimeoutError(DistError, TimeoutError):
@@ -150,6 +157,16 @@ class Handler:
         self.run, self.inline, self.prepare = run, inline, prepare
 
 
+class _Watched:
+    """What the watchdog needs to know of the RPC agent's calls: a name for reports, the
+    ranks they involve and how long one may block."""
+
+    def __init__(self, size, timeout):
+        self.name = "RPC"
+        self.ranks = tuple(range(size))
+        self.timeout = timeout if timeout > 0 else float("inf")
+
+
 class Agent:
     def __init__(self, name, options, handlers, codec, problem):
         world = MPI.COMM_WORLD
@@ -158,8 +175,11 @@ class Agent:
         for comm in (self.comm, self.collective_comm):
             comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.watched = _Watched(self.size, max(ARRAYS_DEADLINE, options.rpc_timeout)
+                                if options.rpc_timeout > 0 else 0)
         # Every rank learns every rank's name and mistake, so all raise together, not hang.
-        reports = self.collective_comm.allgather((name, problem))
+        with blocked(self.watched, "init_rpc: exchanging the workers' names"):
+            reports = self.collective_comm.allgather((name, problem))
         try:
             _check_reports(reports)
         except ValueError:
@@ -285,9 +305,11 @@ class Agent:
         return header, arrays, tag
 
     def _send(self, dest, header, arrays, tag):
-        self.comm.Send([header, MPI.BYTE], dest, HEADER_TAG)
-        if arrays:
-            MPI.Request.Waitall([self.comm.Isend(message(a), dest, tag) for a in arrays])
+        with blocked(self.watched, f"RPC: sending to {self.describe(dest)}", collective=False,
+                     peers=(dest,)):
+            self.comm.Send([header, MPI.BYTE], dest, HEADER_TAG)
+            if arrays:
+                MPI.Request.Waitall([self.comm.Isend(message(a), dest, tag) for a in arrays])
 
     # ---- the listener ------------------------------------------------------------------------
 
@@ -611,6 +633,15 @@ class Agent:
             # MPI_Finalize rather than free them under it.
             self.comm.Free()
             self.collective_comm.Free()
+
+
+def current_agent(what):
+    """This worker's running agent; `what` names the caller in the error without one."""
+    agent = current
+    if agent is None:
+        raise RuntimeError(f"{what}: RPC has not been initialized on this worker; call "
+                           f"mpigrad.distributed.rpc.init_rpc(name) on every worker first")
+    return agent
 
 
 def _wait_briefly(requests, seconds=2.0):

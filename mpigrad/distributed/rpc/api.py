@@ -1,4 +1,7 @@
-"""The public RPC functions, with torch.distributed.rpc's names and arguments."""
+"""Starting and stopping RPC, with torch.distributed.rpc's names and arguments: init_rpc,
+shutdown, get_worker_info, the backend options; and the one place where the agent is wired to
+the message handlers of calls, RRefs and distributed autograd (the modules below it never
+import it)."""
 import atexit
 import gc
 import numbers
@@ -6,16 +9,15 @@ import warnings
 
 from mpi4py import MPI
 
-from ...autograd import grad_mode, profiler
-from .. import abort
+from ...autograd import grad_mode
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
+from ..fault import abort
+from . import agent as agents
 from . import functions, wire
 from . import rref as rrefs
-from .agent import Agent, Handler, RpcTimeoutError, WorkerInfo, WorkerUnavailableError  # noqa: F401
-from .constants import DEFAULT_NUM_WORKER_THREADS, DEFAULT_RPC_TIMEOUT_SEC, UNSET_RPC_TIMEOUT
-
-_agent = None
+from .agent import Agent, Handler, current_agent
+from .constants import DEFAULT_NUM_WORKER_THREADS, DEFAULT_RPC_TIMEOUT_SEC
 
 
 class MPIRpcBackendOptions:
@@ -75,8 +77,7 @@ class BackendType:
 def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options=None):
     """Start this worker's RPC agent; collective over MPI.COMM_WORLD (every rank calls it).
     Rank and world size come from MPI; if given they must agree with it."""
-    global _agent
-    if _agent is not None:
+    if agents.current is not None:
         raise RuntimeError("init_rpc was already called on this worker; call shutdown() first")
     level = MPI.Query_thread()
     if level < MPI.THREAD_MULTIPLE:
@@ -106,80 +107,9 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
     handlers.update(rrefs.handlers(Handler))
     handlers.update(dist_engine.handlers(Handler))
     codec = _Codec()
-    _agent = codec.agent = Agent(name, options, handlers, codec, problem)
-    _agent.start()
+    agents.current = codec.agent = Agent(name, options, handlers, codec, problem)
+    agents.current.start()
     atexit.register(_stop_at_exit)
-
-
-def current_agent(what):
-    agent = _agent
-    if agent is None:
-        raise RuntimeError(f"{what}: RPC has not been initialized on this worker; call "
-                           f"mpigrad.distributed.rpc.init_rpc(name) on every worker first")
-    return agent
-
-
-def seconds(timeout):
-    """A call's timeout argument as the agent takes it: None for its default, 0 for none."""
-    if timeout is None or timeout == UNSET_RPC_TIMEOUT:
-        return None
-    if not isinstance(timeout, numbers.Real) or timeout < 0:
-        raise ValueError(f"timeout must be seconds >= 0 (0: no timeout), got {timeout!r}")
-    return float(timeout)
-
-
-def _describe_call(name, func):
-    return f"{name}({getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)!s})"
-
-
-def _checked_call(name, func, args, kwargs):
-    if not callable(func):
-        raise TypeError(f"{name}: func must be callable, got {type(func).__name__}")
-    return func, tuple(args or ()), dict(kwargs or {})
-
-
-def _profiled(kind, agent, dest, func, future):
-    """`future`, shown in an active autograd profiler as torch names RPCs
-    (`rpc_async#module.fn(worker0 -> worker1)`), from the call until the reply."""
-    profile = profiler.active
-    if profile is None:
-        return future
-    name = (f"{kind}#{getattr(func, '__module__', '?')}."
-            f"{getattr(func, '__qualname__', func)!s}({agent.info.name} -> "
-            f"{agent.workers[dest].name})")
-    event = profile.begin(name)
-    future.add_done_callback(lambda _done: profile.end(event))
-    return future
-
-
-def rpc_async(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
-    """Run `func(*args, **kwargs)` on worker `to`; returns a Future of its result."""
-    agent = current_agent("rpc_async")
-    dest = agent.worker(to).id
-    payload = _checked_call("rpc_async", func, args, kwargs)
-    return _profiled("rpc_async", agent, dest, func, agent.request(
-        dest, "call", payload, _describe_call("rpc", func), seconds(timeout)))
-
-
-def rpc_sync(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
-    """Run `func(*args, **kwargs)` on worker `to` and return its result."""
-    agent = current_agent("rpc_sync")
-    dest = agent.worker(to).id
-    payload = _checked_call("rpc_sync", func, args, kwargs)
-    return _profiled("rpc_sync", agent, dest, func, agent.request(
-        dest, "call", payload, _describe_call("rpc_sync", func), seconds(timeout))).wait()
-
-
-def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
-    """Run `func` on worker `to`, which keeps the result; returns an RRef to it at once."""
-    agent = current_agent("remote")
-    dest = agent.worker(to).id
-    func, args, kwargs = _checked_call("remote", func, args, kwargs)
-    rref = rrefs.remote(agent, dest, func, args, kwargs, seconds(timeout),
-                        _describe_call("remote", func))
-    if rref._created is not None:  # created elsewhere: the row lasts until the owner confirms
-        _profiled("remote", agent, dest, func, rref._created)
-    return rref
 
 
 def get_worker_info(worker_name=None):
@@ -192,7 +122,6 @@ def shutdown(graceful=True, timeout=0):
     """Stop this worker's agent. Graceful (collective): wait until every worker has finished
     all its outstanding work, then stop everywhere. Not graceful: stop now and tell the
     other workers, whose calls to this one then fail at once."""
-    global _agent
     agent = current_agent("shutdown")
     try:
         if graceful:
@@ -203,17 +132,16 @@ def shutdown(graceful=True, timeout=0):
                               "among the workers that are left", RuntimeWarning, stacklevel=2)
     finally:
         agent.stop(graceful, "it called shutdown(graceful=False)")
-        _agent = None
+        agents.current = None
         rrefs._reset()
         contexts.reset()
 
 
 def _stop_at_exit():
-    global _agent
     atexit.unregister(_stop_at_exit)
-    if _agent is not None:
-        _agent.stop(False, "its process exited without calling rpc.shutdown()")
-        _agent = None
+    if agents.current is not None:
+        agents.current.stop(False, "its process exited without calling rpc.shutdown()")
+        agents.current = None
 
 
 def _run_call(sender, payload):
@@ -227,13 +155,6 @@ def _peer_left(sender, why):
 
 def _peer_done(sender, _payload):
     current_agent("RPC").peer_done(sender)
-
-
-def current_context():
-    return contexts.current_id()
-
-
-running_in = contexts.running_in
 
 
 class _Codec:

@@ -33,7 +33,12 @@ import threading
 import weakref
 
 from ...futures import Future
-from . import api, functions
+from ..autograd import contexts
+from ..autograd.engine import backward as distributed_backward
+from . import agent as agents
+from . import functions
+from .agent import current_agent
+from .calls import checked_call, describe_call, profiled, rpc_async, rpc_sync, seconds
 from .constants import UNSET_RPC_TIMEOUT
 from .wire import _RRefBase
 
@@ -83,7 +88,7 @@ class RRef(_RRefBase):
     messages may be owned elsewhere."""
 
     def __init__(self, value, type_hint=None):
-        agent = api.current_agent("RRef")
+        agent = current_agent("RRef")
         rref_id = _new_id(agent)
         with _lock:
             entry = _new_entry(rref_id)
@@ -107,7 +112,7 @@ class RRef(_RRefBase):
         return self._entry is not None
 
     def owner(self):
-        return api.current_agent("RRef.owner").workers[self._owner]
+        return current_agent("RRef.owner").workers[self._owner]
 
     def owner_name(self):
         return self.owner().name
@@ -128,9 +133,9 @@ class RRef(_RRefBase):
         if self._entry is not None:
             return self._entry.future.wait(None if timeout in (UNSET_RPC_TIMEOUT, 0)
                                            else timeout)
-        agent = api.current_agent("RRef.to_here")
+        agent = current_agent("RRef.to_here")
         value = agent.request(self._owner, "rref_fetch", self._id, "RRef.to_here()",
-                              api.seconds(timeout), keep=self).wait()
+                              seconds(timeout), keep=self).wait()
         if self._created is not None:
             _quietly_wait(self._created)
         return value
@@ -143,7 +148,7 @@ class RRef(_RRefBase):
             known = self._type = type(self.local_value())
         if known is not None:
             return known if blocking else _done(known)
-        future = api.rpc_async(self._owner, _value_type, args=(self,), timeout=timeout)
+        future = rpc_async(self._owner, _value_type, args=(self,), timeout=timeout)
 
         def remember(done):
             self._type = done.wait()
@@ -165,18 +170,18 @@ class RRef(_RRefBase):
         elif self._entry is not None:
             _distributed_backward(self, dist_autograd_ctx_id, retain_graph)
         else:
-            api.rpc_sync(self._owner, _distributed_backward,
+            rpc_sync(self._owner, _distributed_backward,
                          args=(self, dist_autograd_ctx_id, retain_graph))
 
     def rpc_sync(self, timeout=UNSET_RPC_TIMEOUT):
         """`rref.rpc_sync().method(*args)` runs `value.method(*args)` on the owner."""
-        return _Proxy(self, api.rpc_sync, timeout)
+        return _Proxy(self, rpc_sync, timeout)
 
     def rpc_async(self, timeout=UNSET_RPC_TIMEOUT):
-        return _Proxy(self, api.rpc_async, timeout)
+        return _Proxy(self, rpc_async, timeout)
 
     def remote(self, timeout=UNSET_RPC_TIMEOUT):
-        return _Proxy(self, api.remote, timeout)
+        return _Proxy(self, remote, timeout)
 
     def __repr__(self):
         if self._entry is not None:
@@ -190,7 +195,7 @@ class RRef(_RRefBase):
     def __del__(self):
         if not getattr(self, "_confirmed", False) or self._entry is not None:
             return  # owner-side, unconfirmed (kept alive until confirmed), or never built
-        agent = api._agent
+        agent = agents.current
         if agent is not None:
             agent.post(self._owner, "rref_delete", (self._id, self._fork_id), "RRef delete")
 
@@ -222,10 +227,7 @@ def _call_method(name, rref, args, kwargs):
 
 
 def _distributed_backward(rref, context_id, retain_graph):
-    # Here, not at the top: distributed autograd's engine imports this package's api, which
-    # imports this module.
-    from ..autograd import backward
-    backward(context_id, [rref.local_value()], retain_graph)
+    distributed_backward(context_id, [rref.local_value()], retain_graph)
 
 
 def _value_type(rref):
@@ -277,13 +279,13 @@ def receive(described, agent):
     return rref
 
 
-def remote(agent, dest, func, args, kwargs, timeout, what):
+def _remote(agent, dest, func, args, kwargs, timeout, what):
     rref_id = _new_id(agent)
     if dest == agent.rank:
         with _lock:
             entry = _new_entry(rref_id)
         rref = RRef._make(dest, rref_id, None, entry, True)
-        agent.pool.submit(_run_into, entry, func, args, kwargs, api.current_context())
+        agent.pool.submit(_run_into, entry, func, args, kwargs, contexts.current_id())
         return rref
     fork_id = _new_id(agent)
     rref = RRef._make(dest, rref_id, fork_id, None, False)
@@ -294,8 +296,20 @@ def remote(agent, dest, func, args, kwargs, timeout, what):
     return rref
 
 
+def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
+    """Run `func` on worker `to`, which keeps the result; returns an RRef to it at once."""
+    agent = current_agent("remote")
+    dest = agent.worker(to).id
+    func, args, kwargs = checked_call("remote", func, args, kwargs)
+    rref = _remote(agent, dest, func, args, kwargs, seconds(timeout),
+                        describe_call("remote", func))
+    if rref._created is not None:  # created elsewhere: the row lasts until the owner confirms
+        profiled("remote", agent, dest, func, rref._created)
+    return rref
+
+
 def _run_into(entry, func, args, kwargs, context):
-    with api.running_in(context):
+    with contexts.running_in(context):
         try:
             _fill(entry, functions.call(func, args, kwargs))
         except Exception as exc:

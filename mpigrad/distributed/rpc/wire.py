@@ -22,8 +22,6 @@ import types
 
 import numpy as np
 
-import mpigrad
-
 from ... import ops
 from ...nn import functional
 from ...tensor import Tensor
@@ -112,6 +110,9 @@ def _public_names():
     objects and lambdas), by id, so `rpc_sync(to, mg.add, ...)` works like `torch.add`."""
     global _public
     if _public is None:
+        # The package face sits above this layer; it is complete by the time a message is
+        # encoded, since importing any mpigrad module imports it first.
+        import mpigrad
         table = {}
         for module in (functional, ops, mpigrad):
             for name, value in vars(module).items():

@@ -1,5 +1,5 @@
-"""Shared set-up for the DistributedDataParallel tests (distributed/ddp.py, reducer.py,
-channel.py, comm_hook.py, joinable.py and algorithms/).
+"""Shared set-up for the DistributedDataParallel tests (distributed/ddp/ and
+distributed/algorithms/).
 
 Run under MPI: `mpiexec -n 2|3 python -m pytest --only-mpi tests/distributed/ddp`
 (tests/conftest.py marks every test here `mpi`; most need `mpi(min_size=2)` and skip in a

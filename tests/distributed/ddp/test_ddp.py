@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 import mpigrad as mg
 from mpigrad.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from mpigrad.distributed.reducer import assign_buckets
+from mpigrad.distributed.ddp.reducer import assign_buckets
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 from mpigrad.tensor import Tensor

@@ -9,7 +9,7 @@ import mpigrad as mg
 from mpigrad.distributed.algorithms import Join
 from mpigrad.distributed.algorithms.ddp_comm_hooks import (TopKState, allreduce_hook,
                                                            fp16_compress_hook, topk_hook)
-from mpigrad.distributed.timeline import summarize, timeline_path
+from mpigrad.distributed.ddp.timeline import summarize, timeline_path
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 

@@ -9,8 +9,8 @@ from mpi4py import MPI
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad.distributed.algorithms.ddp_comm_hooks.default_hooks import (
-    HierarchicalState, flat_allreduce_hook, hierarchical_allreduce_hook, ring_allreduce_hook)
-from mpigrad.distributed.hierarchical import CROSS_HOST_ENV, Hierarchy, cross_host_algorithm
+    HierarchicalState, allreduce_hook, hierarchical_allreduce_hook, ring_allreduce_hook)
+from mpigrad.distributed.algorithms.ddp_comm_hooks.hierarchical import CROSS_HOST_ENV, Hierarchy, cross_host_algorithm
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
@@ -48,7 +48,7 @@ def train(rank, hook=None, state=None, steps=3, bucket_cap_mb=300 / 2**20):
 @pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
 def test_training_equals_flat(rank, size, reduction):
     hook, make_state = REDUCTIONS[reduction]
-    flat, _ = train(rank, flat_allreduce_hook)
+    flat, _ = train(rank, allreduce_hook)
     state = make_state()
     got, model = train(rank, hook, state)
     assert len(model.reducer.buckets) > 1  # several buckets in flight through the rounds
@@ -77,7 +77,7 @@ def test_integer_sums_are_bit_identical(rank, size, reduction):
 
     hook, make_state = REDUCTIONS[reduction]
     results = {}
-    for name, reduce_hook, state in (("flat", flat_allreduce_hook, None),
+    for name, reduce_hook, state in (("flat", allreduce_hook, None),
                                      (reduction, hook, make_state())):
         model = DDP(MLP(seed=0), bucket_cap_mb=300 / 2**20)
         model.register_comm_hook(state, with_integer_gradients(reduce_hook))

@@ -268,7 +268,7 @@ def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd
     that is not one, or whose tensors never arrive, is dropped with a message, and the agent
     goes on serving."""
     rank, _ = workers
-    agent = rpc.api._agent
+    agent = rpc.agent.current
     agent.arrays_deadline = 1.0  # the truncated message is dropped after a second
     dist.barrier()
     if rank == 1:

@@ -19,7 +19,7 @@ def _settle(*ranks):
     owner acknowledges deletes in arrival order, and graceful shutdown waits for those
     acknowledgements; here a round trip behind them is enough."""
     gc.collect()
-    agent = rpc.api._agent
+    agent = rpc.agent.current
     agent.wait_until_idle()
     for rank in ranks:
         rpc.rpc_sync(rank, gc.collect)

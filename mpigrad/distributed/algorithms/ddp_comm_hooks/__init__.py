@@ -4,12 +4,14 @@
     ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
 
 The contract a hook follows (`GradBucket`, what its Future must hold) is in
-`mpigrad.distributed.comm_hook`, beside the Reducer that calls it.
+`mpigrad.distributed.ddp.bucket`, beside the Reducer that calls it.
 
-- `default_hooks`: allreduce_hook (what DDP does without a hook), fp16_compress_hook,
-  bf16_compress_hook (both: 16 bits on the wire, summed in float32; see `compression`),
-  hierarchical_allreduce_hook with HierarchicalState (forces what DDP picks by itself when
-  ranks share hosts; see distributed/hierarchical.py).
+- `default_hooks`: allreduce_hook (one Iallreduce), hierarchical_allreduce_hook with
+  HierarchicalState (DDP's default, with a state that goes hierarchical only where ranks
+  share hosts; see `hierarchical`), fp16_compress_hook, bf16_compress_hook (both: 16 bits on
+  the wire, summed in float32; see `compression`).
+- `hierarchical`: the allreduce inside hosts, across hosts, and back; `rounds`: the Future
+  of a hook that reduces in several rounds of messages.
 - `powerSGD_hook`: powerSGD_hook with PowerSGDState, low-rank compression with error feedback
   (the module; as in PyTorch, the function is `powerSGD_hook.powerSGD_hook`).
 - `topk_hooks`: topk_hook with TopKState, top-k sparsification with error feedback.

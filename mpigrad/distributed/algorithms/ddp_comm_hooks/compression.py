@@ -27,7 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...ring import ring_rounds
-from ...rounds import rounds
+from .rounds import rounds
 
 __all__ = ["FLOAT16", "BFLOAT16", "compressed_allreduce", "ring_allreduce"]
 

@@ -29,7 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...buffers import mpi_float_type
-from ...rounds import rounds
+from .rounds import rounds
 
 __all__ = ["reduce_to_owner_hook"]
 

@@ -1,0 +1,21 @@
+"""The environment variables through which launchers tell a process its place: the one list.
+
+mpigrad reads them to tell who started a process (an MPI launcher builds the world itself;
+torchrun and scripts need the rendezvous), to find the rank on the node, and to clear a
+launcher's variables before pointing MPI at mpigrad's own PMI server.
+"""
+import os
+
+# Set by an MPI launcher (mpiexec/mpirun of MPICH, Intel MPI or Open MPI, srun with a PMI
+# plugin): their presence means MPI builds the world itself.
+MPI_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMI_ID", "PMIX_RANK",
+                          "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "HYDI_CONTROL_FD")
+# A PMI client's own connection, replaced when the rendezvous points MPI at its server.
+PMI_CLIENT_VARIABLES = ("PMI_FD", "PMI_RANK", "PMI_SIZE")
+# The rank among the processes of one node: torchrun's, then MPICH's (Hydra) and Open MPI's.
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def mpi_launcher(environ=os.environ):
+    """The launcher variable present in the environment, or None without an MPI launcher."""
+    return next((name for name in MPI_LAUNCHER_VARIABLES if name in environ), None)
