@@ -570,52 +570,388 @@ def one_hot(tensor, num_classes=-1):
 
 
 # ----------------------------------------------------------------------------- losses
-def _check_reduction(reduction):
+__all__ += ["l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+            "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
+            "margin_ranking_loss", "triplet_margin_loss", "gaussian_nll_loss", "poisson_nll_loss"]
+
+
+def _check_reduction(reduction, extra=()):
+    if reduction not in ("mean", "sum", "none") + extra:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _reduction(size_average, reduce, reduction, extra=()):
+    """`reduction`, or what torch makes of the deprecated size_average and reduce flags (each
+    True when left out): no reduce gives 'none', else 'mean' or 'sum' by size_average."""
+    if size_average is None and reduce is None:
+        _check_reduction(reduction, extra)
+        return reduction
+    if reduce is False:
+        reduction = "none"
+    else:
+        reduction = "sum" if size_average is False else "mean"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{reduction}' instead.", stacklevel=3)
+    return reduction
+
+
+def _reduce(loss, reduction):
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.mean()
+
+
+def _size(tensor):
+    return f"torch.Size({list(tensor.shape)})"
+
+
+def _dtype_name(dtype):
+    """torch's name (Double, Long, ...) for a numpy dtype, as its dtype errors print it."""
+    name = np.dtype(dtype).name
+    return {"float64": "Double", "float32": "Float", "float16": "Half"}.get(
+        name, _SCALAR_TYPE_NAMES.get(name, name))
+
+
+def _check_broadcast(a, b):
+    """torch's RuntimeError for shapes that do not broadcast, naming the last dimension where
+    they clash (numpy's would be a ValueError)."""
+    ndim = max(len(a), len(b))
+    shape_a = (1,) * (ndim - len(a)) + tuple(a)
+    shape_b = (1,) * (ndim - len(b)) + tuple(b)
+    for i in reversed(range(ndim)):
+        if shape_a[i] != shape_b[i] and 1 not in (shape_a[i], shape_b[i]):
+            raise RuntimeError(f"The size of tensor a ({shape_a[i]}) must match the size of "
+                               f"tensor b ({shape_b[i]}) at non-singleton dimension {i}")
+
+
+def _difference(input, target):
+    """input - target, broadcast against each other as torch's pointwise losses allow, with
+    its warning when the shapes differ (a (N, 1) prediction against an (N,) target is the
+    usual mistake: it gives an (N, N) loss)."""
+    target = _as_tensor(target)
+    if target.shape != input.shape:
+        warnings.warn(f"Using a target size ({_size(target)}) that is different to the input "
+                      f"size ({_size(input)}). This will likely lead to incorrect results due to "
+                      f"broadcasting. Please ensure they have the same size.", stacklevel=3)
+    _check_broadcast(input.shape, target.shape)
+    return input - target
+
+
+def _weighted_reduce(loss, weight, input, reduction, mean_over_weight):
+    """A pointwise loss times an elementwise weight of the input's shape; 'mean' divides by
+    the summed weight (l1, mse) or by the element count (huber), as torch does."""
+    if weight is None:
+        return _reduce(loss, reduction)
+    if weight.shape != input.shape:
+        raise ValueError("Weights and input must have the same size.")
+    loss = loss * weight
+    if reduction == "mean" and mean_over_weight:
+        return loss.sum() / weight.sum()
+    return _reduce(loss, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """|input - target|, elementwise."""
+    reduction = _reduction(size_average, reduce, reduction)
+    loss = _difference(input, target).abs()
+    if reduction == "mean" and weight is None and loss.dtype.kind not in "fc":
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {_dtype_name(loss.dtype)}")
+    return _weighted_reduce(loss, weight, input, reduction, True)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Squared error, elementwise."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_floating(input, "mse")
+    diff = _difference(input, target)
+    return _weighted_reduce(diff * diff, weight, input, reduction, True)
+
+
+def _huber(diff, delta):
+    """0.5 d^2 for |d| < delta, delta (|d| - delta / 2) beyond: quadratic near zero, linear
+    with slope delta outside, continuous in value and slope."""
+    size = diff.abs()
+    return ops.where(size < delta, 0.5 * diff * diff, delta * (size - 0.5 * delta))
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """Huber's loss divided by beta: slope one outside |d| < beta; beta = 0 is l1_loss."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_floating(input, "smooth_l1")
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    diff = _difference(input, target)
+    if beta == 0:
+        return _reduce(diff.abs(), reduction)
+    return _reduce(_huber(diff, beta) / beta, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """Quadratic for |input - target| < delta, linear with slope delta beyond."""
+    _check_reduction(reduction)
+    _check_floating(input, "huber")
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    return _weighted_reduce(_huber(_difference(input, target), delta), weight, input, reduction,
+                            False)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    if target.shape != input.shape:
+        raise ValueError(f"Using a target size ({_size(target)}) that is different to the input "
+                         f"size ({_size(input)}) is deprecated. Please ensure they have the same "
+                         f"size.")
+    if target.dtype != input.dtype:
+        raise RuntimeError(f"Found dtype {_dtype_name(target.dtype)} but expected "
+                           f"{_dtype_name(input.dtype)}")
+    for name, values in (("input", input.data), ("target", target.data)):
+        if not ((values >= 0) & (values <= 1)).all():
+            raise RuntimeError(f"all elements of {name} should be between 0 and 1")
+    loss = ops.binary_cross_entropy(input, target)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None):
+    """binary_cross_entropy(sigmoid(x), t) without forming sigmoid(x):
+    (1 - t) x - w_t log sigmoid(x), w_t = 1 + (pos_weight - 1) t, finite for any |x|.
+
+    pos_weight scales the positive term per class, broadcasting like any operand (so a (C,)
+    pos_weight meets the last dimension of an (N, C) input)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    if target.shape != input.shape:
+        raise ValueError(f"Target size ({_size(target)}) must be the same as input size "
+                         f"({_size(input)})")
+    if target.dtype.kind != "f":
+        raise RuntimeError(f"result type {_dtype_name(input.dtype)} can't be cast to the desired "
+                           f"output type {_dtype_name(target.dtype)}")
+    log_weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
+    loss = (1 - target) * input - log_weight * ops.log_sigmoid(input)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """Pointwise KL divergence t (log t - x) of a target from log-probabilities x (0 where
+    t = 0); with log_target the target is log t. 'batchmean' divides the sum by the batch
+    size, the mathematical KL divergence of each sample; 'mean' divides by every element."""
+    legacy = size_average is not None or reduce is not None
+    reduction = _reduction(size_average, reduce, reduction, extra=("batchmean",))
+    if reduction == "mean" and not legacy:
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the "
+                      "support size.'batchmean' divides only by the batch size, and aligns with "
+                      "the KL div math definition.'mean' will be changed to behave the same as "
+                      "'batchmean' in the next major release.", stacklevel=2)
+    target = _as_tensor(target)
+    _check_broadcast(input.shape, target.shape)
+    if log_target:
+        loss = ops.exp(target) * (target - input)
+    else:
+        # t log t with its limit 0 at t = 0, where the gradient stays finite too.
+        zero = Tensor.wrap(target.data == 0)
+        loss = ops.where(zero, 0.0, target * ops.log(ops.where(zero, 1.0, target))) - target * input
+    if reduction != "batchmean":
+        return _reduce(loss, reduction)
+    return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+
+
+# Added to each squared norm so that cos stays finite for a zero vector; torch's is the
+# float32 constant 1e-12 in every dtype, so the same here.
+_COSINE_EPSILON = float(np.float32(1e-12))
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None,
+                          reduction="mean"):
+    """1 - cos(x1, x2) where the target is 1, max(0, cos - margin) where it is -1 (0 for any
+    other target); rows are compared, or two vectors for a 0-d target."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    if target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if input1.ndim != target.ndim + 1 or input2.ndim != target.ndim + 1:
+        raise RuntimeError(f"{target.ndim}D target tensor expects {target.ndim + 1}D input "
+                           f"tensors, but found inputs with sizes {list(input1.shape)} and "
+                           f"{list(input2.shape)}.")
+    _check_broadcast(input1.shape, input2.shape)
+    dim = target.ndim
+    squares = (((input1 * input1).sum(dim) + _COSINE_EPSILON)
+               * ((input2 * input2).sum(dim) + _COSINE_EPSILON))
+    cos = (input1 * input2).sum(dim) / squares.sqrt()
+    t = target.data
+    loss = (ops.where(Tensor.wrap(t == 1), 1 - cos, 0.0)
+            + ops.where(Tensor.wrap(t == -1), ops.clamp(cos - margin, min=0.0), 0.0))
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """max(0, -t (x1 - x2) + margin): x1 should rank above x2 by the margin where t = 1,
+    below where t = -1."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    if not input1.ndim == input2.ndim == target.ndim:
+        raise RuntimeError(f"margin_ranking_loss : All input tensors should have same dimension "
+                           f"but got sizes: input1: {_size(input1)}, input2: {_size(input2)}, "
+                           f"target: {_size(target)} ")
+    _check_broadcast(input1.shape, input2.shape)
+    _check_broadcast(np.broadcast_shapes(input1.shape, input2.shape), target.shape)
+    return _reduce(ops.clamp(-target * (input1 - input2) + margin, min=0.0), reduction)
+
+
+def _pairwise_distance(x1, x2, p, eps):
+    """torch's pairwise_distance: the p-norm of x1 - x2 + eps over the last dimension."""
+    diff = x1 - x2 + eps
+    if p in (1, 2):
+        return ops.norm(diff, p=p, dim=-1)
+    if p == np.inf:
+        return diff.abs().amax(-1)
+    return (diff.abs() ** p).sum(-1) ** (1 / p)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """max(0, margin + d(a, p) - d(a, n)) with d the p-norm distance of rows; swap uses
+    d(p, n) instead of d(a, n) where it is smaller (Balntas et al., 2016)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the "
+                           f"same number of dimensions, but got: anchor {anchor.ndim}D, positive "
+                           f"{positive.ndim}D, and negative {negative.ndim}D inputs")
+    if p <= 0:
+        raise RuntimeError(f"triplet_margin_loss: p must be positive, got {p}")
+    _check_broadcast(anchor.shape, positive.shape)
+    _check_broadcast(anchor.shape, negative.shape)
+    positive_distance = _pairwise_distance(anchor, positive, p, eps)
+    negative_distance = _pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        negative_distance = ops.minimum(negative_distance,
+                                        _pairwise_distance(positive, negative, p, eps))
+    return _reduce(ops.clamp(margin + positive_distance - negative_distance, min=0.0), reduction)
+
+
+def _gaussian_var(var, input):
+    """var shaped to broadcast against input, as torch accepts it: input's shape, input's
+    shape without its last dimension, or input's shape with one dimension of size 1."""
+    if var.shape == input.shape:
+        return var
+    if var.shape == input.shape[:-1]:
+        return var.unsqueeze(-1)
+    mismatched = [v for i, v in zip(input.shape, var.shape) if i != v]
+    if var.ndim == input.ndim and mismatched == [1]:
+        return var
+    raise ValueError("var is of incorrect size")
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """Negative log-likelihood of target under N(input, var): (log var + (x - t)^2 / var) / 2,
+    plus log(2 pi) / 2 if full. var is clamped at eps, the gradient passing the clamp as if
+    it were not there (torch clamps without recording)."""
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = Tensor.wrap(np.full(input.shape, var, input.dtype))
+    elif not isinstance(var, Tensor):
+        raise TypeError(f"gaussian_nll_loss: var must be a Tensor or a float, got "
+                        f"{type(var).__name__}")
+    elif (var.data < 0).any():
+        raise ValueError("var has negative entry/entries")
+    var = _gaussian_var(var, input)
     if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        raise ValueError(f"{reduction} is not valid")
+    var = var + (ops.clamp(var, min=eps) - var).detach()
+    target = _as_tensor(target)
+    _check_broadcast(input.shape, target.shape)
+    diff = input - target
+    loss = 0.5 * (ops.log(var) + diff * diff / var)
+    if full:
+        loss = loss + 0.5 * np.log(2 * np.pi)
+    return _reduce(loss, reduction)
 
 
-def _check_weight(weight, classes, what):
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8,
+                     reduce=None, reduction="mean"):
+    """Negative log-likelihood of counts t under Poisson(rate): exp(x) - t x for a log-rate
+    x (log_input), else x - t log(x + eps); full adds Stirling's t log t - t + log(2 pi t) / 2
+    for log(t!) where t > 1."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    _check_broadcast(input.shape, target.shape)
+    if log_input:
+        loss = ops.exp(input) - target * input
+    else:
+        loss = input - target * ops.log(input + eps)
+    if full:
+        small = Tensor.wrap(target.data <= 1)
+        # Where t <= 1 the term is dropped; its log would see 0 or a negative there.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stirling = (target * ops.log(target) - target
+                        + 0.5 * ops.log(2 * np.pi * target))
+        loss = loss + stirling.masked_fill(small, 0.0)
+    return _reduce(loss, reduction)
+
+
+# --- class scores: cross_entropy and nll_loss
+def _check_weight(weight, classes, what=""):
     if weight is not None and tuple(weight.shape) != (classes,):
-        raise ValueError(f"{what}: expected a weight of shape ({classes},), one per class, got "
-                         f"shape {tuple(weight.shape)}")
+        raise RuntimeError(f"{what}weight tensor should be defined either for all {classes} "
+                           f"classes or no classes but got weight tensor of shape: "
+                           f"{list(weight.shape)}")
 
 
-def _class_scores(input, what):
+def _class_dim(input):
     if input.ndim < 1:
-        raise ValueError(f"{what}: expected input of shape (C,) or (N, C, ...), got a 0-d tensor")
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
     return 0 if input.ndim == 1 else 1
 
 
-def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label_smoothing, what):
+def _check_class_target(scores, target, class_dim):
+    """torch's checks of class-index targets against scores (C,) or (N, C, d1, ...)."""
+    t = target.data
+    if scores.ndim >= 2 and t.ndim >= 1 and t.shape[0] != scores.shape[0]:
+        raise ValueError(f"Expected input batch_size ({scores.shape[0]}) to match target "
+                         f"batch_size ({t.shape[0]}).")
+    expected = scores.shape[:class_dim] + scores.shape[class_dim + 1:]
+    if t.shape != expected:
+        if scores.ndim <= 2:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        raise RuntimeError(f"Expected target size {list(expected)}, got {list(t.shape)}")
+    if t.dtype.kind not in "iu":
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
+                           f"{_dtype_name(t.dtype)}")
+
+
+def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label_smoothing):
     """Negative log-likelihood of class-index targets, optionally smoothed towards uniform.
 
     Follows torch exactly: per element, (1 - s) * w[t] * -logp[t] + s / C * sum_c w[c] *
     -logp[c], zero where target == ignore_index; 'mean' divides by the summed w[t] of the
     targets that are not ignored.
     """
-    class_dim = _class_scores(log_probs, what)
+    class_dim = _class_dim(log_probs)
     classes = log_probs.shape[class_dim]
-    _check_weight(weight, classes, what)
-    t = target.data
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"{what}: expected class-index targets of an integer dtype, got {t.dtype}")
-    expected = log_probs.shape[:class_dim] + log_probs.shape[class_dim + 1:]
-    if t.shape != expected:
-        raise ValueError(f"{what}: expected target of shape {expected} for input of shape "
-                         f"{tuple(log_probs.shape)}, got shape {t.shape}")
+    _check_class_target(log_probs, target, class_dim)
+    _check_weight(weight, classes)
     # The class dimension stays (with size 1) until 'none' drops it: one node fewer on the
     # common path, and the mask and weights line up with log_probs for broadcasting.
-    index = np.expand_dims(t, class_dim)
+    index = np.expand_dims(target.data, class_dim)
     ignored = index == ignore_index
     any_ignored = bool(ignored.any())
     if any_ignored:
         index = np.where(ignored, 0, index)
     bad = (index < 0) | (index >= classes)
     if bad.any():
-        raise IndexError(f"{what}: target {index[bad].flat[0]} is out of bounds for {classes} "
-                         f"classes (expected 0 <= target < {classes}, or ignore_index="
-                         f"{ignore_index})")
+        raise IndexError(f"Target {index[bad].flat[0]} is out of bounds.")
     picked = ops.take_along_dim(log_probs, index, class_dim)
     # Weight of each element's target class; None when every element counts once.
     target_weight = None
@@ -626,7 +962,7 @@ def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label
     elif any_ignored:
         target_weight = (~ignored).astype(log_probs.dtype)
     loss = -picked if target_weight is None else picked * Tensor.wrap(-target_weight)
-    if label_smoothing:
+    if label_smoothing > 0:
         per_class = log_probs if weight is None else log_probs * _along_classes(weight, log_probs,
                                                                                 class_dim)
         smooth = -per_class.sum(class_dim, keepdim=True)
@@ -647,58 +983,42 @@ def _along_classes(weight, scores, class_dim):
     return weight.reshape(weight.shape + (1,) * (scores.ndim - 1 - class_dim))
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
     """Negative log-likelihood of class-index targets, given log-probabilities (N, C, ...)."""
-    _check_reduction(reduction)
-    return _class_target_loss(input, _as_tensor(target), weight, ignore_index, reduction, 0.0,
-                              "nll_loss")
+    reduction = _reduction(size_average, reduce, reduction)
+    return _class_target_loss(input, _as_tensor(target), weight, ignore_index, reduction, 0.0)
 
 
-def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
-                  label_smoothing=0.0):
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
     """log_softmax over the class dimension, then the negative log-likelihood of the target.
 
     Targets are class indices (N, d1, ...) of an integer dtype, or class probabilities of the
     input's shape (floating point; ignore_index does not apply, 'mean' averages over the
     N * d1 * ... elements).
     """
-    _check_reduction(reduction)
-    _check_probability(label_smoothing, "label_smoothing")
+    reduction = _reduction(size_average, reduce, reduction)
+    # As in torch, a negative label_smoothing is no smoothing rather than an error.
+    if label_smoothing > 1:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     target = _as_tensor(target)
-    class_dim = _class_scores(input, "cross_entropy")
+    class_dim = _class_dim(input)
+    _check_floating(input, "log_softmax_lastdim_kernel_impl")
     log_probs = ops.log_softmax(input, class_dim)
-    if target.dtype.kind not in "f":
+    if target.shape != input.shape or target.dtype.kind != "f":
         return _class_target_loss(log_probs, target, weight, ignore_index, reduction,
-                                  label_smoothing, "cross_entropy")
-    if target.shape != input.shape:
-        raise ValueError(f"cross_entropy: expected class-index targets of an integer dtype, "
-                         f"or class probabilities of the input's shape {tuple(input.shape)}; "
-                         f"got {target.dtype} targets of shape {tuple(target.shape)}")
+                                  label_smoothing)
+    if ignore_index >= 0:
+        raise RuntimeError("ignore_index is not supported for floating point target")
     classes = input.shape[class_dim]
-    _check_weight(weight, classes, "cross_entropy")
-    if label_smoothing:
+    _check_weight(weight, classes, "cross_entropy: ")
+    if label_smoothing > 0:
         target = target * (1 - label_smoothing) + label_smoothing / classes
     per_class = log_probs * target
     if weight is not None:
         per_class = per_class * _along_classes(weight, input, class_dim)
-    loss = -per_class.sum(class_dim)
-    if reduction == "none":
-        return loss
-    return loss.sum() if reduction == "sum" else loss.mean()
-
-
-def mse_loss(input, target, reduction="mean"):
-    """Squared error, elementwise; input and target must have the same shape."""
-    _check_reduction(reduction)
-    target = _as_tensor(target)
-    if target.shape != input.shape:
-        raise ValueError(f"mse_loss: expected target of the input's shape {tuple(input.shape)}, "
-                         f"got shape {tuple(target.shape)}")
-    diff = input - target
-    loss = diff * diff
-    if reduction == "none":
-        return loss
-    return loss.sum() if reduction == "sum" else loss.mean()
+    return _reduce(-per_class.sum(class_dim), reduction)
 
 
 # ----------------------------------------------------------------------------- pixel shuffles

@@ -197,6 +197,9 @@ CASES = [
     ("hardsigmoid_hardswish", lambda a: mg.nn.functional.hardsigmoid(a * 2)
      + mg.nn.functional.hardswish(a * 2), [((3, 4), _spread)]),
     ("threshold", lambda a: mg.nn.functional.threshold(a, 0.3, -2.0), [((3, 4), _spread)]),
+    # losses (issue 21): probabilities through a sigmoid, so perturbations stay inside [0, 1]
+    ("binary_cross_entropy", lambda a, b: mg.nn.functional.binary_cross_entropy(
+        a.sigmoid(), b.sigmoid(), reduction="none"), [((3, 4), _normal), ((3, 4), _normal)]),
 ]
 
 
