@@ -875,7 +875,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     diff = input - target
     loss = 0.5 * (ops.log(var) + diff * diff / var)
     if full:
-        loss = loss + 0.5 * np.log(2 * np.pi)
+        loss = loss + 0.5 * float(np.log(2 * np.pi))  # a numpy scalar would promote float32
     return _reduce(loss, reduction)
 
 

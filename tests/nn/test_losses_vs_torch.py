@@ -569,3 +569,33 @@ def test_tangents_and_second_derivatives_match_finite_differences(name, fn, make
     inputs = [mg.tensor(a, requires_grad=True) for a in make(rng)]
     assert gradcheck(fn, inputs, check_forward_ad=True)
     assert gradgradcheck(fn, inputs)
+
+
+# ----------------------------------------------------------------------------- float32
+FLOAT32 = [
+    ("l1_loss", lambda x, t: (x, t), {}), ("mse_loss", lambda x, t: (x, t), {}),
+    ("smooth_l1_loss", lambda x, t: (x, t), {"beta": 0.5}),
+    ("huber_loss", lambda x, t: (x, t), {"delta": 0.5}),
+    ("binary_cross_entropy", lambda x, t: (x.sigmoid(), t), {}),
+    ("binary_cross_entropy_with_logits", lambda x, t: (x, t), {}),
+    ("kl_div", lambda x, t: (x.log_softmax(1), t), {"reduction": "batchmean"}),
+    ("cross_entropy", lambda x, t: (x, t), {"label_smoothing": 0.1}),
+    ("gaussian_nll_loss", lambda x, t: (x, t, 0.5), {"full": True}),
+    ("poisson_nll_loss", lambda x, t: (x, t), {"full": True}),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs", FLOAT32, ids=[c[0] for c in FLOAT32])
+def test_float32_stays_float32_and_matches_torch(name, args, kwargs, rng):
+    x, t = rng.standard_normal((4, 3)), rng.uniform(0.1, 2.0, (4, 3))
+    if name in ("binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"):
+        t = t / t.sum(1, keepdims=True)
+    ours_x = mg.tensor(x, dtype=mg.float32, requires_grad=True)
+    theirs_x = torch.tensor(x, dtype=torch.float32, requires_grad=True)
+    out = getattr(F, name)(*args(ours_x, mg.tensor(t, dtype=mg.float32)), **kwargs)
+    expected = getattr(TF, name)(*args(theirs_x, torch.tensor(t, dtype=torch.float32)), **kwargs)
+    out.backward()
+    expected.backward()
+    assert out.dtype == mg.float32 and ours_x.grad.dtype == mg.float32
+    np.testing.assert_allclose(out.item(), expected.item(), rtol=1e-5)
+    np.testing.assert_allclose(ours_x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-4, atol=1e-6)
