@@ -915,12 +915,16 @@ def _class_dim(input):
     return 0 if input.ndim == 1 else 1
 
 
-def _check_class_target(scores, target, class_dim):
-    """torch's checks of class-index targets against scores (C,) or (N, C, d1, ...)."""
+def _class_target(scores, target, class_dim):
+    """The class-index array of target after torch's checks against scores (C,) or
+    (N, C, d1, ...); unbatched scores also take a target of shape (1,), as in torch."""
     t = target.data
-    if scores.ndim >= 2 and t.ndim >= 1 and t.shape[0] != scores.shape[0]:
+    if scores.ndim == 1 and t.shape == (1,):
+        t = t.reshape(())
+    batch = t.shape[0] if t.ndim else 0
+    if scores.ndim >= 2 and batch != scores.shape[0]:
         raise ValueError(f"Expected input batch_size ({scores.shape[0]}) to match target "
-                         f"batch_size ({t.shape[0]}).")
+                         f"batch_size ({batch}).")
     expected = scores.shape[:class_dim] + scores.shape[class_dim + 1:]
     if t.shape != expected:
         if scores.ndim <= 2:
@@ -929,6 +933,7 @@ def _check_class_target(scores, target, class_dim):
     if t.dtype.kind not in "iu":
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
                            f"{_dtype_name(t.dtype)}")
+    return t
 
 
 def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label_smoothing):
@@ -940,11 +945,11 @@ def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label
     """
     class_dim = _class_dim(log_probs)
     classes = log_probs.shape[class_dim]
-    _check_class_target(log_probs, target, class_dim)
+    t = _class_target(log_probs, target, class_dim)
     _check_weight(weight, classes)
     # The class dimension stays (with size 1) until 'none' drops it: one node fewer on the
     # common path, and the mask and weights line up with log_probs for broadcasting.
-    index = np.expand_dims(target.data, class_dim)
+    index = np.expand_dims(t, class_dim)
     ignored = index == ignore_index
     any_ignored = bool(ignored.any())
     if any_ignored:
