@@ -17,7 +17,10 @@ from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
 from .loss import (L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss,  # noqa: F401
                    KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss, TripletMarginLoss,
-                   GaussianNLLLoss, PoissonNLLLoss)
+                   GaussianNLLLoss, PoissonNLLLoss, TripletMarginWithDistanceLoss,
+                   SoftMarginLoss, HingeEmbeddingLoss, MultiLabelSoftMarginLoss,
+                   MultiMarginLoss, MultiLabelMarginLoss)
+from .distance import PairwiseDistance, CosineSimilarity  # noqa: F401
 from .conv import Conv1d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
                         ZeroPad2d)

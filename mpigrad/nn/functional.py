@@ -572,7 +572,10 @@ def one_hot(tensor, num_classes=-1):
 # ----------------------------------------------------------------------------- losses
 __all__ += ["l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
             "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
-            "margin_ranking_loss", "triplet_margin_loss", "gaussian_nll_loss", "poisson_nll_loss"]
+            "margin_ranking_loss", "triplet_margin_loss", "gaussian_nll_loss", "poisson_nll_loss",
+            "pairwise_distance", "triplet_margin_with_distance_loss", "soft_margin_loss",
+            "hinge_embedding_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
+            "multilabel_margin_loss"]
 
 
 def _check_reduction(reduction, extra=()):
@@ -807,37 +810,57 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     return _reduce(ops.clamp(-target * (input1 - input2) + margin, min=0.0), reduction)
 
 
-def _pairwise_distance(x1, x2, p, eps):
-    """torch's pairwise_distance: the p-norm of x1 - x2 + eps over the last dimension."""
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps over the last dimension (the eps keeps the norm away from
+    0, where its gradient is undefined)."""
+    _check_broadcast(x1.shape, x2.shape)
     diff = x1 - x2 + eps
     if p in (1, 2):
-        return ops.norm(diff, p=p, dim=-1)
+        return ops.norm(diff, p=p, dim=-1, keepdim=keepdim)
+    size = diff.abs()
     if p == np.inf:
-        return diff.abs().amax(-1)
-    return (diff.abs() ** p).sum(-1) ** (1 / p)
+        return size.amax(-1, keepdim=keepdim)
+    if p == -np.inf:
+        return size.amin(-1, keepdim=keepdim)
+    if p == 0:
+        # The count of nonzero entries: piecewise constant, so its gradient is zero, as in
+        # torch (the zero sum keeps the result on the graph).
+        count = (size.data != 0).sum(-1, keepdims=keepdim).astype(size.dtype)
+        return (size * 0).sum(-1, keepdim=keepdim) + Tensor.wrap(count)
+    return (size ** p).sum(-1, keepdim=keepdim) ** (1 / p)
 
 
-def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
-                        size_average=None, reduce=None, reduction="mean"):
-    """max(0, margin + d(a, p) - d(a, n)) with d the p-norm distance of rows; swap uses
-    d(p, n) instead of d(a, n) where it is smaller (Balntas et al., 2016)."""
-    reduction = _reduction(size_average, reduce, reduction)
+def _triplet_loss(anchor, positive, negative, distance, margin, swap, reduction):
+    """max(0, margin + d(a, p) - d(a, n)); swap uses d(p, n) instead of d(a, n) where it is
+    smaller (Balntas et al., 2016)."""
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
     if not anchor.ndim == positive.ndim == negative.ndim:
         raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the "
                            f"same number of dimensions, but got: anchor {anchor.ndim}D, positive "
                            f"{positive.ndim}D, and negative {negative.ndim}D inputs")
-    if p <= 0:
-        raise RuntimeError(f"triplet_margin_loss: p must be positive, got {p}")
-    _check_broadcast(anchor.shape, positive.shape)
-    _check_broadcast(anchor.shape, negative.shape)
-    positive_distance = _pairwise_distance(anchor, positive, p, eps)
-    negative_distance = _pairwise_distance(anchor, negative, p, eps)
+    positive_distance = distance(anchor, positive)
+    negative_distance = distance(anchor, negative)
     if swap:
-        negative_distance = ops.minimum(negative_distance,
-                                        _pairwise_distance(positive, negative, p, eps))
+        negative_distance = ops.minimum(negative_distance, distance(positive, negative))
     return _reduce(ops.clamp(margin + positive_distance - negative_distance, min=0.0), reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """The triplet loss with pairwise_distance(p, eps) between rows."""
+    reduction = _reduction(size_average, reduce, reduction)
+    return _triplet_loss(anchor, positive, negative,
+                         lambda x1, x2: pairwise_distance(x1, x2, p, eps), margin, swap,
+                         reduction)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None,
+                                      margin=1.0, swap=False, reduction="mean"):
+    """The triplet loss with any distance function (default pairwise_distance)."""
+    _check_reduction(reduction)
+    return _triplet_loss(anchor, positive, negative, distance_function or pairwise_distance,
+                         margin, swap, reduction)
 
 
 def _gaussian_var(var, input):
@@ -899,6 +922,114 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
                         + 0.5 * ops.log(2 * np.pi * target))
         loss = loss + stirling.masked_fill(small, 0.0)
     return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """log(1 + exp(-t x)), the logistic loss of a +-1 target (as -log sigmoid(t x), finite
+    where exp(-t x) would overflow)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    _check_broadcast(input.shape, target.shape)
+    return _reduce(-ops.log_sigmoid(target * input), reduction)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
+                         reduction="mean"):
+    """x where the target is 1, max(0, margin - x) where it is -1 (for x a distance)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    _check_broadcast(input.shape, target.shape)
+    t = target.data
+    return _reduce(ops.where(Tensor.wrap(t != 1), ops.clamp(margin - input, min=0.0), 0.0)
+                   + ops.where(Tensor.wrap(t != -1), input, 0.0), reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction="mean"):
+    """Binary logistic loss of each class against a 0/1 target, averaged over the classes
+    (the last dimension)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    target = _as_tensor(target)
+    _check_broadcast(input.shape, target.shape)
+    loss = -(target * ops.log_sigmoid(input) + (1 - target) * ops.log_sigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss.sum(-1) / input.shape[-1], reduction)
+
+
+def _check_margin_scores(input):
+    if input.ndim > 2 or input.numel() == 0:
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, "
+                           f"but got: {list(input.shape)}")
+
+
+def _check_long(target):
+    if target.dtype.kind not in "iu":
+        raise RuntimeError(f"expected scalar type Long but found {_dtype_name(target.dtype)}")
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None,
+                      reduce=None, reduction="mean"):
+    """The multi-class hinge loss of class-index targets y: per sample, the sum over classes
+    i != y of w[y] max(0, margin - x[y] + x[i])^p, divided by the number of classes."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and weight.ndim != 1:
+        raise ValueError("weight must be one-dimensional")
+    _check_margin_scores(input)
+    t = _as_tensor(target).data
+    if input.ndim == 1 and t.shape == (1,):
+        t = t.reshape(())
+    expected = input.shape[:-1]
+    if t.shape != expected:
+        raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal to "
+                           f"the number of input samples (batch size). Expected target size "
+                           f"{list(expected)}, but got {list(t.shape)}. Input has shape "
+                           f"{list(input.shape)}.")
+    _check_long(t)
+    classes = input.shape[-1]
+    if ((t < 0) | (t >= classes)).any():
+        raise RuntimeError("target out of range")
+    if weight is not None and weight.shape[0] != classes:
+        raise RuntimeError(f"inconsistent weight size, expected {classes} but got "
+                           f"{list(weight.shape)}")
+    index = t[..., None]
+    # relu, not clamp: torch's gradient is zero where the margin is met exactly.
+    hinge = ops.relu(margin - ops.take_along_dim(input, index, -1) + input)
+    if p == 2:
+        hinge = hinge * hinge
+    # The target's own class is left out; the class weight is torch's constant, not learned.
+    scale = (np.arange(classes) != index) / classes
+    if weight is not None:
+        scale = scale * weight.data[index]
+    return _reduce((hinge * Tensor.wrap(scale.astype(input.dtype))).sum(-1), reduction)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Hinge between each target class j and each other class i: per sample, the sum of
+    max(0, 1 - (x[j] - x[i])) over both, divided by the number of classes. A row of target
+    lists its classes first, ended by -1 where they are fewer than all."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_margin_scores(input)
+    t = _as_tensor(target).data
+    if t.shape != input.shape:
+        raise RuntimeError(f"inconsistent target size: {list(t.shape)} for input of size: "
+                           f"{list(input.shape)}")
+    _check_long(t)
+    classes = input.shape[-1]
+    rows = t.reshape(-1, classes)
+    if ((rows < -1) | (rows >= classes)).any():
+        raise RuntimeError("argument #2 'target' is out of range")
+    listed = np.cumprod(rows != -1, axis=1).astype(bool)
+    # How often each class is listed (a repeated class counts each time, as in torch).
+    counts = np.zeros(rows.shape, input.dtype)
+    np.add.at(counts, (np.nonzero(listed)[0], rows[listed]), 1)
+    pair_weight = counts[:, :, None] * (counts == 0)[:, None, :] / classes
+    x = input.reshape(-1, classes)
+    hinge = ops.relu(1 - x.unsqueeze(2) + x.unsqueeze(1))  # [n, j, i]: 1 - x[j] + x[i]
+    loss = (hinge * Tensor.wrap(pair_weight)).sum((1, 2))
+    return _reduce(loss.reshape(input.shape[:-1]), reduction)
 
 
 # --- class scores: cross_entropy and nll_loss

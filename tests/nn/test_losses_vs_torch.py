@@ -348,6 +348,97 @@ def test_triplet_margin_loss_swap_takes_the_closer_negative(rng):
              grads=(0, 1, 2))
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, 0.5, float("inf"), -float("inf"), 0.0, -1.0])
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((5,), (5,))], ids=str)
+def test_pairwise_distance_matches_torch(shapes, p, keepdim, rng):
+    x1, x2 = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    # p = 0 counts nonzeros: torch leaves its inputs without a gradient, ours get zeros.
+    _compare(lambda a, b: F.pairwise_distance(a, b, p, 1e-6, keepdim),
+             lambda a, b: TF.pairwise_distance(a, b, p, 1e-6, keepdim), [x1, x2],
+             grads=() if p == 0 else (0, 1))
+
+
+def _cosine_distance(lib):
+    return lambda x, y: 1 - lib.cosine_similarity(x, y, dim=-1)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("distance", ["default", "cosine"])
+def test_triplet_margin_with_distance_loss_matches_torch(distance, swap, reduction, rng):
+    a, pos, neg = (rng.standard_normal((5, 3)) for _ in range(3))
+
+    def call(f, lib):
+        function = None if distance == "default" else _cosine_distance(lib)
+        return lambda x, y, z: f(x, y, z, distance_function=function, margin=0.7, swap=swap,
+                                 reduction=reduction)
+    _compare(call(F.triplet_margin_with_distance_loss, F),
+             call(TF.triplet_margin_with_distance_loss, TF), [a, pos, neg], grads=(0, 1, 2))
+    _compare(mg.nn.TripletMarginWithDistanceLoss(margin=0.7, swap=swap, reduction=reduction),
+             torch.nn.TripletMarginWithDistanceLoss(margin=0.7, swap=swap, reduction=reduction),
+             [a, pos, neg], grads=(0, 1, 2))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_soft_margin_loss_matches_torch(reduction, rng):
+    x, target = rng.standard_normal((4, 5)) * 3, rng.choice([-1.0, 1.0], (4, 5))
+    _compare(lambda a, b: F.soft_margin_loss(a, b, reduction=reduction),
+             lambda a, b: TF.soft_margin_loss(a, b, reduction=reduction), [x, target],
+             grads=(0,))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("margin", [1.0, 0.4])
+def test_hinge_embedding_loss_matches_torch(margin, reduction, rng):
+    x = rng.standard_normal((4, 5))
+    target = rng.choice([-1.0, 1.0], (4, 5))
+    target[0, 0] = 0.0  # neither 1 nor -1: torch counts both parts
+    _compare(lambda a, b: F.hinge_embedding_loss(a, b, margin, reduction=reduction),
+             lambda a, b: TF.hinge_embedding_loss(a, b, margin, reduction=reduction),
+             [x, target], grads=(0,))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("weight_shape", [None, (5,), (4, 5)])
+def test_multilabel_soft_margin_loss_matches_torch(weight_shape, reduction, rng):
+    x, target = _logits(rng, (4, 5)), rng.uniform(0, 1, (4, 5))
+    target[0] = [0.0, 1.0, 1.0, 0.0, 1.0]
+    args = [x, target] + ([] if weight_shape is None else [rng.uniform(0.2, 2, weight_shape)])
+    _compare(lambda *a: F.multilabel_soft_margin_loss(*a, reduction=reduction),
+             lambda *a: TF.multilabel_soft_margin_loss(*a, reduction=reduction), args,
+             grads=(0, 1))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("p,margin", [(1, 1.0), (2, 1.0), (1, 0.3), (2, 2.5)])
+@pytest.mark.parametrize("batched", [True, False])
+def test_multi_margin_loss_matches_torch(batched, p, margin, weighted, reduction, rng):
+    x = rng.standard_normal((6, 4) if batched else (4,))
+    target = rng.integers(0, 4, 6 if batched else ())
+    weight = rng.uniform(0.2, 2, 4) if weighted else None
+
+    def call(f, wrap):
+        return lambda a, b: f(a, b, p, margin, None if weight is None else wrap(weight),
+                              reduction=reduction)
+    _compare(call(F.multi_margin_loss, mg.tensor), call(TF.multi_margin_loss, torch.tensor),
+             [x, target], grads=(0,))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multilabel_margin_loss_matches_torch(reduction, rng):
+    x = rng.standard_normal((5, 4))
+    # Targets first, ended by -1; what follows a -1 is ignored; a class may repeat.
+    target = np.array([[0, 1, -1, 2], [3, 3, -1, 0], [-1, 0, 1, 2], [2, 0, 3, 1], [1, -1, -1, 3]])
+    _compare(lambda a, b: F.multilabel_margin_loss(a, b, reduction=reduction),
+             lambda a, b: TF.multilabel_margin_loss(a, b, reduction=reduction), [x, target],
+             grads=(0,))
+    _compare(lambda a, b: F.multilabel_margin_loss(a, b, reduction=reduction),
+             lambda a, b: TF.multilabel_margin_loss(a, b, reduction=reduction),
+             [x[0], np.array([3, 1, -1, 0])], grads=(0,))
+
+
 # ----------------------------------------------------------------------------- likelihoods
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("full", [False, True])
@@ -455,6 +546,37 @@ ERRORS = {
                                                           reduction="x"),
     "poisson reduction": lambda L: L.F.poisson_nll_loss(_f(L, 3), _f(L, 3), reduction="x"),
     "poisson shapes": lambda L: L.F.poisson_nll_loss(_f(L, 3, 4), _f(L, 3, 3)),
+    "pairwise shapes": lambda L: L.F.pairwise_distance(_f(L, 3, 4), _f(L, 3, 3)),
+    "with distance margin": lambda L: L.F.triplet_margin_with_distance_loss(
+        _f(L, 3), _f(L, 3), _f(L, 3), margin=0.0),
+    "with distance module margin": lambda L: L.nn.TripletMarginWithDistanceLoss(margin=-1.0),
+    "with distance reduction": lambda L: L.F.triplet_margin_with_distance_loss(
+        _f(L, 3), _f(L, 3), _f(L, 3), reduction="bad"),
+    "with distance dims": lambda L: L.F.triplet_margin_with_distance_loss(
+        _f(L, 2, 3), _f(L, 2, 3), _f(L, 3)),
+    "soft margin shapes": lambda L: L.F.soft_margin_loss(_f(L, 3, 4), _f(L, 3, 3)),
+    "hinge shapes": lambda L: L.F.hinge_embedding_loss(_f(L, 3, 4), _f(L, 3, 3)),
+    "multilabel soft shapes": lambda L: L.F.multilabel_soft_margin_loss(_f(L, 3, 4),
+                                                                        _f(L, 3, 3)),
+    "multilabel soft reduction": lambda L: L.F.multilabel_soft_margin_loss(
+        _f(L, 3, 4), _f(L, 3, 4), reduction="x"),
+    "multi margin batch": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _i(L, [0, 1])),
+    "multi margin range": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _i(L, [0, 1, 4])),
+    "multi margin negative": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _i(L, [0, -1, 1])),
+    "multi margin float": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _f(L, 3)),
+    "multi margin p": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _i(L, [0, 1, 2]), p=3),
+    "multi margin weight dims": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _i(L, [0, 1, 2]),
+                                                                weight=_f(L, 2, 2)),
+    "multi margin weight size": lambda L: L.F.multi_margin_loss(_f(L, 3, 4), _i(L, [0, 1, 2]),
+                                                                weight=_f(L, 3)),
+    "multi margin module weight": lambda L: L.nn.MultiMarginLoss(weight=_f(L, 2, 2)),
+    "multi margin module p": lambda L: L.nn.MultiMarginLoss(p=3),
+    "multi margin 3-d": lambda L: L.F.multi_margin_loss(_f(L, 2, 3, 4), _i(L, [0, 1])),
+    "multilabel margin shapes": lambda L: L.F.multilabel_margin_loss(_f(L, 3, 4),
+                                                                     _i(L, [[0, 1, -1]] * 3)),
+    "multilabel margin range": lambda L: L.F.multilabel_margin_loss(
+        _f(L, 3, 4), _i(L, [[0, 1, 5, -1]] * 3)),
+    "multilabel margin float": lambda L: L.F.multilabel_margin_loss(_f(L, 3, 4), _f(L, 3, 4)),
 }
 
 
@@ -505,10 +627,15 @@ MODULES = [
     ("CosineEmbeddingLoss", (0.2,), {}), ("MarginRankingLoss", (0.1,), {}),
     ("TripletMarginLoss", (), {"p": 1.0, "swap": True}), ("GaussianNLLLoss", (), {"full": True}),
     ("PoissonNLLLoss", (False, True), {"eps": 1e-6}),
+    ("TripletMarginWithDistanceLoss", (), {"margin": 0.5, "swap": True}),
+    ("SoftMarginLoss", (), {"reduction": "none"}), ("HingeEmbeddingLoss", (2.0,), {}),
+    ("MultiLabelSoftMarginLoss", (), {}), ("MultiMarginLoss", (2, 0.5), {}),
+    ("MultiLabelMarginLoss", (), {}), ("PairwiseDistance", (1.0, 1e-3, True), {}),
+    ("CosineSimilarity", (0, 1e-4), {}),
 ]
 
 ATTRIBUTES = ["reduction", "beta", "delta", "log_target", "ignore_index", "label_smoothing",
-              "margin", "p", "eps", "swap", "full", "log_input"]
+              "margin", "p", "eps", "swap", "full", "log_input", "norm", "keepdim", "dim"]
 
 
 @pytest.mark.parametrize("name,args,kwargs", MODULES, ids=[m[0] for m in MODULES])
@@ -520,12 +647,12 @@ def test_module_repr_attributes_and_state_match_torch(name, args, kwargs):
     assert list(ours.state_dict()) == list(theirs.state_dict())
 
 
-@pytest.mark.parametrize("name", ["CrossEntropyLoss", "NLLLoss", "BCELoss",
-                                  "BCEWithLogitsLoss"])
+@pytest.mark.parametrize("name", ["CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
+                                  "MultiLabelSoftMarginLoss", "MultiMarginLoss"])
 def test_weight_buffers_are_state_and_follow_dtype(name):
     weight = np.array([0.5, 2.0, 1.0])
-    ours = getattr(mg.nn, name)(mg.tensor(weight))
-    theirs = getattr(torch.nn, name)(torch.tensor(weight))
+    ours = getattr(mg.nn, name)(weight=mg.tensor(weight))
+    theirs = getattr(torch.nn, name)(weight=torch.tensor(weight))
     assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight"]
     np.testing.assert_array_equal(ours.state_dict()["weight"].numpy(), weight)
     assert ours.float().weight.dtype == mg.float32
@@ -585,6 +712,16 @@ FORWARD_AD = [
     ("huber_margin_ranking", lambda a, b: F.huber_loss(a, b, delta=0.5)
      + F.margin_ranking_loss(a, b, mg.tensor([1.0, -1.0, 1.0, -1.0]), margin=0.1),
      lambda rng: [rng.standard_normal(4), rng.standard_normal(4)]),
+    ("margin_losses", lambda a: F.multi_margin_loss(a, mg.tensor([0, 2, 1]), p=2,
+                                                    weight=mg.tensor([1.0, 0.5, 2.0, 1.5]))
+     + F.multilabel_margin_loss(a, mg.tensor([[0, 3, -1, 1], [2, -1, 0, 0], [1, 2, 3, 0]]))
+     + F.soft_margin_loss(a, mg.tensor(1.0) - 2 * (a.detach() > 0))
+     + F.hinge_embedding_loss(a, mg.tensor([1.0, -1.0, -1.0, 1.0]), margin=0.5),
+     lambda rng: [rng.standard_normal((3, 4))]),
+    ("multilabel_soft_margin_pairwise", lambda a, b: F.multilabel_soft_margin_loss(
+        a, b.sigmoid(), mg.tensor([1.0, 2.0, 0.5, 1.0]), reduction="none")
+     + F.pairwise_distance(a, b, p=3.0),
+     lambda rng: [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))]),
     ("cross_entropy_soft", lambda a, b: F.cross_entropy(a, b.softmax(1), mg.tensor(
         [1.0, 2.0, 0.5, 1.5]), label_smoothing=0.2),
      lambda rng: [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))]),
