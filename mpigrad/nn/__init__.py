@@ -19,7 +19,7 @@ from .loss import (L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, 
                    KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss, TripletMarginLoss,
                    GaussianNLLLoss, PoissonNLLLoss, TripletMarginWithDistanceLoss,
                    SoftMarginLoss, HingeEmbeddingLoss, MultiLabelSoftMarginLoss,
-                   MultiMarginLoss, MultiLabelMarginLoss)
+                   MultiMarginLoss, MultiLabelMarginLoss, CTCLoss)
 from .distance import PairwiseDistance, CosineSimilarity  # noqa: F401
 from .conv import Conv1d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401

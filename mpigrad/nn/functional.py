@@ -575,7 +575,7 @@ __all__ += ["l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
             "margin_ranking_loss", "triplet_margin_loss", "gaussian_nll_loss", "poisson_nll_loss",
             "pairwise_distance", "triplet_margin_with_distance_loss", "soft_margin_loss",
             "hinge_embedding_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
-            "multilabel_margin_loss"]
+            "multilabel_margin_loss", "ctc_loss"]
 
 
 def _check_reduction(reduction, extra=()):
@@ -1030,6 +1030,105 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     hinge = ops.relu(1 - x.unsqueeze(2) + x.unsqueeze(1))  # [n, j, i]: 1 - x[j] + x[i]
     loss = (hinge * Tensor.wrap(pair_weight)).sum((1, 2))
     return _reduce(loss.reshape(input.shape[:-1]), reduction)
+
+
+def _lengths(values, what):
+    """input_lengths or target_lengths (a tensor or a sequence of ints) as an int64 array."""
+    array = np.asarray(values.data if isinstance(values, Tensor) else values)
+    if array.dtype.kind not in "iu":
+        raise RuntimeError(f"{what} must be integral")
+    return array.astype(np.int64).reshape(-1)
+
+
+def _ctc_labels(targets, target_lengths, batch, classes):
+    """The targets as a (batch, longest) array, padded or concatenated as torch takes them."""
+    t = np.asarray(targets.data if isinstance(targets, Tensor) else targets).astype(np.int64)
+    longest = int(target_lengths.max(initial=0))
+    if t.ndim == 1 and batch > 1 or t.ndim == 0:
+        total = int(target_lengths.sum())
+        if t.size != total:
+            raise RuntimeError(f"Expected tensor to have size {total} at dimension 0, but got "
+                               f"size {t.size} for argument #2 'targets'")
+        labels = np.zeros((batch, longest), np.int64)
+        labels[np.arange(longest) < target_lengths[:, None]] = t
+    else:
+        labels = t.reshape(batch, -1)
+        if labels.shape[1] < longest:
+            raise RuntimeError(f"Expected tensor to have size at least {longest} at dimension 1, "
+                               f"but got size {labels.shape[1]} for argument #2 'targets'")
+        labels = labels[:, :longest]
+    used = labels[np.arange(longest) < target_lengths[:, None]]
+    if ((used < 0) | (used >= classes)).any():
+        raise RuntimeError(f"ctc_loss: target labels must be in [0, {classes}), got "
+                           f"{used[(used < 0) | (used >= classes)][0]}")
+    return labels
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False):
+    """Connectionist temporal classification (Graves et al., 2006): -log of the summed
+    probability of every alignment of each target to its frames of log_probs (T, N, C), by
+    the forward recursion over the target with blanks between and around its labels.
+
+    As torch's, the gradient with respect to log_probs is the one for the logits of a
+    log_softmax producing them: it carries an extra exp(log_probs) in each frame within the
+    input length, which log_softmax's own gradient cancels."""
+    _check_reduction(reduction)
+    unbatched = log_probs.ndim == 2
+    if unbatched:
+        log_probs = log_probs.unsqueeze(1)
+    if log_probs.ndim != 3:
+        raise RuntimeError(f"ctc_loss: expected log_probs of shape (T, N, C) or (T, C), got "
+                           f"{list(log_probs.shape)}")
+    steps, batch, classes = log_probs.shape
+    if not 0 <= blank < classes:
+        raise RuntimeError("blank must be in label range")
+    input_lengths = _lengths(input_lengths, "input_lengths")
+    target_lengths = _lengths(target_lengths, "target_lengths")
+    for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
+        if lengths.shape != (batch,):
+            raise RuntimeError(f"{name} must be of size batch_size")
+        if lengths.min(initial=0) < 0:
+            raise RuntimeError(f"Expected {name} to have value at least 0, but got value "
+                               f"{lengths.min()}")
+    if input_lengths.max(initial=0) > steps:
+        raise RuntimeError(f"Expected input_lengths to have value at most {steps}, but got "
+                           f"value {input_lengths.max()}")
+    labels = _ctc_labels(targets, target_lengths, batch, classes)
+    # The extended target: blank, l1, blank, l2, ..., blank; a path may skip the blank
+    # between two different labels.
+    width = 2 * labels.shape[1] + 1
+    extended = np.full((batch, width), blank)
+    extended[:, 1::2] = labels
+    skip = np.zeros((batch, width), bool)
+    skip[:, 3::2] = labels[:, 1:] != labels[:, :-1]
+    emit = ops.take_along_dim(log_probs, np.broadcast_to(extended, (steps, batch, width)), 2)
+    # log 0 as a finite number, so a logsumexp over impossible paths has a zero gradient
+    # rather than 0 * inf; it is absorbed by any real log-probability added to it.
+    log_zero = float(np.finfo(log_probs.dtype).min) / 4
+    alpha = ops.where(Tensor.wrap(np.arange(width) < 2), emit[0], log_zero)
+    running = Tensor.wrap((np.arange(steps)[:, None] < input_lengths)[..., None])
+    skip = Tensor.wrap(skip)
+    for t in range(1, steps):
+        one_back = ops.pad(alpha, (1, 0), value=log_zero)[:, :width]
+        two_back = ops.where(skip, ops.pad(alpha, (2, 0), value=log_zero)[:, :width], log_zero)
+        step = ops.logsumexp(ops.stack([alpha, one_back, two_back]), 0) + emit[t]
+        alpha = ops.where(running[t], step, alpha)
+    last = 2 * target_lengths[:, None]
+    before = ops.where(Tensor.wrap(last > 0),
+                       ops.take_along_dim(alpha, np.maximum(last - 1, 0), 1), log_zero)
+    loss = -ops.logsumexp(ops.cat([ops.take_along_dim(alpha, last, 1), before], 1), 1)
+    frames = ops.exp(log_probs) * running
+    loss = loss + (frames - frames.detach()).sum((0, 2))
+    impossible = loss.data > -log_zero / 2
+    if impossible.any():
+        loss = ops.where(Tensor.wrap(impossible), 0.0 if zero_infinity else np.inf, loss)
+    if reduction == "mean":
+        lengths = np.maximum(target_lengths, 1).astype(log_probs.dtype)
+        return (loss / Tensor.wrap(lengths)).mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss.squeeze(0) if unbatched else loss
 
 
 # --- class scores: cross_entropy and nll_loss

@@ -439,6 +439,78 @@ def test_multilabel_margin_loss_matches_torch(reduction, rng):
              [x[0], np.array([3, 1, -1, 0])], grads=(0,))
 
 
+def _ctc_problem(rng, blank, concatenated, impossible=False):
+    """Scores (T=7, N=4, C=5) and targets of lengths 3, 0, 2, 4 (repeats included) over input
+    lengths 7, 3, 5, 7; with `impossible`, the last sample gets too few frames for its labels
+    (a repeated label needs a blank between its copies)."""
+    scores = rng.standard_normal((7, 4, 5)) * 2
+    labels = [c for c in range(5) if c != blank]
+    rows = [[labels[0], labels[1], labels[1]], [], [labels[3], labels[2]],
+            [labels[2], labels[2], labels[0], labels[2]]]
+    input_lengths, target_lengths = [7, 3, 5, 4 if impossible else 7], [len(r) for r in rows]
+    if concatenated:
+        targets = np.array([c for r in rows for c in r])
+    else:
+        targets = np.full((4, 5), blank)
+        for n, r in enumerate(rows):
+            targets[n, :len(r)] = r
+    return scores, targets, np.array(input_lengths), np.array(target_lengths)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("zero_infinity", [False, True])
+@pytest.mark.parametrize("concatenated", [False, True])
+@pytest.mark.parametrize("blank", [0, 4])
+@pytest.mark.parametrize("through_log_softmax", [True, False])
+def test_ctc_loss_matches_torch(through_log_softmax, blank, concatenated, zero_infinity,
+                                reduction, rng):
+    scores, targets, input_lengths, target_lengths = _ctc_problem(rng, blank, concatenated)
+
+    def call(f, lib):
+        def loss(x, *rest):
+            # A leaf of log-probabilities shows torch's convention: its gradient is the one
+            # for logits under a log_softmax, exp(log_probs) above the true one.
+            log_probs = lib.log_softmax(x, 2) if through_log_softmax else x
+            return f(log_probs, *rest, blank=blank, reduction=reduction,
+                     zero_infinity=zero_infinity)
+        return loss
+    if not through_log_softmax:
+        scores = scores - np.log(np.exp(scores).sum(2, keepdims=True))
+    _compare(call(F.ctc_loss, F), call(TF.ctc_loss, TF),
+             [scores, targets, input_lengths, target_lengths], grads=(0,))
+
+
+def test_ctc_loss_impossible_alignments_are_infinite_or_zeroed(rng):
+    scores, targets, input_lengths, target_lengths = _ctc_problem(rng, 0, False, True)
+    args = [scores, targets, input_lengths, target_lengths]
+    _compare(lambda *a: F.ctc_loss(F.log_softmax(a[0], 2), *a[1:], reduction="none"),
+             lambda *a: TF.ctc_loss(TF.log_softmax(a[0], 2), *a[1:], reduction="none"), args,
+             grads=())
+    assert np.isinf(F.ctc_loss(mg.tensor(scores).log_softmax(2), *map(mg.tensor, args[1:]),
+                               reduction="none").numpy()[3])
+    for reduction in REDUCTIONS:
+        _compare(lambda *a: F.ctc_loss(F.log_softmax(a[0], 2), *a[1:], reduction=reduction,
+                                       zero_infinity=True),
+                 lambda *a: TF.ctc_loss(TF.log_softmax(a[0], 2), *a[1:], reduction=reduction,
+                                        zero_infinity=True), args, grads=(0,))
+
+
+def test_ctc_loss_unbatched_and_module_with_lengths_as_tuples(rng):
+    scores = rng.standard_normal((6, 4))
+    for reduction in REDUCTIONS:
+        _compare(lambda x, t: F.ctc_loss(F.log_softmax(x, 1), t, mg.tensor(6), mg.tensor(3),
+                                         reduction=reduction),
+                 lambda x, t: TF.ctc_loss(TF.log_softmax(x, 1), t, torch.tensor(6),
+                                          torch.tensor(3), reduction=reduction),
+                 [scores, np.array([1, 3, 3])], grads=(0,))
+    scores, targets, input_lengths, target_lengths = _ctc_problem(rng, 2, True)
+    _compare(lambda x, t: mg.nn.CTCLoss(blank=2)(F.log_softmax(x, 2), t, tuple(input_lengths),
+                                                 tuple(target_lengths)),
+             lambda x, t: torch.nn.CTCLoss(blank=2)(TF.log_softmax(x, 2), t,
+                                                    tuple(input_lengths), tuple(target_lengths)),
+             [scores, targets], grads=(0,))
+
+
 # ----------------------------------------------------------------------------- likelihoods
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("full", [False, True])
@@ -577,6 +649,20 @@ ERRORS = {
     "multilabel margin range": lambda L: L.F.multilabel_margin_loss(
         _f(L, 3, 4), _i(L, [[0, 1, 5, -1]] * 3)),
     "multilabel margin float": lambda L: L.F.multilabel_margin_loss(_f(L, 3, 4), _f(L, 3, 4)),
+    "ctc input length": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [[1, 2], [3, 0]]),
+                                               _i(L, [6, 4]), _i(L, [2, 1])),
+    "ctc target width": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [[1, 2], [3, 0]]),
+                                               _i(L, [5, 4]), _i(L, [3, 1])),
+    "ctc negative length": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [[1, 2], [3, 0]]),
+                                                  _i(L, [5, 4]), _i(L, [-1, 1])),
+    "ctc batch": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [[1, 2], [3, 0]]),
+                                        _i(L, [5, 4, 3]), _i(L, [2, 1])),
+    "ctc blank": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [[1, 2], [3, 0]]),
+                                        _i(L, [5, 4]), _i(L, [2, 1]), blank=4),
+    "ctc concatenated size": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [1, 2, 3]),
+                                                    _i(L, [5, 4]), _i(L, [2, 2])),
+    "ctc float lengths": lambda L: L.F.ctc_loss(_f(L, 5, 2, 4), _i(L, [[1, 2], [3, 0]]),
+                                                _f(L, 2), _i(L, [2, 1])),
 }
 
 
@@ -631,11 +717,12 @@ MODULES = [
     ("SoftMarginLoss", (), {"reduction": "none"}), ("HingeEmbeddingLoss", (2.0,), {}),
     ("MultiLabelSoftMarginLoss", (), {}), ("MultiMarginLoss", (2, 0.5), {}),
     ("MultiLabelMarginLoss", (), {}), ("PairwiseDistance", (1.0, 1e-3, True), {}),
-    ("CosineSimilarity", (0, 1e-4), {}),
+    ("CosineSimilarity", (0, 1e-4), {}), ("CTCLoss", (3, "sum", True), {}),
 ]
 
 ATTRIBUTES = ["reduction", "beta", "delta", "log_target", "ignore_index", "label_smoothing",
-              "margin", "p", "eps", "swap", "full", "log_input", "norm", "keepdim", "dim"]
+              "margin", "p", "eps", "swap", "full", "log_input", "norm", "keepdim", "dim",
+              "blank", "zero_infinity"]
 
 
 @pytest.mark.parametrize("name,args,kwargs", MODULES, ids=[m[0] for m in MODULES])
@@ -722,6 +809,9 @@ FORWARD_AD = [
         a, b.sigmoid(), mg.tensor([1.0, 2.0, 0.5, 1.0]), reduction="none")
      + F.pairwise_distance(a, b, p=3.0),
      lambda rng: [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))]),
+    ("ctc", lambda a: F.ctc_loss(a.log_softmax(2), mg.tensor([[1, 1], [2, 0]]),
+                                 mg.tensor([4, 3]), mg.tensor([2, 1]), reduction="sum"),
+     lambda rng: [rng.standard_normal((4, 2, 3))]),
     ("cross_entropy_soft", lambda a, b: F.cross_entropy(a, b.softmax(1), mg.tensor(
         [1.0, 2.0, 0.5, 1.5]), label_smoothing=0.2),
      lambda rng: [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))]),
