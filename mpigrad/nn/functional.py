@@ -759,7 +759,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if log_target:
         loss = ops.exp(target) * (target - input)
     else:
-        # t log t with its limit 0 at t = 0, where the gradient stays finite too.
+        # t log t with its limit 0 at t = 0, and a finite gradient there (torch's is 0 / 0).
         zero = Tensor.wrap(target.data == 0)
         loss = ops.where(zero, 0.0, target * ops.log(ops.where(zero, 1.0, target))) - target * input
     if reduction != "batchmean":
