@@ -15,12 +15,6 @@ from .sparse import Embedding  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
 from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
-from .loss import (L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss,  # noqa: F401
-                   KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss, TripletMarginLoss,
-                   GaussianNLLLoss, PoissonNLLLoss, TripletMarginWithDistanceLoss,
-                   SoftMarginLoss, HingeEmbeddingLoss, MultiLabelSoftMarginLoss,
-                   MultiMarginLoss, MultiLabelMarginLoss, CTCLoss)
-from .distance import PairwiseDistance, CosineSimilarity  # noqa: F401
 from .conv import Conv1d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
                         ZeroPad2d)
@@ -31,6 +25,12 @@ from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
 from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
                           TransformerEncoderLayer, TransformerDecoderLayer)
 from .normalization import RMSNorm  # noqa: F401
+from .loss import (L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss,  # noqa: F401
+                   KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss, TripletMarginLoss,
+                   GaussianNLLLoss, PoissonNLLLoss, TripletMarginWithDistanceLoss,
+                   SoftMarginLoss, HingeEmbeddingLoss, MultiLabelSoftMarginLoss,
+                   MultiMarginLoss, MultiLabelMarginLoss, CTCLoss)
+from .distance import PairwiseDistance, CosineSimilarity  # noqa: F401
 from .container import ParameterList, ParameterDict  # noqa: F401
 from .activation import (Hardtanh, ReLU6, SELU, Hardsigmoid, Hardswish, Mish, ELU,  # noqa: F401
                          CELU, Softplus, Softsign, LogSigmoid, GLU, Threshold, PReLU)
