@@ -25,6 +25,12 @@ from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
 from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
                           TransformerEncoderLayer, TransformerDecoderLayer)
 from .normalization import RMSNorm  # noqa: F401
+from .loss import (L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss,  # noqa: F401
+                   KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss, TripletMarginLoss,
+                   GaussianNLLLoss, PoissonNLLLoss, TripletMarginWithDistanceLoss,
+                   SoftMarginLoss, HingeEmbeddingLoss, MultiLabelSoftMarginLoss,
+                   MultiMarginLoss, MultiLabelMarginLoss, CTCLoss)
+from .distance import PairwiseDistance, CosineSimilarity  # noqa: F401
 from .container import ParameterList, ParameterDict  # noqa: F401
 from .activation import (Hardtanh, ReLU6, SELU, Hardsigmoid, Hardswish, Mish, ELU,  # noqa: F401
                          CELU, Softplus, Softsign, LogSigmoid, GLU, Threshold, PReLU)

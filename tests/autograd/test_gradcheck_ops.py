@@ -187,6 +187,9 @@ CASES = [
     ("lerp_meshgrid_broadcast", lambda a, b: mg.lerp(a, b, 0.25) + mg.meshgrid(
         a[0], b[:, 1], indexing="xy")[1].sum() + mg.broadcast_to(b[0], (2, 3)),
      [((2, 3), _normal), ((2, 3), _normal)]),
+    # losses (issue 21): probabilities through a sigmoid, so perturbations stay inside [0, 1]
+    ("binary_cross_entropy", lambda a, b: mg.nn.functional.binary_cross_entropy(
+        a.sigmoid(), b.sigmoid(), reduction="none"), [((3, 4), _normal), ((3, 4), _normal)]),
     # activations (issue 21)
     ("hardtanh_relu6", lambda a: mg.nn.functional.hardtanh(a, -1.5, 0.5)
      + mg.nn.functional.relu6(a * 4), [((3, 4), _spread)]),

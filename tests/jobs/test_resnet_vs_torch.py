@@ -1,5 +1,6 @@
-"""jobs/train.py's ResNet equals the same network in torch (float64): loss, every parameter
-gradient, and the BatchNorm running statistics and weights after one SGD step."""
+"""jobs/train.py's ResNet equals the same network in torch (float64): loss (plain and with
+label smoothing), every parameter gradient, and the BatchNorm running statistics and weights
+after one SGD step."""
 import importlib.util
 from pathlib import Path
 
@@ -52,15 +53,18 @@ def _torch_resnet(in_channels, num_classes):
         tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(32, num_classes))
 
 
-def test_resnet_step_matches_torch(monkeypatch):
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_resnet_step_matches_torch(monkeypatch, label_smoothing):
     ours = _load_train_module(monkeypatch).resnet(3, 5).double()
     theirs = _torch_resnet(3, 5).double()
     assert list(ours.state_dict()) == list(theirs.state_dict())
     ours.load_state_dict({k: mpigrad.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((4, 3, 8, 8)), rng.integers(0, 5, 4)
-    loss_ours = nn.CrossEntropyLoss()(ours(mpigrad.tensor(x)), mpigrad.tensor(y))
-    loss_theirs = torch.nn.CrossEntropyLoss()(theirs(torch.tensor(x)), torch.tensor(y))
+    loss_ours = nn.CrossEntropyLoss(label_smoothing=label_smoothing)(ours(mpigrad.tensor(x)),
+                                                                     mpigrad.tensor(y))
+    loss_theirs = torch.nn.CrossEntropyLoss(label_smoothing=label_smoothing)(
+        theirs(torch.tensor(x)), torch.tensor(y))
     np.testing.assert_allclose(loss_ours.item(), loss_theirs.item(), rtol=1e-10)
     loss_ours.backward()
     loss_theirs.backward()
