@@ -109,8 +109,10 @@ def train(args, rank, size):
             model = rpc.rpc_sync("ps", BatchUpdateParameterServer.update_and_fetch_model,
                                  args=(server, grads))
             losses.append(loss.item())
+        # One write per line: trainers share mpiexec's stdout, and print's separate write of
+        # the newline let another trainer's line land in between.
         print(f"trainer {trainer} epoch {epoch + 1}: loss {np.mean(losses):.4f} "
-              f"({time.perf_counter() - start:.1f} s)", flush=True)
+              f"({time.perf_counter() - start:.1f} s)\n", end="", flush=True)
     if trainer == 0:
         test_set = data.SyntheticImages(2000, seed=args.seed, train=False)
         x, y = test_set.tensors
