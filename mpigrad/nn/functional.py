@@ -123,8 +123,8 @@ def _same_padding(kernel_size, dilation, stride):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """2-D cross-correlation: im2col and a GEMM per chunk of samples (grouped: im2col plus one
-    batched matrix product per group).
+    """2-D cross-correlation: im2col and a GEMM per chunk of samples (grouped: per sample, one
+    batched matrix product over the groups).
 
     weight is (out_channels, in_channels // groups, kh, kw); padding is an int, a pair,
     'valid' or 'same'.
@@ -153,20 +153,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         padding = _pair(padding, "padding", 0)
     check_same_dtype("expected scalar type {} but found {}", x, weight)
     check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
-    n = x.shape[0]
     _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
-    if groups == 1:
-        out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
-        return out.squeeze(0) if unbatched else out
-    oh, ow = sliding_output_size(x.shape[2:], (kh, kw), dilation, padding, stride)
-    cols = conv_ops.unfold(x, kernel_size=(kh, kw), dilation=dilation, padding=padding,
-                           stride=stride)
-    # unfold orders rows channel-major, so each group's rows are one contiguous block.
-    out = (weight.reshape(groups, out_channels // groups, -1)
-           @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
-    if bias is not None:
-        out = out + bias.reshape(out_channels, 1)
-    out = out.reshape(n, out_channels, oh, ow)
+    out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                          groups=groups)
     return out.squeeze(0) if unbatched else out
 
 

@@ -125,6 +125,17 @@ CASES = [
      [((2, 2, 5, 6), _normal), ((3, 2, 2, 2), _normal), ((3,), _normal)]),
     ("conv2d_stride_1", lambda x, w: mg.nn.functional.conv2d(x, w, padding=1),
      [((1, 2, 4, 3), _normal), ((2, 2, 3, 2), _normal)]),
+    # Grouped: depthwise without stride (its input gradient is a flipped-kernel correlation),
+    # depthwise with a channel multiplier and stride (taps added into the image), and groups
+    # of several channels each (a batched GEMM over the groups).
+    ("conv2d_depthwise", lambda x, w, b: mg.nn.functional.conv2d(x, w, b, padding=1, groups=3),
+     [((2, 3, 4, 5), _normal), ((3, 1, 3, 3), _normal), ((3,), _normal)]),
+    ("conv2d_depthwise_strided", lambda x, w: mg.nn.functional.conv2d(x, w, stride=2, padding=1,
+                                                                    dilation=(1, 2), groups=2),
+     [((1, 2, 5, 6), _normal), ((4, 1, 2, 3), _normal)]),
+    ("conv2d_groups", lambda x, w: mg.nn.functional.conv2d(x, w, stride=(1, 2), padding=(0, 1),
+                                                          groups=2),
+     [((2, 4, 4, 5), _normal), ((6, 2, 2, 2), _normal)]),
     ("max_pool2d", lambda a: mg.nn.functional.max_pool2d(a, 3, stride=2, padding=1,
                                                          ceil_mode=True),
      [((1, 2, 6, 5), _spread)]),
