@@ -15,7 +15,7 @@ from .sparse import Embedding  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
 from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
-from .conv import Conv1d  # noqa: F401
+from .conv import Conv1d, ConvTranspose1d, ConvTranspose2d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
                         ZeroPad2d)
 from .normalization import GroupNorm  # noqa: F401

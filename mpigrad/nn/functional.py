@@ -14,7 +14,7 @@ from .. import ops, random
 from ..autograd import grad_mode
 from ..dtypes import check_same_dtype
 from ..ops import conv as conv_ops
-from ..ops.conv import sliding_output_size
+from ..ops.conv import kernel_extent, sliding_output_size
 from ..ops.shape import pad  # noqa: F401  (torch.nn.functional.pad)
 from ..tensor import Tensor
 
@@ -22,7 +22,8 @@ __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pa
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
            "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
-           "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d"]
+           "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "conv_transpose1d",
+           "conv_transpose2d"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -83,7 +84,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     if input.ndim != 4:
         raise ValueError(f"unfold: expected a 4-D (N, C, H, W) input, got shape "
                          f"{tuple(input.shape)}")
-    _check_fits("unfold", _extent(kernel_size, dilation), _padded(input.shape[2:], padding))
+    _check_fits("unfold", kernel_extent(kernel_size, dilation),
+                _padded(input.shape[2:], padding))
     return conv_ops.unfold(input, kernel_size=kernel_size, dilation=dilation, padding=padding,
                            stride=stride)
 
@@ -95,7 +97,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     kernel_size, dilation = _pair(kernel_size, "kernel_size", 1), _pair(dilation, "dilation", 1)
     padding, stride = _pair(padding, "padding", 0), _pair(stride, "stride", 1)
     taps = kernel_size[0] * kernel_size[1]
-    _check_fits("fold", _extent(kernel_size, dilation), _padded(output_size, padding))
+    _check_fits("fold", kernel_extent(kernel_size, dilation), _padded(output_size, padding))
     oh, ow = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
     if input.ndim != 3 or input.shape[1] % taps or input.shape[2] != oh * ow:
         raise ValueError(f"fold: expected an input of shape (N, C * {taps}, {oh * ow}) for "
@@ -103,10 +105,6 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                          f"{tuple(input.shape)}")
     return conv_ops.fold(input, output_size=output_size, kernel_size=kernel_size,
                          dilation=dilation, padding=padding, stride=stride)
-
-
-def _extent(kernel_size, dilation):
-    return tuple(d * (k - 1) + 1 for k, d in zip(kernel_size, dilation))
 
 
 def _padded(size, padding):
@@ -153,7 +151,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         padding = _pair(padding, "padding", 0)
     check_same_dtype("expected scalar type {} but found {}", x, weight)
     check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
-    _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
+    _check_fits("conv2d", kernel_extent((kh, kw), dilation), _padded(x.shape[2:], padding))
     out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
                           groups=groups)
     return out.squeeze(0) if unbatched else out
@@ -180,6 +178,75 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(-2)
 
 
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """The adjoint of conv2d in its input (a "deconvolution"): each input pixel scatters its
+    kernel-weighted copy onto a stride-spaced output grid, so the output is
+    (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 per axis.
+
+    weight is (in_channels, out_channels // groups, kh, kw), torch's layout, which is the
+    layout of the conv2d whose input gradient this is.
+    """
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, "
+                           f"but got input of size: {list(input.shape)}")
+    x, unbatched = _batched_image(input, "conv_transpose2d")
+    if weight.ndim != 4:
+        raise RuntimeError(f"conv_transpose2d: expected a 4-D weight (in_channels, "
+                           f"out_channels / groups, kh, kw), got size {list(weight.shape)}")
+    in_channels, group_channels, kh, kw = weight.shape
+    if not isinstance(groups, numbers.Integral) or groups < 1 or in_channels % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} "
+                           f"at dimension 0, but got weight of size {list(weight.shape)} instead")
+    if x.shape[1] != in_channels:
+        raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected "
+                           f"input{list(x.shape)} to have {in_channels} channels, but got "
+                           f"{x.shape[1]} channels instead")
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    padding, output_padding = _pair(padding, "padding", 0), _pair(output_padding,
+                                                                   "output_padding", 0)
+    if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, but "
+                           f"got output_padding {output_padding}, stride {stride}, dilation "
+                           f"{dilation}")
+    check_same_dtype("expected scalar type {} but found {}", x, weight)
+    check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
+    extent = kernel_extent((kh, kw), dilation)
+    size = tuple((n - 1) * s - 2 * p + e + o for n, s, p, e, o in
+                 zip(x.shape[2:], stride, padding, extent, output_padding))
+    if min(size) < 1:
+        raise RuntimeError(f"Given input size per channel: {tuple(x.shape[2:])}. Calculated "
+                           f"output size per channel: {size}. Output size is too small")
+    # An output_padding of at least the stride (allowed when the dilation is larger) gives an
+    # output whose convolution has more positions than x: those see zeros.
+    windows = sliding_output_size(size, (kh, kw), dilation, padding, stride)
+    if windows != tuple(x.shape[2:]):
+        x = ops.pad(x, (0, windows[1] - x.shape[3], 0, windows[0] - x.shape[2]))
+    out = conv_ops.conv_transpose2d(x, weight, input_size=size, stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups)
+    if bias is not None:
+        out = out + bias.reshape(-1, 1, 1)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """conv_transpose2d over (N, C, L) or (C, L) input, on a height-1 image; weight is
+    (in_channels, out_channels // groups, k)."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, "
+                           f"but got input of size: {list(input.shape)}")
+    if weight.ndim != 3:
+        raise RuntimeError(f"conv_transpose1d: expected a 3-D weight (in_channels, "
+                           f"out_channels / groups, k), got size {list(weight.shape)}")
+    out = conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
+                           (1,) + _single(stride, "stride", 1),
+                           (0,) + _single(padding, "padding", 0),
+                           (0,) + _single(output_padding, "output_padding", 0), groups,
+                           (1,) + _single(dilation, "dilation", 1))
+    return out.squeeze(-2)
+
+
 # ----------------------------------------------------------------------------- pooling
 def _check_pool_padding(what, padding, kernel_size):
     if any(2 * p > k for p, k in zip(padding, kernel_size)):
@@ -197,7 +264,7 @@ def _check_divisor(divisor_override, what):
 def _pool_geometry(what, size, kernel_size, stride, padding, dilation, ceil_mode):
     """Output size, and extra bottom/right padding that ceil_mode needs, for a pooling window."""
     _check_pool_padding(what, padding, kernel_size)
-    extent = _extent(kernel_size, dilation)
+    extent = kernel_extent(kernel_size, dilation)
     _check_fits(what, extent, _padded(size, padding))
     out = list(sliding_output_size(size, kernel_size, dilation, padding, stride))
     extra = [0, 0]

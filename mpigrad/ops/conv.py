@@ -210,7 +210,7 @@ class _Columns:
         return as_strided(product, product.shape[:2] + self.out_size, (n, c, self.pitch * q, q))
 
 
-def _extent(kernel_size, dilation):
+def kernel_extent(kernel_size, dilation):
     """How far a dilated kernel reaches along each axis."""
     return tuple(d * (k - 1) + 1 for k, d in zip(kernel_size, dilation))
 
@@ -376,7 +376,7 @@ def _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation, 
     stride, columns W^T g of each group folded back onto the image."""
     n, out_channels = g.shape[:2]
     channels = weight.shape[1] * groups
-    extent = _extent(weight.shape[2:], dilation)
+    extent = kernel_extent(weight.shape[2:], dilation)
     if tuple(stride) == (1, 1) and all(p < e for p, e in zip(padding, extent)):
         flipped = weight.reshape((groups, out_channels // groups) + weight.shape[1:])
         # Contiguous: matmul takes BLAS only for positive strides.

@@ -136,6 +136,9 @@ CASES = [
     ("conv2d_groups", lambda x, w: mg.nn.functional.conv2d(x, w, stride=(1, 2), padding=(0, 1),
                                                           groups=2),
      [((2, 4, 4, 5), _normal), ((6, 2, 2, 2), _normal)]),
+    ("conv_transpose2d", lambda x, w, b: mg.nn.functional.conv_transpose2d(
+        x, w, b, stride=2, padding=1, output_padding=(1, 0), groups=2, dilation=(1, 2)),
+     [((1, 4, 3, 2), _normal), ((4, 1, 2, 3), _normal), ((2,), _normal)]),
     ("max_pool2d", lambda a: mg.nn.functional.max_pool2d(a, 3, stride=2, padding=1,
                                                          ceil_mode=True),
      [((1, 2, 6, 5), _spread)]),

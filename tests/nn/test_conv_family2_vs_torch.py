@@ -62,3 +62,105 @@ def test_grouped_conv2d_matches_torch(cin, cout, groups, kernel, kwargs):
     ours, theirs = _pair("Conv2d", cin, cout, kernel, groups=groups, **kwargs)
     _check_module_against_torch(ours, theirs,
                                 np.random.default_rng(1).standard_normal((2, cin, 7, 6)))
+
+
+# ----------------------------------------------------------------------------- transposed
+@pytest.mark.parametrize("name, args, kwargs, shape", [
+    ("ConvTranspose2d", (3, 4, 3), {}, (2, 3, 5, 4)),
+    ("ConvTranspose2d", (3, 4, (3, 2)), dict(stride=2, padding=1, output_padding=1), (2, 3, 4, 5)),
+    ("ConvTranspose2d", (4, 6, 3), dict(stride=(2, 3), groups=2, dilation=(1, 2), bias=False),
+     (1, 4, 3, 4)),
+    # output_padding above the stride, allowed because the dilation is larger
+    ("ConvTranspose2d", (2, 2, 2), dict(dilation=3, output_padding=(2, 1), padding=1), (2, 2, 3, 3)),
+    ("ConvTranspose2d", (4, 4, 3), dict(groups=4, padding=1), (2, 4, 5, 5)),   # depthwise
+    ("ConvTranspose2d", (4, 8, 3), dict(stride=2, groups=4, padding=1, output_padding=1),
+     (2, 4, 4, 4)),
+    ("ConvTranspose2d", (2, 3, 3), dict(stride=2), (2, 4, 4)),                 # unbatched
+    # 3x3 stride 1 with many channels: the Winograd path of the input gradient
+    ("ConvTranspose2d", (32, 32, 3), dict(padding=1), (1, 32, 8, 8)),
+    ("ConvTranspose1d", (3, 5, 3), {}, (2, 3, 7)),
+    ("ConvTranspose1d", (4, 2, 4), dict(stride=3, padding=2, output_padding=2, groups=2,
+                                        dilation=2), (2, 4, 5)),
+    ("ConvTranspose1d", (2, 2, 3), dict(stride=2, bias=False), (2, 6)),
+])
+def test_conv_transpose_matches_torch(name, args, kwargs, shape):
+    ours, theirs = _pair(name, *args, **kwargs)
+    _check_module_against_torch(ours, theirs, np.random.default_rng(2).standard_normal(shape))
+
+
+@pytest.mark.parametrize("output_size", [(8, 7), [1, 2, 7, 8], (2, 7, 7)])
+def test_conv_transpose_output_size_matches_torch(output_size):
+    ours, theirs = _pair("ConvTranspose2d", 4, 2, 3, stride=2)
+    x = np.random.default_rng(3).standard_normal((1, 4, 3, 3) if len(output_size) != 3
+                                                 else (4, 3, 3))
+    _tol(ours(mpigrad.tensor(x), output_size=output_size),
+         theirs(torch.tensor(x), output_size=output_size))
+
+
+def test_conv_transpose_functional_matches_torch():
+    _check_function(lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1, 2, 1),
+                    lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2, 1),
+                    [(2, 4, 3, 3), (4, 3, 3, 3), (6,)])
+    _check_function(lambda x, w: F.conv_transpose1d(x, w, stride=2, dilation=2),
+                    lambda x, w: TF.conv_transpose1d(x, w, stride=2, dilation=2),
+                    [(2, 3, 4), (3, 2, 2)])
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda L, x: L.conv_transpose2d(x, L_zeros(L, 4, 2, 3, 3), stride=2, output_padding=2),
+     RuntimeError, "output padding must be smaller than either stride or dilation"),
+    (lambda L, x: L.conv_transpose2d(x, L_zeros(L, 3, 2, 3, 3)), RuntimeError,
+     "expected input.* to have 3 channels, but got 4 channels instead"),
+    (lambda L, x: L.conv_transpose2d(x, L_zeros(L, 4, 2, 3, 3), groups=3), RuntimeError,
+     "expected weight to be divisible by 3 at dimension 0"),
+    (lambda L, x: L.conv_transpose2d(x[0, 0], L_zeros(L, 4, 2, 3, 3)), RuntimeError,
+     "Expected 3D \\(unbatched\\) or 4D \\(batched\\) input to conv_transpose2d"),
+    (lambda L, x: L.conv_transpose2d(x, L_zeros(L, 4, 2, 3, 3), padding=4), RuntimeError,
+     "Output size is too small"),
+])
+def test_conv_transpose_errors_match_torch(call, error, message):
+    for library, zeros in ((TF, torch.zeros), (F, mpigrad.zeros)):
+        with pytest.raises(error, match=message):
+            call(library, zeros(1, 4, 3, 3))
+
+
+def L_zeros(library, *shape):
+    return (torch if library is TF else mpigrad).zeros(*shape)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda nn_: nn_.ConvTranspose2d(4, 2, 3, padding_mode="reflect"), ValueError,
+     'Only "zeros" padding mode is supported for ConvTranspose2d'),
+    (lambda nn_: nn_.ConvTranspose2d(4, 3, 3, groups=2), ValueError,
+     "out_channels must be divisible by groups"),
+    (lambda nn_: nn_.ConvTranspose2d(4, 2, 3, stride=2)(nn_zeros(nn_, 1, 4, 3, 3),
+                                                        output_size=(9, 9)),
+     ValueError, r"requested an output size of \(9, 9\), but valid sizes range from \[7, 7\] "
+                 r"to \[8, 8\]"),
+    (lambda nn_: nn_.ConvTranspose2d(4, 2, 3, stride=2)(nn_zeros(nn_, 1, 4, 3, 3),
+                                                        output_size=(8,)),
+     ValueError, "output_size must have 2 or 4 elements"),
+    (lambda nn_: nn_.Conv2d(4, 2, 3, padding_mode="mirror"), ValueError,
+     "padding_mode must be one of"),
+])
+def test_conv_module_errors_match_torch(make, error, message):
+    for library in (torch.nn, nn):
+        with pytest.raises(error, match=message):
+            make(library)
+
+
+def nn_zeros(library, *shape):
+    return (torch if library is torch.nn else mpigrad).zeros(*shape)
+
+
+def test_conv_transpose_state_dict_init_and_repr_match_torch():
+    ours = nn.ConvTranspose2d(4, 6, (3, 2), stride=2, output_padding=1, groups=2, dilation=2,
+                              bias=False)
+    theirs = torch.nn.ConvTranspose2d(4, 6, (3, 2), stride=2, output_padding=1, groups=2,
+                                      dilation=2, bias=False)
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+    assert repr(ours) == repr(theirs)
+    # torch's fan_in for a transposed weight is its second axis times the kernel: 3 * 6
+    assert np.abs(ours.weight.detach().numpy()).max() <= 1 / np.sqrt(18)
+    assert np.abs(ours.weight.detach().numpy()).max() > 0.7 / np.sqrt(18)
