@@ -17,7 +17,10 @@ from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
 from .conv import Conv1d, ConvTranspose1d, ConvTranspose2d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
-                        ZeroPad2d)
+                        ZeroPad2d, ConstantPad1d, ConstantPad3d, ZeroPad1d, ZeroPad3d,
+                        ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
+                        ReplicationPad2d, ReplicationPad3d, CircularPad1d, CircularPad2d,
+                        CircularPad3d)
 from .normalization import GroupNorm  # noqa: F401
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401

@@ -109,6 +109,8 @@ CASES = [
     ("split", lambda a: a.split([1, 3], dim=1)[1] * a.split(2)[0].sum(), [((4, 4), _normal)]),
     ("chunk", lambda a: a.chunk(3, dim=0)[2], [((5, 2), _normal)]),
     ("pad", lambda a: F.pad(a, (1, 2, 0, 1), value=0.5), [((2, 3, 4), _normal)]),
+    ("pad_modes", lambda a: F.pad(F.pad(F.pad(a, (2, 1), "reflect"), (1, 0, 2, 1), "circular"),
+                                  (0, 3, 1, -1), "replicate"), [((2, 3, 4), _normal)]),
     ("clone", lambda a: a.clone(), [((3,), _normal)]),
     ("cast", lambda a: F.cast(a, mg.float64), [((3,), _normal)]),
     ("sign", lambda a: a.sign() * a, [((3, 4), _spread)]),

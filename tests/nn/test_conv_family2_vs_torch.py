@@ -164,3 +164,84 @@ def test_conv_transpose_state_dict_init_and_repr_match_torch():
     # torch's fan_in for a transposed weight is its second axis times the kernel: 3 * 6
     assert np.abs(ours.weight.detach().numpy()).max() <= 1 / np.sqrt(18)
     assert np.abs(ours.weight.detach().numpy()).max() > 0.7 / np.sqrt(18)
+
+
+# ----------------------------------------------------------------------------- padding
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
+@pytest.mark.parametrize("shape, pad", [
+    ((2, 5), (2, 1)),
+    ((2, 3, 5), (0, 4)),
+    ((3, 4, 5), (2, 1, 3, 0)),
+    ((2, 3, 4, 5), (1, 3, 2, 2)),
+    ((2, 3, 4, 5), (1, 1, 0, 2, 2, 1)),
+    ((1, 2, 3, 4, 5), (2, 0, 1, 1, 2, 1)),
+    ((1, 1, 5), (-1, 2)),                      # a negative width crops
+])
+def test_pad_modes_match_torch(mode, shape, pad):
+    _check_function(lambda x: F.pad(x, pad, mode), lambda x: TF.pad(x, pad, mode), [shape])
+
+
+def test_pad_wraps_a_whole_period_and_replicates_beyond_the_size_as_torch():
+    _check_function(lambda x: F.pad(x, (3, 3), "circular"),
+                    lambda x: TF.pad(x, (3, 3), "circular"), [(1, 2, 3)])
+    _check_function(lambda x: F.pad(x, (5, 0, 0, 4), "replicate"),
+                    lambda x: TF.pad(x, (5, 0, 0, 4), "replicate"), [(1, 2, 3)])
+    _check_function(lambda x: F.pad(x, (1, -2, 2, 0), value=1.5),
+                    lambda x: TF.pad(x, (1, -2, 2, 0), value=1.5), [(2, 3, 4)])
+
+
+@pytest.mark.parametrize("shape, pad, kwargs, error, message", [
+    ((5,), (2, 1), dict(mode="reflect"), NotImplementedError,
+     "Padding size 2 is not supported for 1D input tensor"),
+    ((2, 3, 4, 5), (1, 1), dict(mode="replicate"), NotImplementedError,
+     "Padding size 2 is not supported for 4D input tensor"),
+    ((1, 2, 3), (3, 0), dict(mode="reflect"), RuntimeError,
+     "Padding size should be less than the corresponding input dimension"),
+    ((1, 2, 3), (4, 0), dict(mode="circular"), RuntimeError,
+     "Padding value causes wrapping around more than once"),
+    ((1, 2, 3), (1, 1), dict(mode="foo"), NotImplementedError, "Unrecognised padding mode foo"),
+    ((1, 1, 5), (1,), dict(mode="reflect"), RuntimeError, "Padding length must be divisible by 2"),
+    ((1, 1, 5), (1, 1), dict(mode="reflect", value=1.0), RuntimeError,
+     "Padding mode \"reflect\" doesn't take in value argument"),
+])
+def test_pad_errors_match_torch(shape, pad, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        TF.pad(torch.zeros(shape), pad, **kwargs)
+    with pytest.raises(error, match=message):
+        F.pad(mpigrad.zeros(*shape), pad, **kwargs)
+
+
+@pytest.mark.parametrize("name, args, shape", [
+    ("ReflectionPad1d", (2,), (2, 3, 5)),
+    ("ReflectionPad2d", ((1, 0, 2, 3),), (3, 4, 5)),
+    ("ReflectionPad3d", (1,), (1, 2, 3, 4, 2)),
+    ("ReplicationPad1d", ((3, 1),), (3, 4)),
+    ("ReplicationPad2d", (2,), (1, 2, 3, 3)),
+    ("ReplicationPad3d", ((1, 2, 0, 1, 2, 0),), (2, 2, 3, 4)),
+    ("CircularPad1d", (2,), (1, 2, 3)),
+    ("CircularPad2d", ((1, 2, 2, 0),), (1, 2, 3, 4)),
+    ("CircularPad3d", (1,), (1, 1, 2, 3, 4)),
+    ("ZeroPad1d", ((2, -1),), (2, 3, 4)),
+    ("ZeroPad3d", (1,), (1, 2, 2, 3)),
+    ("ConstantPad1d", (2, -0.5), (3, 4)),
+    ("ConstantPad3d", ((1, 0, 0, 2, 1, 1), 2.0), (1, 2, 2, 3, 1)),
+])
+def test_padding_modules_match_torch(name, args, shape):
+    x = np.random.default_rng(9).standard_normal(shape)
+    _check_module_against_torch(getattr(nn, name)(*args), getattr(torch.nn, name)(*args), x)
+
+
+@pytest.mark.parametrize("name, args, kwargs, shape", [
+    ("Conv2d", (3, 4, 3), dict(padding=1, padding_mode="reflect"), (2, 3, 5, 6)),
+    ("Conv2d", (3, 4, (3, 2)), dict(padding=(2, 1), stride=2, padding_mode="replicate"),
+     (2, 3, 5, 6)),
+    ("Conv2d", (4, 4, 3), dict(padding=2, dilation=2, groups=4, padding_mode="circular"),
+     (1, 4, 5, 5)),
+    ("Conv2d", (2, 3, (4, 3)), dict(padding="same", padding_mode="reflect"), (2, 2, 6, 5)),
+    ("Conv2d", (2, 3, 3), dict(padding="valid", padding_mode="circular"), (2, 5, 5)),
+    ("Conv1d", (2, 3, 4), dict(padding="same", dilation=2, padding_mode="circular"), (2, 2, 9)),
+    ("Conv1d", (2, 3, 3), dict(padding=2, stride=2, padding_mode="replicate"), (2, 7)),
+])
+def test_conv_padding_modes_match_torch(name, args, kwargs, shape):
+    ours, theirs = _pair(name, *args, **kwargs)
+    _check_module_against_torch(ours, theirs, np.random.default_rng(10).standard_normal(shape))
