@@ -23,6 +23,7 @@ from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2
                         CircularPad3d)
 from .normalization import GroupNorm  # noqa: F401
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
+from .pooling import MaxPool1d, AvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401
 from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
 from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401

@@ -23,7 +23,8 @@ __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pa
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
            "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
            "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "conv_transpose1d",
-           "conv_transpose2d"]
+           "conv_transpose2d", "max_pool1d", "avg_pool1d", "adaptive_max_pool1d",
+           "adaptive_max_pool2d"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -346,6 +347,79 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                                   dilation=(1, 1), padding=(0, 0), stride=stride).data.sum(1)
     out = (sums / divisor).reshape(n, c, oh, ow)
     return out.squeeze(0) if unbatched else out
+
+
+def _pool1d_as_2d(input, what):
+    """(N, C, L) or (C, L) as a height-1 image, for the 2-D pooling."""
+    if input.ndim in (2, 3):
+        return input.unsqueeze(-2)
+    if what == "max_pool1d":
+        raise RuntimeError(f"max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 "
+                           f"dim batch size for input, but got:{list(input.shape)}")
+    raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor "
+                       f"for argument #1 'self' (while checking arguments for {what})")
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Maximum over each window of the last dimension (max_pool2d on a height-1 image);
+    indices are positions along that dimension."""
+    kernel_size = _single(kernel_size, "kernel_size", 1)
+    stride = kernel_size if stride is None else _single(stride, "stride", 1)
+    out = max_pool2d(_pool1d_as_2d(input, "max_pool1d"), (1,) + kernel_size, (1,) + stride,
+                     (0,) + _single(padding, "padding", 0),
+                     (1,) + _single(dilation, "dilation", 1), ceil_mode, return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    """Mean over each window of the last dimension (avg_pool2d on a height-1 image)."""
+    kernel_size = _single(kernel_size, "kernel_size", 1)
+    stride = kernel_size if stride is None else _single(stride, "stride", 1)
+    return avg_pool2d(_pool1d_as_2d(input, "avg_pool1d"), (1,) + kernel_size, (1,) + stride,
+                      (0,) + _single(padding, "padding", 0), ceil_mode,
+                      count_include_pad).squeeze(-2)
+
+
+def _adaptive_bins(size, out_size):
+    """torch's adaptive bins along one axis: bin i is [floor(i * size / out_size),
+    ceil((i + 1) * size / out_size))."""
+    return [((i * size) // out_size, -((-(i + 1) * size) // out_size)) for i in range(out_size)]
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Maximum over torch's adaptive bins of the last two dimensions. Each bin's winner (its
+    first maximum) is found on the values, then gathered, so the gradient goes to the winners
+    as torch's does; with return_indices also their flat positions in each (H, W) plane."""
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: "
+                           f"{list(input.shape)}")
+    height, width = _adaptive_sizes("adaptive_max_pool2d", input, output_size, 2)
+    h, w = input.shape[-2:]
+    planes = input.data
+    winners = np.empty(planes.shape[:-2] + (height, width), np.int64)
+    for i, (top, bottom) in enumerate(_adaptive_bins(h, height)):
+        for j, (left, right) in enumerate(_adaptive_bins(w, width)):
+            block = planes[..., top:bottom, left:right].reshape(planes.shape[:-2] + (-1,))
+            row, column = np.divmod(block.argmax(-1), right - left)
+            winners[..., i, j] = (top + row) * w + left + column
+    indices = Tensor.wrap(winners)
+    flat = input.reshape(*input.shape[:-2], h * w)
+    out = flat.gather(-1, indices.reshape(*winners.shape[:-2], -1)).reshape(winners.shape)
+    return (out, indices) if return_indices else out
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Maximum over torch's adaptive bins of the last dimension."""
+    x = _pool1d_as_2d(input, "adaptive_max_pool1d")
+    (length,) = _adaptive_sizes("adaptive_max_pool1d", input, output_size, 1)
+    out = adaptive_max_pool2d(x, (1, length), return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------- activations

@@ -245,3 +245,56 @@ def test_padding_modules_match_torch(name, args, shape):
 def test_conv_padding_modes_match_torch(name, args, kwargs, shape):
     ours, theirs = _pair(name, *args, **kwargs)
     _check_module_against_torch(ours, theirs, np.random.default_rng(10).standard_normal(shape))
+
+
+# ----------------------------------------------------------------------------- pooling
+@pytest.mark.parametrize("name, args, kwargs, shape", [
+    ("MaxPool1d", (3,), {}, (2, 3, 8)),
+    ("MaxPool1d", (3, 2, 1), dict(dilation=2, ceil_mode=True), (2, 3, 10)),
+    ("MaxPool1d", (2,), dict(stride=1), (3, 7)),
+    ("AvgPool1d", (3,), {}, (2, 3, 8)),
+    ("AvgPool1d", (3, 2, 1), dict(ceil_mode=True, count_include_pad=False), (2, 3, 10)),
+    ("AvgPool1d", (4, 3, 2), {}, (3, 9)),
+    ("AdaptiveMaxPool1d", (3,), {}, (2, 3, 8)),
+    ("AdaptiveMaxPool1d", (5,), {}, (3, 5)),
+    ("AdaptiveMaxPool2d", ((2, 3),), {}, (2, 3, 7, 5)),
+    ("AdaptiveMaxPool2d", (1,), {}, (2, 4, 3, 3)),
+    ("AdaptiveMaxPool2d", ((None, 4),), {}, (3, 5, 6)),
+    ("AdaptiveMaxPool2d", (5,), {}, (1, 2, 3, 4)),     # bins overlap: a winner twice
+])
+def test_pooling_matches_torch(name, args, kwargs, shape):
+    # Distinct values: the winners are the same in both libraries.
+    x = np.random.default_rng(11).permutation(np.prod(shape)).reshape(shape) / 7.0
+    _check_module_against_torch(getattr(nn, name)(*args, **kwargs),
+                                getattr(torch.nn, name)(*args, **kwargs), x)
+
+
+@pytest.mark.parametrize("ours, theirs, shape", [
+    (lambda x: F.max_pool1d(x, 2, return_indices=True),
+     lambda x: TF.max_pool1d(x, 2, return_indices=True), (2, 3, 7)),
+    (lambda x: F.max_pool1d(x, 3, 2, 1, return_indices=True),
+     lambda x: TF.max_pool1d(x, 3, 2, 1, return_indices=True), (3, 8)),
+    (lambda x: nn.AdaptiveMaxPool2d((3, 2), return_indices=True)(x),
+     lambda x: torch.nn.AdaptiveMaxPool2d((3, 2), return_indices=True)(x), (2, 2, 7, 5)),
+    (lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True),
+     lambda x: TF.adaptive_max_pool1d(x, 3, return_indices=True), (2, 5)),
+])
+def test_pooling_indices_match_torch(ours, theirs, shape):
+    x = np.random.default_rng(12).permutation(np.prod(shape)).reshape(shape) / 3.0
+    (out, indices), (out_t, indices_t) = ours(mpigrad.tensor(x)), theirs(torch.tensor(x))
+    _tol(out, out_t)
+    np.testing.assert_array_equal(indices.numpy(), indices_t.numpy())
+    assert indices.dtype == mpigrad.int64
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda L: L.max_pool1d(L_zeros(L, 2, 3, 4, 5), 2), "Expected 2D or 3D"),
+    (lambda L: L.avg_pool1d(L_zeros(L, 5), 2), "Expected 2 to 3 dimensions"),
+    (lambda L: L.adaptive_max_pool2d(L_zeros(L, 2, 3), 2), "Expected 3D or 4D tensor"),
+    (lambda L: L.adaptive_max_pool2d(L_zeros(L, 1, 1, 1, 2, 3), 2), "Expected 3D or 4D tensor"),
+    (lambda L: L.adaptive_max_pool1d(L_zeros(L, 1, 2, 3, 3), 2), "Expected 2 to 3 dimensions"),
+])
+def test_pooling_errors_match_torch(call, message):
+    for library in (TF, F):
+        with pytest.raises(RuntimeError, match=message):
+            call(library)
