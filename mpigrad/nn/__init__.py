@@ -21,7 +21,7 @@ from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2
                         ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
                         ReplicationPad2d, ReplicationPad3d, CircularPad1d, CircularPad2d,
                         CircularPad3d)
-from .normalization import GroupNorm  # noqa: F401
+from .normalization import GroupNorm, InstanceNorm1d, InstanceNorm2d  # noqa: F401
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
 from .pooling import MaxPool1d, AvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401

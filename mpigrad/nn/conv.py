@@ -25,18 +25,18 @@ class _ConvNd(Module):
         self.in_channels = positive_int("in_channels", in_channels, name)
         self.out_channels = positive_int("out_channels", out_channels, name)
         self.groups = positive_int("groups", groups, name)
-        if in_channels % groups:
-            raise ValueError("in_channels must be divisible by groups")
-        if out_channels % groups:
-            raise ValueError("out_channels must be divisible by groups")
+        for what, channels in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if channels % groups:
+                raise ValueError(f"{what} must be divisible by groups ({groups}), got "
+                                 f"{channels}")
         dims = self._dims
         self.kernel_size = F._ntuple(kernel_size, "kernel_size", 1, dims)
         self.stride = F._ntuple(stride, "stride", 1, dims)
         self.dilation = F._ntuple(dilation, "dilation", 1, dims)
         if isinstance(padding, str):
             if padding not in ("valid", "same"):
-                raise ValueError(f"Invalid padding string {padding!r}, should be one of "
-                                 f"{{'valid', 'same'}}")
+                raise ValueError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', "
+                                 f"got {padding!r}")
             if padding == "same" and self.stride != (1,) * dims:
                 raise ValueError("padding='same' is not supported for strided convolutions")
             self.padding = padding

@@ -24,7 +24,7 @@ __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pa
            "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
            "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "conv_transpose1d",
            "conv_transpose2d", "max_pool1d", "avg_pool1d", "adaptive_max_pool1d",
-           "adaptive_max_pool2d"]
+           "adaptive_max_pool2d", "instance_norm"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -621,6 +621,43 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: running_mean and running_var are required when not "
                              "training")
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    out = _normalize(input, mean, var, eps)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalises each sample's channels separately, over their spatial dimensions (biased
+    variance). With use_input_stats the running estimates, if given, move towards the
+    batch's average of the per-instance statistics (unbiased variance); without, they are
+    what normalises."""
+    if input.ndim < 3:
+        raise ValueError(f"instance_norm: expected an input of shape (N, C, ...) with at least "
+                         f"one spatial dimension, got shape {tuple(input.shape)}")
+    channels = input.shape[1]
+    shape = (1, channels) + (1,) * (input.ndim - 2)
+    check_same_dtype(_MIXED_DTYPES, input, running_mean, running_var, weight, bias)
+    if use_input_stats:
+        count = input.numel() // (input.shape[0] * channels)
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input "
+                             f"size {list(input.shape)}")
+        dims = tuple(range(2, input.ndim))
+        mean = input.mean(dims, keepdim=True)
+        var = input.var(dims, keepdim=True, correction=0)
+        with grad_mode.no_grad():
+            if running_mean is not None:
+                running_mean.mul_(1 - momentum).add_(mean.mean(0).reshape(channels),
+                                                     alpha=momentum)
+            if running_var is not None:
+                running_var.mul_(1 - momentum).add_(var.mean(0).reshape(channels),
+                                                    alpha=momentum * count / (count - 1))
+    else:
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
     out = _normalize(input, mean, var, eps)
     if weight is not None:

@@ -298,3 +298,66 @@ def test_pooling_errors_match_torch(call, message):
     for library in (TF, F):
         with pytest.raises(RuntimeError, match=message):
             call(library)
+
+
+# ----------------------------------------------------------------------------- normalisation
+def _randomised_pair(name, *args, **kwargs):
+    """_pair with random affine parameters and running statistics."""
+    ours, theirs = _pair(name, *args, **kwargs)
+    rng = np.random.default_rng(13)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rng.standard_normal(p.shape)))
+        if theirs.running_var is not None:
+            theirs.running_mean.copy_(torch.tensor(rng.standard_normal(theirs.num_features)))
+            theirs.running_var.copy_(torch.tensor(rng.uniform(0.5, 2, theirs.num_features)))
+    ours.load_state_dict({k: mpigrad.tensor(v.detach().numpy())
+                          for k, v in theirs.state_dict().items()})
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name, kwargs, shape", [
+    ("InstanceNorm2d", {}, (2, 3, 4, 5)),
+    ("InstanceNorm2d", dict(affine=True), (2, 3, 4, 5)),
+    ("InstanceNorm2d", dict(affine=True, bias=False), (2, 3, 4, 5)),
+    ("BatchNorm2d", dict(bias=False), (2, 3, 4, 5)),
+    ("InstanceNorm2d", dict(affine=True, track_running_stats=True), (2, 3, 4, 5)),
+    ("InstanceNorm2d", dict(track_running_stats=True, momentum=None), (3, 4, 5)),
+    ("InstanceNorm1d", dict(affine=True, eps=1e-3), (2, 3, 6)),
+    ("InstanceNorm1d", dict(track_running_stats=True, momentum=0.3), (3, 6)),
+    ("BatchNorm2d", dict(track_running_stats=False), (2, 3, 4, 5)),
+    ("BatchNorm1d", dict(track_running_stats=False, affine=False), (4, 3)),
+    ("BatchNorm1d", dict(track_running_stats=False), (4, 3, 2)),
+])
+@pytest.mark.parametrize("training", [True, False])
+def test_instance_and_untracked_batch_norm_match_torch(name, kwargs, shape, training):
+    ours, theirs = _randomised_pair(name, 3, **kwargs)
+    ours.train(training)
+    theirs.train(training)
+    _check_module_against_torch(ours, theirs, np.random.default_rng(14).standard_normal(shape))
+    for key, value in theirs.state_dict().items():
+        np.testing.assert_allclose(ours.state_dict()[key].numpy(), value.numpy(), rtol=1e-12,
+                                   atol=1e-12, err_msg=key)
+    assert set(ours.state_dict()) == set(theirs.state_dict())
+    if not kwargs.get("track_running_stats", name.startswith("Batch")):
+        assert ours.running_mean is None and ours.running_var is None
+
+
+@pytest.mark.parametrize("make, shape, message", [
+    (lambda L: L.InstanceNorm2d(3), (2, 3), "expected 3D or 4D input \\(got 2D input\\)"),
+    (lambda L: L.InstanceNorm1d(3), (2, 3, 4, 5), "expected 2D or 3D input \\(got 4D input\\)"),
+    (lambda L: L.InstanceNorm2d(3, affine=True), (2, 4, 4, 4),
+     "expected input's size at dim=1 to match num_features \\(3\\), but got: 4"),
+    (lambda L: L.InstanceNorm1d(3), (2, 3, 1), "Expected more than 1 spatial element"),
+])
+def test_instance_norm_errors_match_torch(make, shape, message):
+    for library, zeros in ((torch.nn, torch.zeros), (nn, mpigrad.zeros)):
+        with pytest.raises(ValueError, match=message):
+            make(library)(zeros(*shape))
+
+
+def test_instance_norm_warns_for_a_channel_count_it_does_not_use():
+    with pytest.warns(UserWarning, match="does not match num_features"):
+        torch.nn.InstanceNorm1d(3)(torch.zeros(2, 4, 5))
+    with pytest.warns(UserWarning, match="does not match num_features"):
+        nn.InstanceNorm1d(3)(mpigrad.zeros(2, 4, 5))
