@@ -22,6 +22,7 @@ from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2
                         ReplicationPad2d, ReplicationPad3d, CircularPad1d, CircularPad2d,
                         CircularPad3d)
 from .normalization import GroupNorm, InstanceNorm1d, InstanceNorm2d  # noqa: F401
+from .upsampling import Upsample, UpsamplingNearest2d, UpsamplingBilinear2d  # noqa: F401
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
 from .pooling import MaxPool1d, AvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401

@@ -361,3 +361,73 @@ def test_instance_norm_warns_for_a_channel_count_it_does_not_use():
         torch.nn.InstanceNorm1d(3)(torch.zeros(2, 4, 5))
     with pytest.warns(UserWarning, match="does not match num_features"):
         nn.InstanceNorm1d(3)(mpigrad.zeros(2, 4, 5))
+
+
+# ----------------------------------------------------------------------------- resampling
+@pytest.mark.parametrize("shape, kwargs", [
+    ((2, 3, 4, 5), dict(scale_factor=2)),
+    ((2, 3, 4, 5), dict(size=(7, 3))),
+    ((1, 2, 10, 7), dict(size=(6, 5))),                 # uneven steps
+    ((2, 3, 4, 5), dict(scale_factor=(1.5, 0.7))),
+    ((2, 3, 4, 5), dict(scale_factor=1.7, recompute_scale_factor=True)),
+    ((2, 3, 4, 5), dict(size=(9, 8), mode="nearest-exact")),
+    ((2, 3, 4, 5), dict(size=(7, 9), mode="bilinear")),
+    ((2, 3, 4, 5), dict(size=(7, 9), mode="bilinear", align_corners=True)),
+    ((2, 3, 6, 5), dict(size=(3, 2), mode="bilinear")),
+    ((2, 3, 4, 5), dict(scale_factor=2.5, mode="bilinear")),
+    ((2, 3, 4, 5), dict(scale_factor=(2.5, 1.3), mode="bilinear", recompute_scale_factor=True)),
+    ((2, 3, 4, 5), dict(scale_factor=1.5, mode="bilinear", align_corners=True)),
+    ((2, 3, 4, 5), dict(size=1, mode="bilinear", align_corners=True)),
+    ((2, 3, 7), dict(size=12, mode="linear")),
+    ((2, 3, 7), dict(scale_factor=0.6, mode="linear", align_corners=True)),
+    ((2, 3, 7), dict(scale_factor=3)),
+    ((1, 2, 3, 4, 2), dict(size=(4, 3, 5), mode="trilinear")),
+    ((1, 2, 3, 4, 2), dict(scale_factor=2)),
+    ((2, 3, 7, 6), dict(size=(3, 4), mode="area")),
+    ((2, 3, 7), dict(size=4, mode="area")),
+])
+def test_interpolate_matches_torch(shape, kwargs):
+    _check_function(lambda x: F.interpolate(x, **kwargs), lambda x: TF.interpolate(x, **kwargs),
+                    [shape])
+
+
+@pytest.mark.parametrize("name, args, kwargs", [
+    ("Upsample", (), dict(scale_factor=2)),
+    ("Upsample", ((5, 7),), dict(mode="bilinear")),
+    ("Upsample", (), dict(scale_factor=(1.5, 2), mode="bilinear", align_corners=True)),
+    ("UpsamplingNearest2d", (), dict(scale_factor=3)),
+    ("UpsamplingNearest2d", ((4, 9),), {}),
+    ("UpsamplingBilinear2d", (), dict(scale_factor=2)),
+    ("UpsamplingBilinear2d", ((3, 7),), {}),
+])
+def test_upsampling_modules_match_torch(name, args, kwargs):
+    x = np.random.default_rng(15).standard_normal((2, 3, 4, 5))
+    _check_module_against_torch(getattr(nn, name)(*args, **kwargs),
+                                getattr(torch.nn, name)(*args, **kwargs), x)
+
+
+@pytest.mark.parametrize("shape, kwargs, error, message", [
+    ((1, 1, 4, 4), dict(size=2, scale_factor=2), ValueError, "only one of size or scale_factor"),
+    ((1, 1, 4, 4), {}, ValueError, "either size or scale_factor should be defined"),
+    ((1, 1, 4, 4), dict(size=2, align_corners=True), ValueError,
+     "align_corners option can only be set with the interpolating modes"),
+    ((1, 1, 4), dict(size=2, mode="bilinear"), NotImplementedError,
+     "Got 3D input, but bilinear mode needs 4D input"),
+    ((1, 1, 4, 4), dict(size=2, mode="linear"), NotImplementedError,
+     "Got 4D input, but linear mode needs 3D input"),
+    ((1, 1, 4, 4), dict(size=(2, 2, 2)), ValueError,
+     "Input and output must have the same number of spatial dimensions"),
+    ((1, 1, 4, 4), dict(scale_factor=(2., 2., 2.)), ValueError,
+     "Input and scale_factor must have the same number of spatial dimensions"),
+    ((1, 1, 4, 4), dict(size=2, recompute_scale_factor=True), ValueError,
+     "recompute_scale_factor is not meaningful with an explicit size"),
+    ((1, 1, 4, 4), dict(size=2, mode="foo"), NotImplementedError, "Input Error: Only 3D, 4D"),
+    ((4, 4), dict(size=2), NotImplementedError, "Input Error: Only 3D, 4D and 5D"),
+    ((1, 1, 4, 4), dict(scale_factor=0.1), RuntimeError,
+     "Input and output sizes should be greater than 0"),
+])
+def test_interpolate_errors_match_torch(shape, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        TF.interpolate(torch.zeros(shape), **kwargs)
+    with pytest.raises(error, match=message):
+        F.interpolate(mpigrad.zeros(*shape), **kwargs)
