@@ -1478,3 +1478,125 @@ def glu(input, dim=-1):
                            f"{dim % input.ndim} is size {size}")
     first, second = ops.chunk(input, 2, dim)
     return first * ops.sigmoid(second)
+
+
+# ----------------------------------------------------------------------------- bilinear, bags
+__all__ += ["bilinear", "embedding_bag"]
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., o] = input1[..., :] A_o input2[..., :] + b_o with weight (out, in1, in2): one
+    product with the weight's slices side by side, then a contraction with input2."""
+    if weight.ndim != 3:
+        raise RuntimeError(f"bilinear(): weight must be three-dimensional, got "
+                           f"{weight.ndim} dimensions")
+    out_features, in1, in2 = weight.shape
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.ndim} and "
+                           f"{input2.ndim}")
+    for dim, (a, b) in enumerate(zip(input1.shape[:-1], input2.shape[:-1])):
+        if a != b:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {dim}: "
+                               f"got {a} and {b}")
+    for name, size, expected in (("input1", input1.shape[-1], in1),
+                                 ("input2", input2.shape[-1], in2),
+                                 ("bias", None if bias is None else bias.shape[-1],
+                                  out_features)):
+        if size is not None and size != expected:
+            raise RuntimeError(f"bilinear(): {name} size does not match weight size: got {size} "
+                               f"but expected {expected}")
+    batch = tuple(input1.shape[:-1])
+    left = input1 @ weight.permute(1, 0, 2).reshape(in1, out_features * in2)
+    out = (left.reshape(*batch, out_features, in2) * input2.unsqueeze(-2)).sum(-1)
+    return out if bias is None else out + bias
+
+
+def _bags(input, offsets, include_last_offset):
+    """The flat indices and each bag's (start, stop) in them, from 2-D input (a bag per row)
+    or 1-D input with offsets."""
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError(f"if input is 2D, then offsets has to be None, as input is treated "
+                             f"is a mini-batch of fixed length sequences. However, found offsets "
+                             f"of type {type(offsets)}")
+        bags, width = input.shape
+        return input.data.reshape(-1), [(b * width, (b + 1) * width) for b in range(bags)]
+    if input.ndim != 1:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
+                         f"{input.ndim}")
+    if offsets is None:
+        raise ValueError("offsets has to be a 1D Tensor but got None")
+    offsets = np.asarray(offsets.data if isinstance(offsets, Tensor) else offsets)
+    if offsets.ndim != 1:
+        raise ValueError("offsets has to be a 1D Tensor")
+    length = input.shape[0]
+    if len(offsets) and offsets[0] != 0:
+        raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+                           f"has to start from position 0. However, got {offsets[0]}")
+    if len(offsets) and offsets[-1] > length:
+        raise RuntimeError(f"offsets[-1] can not be greater than input's length {length} but "
+                           f"got offsets[-1] of {offsets[-1]}")
+    if (np.diff(offsets) < 0).any():
+        raise RuntimeError(f"embedding_bag: offsets must not decrease, got {offsets.tolist()}")
+    bounds = offsets.tolist() if include_last_offset else offsets.tolist() + [length]
+    return input.data, list(zip(bounds[:-1], bounds[1:]))
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
+                  scale_grad_by_freq=False, mode="mean", sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=None):
+    """The sum, mean or max of each bag of `weight`'s rows, without the rows in between:
+    bags are the rows of 2-D input, or the runs of 1-D input that `offsets` start. Entries
+    equal to padding_idx are left out of their bag (and of a mean's count); an empty bag
+    gives zeros. per_sample_weights (mode 'sum') scale each looked-up row."""
+    padding_idx = _embedding_options(weight.shape[0], padding_idx, scale_grad_by_freq, sparse,
+                                     "embedding_bag")
+    if scale_grad_by_freq:
+        # torch 2.13's gradient here is not each row's divided by its count (a row seen once
+        # can get half, another a third), so rather than differ silently, it is refused.
+        raise NotImplementedError("embedding_bag: scale_grad_by_freq is not supported")
+    input = _as_tensor(input)
+    if input.dtype.kind not in "iu":
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
+                           f"following scalar types: Long, Int; but got {input.dtype} instead "
+                           f"(while checking arguments for embedding_bag)")
+    if per_sample_weights is not None and tuple(per_sample_weights.shape) != tuple(input.shape):
+        raise ValueError(f"embedding_bag: If per_sample_weights ({tuple(per_sample_weights.shape)}"
+                         f") is not None, then it must have the same shape as the input "
+                         f"({tuple(input.shape)})")
+    indices, bags = _bags(input, offsets, include_last_offset)
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. "
+                                  f"per_sample_weights is only supported for mode='sum' (got "
+                                  f"mode='{mode}'). Please open a feature request on GitHub.")
+    bad = (indices < 0) | (indices >= weight.shape[0])
+    if bad.any():
+        where = int(np.argmax(bad))
+        raise RuntimeError(f"Index {where} of input takes value {indices[where]} which is not in "
+                           f"the valid range [0, {weight.shape[0]})")
+    # Which looked-up rows each bag holds: padding entries are in none.
+    member = np.zeros((len(bags), len(indices)), weight.dtype)
+    for b, (start, stop) in enumerate(bags):
+        member[b, start:stop] = 1
+    if padding_idx is not None:
+        member[:, indices == padding_idx] = 0
+    rows = embedding(Tensor.wrap(indices), weight, None, max_norm, norm_type)
+    if mode == "max":
+        # Each bag's winner per column (its first maximum) is found on the values, then
+        # gathered, so the gradient goes to it alone, as in torch.
+        winners = np.zeros((len(bags), weight.shape[1]), np.int64)
+        for b in range(len(bags)):
+            (held,) = np.nonzero(member[b])
+            if held.size:
+                winners[b] = held[rows.data[held].argmax(0)]
+        filled = Tensor.wrap(member.any(1, keepdims=True).astype(weight.dtype))
+        return rows.gather(0, Tensor.wrap(winners)) * filled
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.reshape(-1, 1)
+    if mode == "mean":
+        counts = member.sum(1, keepdims=True)
+        member /= np.maximum(counts, 1)
+    return Tensor.wrap(member) @ rows
+

@@ -6,6 +6,7 @@ import pytest
 
 import mpigrad
 from mpigrad import nn
+from mpigrad.autograd import gradcheck, gradgradcheck
 from mpigrad.nn import functional as F
 
 from .test_conv_family_vs_torch import _check_module_against_torch
@@ -431,3 +432,182 @@ def test_interpolate_errors_match_torch(shape, kwargs, error, message):
         TF.interpolate(torch.zeros(shape), **kwargs)
     with pytest.raises(error, match=message):
         F.interpolate(mpigrad.zeros(*shape), **kwargs)
+
+
+# ----------------------------------------------------------------------------- Bilinear
+@pytest.mark.parametrize("bias, shapes", [
+    (True, [(4, 3), (4, 5)]),
+    (False, [(2, 4, 3), (2, 4, 5)]),
+    (True, [(3,), (5,)]),
+])
+def test_bilinear_matches_torch(bias, shapes):
+    ours, theirs = _pair("Bilinear", 3, 5, 2, bias=bias)
+    rng = np.random.default_rng(16)
+    mine, reference = _leaves(rng, *shapes)
+    yo, yt = ours(*mine), theirs(*reference)
+    _tol(yo, yt)
+    g = rng.standard_normal(tuple(yt.shape))
+    yo.backward(mpigrad.tensor(g))
+    yt.backward(torch.tensor(g))
+    for a, b in zip(mine, reference):
+        _tol(a.grad, b.grad)
+    for (name, po), (_, pt) in zip(ours.named_parameters(), theirs.named_parameters()):
+        _tol(po.grad, pt.grad, name)
+    assert repr(ours) == repr(theirs)
+    bound = 1 / np.sqrt(3)
+    fresh = nn.Bilinear(3, 5, 200)
+    assert np.abs(fresh.weight.detach().numpy()).max() <= bound
+    assert np.abs(fresh.weight.detach().numpy()).max() > 0.9 * bound
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ([(2, 3), (3, 4), (5, 3, 4)], "input batch dimensions do not match at dim 0: got 2 and 3"),
+    ([(2, 3), (2, 4), (5, 2, 4)], "input1 size does not match weight size: got 3 but expected 2"),
+    ([(2, 3), (2, 4), (5, 3, 5)], "input2 size does not match weight size: got 4 but expected 5"),
+    ([(2, 3), (2, 4), (5, 3, 4), (4,)],
+     "bias size does not match weight size: got 4 but expected 5"),
+])
+def test_bilinear_errors_match_torch(shapes, message):
+    for library, zeros in ((TF, torch.zeros), (F, mpigrad.zeros)):
+        with pytest.raises(RuntimeError, match=message):
+            library.bilinear(*(zeros(*s) for s in shapes))
+
+
+# ----------------------------------------------------------------------------- EmbeddingBag
+_BAG_INPUT = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5])
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("input, offsets, kwargs", [
+    (_BAG_INPUT, [0, 3, 3, 7], {}),                         # an empty bag
+    (_BAG_INPUT, [0, 2, 11], dict(include_last_offset=True)),
+    (_BAG_INPUT, [0, 4, 6], dict(padding_idx=5)),           # padding left out of the bags
+    (_BAG_INPUT[:9].reshape(3, 3), None, {}),
+    (np.array([[1, 1], [2, 1]]), None, dict(padding_idx=1)),  # a bag of padding only
+    (_BAG_INPUT, [0, 5], dict(max_norm=1.5)),
+])
+def test_embedding_bag_matches_torch(mode, input, offsets, kwargs):
+    ours, theirs = _pair("EmbeddingBag", 10, 3, mode=mode, **kwargs)
+    # A fresh weight per library: max_norm rescales rows in place.
+    weight = np.random.default_rng(17).standard_normal((10, 3))
+    with torch.no_grad():
+        theirs.weight.copy_(torch.tensor(weight))
+    ours.load_state_dict({"weight": mpigrad.tensor(weight)})
+    args_o = (mpigrad.tensor(input),) + (() if offsets is None else (mpigrad.tensor(offsets),))
+    args_t = (torch.tensor(input),) + (() if offsets is None else (torch.tensor(offsets),))
+    yo, yt = ours(*args_o), theirs(*args_t)
+    _tol(yo, yt)
+    g = np.random.default_rng(18).standard_normal(tuple(yt.shape))
+    yo.backward(mpigrad.tensor(g))
+    yt.backward(torch.tensor(g))
+    _tol(ours.weight.grad, theirs.weight.grad)
+    _tol(ours.weight, theirs.weight)
+    assert repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("input, offsets", [
+    (_BAG_INPUT, [0, 3, 7]),
+    (_BAG_INPUT[:8].reshape(2, 4), None),
+])
+def test_embedding_bag_per_sample_weights_match_torch(input, offsets):
+    rng = np.random.default_rng(19)
+    extra = () if offsets is None else (offsets,)
+    _check_function(
+        lambda w, p: F.embedding_bag(mpigrad.tensor(input), w,
+                                     *(mpigrad.tensor(o) for o in extra), mode="sum",
+                                     per_sample_weights=p),
+        lambda w, p: TF.embedding_bag(torch.tensor(input), w, *(torch.tensor(o) for o in extra),
+                                      mode="sum", per_sample_weights=p),
+        [(10, 4), input.shape], seed=int(rng.integers(100)))
+
+
+def test_embedding_bag_refuses_scale_grad_by_freq():
+    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
+        nn.EmbeddingBag(4, 2, scale_grad_by_freq=True, mode="sum")(mpigrad.tensor([[1, 2]]))
+
+
+def test_embedding_bag_from_pretrained_and_init_match_torch():
+    weight = np.random.default_rng(20).standard_normal((6, 2))
+    ours = nn.EmbeddingBag.from_pretrained(mpigrad.tensor(weight), mode="max")
+    theirs = torch.nn.EmbeddingBag.from_pretrained(torch.tensor(weight), mode="max")
+    assert not ours.weight.requires_grad
+    _tol(ours(mpigrad.tensor([[1, 2], [3, 0]])), theirs(torch.tensor([[1, 2], [3, 0]])))
+    fresh = nn.EmbeddingBag(8, 3, padding_idx=-2)
+    assert fresh.padding_idx == 6 and not fresh.weight.detach().numpy()[6].any()
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda L, w: L.embedding_bag(T(L, [[1, 2]]), w, T(L, [0])), ValueError,
+     "if input is 2D, then offsets has to be None"),
+    (lambda L, w: L.embedding_bag(T(L, [[[1]]]), w), ValueError,
+     "input has to be 1D or 2D Tensor, but got Tensor of dimension 3"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 2]), w), ValueError,
+     "offsets has to be a 1D Tensor but got None"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 2]), w, T(L, [1])), RuntimeError,
+     "offsets\\[0\\] has to be 0"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 2]), w, T(L, [0]),
+                                  per_sample_weights=T(L, [1., 1.])), NotImplementedError,
+     "per_sample_weights is only supported for mode='sum' \\(got mode='mean'\\)"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 2]), w, T(L, [0]), mode="sum",
+                                  per_sample_weights=T(L, [1., 1., 1.])), ValueError,
+     "then it must have the same shape as the input"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 2]), w, T(L, [0]), mode="min"), ValueError,
+     "mode has to be one of sum, mean or max"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 20]), w, T(L, [0])), RuntimeError,
+     "Index 1 of input takes value 20 which is not in the valid range \\[0, 10\\)"),
+    (lambda L, w: L.embedding_bag(T(L, [1., 2.]), w, T(L, [0])), RuntimeError,
+     "Expected tensor for argument #1 'indices' to have one of the following scalar types"),
+    (lambda L, w: L.embedding_bag(T(L, [1, 2, 3]), w, T(L, [0, 5])), RuntimeError,
+     "offsets\\[-1\\] can not be greater than input's length 3"),
+])
+def test_embedding_bag_errors_match_torch(call, error, message):
+    for library, weight in ((TF, torch.zeros(10, 3)), (F, mpigrad.zeros(10, 3))):
+        with pytest.raises(error, match=message):
+            call(library, weight)
+
+
+def T(library, values):
+    return (torch if library is TF else mpigrad).tensor(values)
+
+
+# ----------------------------------------------------------------------------- higher order
+@pytest.mark.parametrize("make, shapes", [
+    (lambda: nn.ConvTranspose2d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
+     [(1, 2, 3, 2)]),
+    (lambda: nn.ConvTranspose1d(2, 2, 2, stride=3, dilation=2), [(1, 2, 3)]),
+    (lambda: nn.Conv2d(2, 4, 3, padding=1, groups=2, padding_mode="reflect"), [(1, 2, 3, 4)]),
+    (lambda: nn.Conv2d(3, 3, 3, padding="same", groups=3, padding_mode="circular"),
+     [(1, 3, 3, 3)]),
+    (lambda: nn.ReplicationPad2d((1, 2, 0, 1)), [(1, 2, 2, 3)]),
+    (lambda: nn.AdaptiveMaxPool2d((2, 3)), [(1, 2, 4, 5)]),
+    (lambda: nn.MaxPool1d(3, 2, 1), [(2, 2, 6)]),
+    (lambda: nn.AvgPool1d(3, 2, 1, count_include_pad=False), [(2, 2, 6)]),
+    (lambda: nn.InstanceNorm2d(2, affine=True), [(2, 2, 3, 2)]),
+    (lambda: nn.Upsample(size=(3, 5), mode="bilinear"), [(1, 2, 2, 3)]),
+    (lambda: nn.Upsample(scale_factor=2, mode="nearest"), [(1, 1, 2, 3)]),
+    (lambda: nn.Bilinear(2, 3, 2), [(2, 2), (2, 3)]),
+])
+def test_new_modules_pass_gradcheck_and_gradgradcheck(make, shapes):
+    module = make().double()
+    rng = np.random.default_rng(21)
+    # Distinct values, away from ties: max pooling is differentiable where sampled.
+    inputs = [mpigrad.tensor(rng.permutation(np.prod(s)).reshape(s) / np.prod(s)
+                             + rng.uniform(0, 1e-3, s), requires_grad=True) for s in shapes]
+    inputs += list(module.parameters())
+    count = len(shapes)
+    assert gradcheck(lambda *a: module(*a[:count]), inputs)
+    assert gradgradcheck(lambda *a: module(*a[:count]), inputs)
+
+
+def test_embedding_bag_passes_gradcheck_and_gradgradcheck():
+    rng = np.random.default_rng(22)
+    weight = mpigrad.tensor(rng.standard_normal((6, 2)), requires_grad=True)
+    samples = mpigrad.tensor(rng.standard_normal(5), requires_grad=True)
+    indices, offsets = mpigrad.tensor([1, 4, 1, 0, 5]), mpigrad.tensor([0, 2])
+    for mode in ("mean", "max"):
+        bag = lambda w: F.embedding_bag(indices, w, offsets, mode=mode)  # noqa: E731
+        assert gradcheck(bag, (weight,)) and gradgradcheck(bag, (weight,))
+    weighted = lambda w, p: F.embedding_bag(indices, w, offsets, mode="sum",  # noqa: E731
+                                            per_sample_weights=p)
+    assert gradcheck(weighted, (weight, samples))
+    assert gradgradcheck(weighted, (weight, samples))
