@@ -391,11 +391,16 @@ def _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation, 
         # saves the per-sample passes (the columns are one outer product per channel).
         image = np.zeros((n, channels) + layout.padded_size, dtype)
         taps = windows(image, weight.shape[2:], dilation, stride, layout.out_size)
-        scaled = np.empty(g.shape, dtype)
-        for i in range(weight.shape[2]):
-            for j in range(weight.shape[3]):
-                np.multiply(g, weight[:, 0, i, j, None, None], out=scaled)
-                taps[:, :, i, j] += scaled
+        # Chunks of samples whose image stays in cache over the taps.
+        step = _chunk_size(n, image[0].nbytes)
+        scaled = np.empty((step,) + g.shape[1:], dtype)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            chunk, product = taps[start:stop], scaled[:stop - start]
+            for i in range(weight.shape[2]):
+                for j in range(weight.shape[3]):
+                    np.multiply(g[start:stop], weight[:, 0, i, j, None, None], out=product)
+                    chunk[:, :, i, j] += product
         return _crop(image, padding, layout.in_size)
     matrix = _group_matrix(weight, groups).transpose(0, 2, 1)
     out = np.empty((n, channels) + layout.in_size, dtype)
