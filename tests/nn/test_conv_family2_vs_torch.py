@@ -570,7 +570,7 @@ def T(library, values):
     return (torch if library is TF else mpigrad).tensor(values)
 
 
-# ----------------------------------------------------------------------------- higher order
+# ----------------------------------------------------------------------------- higher order, tangents
 @pytest.mark.parametrize("make, shapes", [
     (lambda: nn.ConvTranspose2d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
      [(1, 2, 3, 2)]),
@@ -593,6 +593,10 @@ def test_new_modules_pass_gradcheck_and_gradgradcheck(make, shapes):
     # Distinct values, away from ties: max pooling is differentiable where sampled.
     inputs = [mpigrad.tensor(rng.permutation(np.prod(s)).reshape(s) / np.prod(s)
                              + rng.uniform(0, 1e-3, s), requires_grad=True) for s in shapes]
+    # Tangents of the inputs (the module reads its own parameters, not dual copies of them;
+    # the ops' CASES cover the parameters' tangents).
+    assert gradcheck(lambda *a: module(*a), inputs, check_forward_ad=True,
+                     check_backward_ad=False)
     inputs += list(module.parameters())
     count = len(shapes)
     assert gradcheck(lambda *a: module(*a[:count]), inputs)
@@ -606,8 +610,9 @@ def test_embedding_bag_passes_gradcheck_and_gradgradcheck():
     indices, offsets = mpigrad.tensor([1, 4, 1, 0, 5]), mpigrad.tensor([0, 2])
     for mode in ("mean", "max"):
         bag = lambda w: F.embedding_bag(indices, w, offsets, mode=mode)  # noqa: E731
-        assert gradcheck(bag, (weight,)) and gradgradcheck(bag, (weight,))
+        assert gradcheck(bag, (weight,), check_forward_ad=True)
+        assert gradgradcheck(bag, (weight,))
     weighted = lambda w, p: F.embedding_bag(indices, w, offsets, mode="sum",  # noqa: E731
                                             per_sample_weights=p)
-    assert gradcheck(weighted, (weight, samples))
+    assert gradcheck(weighted, (weight, samples), check_forward_ad=True)
     assert gradgradcheck(weighted, (weight, samples))
