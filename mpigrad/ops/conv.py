@@ -404,16 +404,20 @@ def _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation, 
         return _crop(image, padding, layout.in_size)
     matrix = _group_matrix(weight, groups).transpose(0, 2, 1)
     out = np.empty((n, channels) + layout.in_size, dtype)
-    cols = _scratch_array((groups, matrix.shape[1], layout.length), dtype, "columns")
-    spread = layout.spread_buffer(1, out_channels, g.dtype)
-    image = _scratch_array((1, channels) + layout.padded_size, dtype, "images")
-    taps = layout.taps(image)
-    for k in range(n):
-        g_cols = layout.spread(g[k:k + 1], spread)
-        np.matmul(matrix, g_cols.reshape(groups, -1, g_cols.shape[-1]), out=cols)
+    step = _chunk_size(n, channels * weight.shape[2] * weight.shape[3] * layout.length
+                       * dtype.itemsize)
+    cols = _scratch_array((step, groups) + matrix.shape[1:2] + (layout.length,), dtype,
+                          "columns")
+    spread = layout.spread_buffer(step, out_channels, g.dtype)
+    images = _scratch_array((step, channels) + layout.padded_size, dtype, "images")
+    for start in range(0, n, step):
+        size = min(n, start + step) - start
+        g_cols = layout.spread(g[start:start + size], spread)
+        np.matmul(matrix, g_cols.reshape(size, groups, -1, g_cols.shape[-1]), out=cols[:size])
+        image = images[:size]
         image.fill(0)
-        _fold_into(taps, cols.reshape(1, -1, layout.length))
-        out[k] = _crop(image, padding, layout.in_size)[0]
+        _fold_into(layout.taps(image), cols[:size].reshape(size, -1, layout.length))
+        out[start:start + size] = _crop(image, padding, layout.in_size)
     return out
 
 
