@@ -65,6 +65,42 @@ def test_grouped_conv2d_matches_torch(cin, cout, groups, kernel, kwargs):
                                 np.random.default_rng(1).standard_normal((2, cin, 7, 6)))
 
 
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_random_convolution_geometries_match_torch(transposed):
+    """A seeded sweep over groups, channels per group, kernel, stride, padding, dilation
+    (and output_padding): every path of the three convolution ops, against torch."""
+    rng = np.random.default_rng(23 + transposed)
+    checked = 0
+    while checked < 40:
+        groups, per_group, out_per_group = rng.integers(1, 4, 3)
+        kernel, stride, dilation = (tuple(int(v) for v in rng.integers(1, 4, 2)),
+                                    tuple(int(v) for v in rng.integers(1, 4, 2)),
+                                    tuple(int(v) for v in rng.integers(1, 3, 2)))
+        padding = tuple(int(v) for v in rng.integers(0, 3, 2))
+        shape = (2, int(groups * per_group)) + tuple(int(v) for v in rng.integers(3, 8, 2))
+        if transposed:
+            output_padding = tuple(int(rng.integers(0, max(s, d)))
+                                   for s, d in zip(stride, dilation))
+            weight = (int(groups * per_group), int(out_per_group)) + kernel
+            ours = lambda x, w: F.conv_transpose2d(  # noqa: E731
+                x, w, None, stride, padding, output_padding, int(groups), dilation)
+            theirs = lambda x, w: TF.conv_transpose2d(  # noqa: E731
+                x, w, None, stride, padding, output_padding, int(groups), dilation)
+        else:
+            weight = (int(groups * out_per_group), int(per_group)) + kernel
+            ours = lambda x, w: F.conv2d(x, w, None, stride, padding, dilation,  # noqa: E731
+                                         int(groups))
+            theirs = lambda x, w: TF.conv2d(x, w, None, stride, padding, dilation,  # noqa: E731
+                                            int(groups))
+        try:
+            theirs(torch.zeros(shape, dtype=torch.float64), torch.zeros(weight,
+                                                                        dtype=torch.float64))
+        except RuntimeError:
+            continue  # a geometry torch refuses (the kernel does not fit, say)
+        _check_function(ours, theirs, [shape, weight], seed=checked)
+        checked += 1
+
 # ----------------------------------------------------------------------------- transposed
 @pytest.mark.parametrize("name, args, kwargs, shape", [
     ("ConvTranspose2d", (3, 4, 3), {}, (2, 3, 5, 4)),
