@@ -1033,7 +1033,10 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         pool = adaptive_avg_pool1d if input.ndim == 3 else adaptive_avg_pool2d
         return pool(input, sizes if input.ndim == 4 else sizes[0])
     out = input
-    for axis, (n, m, scale) in enumerate(zip(input.shape[2:], sizes, scales), start=2):
+    # The last axis first: torch mixes along it innermost, and its gathers (the slow ones,
+    # element by element) then run on the smaller array when upsampling.
+    axes = list(enumerate(zip(input.shape[2:], sizes, scales), start=2))
+    for axis, (n, m, scale) in reversed(axes):
         before = (slice(None),) * axis
         if mode.startswith("nearest"):
             out = out[before + (_nearest_positions(n, m, scale, mode == "nearest-exact"),)]
