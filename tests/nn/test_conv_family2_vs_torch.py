@@ -108,7 +108,8 @@ def test_random_convolution_geometries_match_torch(transposed):
     ("ConvTranspose2d", (4, 6, 3), dict(stride=(2, 3), groups=2, dilation=(1, 2), bias=False),
      (1, 4, 3, 4)),
     # output_padding above the stride, allowed because the dilation is larger
-    ("ConvTranspose2d", (2, 2, 2), dict(dilation=3, output_padding=(2, 1), padding=1), (2, 2, 3, 3)),
+    ("ConvTranspose2d", (2, 2, 2), dict(dilation=3, output_padding=(2, 1), padding=1),
+     (2, 2, 3, 3)),
     ("ConvTranspose2d", (4, 4, 3), dict(groups=4, padding=1), (2, 4, 5, 5)),   # depthwise
     ("ConvTranspose2d", (4, 8, 3), dict(stride=2, groups=4, padding=1, output_padding=1),
      (2, 4, 4, 4)),
@@ -606,7 +607,7 @@ def T(library, values):
     return (torch if library is TF else mpigrad).tensor(values)
 
 
-# ----------------------------------------------------------------------------- higher order, tangents
+# ------------------------------------------------------------------------ higher order, tangents
 @pytest.mark.parametrize("make, shapes", [
     (lambda: nn.ConvTranspose2d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
      [(1, 2, 3, 2)]),
