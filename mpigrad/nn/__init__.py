@@ -11,17 +11,22 @@ from .activation import (ReLU, LeakyReLU, GELU, SiLU, Tanh, Sigmoid, Softmax,  #
                          LogSoftmax)
 from .dropout import Dropout, Dropout1d, Dropout2d  # noqa: F401
 from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401
-from .sparse import Embedding  # noqa: F401
+from .sparse import Embedding, EmbeddingBag  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
 from .container import Sequential, ModuleList, ModuleDict  # noqa: F401
 from .loss import CrossEntropyLoss, NLLLoss, MSELoss  # noqa: F401
-from .conv import Conv1d  # noqa: F401
+from .conv import Conv1d, ConvTranspose1d, ConvTranspose2d  # noqa: F401
 from .rearrange import (PixelShuffle, PixelUnshuffle, Unfold, Fold, ConstantPad2d,  # noqa: F401
-                        ZeroPad2d)
-from .normalization import GroupNorm  # noqa: F401
+                        ZeroPad2d, ConstantPad1d, ConstantPad3d, ZeroPad1d, ZeroPad3d,
+                        ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
+                        ReplicationPad2d, ReplicationPad3d, CircularPad1d, CircularPad2d,
+                        CircularPad3d)
+from .normalization import GroupNorm, InstanceNorm1d, InstanceNorm2d  # noqa: F401
+from .upsampling import Upsample, UpsamplingNearest2d, UpsamplingBilinear2d  # noqa: F401
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d  # noqa: F401
+from .pooling import MaxPool1d, AvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d  # noqa: F401
 from .activation import MultiheadAttention  # noqa: F401
-from .linear import NonDynamicallyQuantizableLinear  # noqa: F401
+from .linear import NonDynamicallyQuantizableLinear, Bilinear  # noqa: F401
 from .transformer import (Transformer, TransformerEncoder, TransformerDecoder,  # noqa: F401
                           TransformerEncoderLayer, TransformerDecoderLayer)
 from .normalization import RMSNorm  # noqa: F401

@@ -14,7 +14,7 @@ from .. import ops, random
 from ..autograd import grad_mode
 from ..dtypes import check_same_dtype
 from ..ops import conv as conv_ops
-from ..ops.conv import sliding_output_size
+from ..ops.conv import kernel_extent, sliding_output_size
 from ..ops.shape import pad  # noqa: F401  (torch.nn.functional.pad)
 from ..tensor import Tensor
 
@@ -22,7 +22,9 @@ __all__ = ["linear", "conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "pa
            "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
            "dropout", "dropout1d", "dropout2d", "layer_norm", "batch_norm", "embedding", "one_hot",
            "cross_entropy", "nll_loss", "mse_loss", "conv1d", "pixel_shuffle", "pixel_unshuffle",
-           "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d"]
+           "group_norm", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "conv_transpose1d",
+           "conv_transpose2d", "max_pool1d", "avg_pool1d", "adaptive_max_pool1d",
+           "adaptive_max_pool2d", "instance_norm", "interpolate"]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -83,7 +85,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     if input.ndim != 4:
         raise ValueError(f"unfold: expected a 4-D (N, C, H, W) input, got shape "
                          f"{tuple(input.shape)}")
-    _check_fits("unfold", _extent(kernel_size, dilation), _padded(input.shape[2:], padding))
+    _check_fits("unfold", kernel_extent(kernel_size, dilation),
+                _padded(input.shape[2:], padding))
     return conv_ops.unfold(input, kernel_size=kernel_size, dilation=dilation, padding=padding,
                            stride=stride)
 
@@ -95,7 +98,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     kernel_size, dilation = _pair(kernel_size, "kernel_size", 1), _pair(dilation, "dilation", 1)
     padding, stride = _pair(padding, "padding", 0), _pair(stride, "stride", 1)
     taps = kernel_size[0] * kernel_size[1]
-    _check_fits("fold", _extent(kernel_size, dilation), _padded(output_size, padding))
+    _check_fits("fold", kernel_extent(kernel_size, dilation), _padded(output_size, padding))
     oh, ow = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
     if input.ndim != 3 or input.shape[1] % taps or input.shape[2] != oh * ow:
         raise ValueError(f"fold: expected an input of shape (N, C * {taps}, {oh * ow}) for "
@@ -103,10 +106,6 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                          f"{tuple(input.shape)}")
     return conv_ops.fold(input, output_size=output_size, kernel_size=kernel_size,
                          dilation=dilation, padding=padding, stride=stride)
-
-
-def _extent(kernel_size, dilation):
-    return tuple(d * (k - 1) + 1 for k, d in zip(kernel_size, dilation))
 
 
 def _padded(size, padding):
@@ -123,8 +122,8 @@ def _same_padding(kernel_size, dilation, stride):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """2-D cross-correlation: im2col and a GEMM per chunk of samples (grouped: im2col plus one
-    batched matrix product per group).
+    """2-D cross-correlation: im2col and a GEMM per chunk of samples (grouped: per sample, one
+    batched matrix product over the groups).
 
     weight is (out_channels, in_channels // groups, kh, kw); padding is an int, a pair,
     'valid' or 'same'.
@@ -153,20 +152,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         padding = _pair(padding, "padding", 0)
     check_same_dtype("expected scalar type {} but found {}", x, weight)
     check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
-    n = x.shape[0]
-    _check_fits("conv2d", _extent((kh, kw), dilation), _padded(x.shape[2:], padding))
-    if groups == 1:
-        out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation)
-        return out.squeeze(0) if unbatched else out
-    oh, ow = sliding_output_size(x.shape[2:], (kh, kw), dilation, padding, stride)
-    cols = conv_ops.unfold(x, kernel_size=(kh, kw), dilation=dilation, padding=padding,
-                           stride=stride)
-    # unfold orders rows channel-major, so each group's rows are one contiguous block.
-    out = (weight.reshape(groups, out_channels // groups, -1)
-           @ cols.reshape(n, groups, -1, oh * ow)).reshape(n, out_channels, oh * ow)
-    if bias is not None:
-        out = out + bias.reshape(out_channels, 1)
-    out = out.reshape(n, out_channels, oh, ow)
+    _check_fits("conv2d", kernel_extent((kh, kw), dilation), _padded(x.shape[2:], padding))
+    out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                          groups=groups)
     return out.squeeze(0) if unbatched else out
 
 
@@ -191,6 +179,75 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(-2)
 
 
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """The adjoint of conv2d in its input (a "deconvolution"): each input pixel scatters its
+    kernel-weighted copy onto a stride-spaced output grid, so the output is
+    (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 per axis.
+
+    weight is (in_channels, out_channels // groups, kh, kw), torch's layout, which is the
+    layout of the conv2d whose input gradient this is.
+    """
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, "
+                           f"but got input of size: {list(input.shape)}")
+    x, unbatched = _batched_image(input, "conv_transpose2d")
+    if weight.ndim != 4:
+        raise RuntimeError(f"conv_transpose2d: expected a 4-D weight (in_channels, "
+                           f"out_channels / groups, kh, kw), got size {list(weight.shape)}")
+    in_channels, group_channels, kh, kw = weight.shape
+    if not isinstance(groups, numbers.Integral) or groups < 1 or in_channels % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} "
+                           f"at dimension 0, but got weight of size {list(weight.shape)} instead")
+    if x.shape[1] != in_channels:
+        raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected "
+                           f"input{list(x.shape)} to have {in_channels} channels, but got "
+                           f"{x.shape[1]} channels instead")
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    padding, output_padding = _pair(padding, "padding", 0), _pair(output_padding,
+                                                                   "output_padding", 0)
+    if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, but "
+                           f"got output_padding {output_padding}, stride {stride}, dilation "
+                           f"{dilation}")
+    check_same_dtype("expected scalar type {} but found {}", x, weight)
+    check_same_dtype("Input type ({}) and bias type ({}) should be the same", x, bias)
+    extent = kernel_extent((kh, kw), dilation)
+    size = tuple((n - 1) * s - 2 * p + e + o for n, s, p, e, o in
+                 zip(x.shape[2:], stride, padding, extent, output_padding))
+    if min(size) < 1:
+        raise RuntimeError(f"Given input size per channel: {tuple(x.shape[2:])}. Calculated "
+                           f"output size per channel: {size}. Output size is too small")
+    # An output_padding of at least the stride (allowed when the dilation is larger) gives an
+    # output whose convolution has more positions than x: those see zeros.
+    windows = sliding_output_size(size, (kh, kw), dilation, padding, stride)
+    if windows != tuple(x.shape[2:]):
+        x = ops.pad(x, (0, windows[1] - x.shape[3], 0, windows[0] - x.shape[2]))
+    out = conv_ops.conv_transpose2d(x, weight, input_size=size, stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups)
+    if bias is not None:
+        out = out + bias.reshape(-1, 1, 1)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """conv_transpose2d over (N, C, L) or (C, L) input, on a height-1 image; weight is
+    (in_channels, out_channels // groups, k)."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, "
+                           f"but got input of size: {list(input.shape)}")
+    if weight.ndim != 3:
+        raise RuntimeError(f"conv_transpose1d: expected a 3-D weight (in_channels, "
+                           f"out_channels / groups, k), got size {list(weight.shape)}")
+    out = conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
+                           (1,) + _single(stride, "stride", 1),
+                           (0,) + _single(padding, "padding", 0),
+                           (0,) + _single(output_padding, "output_padding", 0), groups,
+                           (1,) + _single(dilation, "dilation", 1))
+    return out.squeeze(-2)
+
+
 # ----------------------------------------------------------------------------- pooling
 def _check_pool_padding(what, padding, kernel_size):
     if any(2 * p > k for p, k in zip(padding, kernel_size)):
@@ -208,7 +265,7 @@ def _check_divisor(divisor_override, what):
 def _pool_geometry(what, size, kernel_size, stride, padding, dilation, ceil_mode):
     """Output size, and extra bottom/right padding that ceil_mode needs, for a pooling window."""
     _check_pool_padding(what, padding, kernel_size)
-    extent = _extent(kernel_size, dilation)
+    extent = kernel_extent(kernel_size, dilation)
     _check_fits(what, extent, _padded(size, padding))
     out = list(sliding_output_size(size, kernel_size, dilation, padding, stride))
     extra = [0, 0]
@@ -290,6 +347,79 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                                   dilation=(1, 1), padding=(0, 0), stride=stride).data.sum(1)
     out = (sums / divisor).reshape(n, c, oh, ow)
     return out.squeeze(0) if unbatched else out
+
+
+def _pool1d_as_2d(input, what):
+    """(N, C, L) or (C, L) as a height-1 image, for the 2-D pooling."""
+    if input.ndim in (2, 3):
+        return input.unsqueeze(-2)
+    if what == "max_pool1d":
+        raise RuntimeError(f"max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 "
+                           f"dim batch size for input, but got:{list(input.shape)}")
+    raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor "
+                       f"for argument #1 'self' (while checking arguments for {what})")
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Maximum over each window of the last dimension (max_pool2d on a height-1 image);
+    indices are positions along that dimension."""
+    kernel_size = _single(kernel_size, "kernel_size", 1)
+    stride = kernel_size if stride is None else _single(stride, "stride", 1)
+    out = max_pool2d(_pool1d_as_2d(input, "max_pool1d"), (1,) + kernel_size, (1,) + stride,
+                     (0,) + _single(padding, "padding", 0),
+                     (1,) + _single(dilation, "dilation", 1), ceil_mode, return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    """Mean over each window of the last dimension (avg_pool2d on a height-1 image)."""
+    kernel_size = _single(kernel_size, "kernel_size", 1)
+    stride = kernel_size if stride is None else _single(stride, "stride", 1)
+    return avg_pool2d(_pool1d_as_2d(input, "avg_pool1d"), (1,) + kernel_size, (1,) + stride,
+                      (0,) + _single(padding, "padding", 0), ceil_mode,
+                      count_include_pad).squeeze(-2)
+
+
+def _adaptive_bins(size, out_size):
+    """torch's adaptive bins along one axis: bin i is [floor(i * size / out_size),
+    ceil((i + 1) * size / out_size))."""
+    return [((i * size) // out_size, -((-(i + 1) * size) // out_size)) for i in range(out_size)]
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Maximum over torch's adaptive bins of the last two dimensions. Each bin's winner (its
+    first maximum) is found on the values, then gathered, so the gradient goes to the winners
+    as torch's does; with return_indices also their flat positions in each (H, W) plane."""
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: "
+                           f"{list(input.shape)}")
+    height, width = _adaptive_sizes("adaptive_max_pool2d", input, output_size, 2)
+    h, w = input.shape[-2:]
+    planes = input.data
+    winners = np.empty(planes.shape[:-2] + (height, width), np.int64)
+    for i, (top, bottom) in enumerate(_adaptive_bins(h, height)):
+        for j, (left, right) in enumerate(_adaptive_bins(w, width)):
+            block = planes[..., top:bottom, left:right].reshape(planes.shape[:-2] + (-1,))
+            row, column = np.divmod(block.argmax(-1), right - left)
+            winners[..., i, j] = (top + row) * w + left + column
+    indices = Tensor.wrap(winners)
+    flat = input.reshape(*input.shape[:-2], h * w)
+    out = flat.gather(-1, indices.reshape(*winners.shape[:-2], -1)).reshape(winners.shape)
+    return (out, indices) if return_indices else out
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Maximum over torch's adaptive bins of the last dimension."""
+    x = _pool1d_as_2d(input, "adaptive_max_pool1d")
+    (length,) = _adaptive_sizes("adaptive_max_pool1d", input, output_size, 1)
+    out = adaptive_max_pool2d(x, (1, length), return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
 
 
 # ----------------------------------------------------------------------------- activations
@@ -491,6 +621,43 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: running_mean and running_var are required when not "
                              "training")
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    out = _normalize(input, mean, var, eps)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalises each sample's channels separately, over their spatial dimensions (biased
+    variance). With use_input_stats the running estimates, if given, move towards the
+    batch's average of the per-instance statistics (unbiased variance); without, they are
+    what normalises."""
+    if input.ndim < 3:
+        raise ValueError(f"instance_norm: expected an input of shape (N, C, ...) with at least "
+                         f"one spatial dimension, got shape {tuple(input.shape)}")
+    channels = input.shape[1]
+    shape = (1, channels) + (1,) * (input.ndim - 2)
+    check_same_dtype(_MIXED_DTYPES, input, running_mean, running_var, weight, bias)
+    if use_input_stats:
+        count = input.numel() // (input.shape[0] * channels)
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input "
+                             f"size {list(input.shape)}")
+        dims = tuple(range(2, input.ndim))
+        mean = input.mean(dims, keepdim=True)
+        var = input.var(dims, keepdim=True, correction=0)
+        with grad_mode.no_grad():
+            if running_mean is not None:
+                running_mean.mul_(1 - momentum).add_(mean.mean(0).reshape(channels),
+                                                     alpha=momentum)
+            if running_var is not None:
+                running_var.mul_(1 - momentum).add_(var.mean(0).reshape(channels),
+                                                    alpha=momentum * count / (count - 1))
+    else:
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
     out = _normalize(input, mean, var, eps)
     if weight is not None:
@@ -1334,6 +1501,108 @@ def adaptive_avg_pool2d(input, output_size):
     return rows @ input @ columns.T
 
 
+# ----------------------------------------------------------------------------- resampling
+_LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5}
+
+
+def _nearest_positions(size, out_size, scale, exact):
+    """torch's nearest source index along one axis, computed in single precision as its
+    kernel does (so a product that float rounds just below an integer floors as torch's)."""
+    step = np.float32(1.0 / scale) if scale else np.float32(size) / np.float32(out_size)
+    positions = np.arange(out_size, dtype=np.float32)
+    if exact:
+        positions += np.float32(0.5)
+    return np.minimum(np.floor(positions * step).astype(np.int64), size - 1)
+
+
+def _linear_positions(size, out_size, scale, align_corners, dtype):
+    """torch's two source indices and the second one's weight along one axis."""
+    if align_corners:
+        step = (size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        source = np.arange(out_size, dtype=dtype) * dtype.type(step)
+    else:
+        step = dtype.type(1.0 / scale) if scale else dtype.type(size) / dtype.type(out_size)
+        source = np.maximum((np.arange(out_size, dtype=dtype) + dtype.type(0.5)) * step
+                            - dtype.type(0.5), 0)
+    first = source.astype(np.int64)
+    return first, np.minimum(first + 1, size - 1), source - first
+
+
+def _resampling_sizes(input, size, scale_factor, recompute_scale_factor):
+    """The output size, and the scales the kernels use (None: in / out), per spatial axis."""
+    dims = input.ndim - 2
+    spatial = list(input.shape[2:])
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined" if size is not None
+                         else "either size or scale_factor should be defined")
+    if size is not None:
+        if recompute_scale_factor:
+            raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+        sizes = [size] * dims if isinstance(size, numbers.Integral) else list(size)
+        if len(sizes) != dims:
+            raise ValueError(f"Input and output must have the same number of spatial dimensions, "
+                             f"but got input with spatial dimensions of {spatial} and output "
+                             f"size of {size}. Please provide input tensor in (N, C, d1, d2, "
+                             f"...,dK) format and output size in (o1, o2, ...,oK) format.")
+        return [int(s) for s in sizes], [None] * dims
+    scales = [scale_factor] * dims if isinstance(scale_factor, numbers.Number) \
+        else list(scale_factor)
+    if len(scales) != dims:
+        raise ValueError(f"Input and scale_factor must have the same number of spatial "
+                         f"dimensions, but got input with spatial dimensions of {spatial} and "
+                         f"scale_factor of shape {scale_factor}. Please provide input tensor in "
+                         f"(N, C, d1, d2, ...,dK) format and scale_factor in (s1, s2, ...,sK) "
+                         f"format.")
+    sizes = [int(np.floor(float(n * s))) for n, s in zip(spatial, scales)]
+    return sizes, [None] * dims if recompute_scale_factor else [float(s) for s in scales]
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resamples the spatial dimensions of (N, C, *spatial) input to `size`, or by
+    `scale_factor`: 'nearest' and 'nearest-exact' copy a source pixel, 'linear', 'bilinear'
+    and 'trilinear' mix the two nearest along each axis (pixel centres aligned, or corners
+    with align_corners), 'area' averages torch's adaptive bins. Each axis is one gather (and
+    a weighted sum), so gradients and tangents come from the gathers'."""
+    modes = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
+    if align_corners is not None and mode not in _LINEAR_MODES and mode != "bicubic":
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    if mode not in modes or input.ndim not in (3, 4, 5):
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got "
+                                  f"{input.ndim}D) for the modes: nearest | linear | bilinear | "
+                                  f"bicubic | trilinear | lanczos | area | nearest-exact (got "
+                                  f"{mode})")
+    if mode in _LINEAR_MODES and input.ndim != _LINEAR_MODES[mode]:
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
+                                  f"{_LINEAR_MODES[mode]}D input")
+    if mode == "bicubic" or antialias:
+        raise NotImplementedError("interpolate: bicubic mode and antialias are not supported")
+    sizes, scales = _resampling_sizes(input, size, scale_factor, recompute_scale_factor)
+    if min(sizes) <= 0:
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
+                           f"{tuple(input.shape[2:])} output {tuple(sizes)}")
+    if mode == "area":
+        if input.ndim == 5:
+            raise NotImplementedError("interpolate: mode 'area' of 5-D input is not supported")
+        pool = adaptive_avg_pool1d if input.ndim == 3 else adaptive_avg_pool2d
+        return pool(input, sizes if input.ndim == 4 else sizes[0])
+    out = input
+    # The last axis first: torch mixes along it innermost, and its gathers (the slow ones,
+    # element by element) then run on the smaller array when upsampling.
+    axes = list(enumerate(zip(input.shape[2:], sizes, scales), start=2))
+    for axis, (n, m, scale) in reversed(axes):
+        before = (slice(None),) * axis
+        if mode.startswith("nearest"):
+            out = out[before + (_nearest_positions(n, m, scale, mode == "nearest-exact"),)]
+            continue
+        first, second, weight = _linear_positions(n, m, scale, bool(align_corners),
+                                                  np.dtype(input.dtype))
+        weight = Tensor(weight.reshape((m,) + (1,) * (input.ndim - 1 - axis)))
+        out = out[before + (first,)] * (1 - weight) + out[before + (second,)] * weight
+    return out
+
+
 # ----------------------------------------------------------------------------- attention
 __all__ += ["scaled_dot_product_attention", "multi_head_attention_forward", "rms_norm",
             "normalize", "cosine_similarity"]
@@ -1767,3 +2036,125 @@ def glu(input, dim=-1):
                            f"{dim % input.ndim} is size {size}")
     first, second = ops.chunk(input, 2, dim)
     return first * ops.sigmoid(second)
+
+
+# ----------------------------------------------------------------------------- bilinear, bags
+__all__ += ["bilinear", "embedding_bag"]
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., o] = input1[..., :] A_o input2[..., :] + b_o with weight (out, in1, in2): one
+    product with the weight's slices side by side, then a contraction with input2."""
+    if weight.ndim != 3:
+        raise RuntimeError(f"bilinear(): weight must be three-dimensional, got "
+                           f"{weight.ndim} dimensions")
+    out_features, in1, in2 = weight.shape
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.ndim} and "
+                           f"{input2.ndim}")
+    for dim, (a, b) in enumerate(zip(input1.shape[:-1], input2.shape[:-1])):
+        if a != b:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {dim}: "
+                               f"got {a} and {b}")
+    for name, size, expected in (("input1", input1.shape[-1], in1),
+                                 ("input2", input2.shape[-1], in2),
+                                 ("bias", None if bias is None else bias.shape[-1],
+                                  out_features)):
+        if size is not None and size != expected:
+            raise RuntimeError(f"bilinear(): {name} size does not match weight size: got {size} "
+                               f"but expected {expected}")
+    batch = tuple(input1.shape[:-1])
+    left = input1 @ weight.permute(1, 0, 2).reshape(in1, out_features * in2)
+    out = (left.reshape(*batch, out_features, in2) * input2.unsqueeze(-2)).sum(-1)
+    return out if bias is None else out + bias
+
+
+def _bags(input, offsets, include_last_offset):
+    """The flat indices and each bag's (start, stop) in them, from 2-D input (a bag per row)
+    or 1-D input with offsets."""
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError(f"if input is 2D, then offsets has to be None, as input is treated "
+                             f"is a mini-batch of fixed length sequences. However, found offsets "
+                             f"of type {type(offsets)}")
+        bags, width = input.shape
+        return input.data.reshape(-1), [(b * width, (b + 1) * width) for b in range(bags)]
+    if input.ndim != 1:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
+                         f"{input.ndim}")
+    if offsets is None:
+        raise ValueError("offsets has to be a 1D Tensor but got None")
+    offsets = np.asarray(offsets.data if isinstance(offsets, Tensor) else offsets)
+    if offsets.ndim != 1:
+        raise ValueError("offsets has to be a 1D Tensor")
+    length = input.shape[0]
+    if len(offsets) and offsets[0] != 0:
+        raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+                           f"has to start from position 0. However, got {offsets[0]}")
+    if len(offsets) and offsets[-1] > length:
+        raise RuntimeError(f"offsets[-1] can not be greater than input's length {length} but "
+                           f"got offsets[-1] of {offsets[-1]}")
+    if (np.diff(offsets) < 0).any():
+        raise RuntimeError(f"embedding_bag: offsets must not decrease, got {offsets.tolist()}")
+    bounds = offsets.tolist() if include_last_offset else offsets.tolist() + [length]
+    return input.data, list(zip(bounds[:-1], bounds[1:]))
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
+                  scale_grad_by_freq=False, mode="mean", sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=None):
+    """The sum, mean or max of each bag of `weight`'s rows, without the rows in between:
+    bags are the rows of 2-D input, or the runs of 1-D input that `offsets` start. Entries
+    equal to padding_idx are left out of their bag (and of a mean's count); an empty bag
+    gives zeros. per_sample_weights (mode 'sum') scale each looked-up row."""
+    padding_idx = _embedding_options(weight.shape[0], padding_idx, scale_grad_by_freq, sparse,
+                                     "embedding_bag")
+    if scale_grad_by_freq:
+        # torch 2.13's gradient here is not each row's divided by its count (a row seen once
+        # can get half, another a third), so rather than differ silently, it is refused.
+        raise NotImplementedError("embedding_bag: scale_grad_by_freq is not supported")
+    input = _as_tensor(input)
+    if input.dtype.kind not in "iu":
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
+                           f"following scalar types: Long, Int; but got {input.dtype} instead "
+                           f"(while checking arguments for embedding_bag)")
+    if per_sample_weights is not None and tuple(per_sample_weights.shape) != tuple(input.shape):
+        raise ValueError(f"embedding_bag: If per_sample_weights ({tuple(per_sample_weights.shape)}"
+                         f") is not None, then it must have the same shape as the input "
+                         f"({tuple(input.shape)})")
+    indices, bags = _bags(input, offsets, include_last_offset)
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. "
+                                  f"per_sample_weights is only supported for mode='sum' (got "
+                                  f"mode='{mode}'). Please open a feature request on GitHub.")
+    bad = (indices < 0) | (indices >= weight.shape[0])
+    if bad.any():
+        where = int(np.argmax(bad))
+        raise RuntimeError(f"Index {where} of input takes value {indices[where]} which is not in "
+                           f"the valid range [0, {weight.shape[0]})")
+    # Which looked-up rows each bag holds: padding entries are in none.
+    member = np.zeros((len(bags), len(indices)), weight.dtype)
+    for b, (start, stop) in enumerate(bags):
+        member[b, start:stop] = 1
+    if padding_idx is not None:
+        member[:, indices == padding_idx] = 0
+    rows = embedding(Tensor.wrap(indices), weight, None, max_norm, norm_type)
+    if mode == "max":
+        # Each bag's winner per column (its first maximum) is found on the values, then
+        # gathered, so the gradient goes to it alone, as in torch.
+        winners = np.zeros((len(bags), weight.shape[1]), np.int64)
+        for b in range(len(bags)):
+            (held,) = np.nonzero(member[b])
+            if held.size:
+                winners[b] = held[rows.data[held].argmax(0)]
+        filled = Tensor.wrap(member.any(1, keepdims=True).astype(weight.dtype))
+        return rows.gather(0, Tensor.wrap(winners)) * filled
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.reshape(-1, 1)
+    if mode == "mean":
+        counts = member.sum(1, keepdims=True)
+        member /= np.maximum(counts, 1)
+    return Tensor.wrap(member) @ rows
+

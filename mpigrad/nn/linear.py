@@ -49,3 +49,34 @@ class Linear(Module):
 
 class NonDynamicallyQuantizableLinear(Linear):
     """torch's name for MultiheadAttention's out_proj; a plain Linear here (no quantisation)."""
+
+
+class Bilinear(Module):
+    """y_o = x1^T A_o x2 + b_o, with weight (out_features, in1_features, in2_features); weight
+    and bias start U(-1/sqrt(in1_features), 1/sqrt(in1_features)), as torch's."""
+
+    def __init__(self, in1_features, in2_features, out_features, bias=True, device=None,
+                 dtype=None):
+        super().__init__()
+        check_device(device, "Bilinear")
+        self.in1_features = positive_int("in1_features", in1_features, "Bilinear")
+        self.in2_features = positive_int("in2_features", in2_features, "Bilinear")
+        self.out_features = positive_int("out_features", out_features, "Bilinear")
+        self.weight = Parameter(creation.empty(out_features, in1_features, in2_features,
+                                               dtype=dtype))
+        self.register_parameter(
+            "bias", Parameter(creation.empty(out_features, dtype=dtype)) if bias else None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1 / math.sqrt(self.in1_features)
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")

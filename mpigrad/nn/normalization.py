@@ -1,5 +1,6 @@
 """Normalisation layers: batch statistics (BatchNorm) and per-sample statistics (LayerNorm)."""
 import numbers
+import warnings
 
 import numpy as np
 
@@ -21,7 +22,7 @@ class _BatchNorm(Module):
     _ranks = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, device=None, dtype=None):
+                 track_running_stats=True, device=None, dtype=None, *, bias=True):
         super().__init__()
         layer = type(self).__name__
         check_device(device, layer)
@@ -34,7 +35,8 @@ class _BatchNorm(Module):
         self.track_running_stats = track_running_stats
         if affine:
             self.weight = Parameter(creation.empty(num_features, dtype=dtype))
-            self.bias = Parameter(creation.empty(num_features, dtype=dtype))
+            self.register_parameter(
+                "bias", Parameter(creation.empty(num_features, dtype=dtype)) if bias else None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -57,7 +59,8 @@ class _BatchNorm(Module):
         self.reset_running_stats()
         if self.affine:
             init.ones_(self.weight)
-            init.zeros_(self.bias)
+            if self.bias is not None:
+                init.zeros_(self.bias)
 
     def forward(self, input):
         layer = type(self).__name__
@@ -81,7 +84,8 @@ class _BatchNorm(Module):
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -94,6 +98,49 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalisation of (N, C, H, W) input, per channel."""
 
     _ranks = (4,)
+
+
+class _InstanceNorm(_BatchNorm):
+    """Shared by InstanceNorm1d/2d: per-sample, per-channel statistics. The parameters and
+    buffers are BatchNorm's (so torch's state dicts load), off by default; `_ranks` is (the
+    unbatched rank, the batched one)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, device=None, dtype=None, *, bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype, bias=bias)
+
+    def forward(self, input):
+        unbatched, batched = self._ranks
+        if input.ndim not in self._ranks:
+            raise ValueError(f"expected {unbatched}D or {batched}D input (got {input.ndim}D "
+                             f"input)")
+        feature_dim = input.ndim - unbatched
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(f"expected input's size at dim={feature_dim} to match "
+                                 f"num_features ({self.num_features}), but got: "
+                                 f"{input.shape[feature_dim]}.")
+            warnings.warn(f"input's size at dim={feature_dim} does not match num_features. You "
+                          f"can silence this warning by not passing in num_features, which is "
+                          f"not used because affine=False", stacklevel=2)
+        x = input.unsqueeze(0) if input.ndim == unbatched else input
+        out = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                              self.training or not self.track_running_stats,
+                              0.0 if self.momentum is None else self.momentum, self.eps)
+        return out.squeeze(0) if input.ndim == unbatched else out
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation of (N, C, L) or unbatched (C, L) input."""
+
+    _ranks = (2, 3)
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of (N, C, H, W) or unbatched (C, H, W) input."""
+
+    _ranks = (3, 4)
 
 
 class _AffineNorm(Module):

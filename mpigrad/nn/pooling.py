@@ -50,6 +50,74 @@ class AvgPool2d(Module):
 
 
 
+class MaxPool1d(Module):
+    """Maximum over each kernel_size window of the last dimension; stride defaults to
+    kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        # Kept as given (torch's repr shows them so), checked as 1-tuples.
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding, self.dilation = padding, dilation
+        checked = {name: F._single(getattr(self, name), name, minimum) for name, minimum in
+                   (("kernel_size", 1), ("stride", 1), ("padding", 0), ("dilation", 1))}
+        F._check_pool_padding("MaxPool1d", checked["padding"], checked["kernel_size"])
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool1d(Module):
+    """Mean over each kernel_size window of the last dimension; stride defaults to
+    kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__()
+        self.kernel_size = F._single(kernel_size, "kernel_size", 1)
+        self.stride = self.kernel_size if stride is None else F._single(stride, "stride", 1)
+        self.padding = F._single(padding, "padding", 0)
+        F._check_pool_padding("AvgPool1d", self.padding, self.kernel_size)
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class _AdaptiveMaxPool(Module):
+    def __init__(self, output_size, return_indices=False):
+        super().__init__()
+        self.output_size = output_size
+        self.return_indices = return_indices
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPool):
+    def forward(self, input):
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPool):
+    def forward(self, input):
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
 class _AdaptiveAvgPool(Module):
     def __init__(self, output_size):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Modules that only move or pad pixels: pixel shuffles, im2col/col2im and 2-D padding."""
+"""Modules that only move or pad pixels: pixel shuffles, im2col/col2im and padding."""
 from . import functional as F
 from .module import Module
 
@@ -56,24 +56,99 @@ class Fold(Module):
                 f"dilation={self.dilation}, padding={self.padding}, stride={self.stride}")
 
 
-class ConstantPad2d(Module):
-    """Pads the last two dimensions by (left, right, top, bottom), or one int for all four."""
+class _PadNd(Module):
+    """Pads the last `_dims` dimensions by `padding`, (before, after) pairs from the last
+    dimension on, or one int for every side; F.pad's `_mode`."""
 
-    def __init__(self, padding, value):
+    _mode = "reflect"
+
+    def __init__(self, padding):
         super().__init__()
-        self.padding = F._ntuple(padding, "padding", 0, 4)
+        # Negative widths crop, as in torch.
+        self.padding = F._ntuple(padding, "padding", -float("inf"), 2 * self._dims)
+
+    def forward(self, input):
+        return F.pad(input, self.padding, self._mode)
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
+class _ConstantPadNd(_PadNd):
+    def __init__(self, padding, value):
+        super().__init__(padding)
         self.value = value
 
     def forward(self, input):
-        return F.pad(input, self.padding, value=self.value)
+        return F.pad(input, self.padding, "constant", self.value)
 
     def extra_repr(self):
         return f"padding={self.padding}, value={self.value}"
 
 
-class ZeroPad2d(ConstantPad2d):
+class _ZeroPadNd(_ConstantPadNd):
     def __init__(self, padding):
         super().__init__(padding, 0.0)
 
     def extra_repr(self):
         return f"{self.padding}"
+
+
+class ConstantPad1d(_ConstantPadNd):
+    _dims = 1
+
+
+class ConstantPad2d(_ConstantPadNd):
+    _dims = 2
+
+
+class ConstantPad3d(_ConstantPadNd):
+    _dims = 3
+
+
+class ZeroPad1d(_ZeroPadNd):
+    _dims = 1
+
+
+class ZeroPad2d(_ZeroPadNd):
+    _dims = 2
+
+
+class ZeroPad3d(_ZeroPadNd):
+    _dims = 3
+
+
+class ReflectionPad1d(_PadNd):
+    _dims = 1
+
+
+class ReflectionPad2d(_PadNd):
+    _dims = 2
+
+
+class ReflectionPad3d(_PadNd):
+    _dims = 3
+
+
+class ReplicationPad1d(_PadNd):
+    _dims, _mode = 1, "replicate"
+
+
+class ReplicationPad2d(_PadNd):
+    _dims, _mode = 2, "replicate"
+
+
+class ReplicationPad3d(_PadNd):
+    _dims, _mode = 3, "replicate"
+
+
+class CircularPad1d(_PadNd):
+    _dims, _mode = 1, "circular"
+
+
+class CircularPad2d(_PadNd):
+    _dims, _mode = 2, "circular"
+
+
+class CircularPad3d(_PadNd):
+    _dims, _mode = 3, "circular"
