@@ -237,7 +237,7 @@ class RNNBase(Module):
                 if self._lstm:
                     outputs.append(rows[:, :out_size])
                     finals[0].append(rows[last, :out_size])
-                    finals[1].append(rows[last, out_size:])
+                    finals[1].append(rows[last, out_size:out_size + self.hidden_size])
                 else:
                     outputs.append(rows)
                     finals[0].append(rows[last])

@@ -12,9 +12,11 @@ case of equal batch sizes. `reverse=True` runs the steps last to first, each seq
 at its own last step.
 
 The state is one row per sequence: `[h | c]` for the LSTM (h of the projected size when
-`w_hr` is given), `h` otherwise. The gradient and tangent rules compute, for all rows at
-once, the coefficients of each step's Jacobian (from the saved states and one recomputation of
-the hidden projection), so the sequential part of either rule is a few products per step. The
+`w_hr` is given), `h` otherwise. Each output row is the state after that step, followed for the
+LSTM by its four gate activations (the caller slices the state off; the gates are kept for
+backward). The gradient and tangent rules compute, for all rows at once, the coefficients of
+each step's Jacobian (from the saved rows; the GRU recomputes its hidden projection in one
+matmul), so the sequential part of either rule is a few products per step. The
 rules are written once over `ns`, a namespace of numpy arrays or of Tensor ops: with Tensors
 they are differentiable (create_graph, forward-over-reverse); with arrays, when no graph or
 tangent is being recorded, the same arithmetic runs without the Tensor layer's cost per call.
@@ -37,6 +39,11 @@ class _Arrays:
     sigmoid = staticmethod(_sigmoid)
 
     @staticmethod
+    def transposed(w):
+        # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
+        return np.ascontiguousarray(w.T)
+
+    @staticmethod
     def zeros(shape, like):
         return np.zeros(shape, dtype=like.dtype)
 
@@ -49,6 +56,10 @@ class _Tensors:
     cat = staticmethod(cat)
     tanh = staticmethod(tanh)
     sigmoid = staticmethod(sigmoid)
+
+    @staticmethod
+    def transposed(w):
+        return w.T
 
     @staticmethod
     def zeros(shape, like):
@@ -112,30 +123,32 @@ def final_rows(batch_sizes, reverse):
     return offsets[lengths - 1] + np.arange(batch)
 
 
-def _hidden(ns, h, w_hh, b_hh):
-    gh = h @ w_hh.T
+def _hidden(h, w_hh_t, b_hh):
+    gh = h @ w_hh_t
     return gh if b_hh is None else gh + b_hh
 
 
 # ----------------------------------------------------------------------------- the cells
-# Each kind says how one step maps (xg, gh = h W_hh^T + b_hh, previous state) to the new state,
-# and gives the Jacobian's coefficients per row (`coefficients`), from which `backward_step`
-# and `tangent_step` take one step's gradient and tangent.
+# Each kind says how one step maps (xg, gh = h W_hh^T + b_hh, previous state) to its output
+# row (`step`, numpy): the new state, then for the LSTM its gate activations (i, f, g, o),
+# saved so backward need not recompute them. `coefficients` gives every row's Jacobian
+# coefficients at once, from which `backward_step` and `tangent_step` take one step's gradient
+# and tangent (the saved columns are outputs too, so both rules include them).
 class _Elman:
-    gates = 1
+    saves_gates = False
 
     def __init__(self, nonlinearity):
         self.relu = nonlinearity == "relu"
 
-    def step(self, ns, xg, gh, prev, w_hr):
+    def step(self, xg, gh, prev, w_hr):
         pre = xg + gh
         return np.maximum(pre, 0) if self.relu else np.tanh(pre)
 
-    def coefficients(self, ns, xg, gh, prev, ans, w_hr):
+    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
         # The derivative from the output alone: 1 - h^2 for tanh, h > 0 for relu.
         return ((ans > 0) * 1.0 if self.relu else 1 - ans * ans),
 
-    def backward_step(self, ns, coefficients, d_new, w_hh, w_hr):
+    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
         (slope,) = coefficients
         d_pre = d_new * slope
         return d_pre, d_pre, d_pre @ w_hh
@@ -146,7 +159,7 @@ class _Elman:
 
 
 class _GRU:
-    gates = 3
+    saves_gates = False
 
     def _activations(self, ns, xg, gh):
         size = gh.shape[1] // 3
@@ -155,20 +168,23 @@ class _GRU:
         n = ns.tanh(xg[:, 2 * size:] + r * gh[:, 2 * size:])
         return r, z, n
 
-    def step(self, ns, xg, gh, prev, w_hr):
-        r, z, n = self._activations(ns, xg, gh)
+    def step(self, xg, gh, prev, w_hr):
+        r, z, n = self._activations(_Arrays, xg, gh)
         return n + z * (prev - n)
 
-    def coefficients(self, ns, xg, gh, prev, ans, w_hr):
+    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+        # n needs W_hn h + b_hn itself, not only through the pre-activation: recomputed, for
+        # all rows in one matmul.
+        gh = _hidden(prev, ns.transposed(w_hh), b_hh)
         r, z, n = self._activations(ns, xg, gh)
         size = n.shape[1]
-        # d h'/d pre_n, d h'/d pre_z, d h'/d pre_r; pre_n's hidden part enters scaled by r.
+        # d h'/d pre_r, d h'/d pre_z, d h'/d pre_n; pre_n's hidden part enters scaled by r.
         dn = (1 - z) * (1 - n * n)
         dz = (prev - n) * z * (1 - z)
         dr = dn * gh[:, 2 * size:] * r * (1 - r)
         return ns.cat([dr, dz, dn], 1), ns.cat([dr, dz, dn * r], 1), z
 
-    def backward_step(self, ns, coefficients, d_new, w_hh, w_hr):
+    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
         to_xg, to_gh, z = coefficients
         d3 = ns.cat([d_new, d_new, d_new], 1)
         d_gh = d3 * to_gh
@@ -182,44 +198,43 @@ class _GRU:
 
 
 class _LSTM:
-    gates = 4
+    saves_gates = True
 
-    def _activations(self, ns, xg, gh):
+    def step(self, xg, gh, prev, w_hr):
         size = gh.shape[1] // 4
         pre = xg + gh
-        ifo = ns.sigmoid(ns.cat([pre[:, :2 * size], pre[:, 3 * size:]], 1))
-        return ifo[:, :size], ifo[:, size:2 * size], ns.tanh(pre[:, 2 * size:3 * size]), \
-            ifo[:, 2 * size:]
-
-    def step(self, ns, xg, gh, prev, w_hr):
-        i, f, g, o = self._activations(ns, xg, gh)
-        c = f * prev[:, -i.shape[1]:] + i * g
+        gates = _sigmoid(pre)
+        gates[:, 2 * size:3 * size] = np.tanh(pre[:, 2 * size:3 * size])
+        i, f, g, o = (gates[:, k * size:(k + 1) * size] for k in range(4))
+        c = f * prev[:, -size:] + i * g
         h = o * np.tanh(c)
-        return np.concatenate([h if w_hr is None else h @ w_hr.T, c], 1)
+        return np.concatenate([h if w_hr is None else h @ w_hr.T, c, gates], 1)
 
-    def coefficients(self, ns, xg, gh, prev, ans, w_hr):
-        i, f, g, o = self._activations(ns, xg, gh)
-        size = i.shape[1]
-        c_prev, tc = prev[:, -size:], ns.tanh(ans[:, -size:])
-        # Per gate, d c'/d pre (i, f, g) and d h/d pre_o; then d h/d c' and d c'/d c.
-        gates = ns.cat([g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g),
-                        tc * o * (1 - o)], 1)
-        return gates, o * (1 - tc * tc), f, o * tc
+    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+        size, width = w_hh.shape[0] // 4, prev.shape[1]
+        i, f, g, o = (ans[:, width + k * size:width + (k + 1) * size] for k in range(4))
+        c_prev, tc = prev[:, -size:], ns.tanh(ans[:, width - size:width])
+        # Each gate's slope (d activation / d pre); times d c'/d gate (i, f, g) or d h/d o.
+        slopes = ns.cat([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)], 1)
+        gates = slopes * ns.cat([g, c_prev, i, tc], 1)
+        # then d h/d c', d c'/d c, and h before its projection
+        return gates, o * (1 - tc * tc), f, o * tc, slopes
 
-    def backward_step(self, ns, coefficients, d_new, w_hh, w_hr):
-        gates, h_by_c, f, _ = coefficients
+    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
+        gates, h_by_c, f, _, slopes = coefficients
         size = f.shape[1]
         d_h = d_new[:, :-size]
         if w_hr is not None:
             d_h = d_h @ w_hr
         d_c = d_new[:, -size:] + d_h * h_by_c
-        d_pre = ns.cat([d_c, d_c, d_c, d_h], 1) * gates
+        d_pre = ns.cat([d_c, d_c, d_c, d_h], 1) * gates + g_saved * slopes
         return d_pre, d_pre, ns.cat([d_pre @ w_hh, d_c * f], 1)
 
     def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
-        gates, h_by_c, f, _ = coefficients
+        gates, h_by_c, f, _, slopes = coefficients
         size = f.shape[1]
-        parts = (t_xg + t_gh) * gates
+        t_pre = t_xg + t_gh
+        parts = t_pre * gates
         t_c = (parts[:, :size] + parts[:, size:2 * size] + parts[:, 2 * size:3 * size]
                + f * t_prev[:, -size:])
         t_h = parts[:, 3 * size:] + h_by_c * t_c
@@ -227,31 +242,32 @@ class _LSTM:
             t_h = t_h @ w_hr.T
             if t_hr is not None:  # the projection weight's own tangent
                 t_h = t_h + t_hr
-        return ns.cat([t_h, t_c], 1)
+        return ns.cat([t_h, t_c, t_pre * slopes], 1)
 
 
 # ----------------------------------------------------------------------------- the rules
 def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     steps, _ = _schedule(batch_sizes, reverse)
-    hidden = w_hh.shape[1]
-    out = np.empty((xg.shape[0], init.shape[1]), dtype=np.result_type(xg, init, w_hh))
+    width, hidden = init.shape[1], w_hh.shape[1]
+    saved = w_hh.shape[0] if kind.saves_gates else 0
+    out = np.empty((xg.shape[0], width + saved), dtype=np.result_type(xg, init, w_hh))
     state = init.astype(out.dtype, copy=True)
+    w_hh_t = _Arrays.transposed(w_hh)
     for start, n in steps:
         prev = state[:n]
-        new = kind.step(_Arrays, xg[start:start + n], _hidden(_Arrays, prev[:, :hidden], w_hh,
-                                                              b_hh), prev, w_hr)
+        new = kind.step(xg[start:start + n], _hidden(prev[:, :hidden], w_hh_t, b_hh), prev, w_hr)
         out[start:start + n] = new
-        state[:n] = new
+        state[:n] = new[:, :width]
     return out
 
 
-def _recompute(ns, kind, ans, xg, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
+def _recompute(ns, kind, ans, xg, init, w_hh, b_hh, batch_sizes, reverse):
     """Every row's previous state and its step's Jacobian coefficients, for all rows at once."""
     _, prev_rows = _schedule(batch_sizes, reverse)
-    prev = ns.cat([ans, init], 0)[prev_rows]
-    h_prev = prev[:, :w_hh.shape[1]]
-    gh = _hidden(ns, h_prev, w_hh, b_hh)
-    return h_prev, gh, kind.coefficients(ns, xg, gh, prev, ans, w_hr)
+    width = init.shape[1]
+    states = ans[:, :width] if ans.shape[1] > width else ans
+    prev = ns.cat([states, init], 0)[prev_rows]
+    return prev[:, :w_hh.shape[1]], kind.coefficients(ns, xg, prev, ans, w_hh, b_hh)
 
 
 def _rows(ns, blocks):
@@ -264,16 +280,17 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
     ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
     g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
     steps, _ = _schedule(batch_sizes, reverse)
-    h_prev, gh, coefficients = _recompute(ns, kind, ans, xg, init, w_hh, b_hh, w_hr,
-                                          batch_sizes, reverse)
+    h_prev, coefficients = _recompute(ns, kind, ans, xg, init, w_hh, b_hh, batch_sizes, reverse)
+    width = init.shape[1]
     # carry[b]: the gradient reaching sequence b's state from the steps already taken back.
     carry = ns.zeros(init.shape, init)
     d_xg, d_gh, d_out = [], [], []
     for start, n in reversed(steps):
         rows = slice(start, start + n)
-        d_new = g[rows] + carry[:n]
-        dx, dh, d_prev = kind.backward_step(ns, [c[rows] for c in coefficients], d_new, w_hh,
-                                            w_hr)
+        d_new = (g[rows, :width] if kind.saves_gates else g[rows]) + carry[:n]
+        dx, dh, d_prev = kind.backward_step(ns, [c[rows] for c in coefficients], d_new,
+                                            g[rows, width:] if kind.saves_gates else None,
+                                            w_hh, w_hr)
         d_xg.append((start, dx))
         if dh is not dx:
             d_gh.append((start, dh))
@@ -292,8 +309,9 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
 def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     t_xg, t_init, t_whh, t_bhh, *t_whr = tangents
     steps, _ = _schedule(batch_sizes, reverse)
-    h_prev, gh, coefficients = _recompute(_Tensors, kind, ans, xg, init, w_hh, b_hh, w_hr,
-                                          batch_sizes, reverse)
+    h_prev, coefficients = _recompute(_Tensors, kind, ans, xg, init, w_hh, b_hh, batch_sizes,
+                                      reverse)
+    width = init.shape[1]
     # The parts of each row's tangent that do not go through the previous step's tangent.
     t_gh = 0.0 if t_whh is None else h_prev @ t_whh.T
     if t_bhh is not None:
@@ -311,7 +329,8 @@ def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_size
                                   0.0 if t_xg is None else t_xg[rows], step_gh, t_prev, w_hr,
                                   None if t_hr is None else t_hr[rows])
         out.append((start, t_new))
-        carry = t_new if n == carry.shape[0] else cat([t_new, carry[n:]], 0)
+        t_state = t_new[:, :width] if kind.saves_gates else t_new
+        carry = t_state if n == carry.shape[0] else cat([t_state, carry[n:]], 0)
     return _rows(_Tensors, out)
 
 
@@ -351,5 +370,6 @@ def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
 def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     """torch.lstm_cell: one LSTM step (gates i, f, g, o) from hx = (h, c); returns (h', c')."""
     h, c = hx
-    state = _one_step(lstm, input, cat([h, c], 1), w_ih, w_hh, b_ih, b_hh)
-    return state[:, :h.shape[1]], state[:, h.shape[1]:]
+    out = _one_step(lstm, input, cat([h, c], 1), w_ih, w_hh, b_ih, b_hh)
+    size = h.shape[1]
+    return out[:, :size], out[:, size:2 * size]
