@@ -229,6 +229,7 @@ def test_graph_nodes_do_not_grow_with_the_sequence(rng, name):
 
 
 def test_gradcheck_through_a_packed_bidirectional_lstm(rng):
+    """Gradients, second derivatives and forward-mode tangents of the whole module."""
     module = mg.nn.LSTM(2, 3, num_layers=2, bidirectional=True, proj_size=1)
     def f(x, h0, c0):
         packed = ours_rnn.pack_padded_sequence(x, [3, 1, 2], enforce_sorted=False)
@@ -237,8 +238,29 @@ def test_gradcheck_through_a_packed_bidirectional_lstm(rng):
     inputs = (mg.tensor(rng.standard_normal((3, 3, 2)), requires_grad=True),
               mg.tensor(rng.standard_normal((4, 3, 1)), requires_grad=True),
               mg.tensor(rng.standard_normal((4, 3, 3)), requires_grad=True))
-    assert gradcheck(f, inputs)
+    assert gradcheck(f, inputs, check_forward_ad=True)
     assert gradgradcheck(f, inputs)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m[0] + ("," + _ids(m[1]) if m[1] else ""))
+def test_tangents_equal_torch_func_jvp(rng, mode):
+    """Forward mode through a 2-layer bidirectional module: the output's tangent along
+    tangents of the input and the initial states equals torch.func.jvp's."""
+    name, options = mode
+    ours, theirs = _pair(name, I, H, num_layers=2, bidirectional=True, **options)
+    primals = [rng.standard_normal((T, B, I))] + _states(
+        name, {**options, "num_layers": 2, "bidirectional": True}, rng)
+    tangents = [rng.standard_normal(p.shape) for p in primals]
+
+    def output(module):
+        return lambda x, *hx: module(x, tuple(hx) if len(hx) == 2 else hx[0])[0]
+    out, jvp = mg.func.jvp(output(ours), tuple(mg.tensor(p) for p in primals),
+                           tuple(mg.tensor(t) for t in tangents))
+    expected, expected_jvp = torch.func.jvp(output(theirs),
+                                            tuple(torch.tensor(p) for p in primals),
+                                            tuple(torch.tensor(t) for t in tangents))
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), **TOL)
+    np.testing.assert_allclose(jvp.detach().numpy(), expected_jvp.detach().numpy(), **TOL)
 
 
 # ----------------------------------------------------------------------------- the module's API
