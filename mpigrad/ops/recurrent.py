@@ -29,7 +29,7 @@ from ..autograd import forward_ad, grad_mode
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
-from .elementwise import _sigmoid, sigmoid, tanh
+from .elementwise import _sigmoid, sigmoid, sign, tanh
 from .shape import cat
 
 
@@ -37,6 +37,7 @@ class _Arrays:
     cat = staticmethod(np.concatenate)
     tanh = staticmethod(np.tanh)
     sigmoid = staticmethod(_sigmoid)
+    sign = staticmethod(np.sign)
 
     @staticmethod
     def transposed(w):
@@ -56,6 +57,7 @@ class _Tensors:
     cat = staticmethod(cat)
     tanh = staticmethod(tanh)
     sigmoid = staticmethod(sigmoid)
+    sign = staticmethod(sign)
 
     @staticmethod
     def transposed(w):
@@ -145,8 +147,9 @@ class _Elman:
         return np.maximum(pre, 0) if self.relu else np.tanh(pre)
 
     def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
-        # The derivative from the output alone: 1 - h^2 for tanh, h > 0 for relu.
-        return ((ans > 0) * 1.0 if self.relu else 1 - ans * ans),
+        # The derivative from the output alone: 1 - h^2 for tanh; for relu 1 where h > 0,
+        # which is sign(h) as h >= 0, in h's dtype.
+        return (ns.sign(ans) if self.relu else 1 - ans * ans),
 
     def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
         (slope,) = coefficients

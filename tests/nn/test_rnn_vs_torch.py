@@ -114,6 +114,23 @@ def test_unbatched(rng, mode, batch_first):
              _states(name, {**options, "bidirectional": True}, rng, batch=()), rng)
 
 
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m[0] + ("," + _ids(m[1]) if m[1] else ""))
+def test_float32_stays_float32(rng, mode):
+    """A float32 module keeps outputs and gradients in float32 (close to torch's)."""
+    name, options = mode
+    theirs = getattr(torch.nn, name)(I, H, bidirectional=True, **options)
+    ours = getattr(mg.nn, name)(I, H, bidirectional=True, dtype=mg.float32, **options)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    a, b = mg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, expected = ours(a)[0], theirs(b)[0]
+    out.sum().backward()
+    expected.sum().backward()
+    assert out.dtype == a.grad.dtype == ours.weight_hh_l0.grad.dtype == mg.float32
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-5)
+
+
 def test_dropout_between_layers_in_training(rng):
     """With p=1 dropout is deterministic: the second layer sees zeros in both libraries, so
     this shows it sits between layers (and not after the last)."""
