@@ -233,14 +233,16 @@ class RNNBase(Module):
                                   initial, weights["weight_hh"], weights.get("bias_hh"),
                                   *projection, batch_sizes=batch_sizes,
                                   reverse=direction == 1)
-                last = final_rows(batch_sizes, direction == 1)
+                final = rows[final_rows(batch_sizes, direction == 1)]
                 if self._lstm:
                     outputs.append(rows[:, :out_size])
-                    finals[0].append(rows[last, :out_size])
-                    finals[1].append(rows[last, out_size:out_size + self.hidden_size])
+                    # h and c from the final rows alone: backward then fills one array of the
+                    # whole sequence's size for them, not one each
+                    finals[0].append(final[:, :out_size])
+                    finals[1].append(final[:, out_size:out_size + self.hidden_size])
                 else:
                     outputs.append(rows)
-                    finals[0].append(rows[last])
+                    finals[0].append(final)
             x = outputs[0] if len(outputs) == 1 else ops.cat(outputs, 1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
