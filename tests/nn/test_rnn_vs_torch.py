@@ -396,6 +396,18 @@ def test_pack_and_unpack_sequence(rng):
     assert isinstance(ours, tuple) and ours._fields == theirs._fields
     for a, b in zip(ours_rnn.unpack_sequence(ours), arrays):
         np.testing.assert_array_equal(a.numpy(), b)
+    padded = rng.standard_normal((4, 3, 2))
+    for lengths in ([4, 1, 3], "tensor"):
+        ours_lengths = mg.tensor([4, 1, 3]) if lengths == "tensor" else lengths
+        theirs_lengths = torch.tensor([4, 1, 3]) if lengths == "tensor" else lengths
+        for a, b in zip(ours_rnn.pack_padded_sequence(mg.tensor(padded), ours_lengths,
+                                                      enforce_sorted=False),
+                        torch_rnn.pack_padded_sequence(torch.tensor(padded), theirs_lengths,
+                                                       enforce_sorted=False)):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+        for a, b in zip(ours_rnn.unpad_sequence(mg.tensor(padded), ours_lengths),
+                        torch_rnn.unpad_sequence(torch.tensor(padded), theirs_lengths)):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
     sorted_ = ours_rnn.pack_sequence([mg.tensor(arrays[i]) for i in (1, 0, 2)])
     assert sorted_.sorted_indices is None and sorted_.unsorted_indices is None
     assert ours.double().data.dtype == mg.float64
