@@ -290,14 +290,15 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
     d_xg, d_gh, d_out = [], [], []
     for start, n in reversed(steps):
         rows = slice(start, start + n)
-        d_new = (g[rows, :width] if kind.saves_gates else g[rows]) + carry[:n]
+        d_new = g[rows, :width] + carry[:n]
         dx, dh, d_prev = kind.backward_step(ns, [c[rows] for c in coefficients], d_new,
                                             g[rows, width:] if kind.saves_gates else None,
                                             w_hh, w_hr)
         d_xg.append((start, dx))
         if dh is not dx:
             d_gh.append((start, dh))
-        d_out.append((start, d_new))
+        if w_hr is not None:
+            d_out.append((start, d_new))
         carry = d_prev if n == carry.shape[0] else ns.cat([d_prev, carry[n:]], 0)
     d_xg = _rows(ns, d_xg)
     d_gh = _rows(ns, d_gh) if d_gh else d_xg
@@ -339,8 +340,7 @@ def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_size
 
 def _op(name, kind):
     return Op(name, functools.partial(_forward, kind), functools.partial(_backward, kind),
-              functools.partial(_tangent, kind), saves="* ans", joint=True,
-              grad_fn_name="".join(p.capitalize() for p in name.split("_")) + "Backward0")
+              functools.partial(_tangent, kind), saves="* ans", joint=True)
 
 
 rnn_tanh = _op("rnn_tanh", _Elman("tanh"))
@@ -350,9 +350,9 @@ lstm = _op("lstm", _LSTM())
 
 
 # ----------------------------------------------------------------------------- torch's cells
-def _one_step(op, input, hx, w_ih, w_hh, b_ih, b_hh, w_hr=None):
-    return op(linear(input, w_ih, b_ih), hx, w_hh, b_hh, *(() if w_hr is None else (w_hr,)),
-              batch_sizes=(input.shape[0],), reverse=False)
+def _one_step(op, input, hx, w_ih, w_hh, b_ih, b_hh):
+    return op(linear(input, w_ih, b_ih), hx, w_hh, b_hh, batch_sizes=(input.shape[0],),
+              reverse=False)
 
 
 def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
