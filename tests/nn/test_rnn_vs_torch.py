@@ -141,10 +141,23 @@ def test_dropout_between_layers_in_training(rng):
         _compare(ours, theirs, rng.standard_normal((T, B, I)), None, rng)
 
 
-def test_dropout_with_one_layer_warns_as_torch():
+def test_dropout_with_one_layer_warns_as_torch_and_changes_nothing(rng):
     for lib in (mg, torch):
         with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
             lib.nn.LSTM(I, H, dropout=0.3)
+    with pytest.warns(UserWarning):
+        ours, theirs = _pair("GRU", I, H, dropout=0.5)
+    _compare(ours, theirs, rng.standard_normal((T, B, I)), None, rng)  # both in training mode
+
+
+def test_dropout_in_training_zeroes_the_second_layers_input(rng):
+    """p=0.5 in training: outputs differ from eval mode's, and from one call to the next."""
+    module = mg.nn.LSTM(I, H, num_layers=2, dropout=0.5)
+    x = mg.tensor(rng.standard_normal((T, B, I)))
+    first, second = module(x)[0].detach().numpy(), module(x)[0].detach().numpy()
+    module.eval()
+    clean = module(x)[0].detach().numpy()
+    assert not np.allclose(first, clean) and not np.allclose(first, second)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m[0] + ("," + _ids(m[1]) if m[1] else ""))
