@@ -25,6 +25,7 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   outer, ger, scatter, scatter_add, index_add, repeat_interleave, roll, flip,
                   rsqrt, lerp, nan_to_num, broadcast_to, meshgrid, allclose)
 from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softmax)
+from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401

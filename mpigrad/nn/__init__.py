@@ -39,6 +39,7 @@ from .distance import PairwiseDistance, CosineSimilarity  # noqa: F401
 from .container import ParameterList, ParameterDict  # noqa: F401
 from .activation import (Hardtanh, ReLU6, SELU, Hardsigmoid, Hardswish, Mish, ELU,  # noqa: F401
                          CELU, Softplus, Softsign, LogSigmoid, GLU, Threshold, PReLU)
+from .rnn import RNNBase, RNN, LSTM, GRU, RNNCellBase, RNNCell, LSTMCell, GRUCell  # noqa: F401
 
 
 def __getattr__(name):

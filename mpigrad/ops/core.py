@@ -48,10 +48,16 @@ class Op:
     `jvps` holds the tangent rules, shaped like `vjps` (a tuple, or one callable taking the
     position first). `elementwise=True` says the Jacobian is diagonal: then J t and J^T g are
     the same product, and the gradient rules serve as the tangent rules.
+
+    `joint=True` is for ops whose inputs' gradients share most of their work (a recurrence,
+    where every gradient goes through the same backward pass over time): `vjps` is then one
+    rule `vjp(needs, g, ans, *inputs, **params)` returning a gradient (or None) per input,
+    `needs` saying which are wanted, and `jvps` one rule `jvp(tangents, ans, *inputs,
+    **params)` returning the output's tangent from all inputs' tangents (None where absent).
     """
 
     def __init__(self, name, forward, vjps=None, jvps=None, saves="", view=False,
-                 inplace_fast=None, elementwise=False, grad_fn_name=None):
+                 inplace_fast=None, elementwise=False, grad_fn_name=None, joint=False):
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
@@ -61,6 +67,7 @@ class Op:
             raise ValueError(f"op {name}: elementwise ops take their gradient rules as tangent "
                              "rules; give jvps or elementwise=True, not both")
         self.jvps = vjps if elementwise else jvps
+        self.joint = joint
         names = saves.split()
         self.saves_ans = "ans" in names
         if "*" in names:
@@ -151,8 +158,8 @@ def _push_tangent(op, args, params, result):
 def _output_tangent(op, args, params, result, tangents):
     jvps = op.jvps
     per_input = type(jvps) is tuple
-    total = None
-    for i, t in enumerate(tangents):
+    total = jvps(tangents, result, *args, **params) if op.joint else None
+    for i, t in enumerate(() if op.joint else tangents):
         if t is None:
             continue
         if per_input:
@@ -270,12 +277,15 @@ class OpNode(Node):
         vjps = self.op.vjps
         params = self.params
         per_input = type(vjps) is tuple
+        joint = vjps(self.needs, g, ans, *inputs, **params) if self.op.joint else None
         grads = []
         for i, need in enumerate(self.needs):
             if not need:
                 grads.append(None)
                 continue
-            if per_input:
+            if joint is not None:
+                gi = joint[i]
+            elif per_input:
                 rule = vjps[i]
                 gi = None if rule is None else rule(g, ans, *inputs, **params)
             else:

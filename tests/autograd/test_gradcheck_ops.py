@@ -216,6 +216,34 @@ CASES = [
     ("hardsigmoid_hardswish", lambda a: mg.nn.functional.hardsigmoid(a * 2)
      + mg.nn.functional.hardswish(a * 2), [((3, 4), _spread)]),
     ("threshold", lambda a: mg.nn.functional.threshold(a, 0.3, -2.0), [((3, 4), _spread)]),
+    # recurrent layers (issue 21): torch's one-step cells, and whole packed sequences (uneven
+    # lengths 4, 3, 1) in each direction, the LSTM with a projection
+    ("lstm_cell", lambda x, h, c, wi, wh, bi, bh: mg.lstm_cell(x, (h, c), wi, wh, bi, bh)[0]
+     * mg.lstm_cell(x, (h, c), wi, wh, bi, bh)[1],
+     [((2, 3), _normal), ((2, 2), _normal), ((2, 2), _normal), ((8, 3), _normal),
+      ((8, 2), _normal), ((8,), _normal), ((8,), _normal)]),
+    ("gru_cell", lambda x, h, wi, wh, bi, bh: mg.gru_cell(x, h, wi, wh, bi, bh),
+     [((2, 3), _normal), ((2, 2), _normal), ((6, 3), _normal), ((6, 2), _normal),
+      ((6,), _normal), ((6,), _normal)]),
+    ("rnn_cells", lambda x, h, wi, wh: mg.rnn_tanh_cell(x, h, wi, wh)
+     + mg.rnn_relu_cell(x, h, wi, wh),
+     [((3, 2), _normal), ((3, 2), _normal), ((2, 2), _normal), ((2, 2), _normal)]),
+    ("lstm_packed_projected", lambda xg, s, wh, bh, wr: F.lstm(xg, s, wh, bh, wr,
+                                                              batch_sizes=(3, 2, 2, 1),
+                                                              reverse=False),
+     [((8, 12), _normal), ((3, 5), _normal), ((12, 2), _normal), ((12,), _normal),
+      ((2, 3), _normal)]),
+    ("lstm_packed_reverse", lambda xg, s, wh: F.lstm(xg, s, wh, None, batch_sizes=(3, 2, 2, 1),
+                                                     reverse=True),
+     [((8, 8), _normal), ((3, 4), _normal), ((8, 2), _normal)]),
+    ("gru_packed", lambda xg, h, wh, bh: F.gru(xg, h, wh, bh, batch_sizes=(3, 2, 2, 1),
+                                               reverse=False)
+     + F.gru(xg, h, wh, bh, batch_sizes=(3, 2, 2, 1), reverse=True),
+     [((8, 6), _normal), ((3, 2), _normal), ((6, 2), _normal), ((6,), _normal)]),
+    ("rnn_packed", lambda xg, h, wh, bh: F.rnn_tanh(xg, h, wh, bh, batch_sizes=(3, 2, 2, 1),
+                                                    reverse=True)
+     + F.rnn_relu(xg, h, wh, bh, batch_sizes=(3, 2, 2, 1), reverse=False),
+     [((8, 2), _spread), ((3, 2), _spread), ((2, 2), _normal), ((2,), _normal)]),
 ]
 
 

@@ -1,0 +1,378 @@
+"""Recurrences: one layer of an RNN, GRU or LSTM in one direction over a whole sequence.
+
+Each op takes the input projection of every step already computed (`xg`, one matmul for the
+whole sequence, done by the caller), the initial state, and the recurrent weights; its forward
+runs the time loop in numpy and returns the state after every step. The whole recurrence is one
+graph node, so backward through time keeps no per-step Python objects at all.
+
+Rows are in packed order (torch's PackedSequence layout): the `batch_sizes[t]` rows of step t
+follow those of step t-1, and the sequences are sorted longest first, so step t updates the
+first `batch_sizes[t]` sequences and the others keep their state. A padded (T, B) batch is the
+case of equal batch sizes. `reverse=True` runs the steps last to first, each sequence starting
+at its own last step.
+
+The state is one row per sequence: `[h | c]` for the LSTM (h of the projected size when
+`w_hr` is given), `h` otherwise. Each output row is the state after that step, followed for the
+LSTM by its four gate activations (the caller slices the state off; the gates are kept for
+backward). The gradient and tangent rules compute, for all rows at once, the coefficients of
+each step's Jacobian (from the saved rows; the GRU recomputes its hidden projection in one
+matmul), so the sequential part of either rule is a few products per step. The
+rules are written once over `ns`, a namespace of numpy arrays or of Tensor ops: with Tensors
+they are differentiable (create_graph, forward-over-reverse); with arrays, when no graph or
+tangent is being recorded, the same arithmetic runs without the Tensor layer's cost per call.
+"""
+import functools
+
+import numpy as np
+
+from ..autograd import forward_ad, grad_mode
+from ..tensor import Tensor
+from .arithmetic import linear
+from .core import Op
+from .elementwise import _sigmoid, sigmoid, sign, tanh
+from .shape import cat
+
+
+class _Arrays:
+    cat = staticmethod(np.concatenate)
+    tanh = staticmethod(np.tanh)
+    sigmoid = staticmethod(_sigmoid)
+    sign = staticmethod(np.sign)
+
+    @staticmethod
+    def transposed(w):
+        # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
+        return np.ascontiguousarray(w.T)
+
+    @staticmethod
+    def zeros(shape, like):
+        return np.zeros(shape, dtype=like.dtype)
+
+    @staticmethod
+    def result(array):
+        return Tensor.wrap(array)
+
+
+class _Tensors:
+    cat = staticmethod(cat)
+    tanh = staticmethod(tanh)
+    sigmoid = staticmethod(sigmoid)
+    sign = staticmethod(sign)
+
+    @staticmethod
+    def transposed(w):
+        return w.T
+
+    @staticmethod
+    def zeros(shape, like):
+        return Tensor.wrap(np.zeros(shape, dtype=like.dtype))
+
+    @staticmethod
+    def result(tensor):
+        return tensor
+
+
+def _namespace(values):
+    """Arrays when nothing the rule computes needs recording (no graph, no dual tensors)."""
+    if forward_ad._global.level is not None:
+        return _Tensors
+    if grad_mode.is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad
+                                           for v in values):
+        return _Tensors
+    return _Arrays
+
+
+def _unwrap(ns, values):
+    if ns is _Tensors:
+        return values
+    return [v.data if isinstance(v, Tensor) else v for v in values]
+
+
+@functools.lru_cache(maxsize=256)
+def _schedule(batch_sizes, reverse):
+    """(steps, prev_rows): the steps as (first row, rows) in the order they run, and for every
+    row the row of [states; initial states] holding its previous state."""
+    offsets = np.concatenate([[0], np.cumsum(batch_sizes)])
+    total = int(offsets[-1])
+    prev_rows = np.empty(total, dtype=np.intp)
+    for t, n in enumerate(batch_sizes):
+        rows = slice(offsets[t], offsets[t] + n)
+        source = t + 1 if reverse else t - 1
+        if 0 <= source < len(batch_sizes):
+            # Rows beyond the source step's batch start their sequence here, from the initial
+            # state (only in reverse: forward, a step never has more rows than the one before).
+            k = min(n, batch_sizes[source])
+            prev_rows[rows] = np.concatenate([offsets[source] + np.arange(k),
+                                              total + np.arange(k, n)])
+        else:
+            prev_rows[rows] = total + np.arange(n)
+    prev_rows.flags.writeable = False
+    steps = [(int(offsets[t]), n) for t, n in enumerate(batch_sizes)]
+    return (steps[::-1] if reverse else steps), prev_rows
+
+
+def final_rows(batch_sizes, reverse):
+    """Where each sequence's final state is among the op's output rows: its last step's row,
+    or (reverse) its first step's. A slice when all sequences have the same length."""
+    batch = batch_sizes[0]
+    if reverse:
+        return slice(0, batch)
+    total = sum(batch_sizes)
+    if batch_sizes[-1] == batch:
+        return slice(total - batch, total)
+    offsets = np.concatenate([[0], np.cumsum(batch_sizes)])
+    lengths = (np.asarray(batch_sizes)[None, :] > np.arange(batch)[:, None]).sum(1)
+    return offsets[lengths - 1] + np.arange(batch)
+
+
+def _hidden(h, w_hh_t, b_hh):
+    gh = h @ w_hh_t
+    return gh if b_hh is None else gh + b_hh
+
+
+# ----------------------------------------------------------------------------- the cells
+# Each kind says how one step maps (xg, gh = h W_hh^T + b_hh, previous state) to its output
+# row (`step`, numpy): the new state, then for the LSTM its gate activations (i, f, g, o),
+# saved so backward need not recompute them. `coefficients` gives every row's Jacobian
+# coefficients at once, from which `backward_step` and `tangent_step` take one step's gradient
+# and tangent (the saved columns are outputs too, so both rules include them).
+class _Elman:
+    saves_gates = False
+
+    def __init__(self, nonlinearity):
+        self.relu = nonlinearity == "relu"
+
+    def step(self, xg, gh, prev, w_hr):
+        pre = xg + gh
+        return np.maximum(pre, 0) if self.relu else np.tanh(pre)
+
+    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+        # The derivative from the output alone: 1 - h^2 for tanh; for relu 1 where h > 0,
+        # which is sign(h) as h >= 0, in h's dtype.
+        return (ns.sign(ans) if self.relu else 1 - ans * ans),
+
+    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
+        (slope,) = coefficients
+        d_pre = d_new * slope
+        return d_pre, d_pre, d_pre @ w_hh
+
+    def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
+        (slope,) = coefficients
+        return (t_xg + t_gh) * slope
+
+
+class _GRU:
+    saves_gates = False
+
+    def _activations(self, ns, xg, gh):
+        size = gh.shape[1] // 3
+        rz = ns.sigmoid(xg[:, :2 * size] + gh[:, :2 * size])
+        r, z = rz[:, :size], rz[:, size:]
+        n = ns.tanh(xg[:, 2 * size:] + r * gh[:, 2 * size:])
+        return r, z, n
+
+    def step(self, xg, gh, prev, w_hr):
+        r, z, n = self._activations(_Arrays, xg, gh)
+        return n + z * (prev - n)
+
+    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+        # n needs W_hn h + b_hn itself, not only through the pre-activation: recomputed, for
+        # all rows in one matmul.
+        gh = _hidden(prev, ns.transposed(w_hh), b_hh)
+        r, z, n = self._activations(ns, xg, gh)
+        size = n.shape[1]
+        # d h'/d pre_r, d h'/d pre_z, d h'/d pre_n; pre_n's hidden part enters scaled by r.
+        dn = (1 - z) * (1 - n * n)
+        dz = (prev - n) * z * (1 - z)
+        dr = dn * gh[:, 2 * size:] * r * (1 - r)
+        return ns.cat([dr, dz, dn], 1), ns.cat([dr, dz, dn * r], 1), z
+
+    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
+        to_xg, to_gh, z = coefficients
+        d3 = ns.cat([d_new, d_new, d_new], 1)
+        d_gh = d3 * to_gh
+        return d3 * to_xg, d_gh, d_gh @ w_hh + d_new * z
+
+    def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
+        to_xg, to_gh, z = coefficients
+        size = z.shape[1]
+        parts = t_xg * to_xg + t_gh * to_gh
+        return parts[:, :size] + parts[:, size:2 * size] + parts[:, 2 * size:] + z * t_prev
+
+
+class _LSTM:
+    saves_gates = True
+
+    def step(self, xg, gh, prev, w_hr):
+        size = gh.shape[1] // 4
+        pre = xg + gh
+        gates = _sigmoid(pre)
+        gates[:, 2 * size:3 * size] = np.tanh(pre[:, 2 * size:3 * size])
+        i, f, g, o = (gates[:, k * size:(k + 1) * size] for k in range(4))
+        c = f * prev[:, -size:] + i * g
+        h = o * np.tanh(c)
+        return np.concatenate([h if w_hr is None else h @ w_hr.T, c, gates], 1)
+
+    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+        size, width = w_hh.shape[0] // 4, prev.shape[1]
+        i, f, g, o = (ans[:, width + k * size:width + (k + 1) * size] for k in range(4))
+        c_prev, tc = prev[:, -size:], ns.tanh(ans[:, width - size:width])
+        # Each gate's slope (d activation / d pre); times d c'/d gate (i, f, g) or d h/d o.
+        slopes = ns.cat([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)], 1)
+        gates = slopes * ns.cat([g, c_prev, i, tc], 1)
+        # then d h/d c', d c'/d c, and h before its projection
+        return gates, o * (1 - tc * tc), f, o * tc, slopes
+
+    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
+        gates, h_by_c, f, _, slopes = coefficients
+        size = f.shape[1]
+        d_h = d_new[:, :-size]
+        if w_hr is not None:
+            d_h = d_h @ w_hr
+        d_c = d_new[:, -size:] + d_h * h_by_c
+        d_pre = ns.cat([d_c, d_c, d_c, d_h], 1) * gates + g_saved * slopes
+        return d_pre, d_pre, ns.cat([d_pre @ w_hh, d_c * f], 1)
+
+    def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
+        gates, h_by_c, f, _, slopes = coefficients
+        size = f.shape[1]
+        t_pre = t_xg + t_gh
+        parts = t_pre * gates
+        t_c = (parts[:, :size] + parts[:, size:2 * size] + parts[:, 2 * size:3 * size]
+               + f * t_prev[:, -size:])
+        t_h = parts[:, 3 * size:] + h_by_c * t_c
+        if w_hr is not None:
+            t_h = t_h @ w_hr.T
+            if t_hr is not None:  # the projection weight's own tangent
+                t_h = t_h + t_hr
+        return ns.cat([t_h, t_c, t_pre * slopes], 1)
+
+
+# ----------------------------------------------------------------------------- the rules
+def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
+    steps, _ = _schedule(batch_sizes, reverse)
+    width, hidden = init.shape[1], w_hh.shape[1]
+    saved = w_hh.shape[0] if kind.saves_gates else 0
+    out = np.empty((xg.shape[0], width + saved), dtype=np.result_type(xg, init, w_hh))
+    state = init.astype(out.dtype, copy=True)
+    w_hh_t = _Arrays.transposed(w_hh)
+    for start, n in steps:
+        prev = state[:n]
+        new = kind.step(xg[start:start + n], _hidden(prev[:, :hidden], w_hh_t, b_hh), prev, w_hr)
+        out[start:start + n] = new
+        state[:n] = new[:, :width]
+    return out
+
+
+def _recompute(ns, kind, ans, xg, init, w_hh, b_hh, batch_sizes, reverse):
+    """Every row's previous state and its step's Jacobian coefficients, for all rows at once."""
+    _, prev_rows = _schedule(batch_sizes, reverse)
+    width = init.shape[1]
+    states = ans[:, :width] if ans.shape[1] > width else ans
+    prev = ns.cat([states, init], 0)[prev_rows]
+    return prev[:, :w_hh.shape[1]], kind.coefficients(ns, xg, prev, ans, w_hh, b_hh)
+
+
+def _rows(ns, blocks):
+    """Per-step blocks (first row, block) back in row order, as one array."""
+    blocks.sort(key=lambda block: block[0])
+    return ns.cat([b for _, b in blocks], 0)
+
+
+def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
+    ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
+    g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
+    steps, _ = _schedule(batch_sizes, reverse)
+    h_prev, coefficients = _recompute(ns, kind, ans, xg, init, w_hh, b_hh, batch_sizes, reverse)
+    width = init.shape[1]
+    # carry[b]: the gradient reaching sequence b's state from the steps already taken back.
+    carry = ns.zeros(init.shape, init)
+    d_xg, d_gh, d_out = [], [], []
+    for start, n in reversed(steps):
+        rows = slice(start, start + n)
+        d_new = g[rows, :width] + carry[:n]
+        dx, dh, d_prev = kind.backward_step(ns, [c[rows] for c in coefficients], d_new,
+                                            g[rows, width:] if kind.saves_gates else None,
+                                            w_hh, w_hr)
+        d_xg.append((start, dx))
+        if dh is not dx:
+            d_gh.append((start, dh))
+        if w_hr is not None:
+            d_out.append((start, d_new))
+        carry = d_prev if n == carry.shape[0] else ns.cat([d_prev, carry[n:]], 0)
+    d_xg = _rows(ns, d_xg)
+    d_gh = _rows(ns, d_gh) if d_gh else d_xg
+    grads = [d_xg, carry, d_gh.T @ h_prev if needs[2] else None,
+             d_gh.sum(0) if b_hh is not None and needs[3] else None]
+    if w_hr is not None:
+        d_h = _rows(ns, d_out)[:, :w_hr.shape[0]]
+        grads.append(d_h.T @ coefficients[3] if needs[4] else None)
+    return [None if grad is None else ns.result(grad) for grad in grads]
+
+
+def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
+    t_xg, t_init, t_whh, t_bhh, *t_whr = tangents
+    steps, _ = _schedule(batch_sizes, reverse)
+    h_prev, coefficients = _recompute(_Tensors, kind, ans, xg, init, w_hh, b_hh, batch_sizes,
+                                      reverse)
+    width = init.shape[1]
+    # The parts of each row's tangent that do not go through the previous step's tangent.
+    t_gh = 0.0 if t_whh is None else h_prev @ t_whh.T
+    if t_bhh is not None:
+        t_gh = t_gh + t_bhh
+    t_hr = coefficients[3] @ t_whr[0].T if t_whr and t_whr[0] is not None else None
+    carry = t_init if t_init is not None else Tensor.wrap(np.zeros(init.shape, ans.dtype))
+    out = []
+    for start, n in steps:
+        rows = slice(start, start + n)
+        t_prev = carry[:n]
+        step_gh = t_prev[:, :w_hh.shape[1]] @ w_hh.T
+        if not isinstance(t_gh, float):
+            step_gh = step_gh + (t_gh[rows] if t_gh.ndim == 2 else t_gh)
+        t_new = kind.tangent_step(_Tensors, [c[rows] for c in coefficients],
+                                  0.0 if t_xg is None else t_xg[rows], step_gh, t_prev, w_hr,
+                                  None if t_hr is None else t_hr[rows])
+        out.append((start, t_new))
+        t_state = t_new[:, :width] if kind.saves_gates else t_new
+        carry = t_state if n == carry.shape[0] else cat([t_state, carry[n:]], 0)
+    return _rows(_Tensors, out)
+
+
+def _op(name, kind):
+    return Op(name, functools.partial(_forward, kind), functools.partial(_backward, kind),
+              functools.partial(_tangent, kind), saves="* ans", joint=True)
+
+
+rnn_tanh = _op("rnn_tanh", _Elman("tanh"))
+rnn_relu = _op("rnn_relu", _Elman("relu"))
+gru = _op("gru", _GRU())
+lstm = _op("lstm", _LSTM())
+
+
+# ----------------------------------------------------------------------------- torch's cells
+def _one_step(op, input, hx, w_ih, w_hh, b_ih, b_hh):
+    return op(linear(input, w_ih, b_ih), hx, w_hh, b_hh, batch_sizes=(input.shape[0],),
+              reverse=False)
+
+
+def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """torch.rnn_tanh_cell: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh), batched (2-D)."""
+    return _one_step(rnn_tanh, input, hx, w_ih, w_hh, b_ih, b_hh)
+
+
+def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """torch.rnn_relu_cell: rnn_tanh_cell with relu."""
+    return _one_step(rnn_relu, input, hx, w_ih, w_hh, b_ih, b_hh)
+
+
+def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """torch.gru_cell: one GRU step (gates r, z, n), batched (2-D)."""
+    return _one_step(gru, input, hx, w_ih, w_hh, b_ih, b_hh)
+
+
+def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """torch.lstm_cell: one LSTM step (gates i, f, g, o) from hx = (h, c); returns (h', c')."""
+    h, c = hx
+    out = _one_step(lstm, input, cat([h, c], 1), w_ih, w_hh, b_ih, b_hh)
+    size = h.shape[1]
+    return out[:, :size], out[:, size:2 * size]
