@@ -233,16 +233,15 @@ class RNNBase(Module):
                                   initial, weights["weight_hh"], weights.get("bias_hh"),
                                   *projection, batch_sizes=batch_sizes,
                                   reverse=direction == 1)
+                # Each row is the step's output h (then, for the LSTM, c; for gated cells, what
+                # backward reads). h and c are sliced from the final rows alone, so backward
+                # fills one array of the whole sequence's size for them, not one each.
                 final = rows[final_rows(batch_sizes, direction == 1)]
+                saved = rows.shape[1] > out_size
+                outputs.append(rows[:, :out_size] if saved else rows)
+                finals[0].append(final[:, :out_size] if saved else final)
                 if self._lstm:
-                    outputs.append(rows[:, :out_size])
-                    # h and c from the final rows alone: backward then fills one array of the
-                    # whole sequence's size for them, not one each
-                    finals[0].append(final[:, :out_size])
                     finals[1].append(final[:, out_size:out_size + self.hidden_size])
-                else:
-                    outputs.append(rows)
-                    finals[0].append(final)
             x = outputs[0] if len(outputs) == 1 else ops.cat(outputs, 1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
