@@ -168,7 +168,7 @@ class RNNBase(Module):
         if states is None:
             states = [creation.zeros(*self._hidden_shape(batch_sizes[0], cell=i == 1),
                                      dtype=data.dtype) for i in range(1 + self._lstm)]
-        self._check_states(states, batch_sizes[0])
+        self._check_states(states, batch_sizes[0], data.dtype)
         out, final = self._layers(data, batch_sizes, states)
         if isinstance(input, PackedSequence):
             if unsorted_indices is not None:
@@ -206,7 +206,11 @@ class RNNBase(Module):
         raise RuntimeError(f"For {kind} input, hx should also be {dims}-D but got "
                            f"{states[0].ndim}-D tensor")
 
-    def _check_states(self, states, batch):
+    def _check_states(self, states, batch, dtype):
+        # torch multiplies h0 by W_hh as it is (a dtype error), and converts c0.
+        if states[0].dtype != dtype:
+            raise RuntimeError(f"hx must have the input's dtype ({dtype}), got "
+                               f"{states[0].dtype}")
         for i, state in enumerate(states):
             expected = self._hidden_shape(batch, cell=i == 1)
             if tuple(state.shape) != expected:
