@@ -168,7 +168,7 @@ class RNNBase(Module):
         if states is None:
             states = [creation.zeros(*self._hidden_shape(batch_sizes[0], cell=i == 1),
                                      dtype=data.dtype) for i in range(1 + self._lstm)]
-        self._check_states(states, batch_sizes[0])
+        self._check_states(states, batch_sizes[0], data.dtype)
         out, final = self._layers(data, batch_sizes, states)
         if isinstance(input, PackedSequence):
             if unsorted_indices is not None:
@@ -206,7 +206,11 @@ class RNNBase(Module):
         raise RuntimeError(f"For {kind} input, hx should also be {dims}-D but got "
                            f"{states[0].ndim}-D tensor")
 
-    def _check_states(self, states, batch):
+    def _check_states(self, states, batch, dtype):
+        # torch multiplies h0 by W_hh as it is (a dtype error), and converts c0.
+        if states[0].dtype != dtype:
+            raise RuntimeError(f"hx must have the input's dtype ({dtype}), got "
+                               f"{states[0].dtype}")
         for i, state in enumerate(states):
             expected = self._hidden_shape(batch, cell=i == 1)
             if tuple(state.shape) != expected:
@@ -233,16 +237,15 @@ class RNNBase(Module):
                                   initial, weights["weight_hh"], weights.get("bias_hh"),
                                   *projection, batch_sizes=batch_sizes,
                                   reverse=direction == 1)
+                # Each row is the step's output h (then, for the LSTM, c; for gated cells, what
+                # backward reads). h and c are sliced from the final rows alone, so backward
+                # fills one array of the whole sequence's size for them, not one each.
                 final = rows[final_rows(batch_sizes, direction == 1)]
+                saved = rows.shape[1] > out_size
+                outputs.append(rows[:, :out_size] if saved else rows)
+                finals[0].append(final[:, :out_size] if saved else final)
                 if self._lstm:
-                    outputs.append(rows[:, :out_size])
-                    # h and c from the final rows alone: backward then fills one array of the
-                    # whole sequence's size for them, not one each
-                    finals[0].append(final[:, :out_size])
                     finals[1].append(final[:, out_size:out_size + self.hidden_size])
-                else:
-                    outputs.append(rows)
-                    finals[0].append(final)
             x = outputs[0] if len(outputs) == 1 else ops.cat(outputs, 1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)

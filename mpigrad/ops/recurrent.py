@@ -13,13 +13,13 @@ at its own last step.
 
 The state is one row per sequence: `[h | c]` for the LSTM (h of the projected size when
 `w_hr` is given), `h` otherwise. Each output row is the state after that step, followed for the
-LSTM by its four gate activations (the caller slices the state off; the gates are kept for
-backward). The gradient and tangent rules compute, for all rows at once, the coefficients of
-each step's Jacobian (from the saved rows; the GRU recomputes its hidden projection in one
-matmul), so the sequential part of either rule is a few products per step. The
-rules are written once over `ns`, a namespace of numpy arrays or of Tensor ops: with Tensors
-they are differentiable (create_graph, forward-over-reverse); with arrays, when no graph or
-tangent is being recorded, the same arithmetic runs without the Tensor layer's cost per call.
+LSTM by its four gate activations, for the GRU by r, z, n and W_hn h + b_hn (the caller slices
+the state off; the rest is kept for backward). The gradient and tangent rules compute, for all
+rows at once, the coefficients of each step's Jacobian from the saved rows, so the sequential
+part of either rule is a few products per step. The rules are written once over `ns`, a
+namespace of numpy arrays or of Tensor ops: with Tensors they are differentiable
+(create_graph, forward-over-reverse); with arrays, when no graph or tangent is being recorded,
+the same arithmetic runs without the Tensor layer's cost per call.
 """
 import functools
 
@@ -40,11 +40,6 @@ class _Arrays:
     sign = staticmethod(np.sign)
 
     @staticmethod
-    def transposed(w):
-        # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
-        return np.ascontiguousarray(w.T)
-
-    @staticmethod
     def zeros(shape, like):
         return np.zeros(shape, dtype=like.dtype)
 
@@ -58,10 +53,6 @@ class _Tensors:
     tanh = staticmethod(tanh)
     sigmoid = staticmethod(sigmoid)
     sign = staticmethod(sign)
-
-    @staticmethod
-    def transposed(w):
-        return w.T
 
     @staticmethod
     def zeros(shape, like):
@@ -132,76 +123,87 @@ def _hidden(h, w_hh_t, b_hh):
 
 # ----------------------------------------------------------------------------- the cells
 # Each kind says how one step maps (xg, gh = h W_hh^T + b_hh, previous state) to its output
-# row (`step`, numpy): the new state, then for the LSTM its gate activations (i, f, g, o),
-# saved so backward need not recompute them. `coefficients` gives every row's Jacobian
-# coefficients at once, from which `backward_step` and `tangent_step` take one step's gradient
-# and tangent (the saved columns are outputs too, so both rules include them).
+# row (`step`, numpy): the new state, then for the LSTM and the GRU what backward needs of the
+# step (the LSTM's gates i, f, g, o; the GRU's r, z, n and W_hn h + b_hn), saved so backward
+# need not recompute them. `coefficients` gives every row's Jacobian coefficients at once (by
+# name), from which `backward_step` and `tangent_step` take one step's gradient and tangent.
+# The saved columns are outputs too: `saved_gradients` turns their gradient into the gradient
+# of the step's input projection and hidden projection, and `tangent_step` gives their tangent.
 class _Elman:
-    saves_gates = False
-
     def __init__(self, nonlinearity):
         self.relu = nonlinearity == "relu"
+
+    def saved(self, w_hh):
+        return 0
 
     def step(self, xg, gh, prev, w_hr):
         pre = xg + gh
         return np.maximum(pre, 0) if self.relu else np.tanh(pre)
 
-    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+    def coefficients(self, ns, prev, ans, w_hh):
         # The derivative from the output alone: 1 - h^2 for tanh; for relu 1 where h > 0,
         # which is sign(h) as h >= 0, in h's dtype.
-        return (ns.sign(ans) if self.relu else 1 - ans * ans),
+        return {"slope": ns.sign(ans) if self.relu else 1 - ans * ans}
 
-    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
-        (slope,) = coefficients
-        d_pre = d_new * slope
+    def backward_step(self, ns, c, d_new, extra, w_hh, w_hr):
+        d_pre = d_new * c["slope"]
         return d_pre, d_pre, d_pre @ w_hh
 
-    def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
-        (slope,) = coefficients
-        return (t_xg + t_gh) * slope
+    def tangent_step(self, ns, c, t_xg, t_gh, t_prev, w_hr, t_hr):
+        return (t_xg + t_gh) * c["slope"]
 
 
 class _GRU:
-    saves_gates = False
-
-    def _activations(self, ns, xg, gh):
-        size = gh.shape[1] // 3
-        rz = ns.sigmoid(xg[:, :2 * size] + gh[:, :2 * size])
-        r, z = rz[:, :size], rz[:, size:]
-        n = ns.tanh(xg[:, 2 * size:] + r * gh[:, 2 * size:])
-        return r, z, n
+    def saved(self, w_hh):
+        return w_hh.shape[0] // 3 * 4
 
     def step(self, xg, gh, prev, w_hr):
-        r, z, n = self._activations(_Arrays, xg, gh)
-        return n + z * (prev - n)
+        size = gh.shape[1] // 3
+        rz = _sigmoid(xg[:, :2 * size] + gh[:, :2 * size])
+        hidden_n = gh[:, 2 * size:]
+        n = np.tanh(xg[:, 2 * size:] + rz[:, :size] * hidden_n)
+        return np.concatenate([n + rz[:, size:] * (prev - n), rz, n, hidden_n], 1)
 
-    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
-        # n needs W_hn h + b_hn itself, not only through the pre-activation: recomputed, for
-        # all rows in one matmul.
-        gh = _hidden(prev, ns.transposed(w_hh), b_hh)
-        r, z, n = self._activations(ns, xg, gh)
-        size = n.shape[1]
+    def coefficients(self, ns, prev, ans, w_hh):
+        size = prev.shape[1]
+        r, z, n, hidden_n = (ans[:, (k + 1) * size:(k + 2) * size] for k in range(4))
+        slope_r, slope_z, slope_n = r * (1 - r), z * (1 - z), 1 - n * n
         # d h'/d pre_r, d h'/d pre_z, d h'/d pre_n; pre_n's hidden part enters scaled by r.
-        dn = (1 - z) * (1 - n * n)
-        dz = (prev - n) * z * (1 - z)
-        dr = dn * gh[:, 2 * size:] * r * (1 - r)
-        return ns.cat([dr, dz, dn], 1), ns.cat([dr, dz, dn * r], 1), z
+        dn = (1 - z) * slope_n
+        dz = (prev - n) * slope_z
+        dr = dn * hidden_n * slope_r
+        return {"to_xg": ns.cat([dr, dz, dn], 1), "to_gh": ns.cat([dr, dz, dn * r], 1), "z": z,
+                "r": r, "hidden_n": hidden_n, "slope_r": slope_r, "slope_z": slope_z,
+                "slope_n": slope_n, "h_minus_n": prev - n}
 
-    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
-        to_xg, to_gh, z = coefficients
+    def saved_gradients(self, ns, g_saved, c):
+        size = c["z"].shape[1]
+        g_r, g_z, g_n, g_hidden_n = (g_saved[:, k * size:(k + 1) * size] for k in range(4))
+        to_n = g_n * c["slope_n"]
+        to_r = (g_r + to_n * c["hidden_n"]) * c["slope_r"]
+        to_z = g_z * c["slope_z"]
+        return ns.cat([to_r, to_z, to_n], 1), ns.cat([to_r, to_z, to_n * c["r"] + g_hidden_n], 1)
+
+    def backward_step(self, ns, c, d_new, extra, w_hh, w_hr):
         d3 = ns.cat([d_new, d_new, d_new], 1)
-        d_gh = d3 * to_gh
-        return d3 * to_xg, d_gh, d_gh @ w_hh + d_new * z
+        d_xg, d_gh = d3 * c["to_xg"], d3 * c["to_gh"]
+        if extra is not None:
+            d_xg, d_gh = d_xg + extra[0], d_gh + extra[1]
+        return d_xg, d_gh, d_gh @ w_hh + d_new * c["z"]
 
-    def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
-        to_xg, to_gh, z = coefficients
-        size = z.shape[1]
-        parts = t_xg * to_xg + t_gh * to_gh
-        return parts[:, :size] + parts[:, size:2 * size] + parts[:, 2 * size:] + z * t_prev
+    def tangent_step(self, ns, c, t_xg, t_gh, t_prev, w_hr, t_hr):
+        size = c["z"].shape[1]
+        t_r = (t_xg[:, :size] + t_gh[:, :size]) * c["slope_r"]
+        t_z = (t_xg[:, size:2 * size] + t_gh[:, size:2 * size]) * c["slope_z"]
+        t_hidden_n = t_gh[:, 2 * size:]
+        t_n = (t_xg[:, 2 * size:] + t_r * c["hidden_n"] + c["r"] * t_hidden_n) * c["slope_n"]
+        t_h = (1 - c["z"]) * t_n + c["h_minus_n"] * t_z + c["z"] * t_prev
+        return ns.cat([t_h, t_r, t_z, t_n, t_hidden_n], 1)
 
 
 class _LSTM:
-    saves_gates = True
+    def saved(self, w_hh):
+        return w_hh.shape[0]
 
     def step(self, xg, gh, prev, w_hr):
         size = gh.shape[1] // 4
@@ -213,49 +215,53 @@ class _LSTM:
         h = o * np.tanh(c)
         return np.concatenate([h if w_hr is None else h @ w_hr.T, c, gates], 1)
 
-    def coefficients(self, ns, xg, prev, ans, w_hh, b_hh):
+    def coefficients(self, ns, prev, ans, w_hh):
         size, width = w_hh.shape[0] // 4, prev.shape[1]
         i, f, g, o = (ans[:, width + k * size:width + (k + 1) * size] for k in range(4))
         c_prev, tc = prev[:, -size:], ns.tanh(ans[:, width - size:width])
         # Each gate's slope (d activation / d pre); times d c'/d gate (i, f, g) or d h/d o.
         slopes = ns.cat([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)], 1)
-        gates = slopes * ns.cat([g, c_prev, i, tc], 1)
-        # then d h/d c', d c'/d c, and h before its projection
-        return gates, o * (1 - tc * tc), f, o * tc, slopes
+        return {"gates": slopes * ns.cat([g, c_prev, i, tc], 1), "slopes": slopes,
+                "h_by_c": o * (1 - tc * tc), "f": f, "h_raw": o * tc}
 
-    def backward_step(self, ns, coefficients, d_new, g_saved, w_hh, w_hr):
-        gates, h_by_c, f, _, slopes = coefficients
-        size = f.shape[1]
+    def saved_gradients(self, ns, g_saved, c):
+        to_pre = g_saved * c["slopes"]
+        return to_pre, to_pre
+
+    def backward_step(self, ns, c, d_new, extra, w_hh, w_hr):
+        size = c["f"].shape[1]
         d_h = d_new[:, :-size]
         if w_hr is not None:
             d_h = d_h @ w_hr
-        d_c = d_new[:, -size:] + d_h * h_by_c
-        d_pre = ns.cat([d_c, d_c, d_c, d_h], 1) * gates + g_saved * slopes
-        return d_pre, d_pre, ns.cat([d_pre @ w_hh, d_c * f], 1)
+        d_c = d_new[:, -size:] + d_h * c["h_by_c"]
+        d_pre = ns.cat([d_c, d_c, d_c, d_h], 1) * c["gates"]
+        if extra is not None:
+            d_pre = d_pre + extra[0]
+        return d_pre, d_pre, ns.cat([d_pre @ w_hh, d_c * c["f"]], 1)
 
-    def tangent_step(self, ns, coefficients, t_xg, t_gh, t_prev, w_hr, t_hr):
-        gates, h_by_c, f, _, slopes = coefficients
-        size = f.shape[1]
+    def tangent_step(self, ns, c, t_xg, t_gh, t_prev, w_hr, t_hr):
+        size = c["f"].shape[1]
         t_pre = t_xg + t_gh
-        parts = t_pre * gates
+        parts = t_pre * c["gates"]
         t_c = (parts[:, :size] + parts[:, size:2 * size] + parts[:, 2 * size:3 * size]
-               + f * t_prev[:, -size:])
-        t_h = parts[:, 3 * size:] + h_by_c * t_c
+               + c["f"] * t_prev[:, -size:])
+        t_h = parts[:, 3 * size:] + c["h_by_c"] * t_c
         if w_hr is not None:
             t_h = t_h @ w_hr.T
             if t_hr is not None:  # the projection weight's own tangent
                 t_h = t_h + t_hr
-        return ns.cat([t_h, t_c, t_pre * slopes], 1)
+        return ns.cat([t_h, t_c, t_pre * c["slopes"]], 1)
 
 
 # ----------------------------------------------------------------------------- the rules
 def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     steps, _ = _schedule(batch_sizes, reverse)
     width, hidden = init.shape[1], w_hh.shape[1]
-    saved = w_hh.shape[0] if kind.saves_gates else 0
-    out = np.empty((xg.shape[0], width + saved), dtype=np.result_type(xg, init, w_hh))
+    out = np.empty((xg.shape[0], width + kind.saved(w_hh)),
+                   dtype=np.result_type(xg, init, w_hh))
     state = init.astype(out.dtype, copy=True)
-    w_hh_t = _Arrays.transposed(w_hh)
+    # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
+    w_hh_t = np.ascontiguousarray(w_hh.T)
     for start, n in steps:
         prev = state[:n]
         new = kind.step(xg[start:start + n], _hidden(prev[:, :hidden], w_hh_t, b_hh), prev, w_hr)
@@ -264,13 +270,13 @@ def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     return out
 
 
-def _recompute(ns, kind, ans, xg, init, w_hh, b_hh, batch_sizes, reverse):
+def _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse):
     """Every row's previous state and its step's Jacobian coefficients, for all rows at once."""
     _, prev_rows = _schedule(batch_sizes, reverse)
     width = init.shape[1]
     states = ans[:, :width] if ans.shape[1] > width else ans
     prev = ns.cat([states, init], 0)[prev_rows]
-    return prev[:, :w_hh.shape[1]], kind.coefficients(ns, xg, prev, ans, w_hh, b_hh)
+    return prev[:, :w_hh.shape[1]], kind.coefficients(ns, prev, ans, w_hh)
 
 
 def _rows(ns, blocks):
@@ -283,17 +289,24 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
     ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
     g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
     steps, _ = _schedule(batch_sizes, reverse)
-    h_prev, coefficients = _recompute(ns, kind, ans, xg, init, w_hh, b_hh, batch_sizes, reverse)
+    h_prev, coefficients = _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse)
     width = init.shape[1]
+    extra = None
+    if kind.saved(w_hh):
+        g_saved = g[:, width:]
+        # Only the rule's own graph (double backward) reads the saved columns, so a plain
+        # backward's gradient for them is zero and is skipped.
+        if ns is _Tensors or g_saved.any():
+            extra = kind.saved_gradients(ns, g_saved, coefficients)
     # carry[b]: the gradient reaching sequence b's state from the steps already taken back.
     carry = ns.zeros(init.shape, init)
     d_xg, d_gh, d_out = [], [], []
     for start, n in reversed(steps):
         rows = slice(start, start + n)
         d_new = g[rows, :width] + carry[:n]
-        dx, dh, d_prev = kind.backward_step(ns, [c[rows] for c in coefficients], d_new,
-                                            g[rows, width:] if kind.saves_gates else None,
-                                            w_hh, w_hr)
+        dx, dh, d_prev = kind.backward_step(
+            ns, {name: c[rows] for name, c in coefficients.items()}, d_new,
+            None if extra is None else (extra[0][rows], extra[1][rows]), w_hh, w_hr)
         d_xg.append((start, dx))
         if dh is not dx:
             d_gh.append((start, dh))
@@ -306,21 +319,21 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
              d_gh.sum(0) if b_hh is not None and needs[3] else None]
     if w_hr is not None:
         d_h = _rows(ns, d_out)[:, :w_hr.shape[0]]
-        grads.append(d_h.T @ coefficients[3] if needs[4] else None)
+        grads.append(d_h.T @ coefficients["h_raw"] if needs[4] else None)
     return [None if grad is None else ns.result(grad) for grad in grads]
 
 
 def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     t_xg, t_init, t_whh, t_bhh, *t_whr = tangents
     steps, _ = _schedule(batch_sizes, reverse)
-    h_prev, coefficients = _recompute(_Tensors, kind, ans, xg, init, w_hh, b_hh, batch_sizes,
-                                      reverse)
+    h_prev, coefficients = _recompute(_Tensors, kind, ans, init, w_hh, batch_sizes, reverse)
     width = init.shape[1]
+    t_xg = Tensor.wrap(np.zeros(xg.shape, ans.dtype)) if t_xg is None else t_xg
     # The parts of each row's tangent that do not go through the previous step's tangent.
     t_gh = 0.0 if t_whh is None else h_prev @ t_whh.T
     if t_bhh is not None:
         t_gh = t_gh + t_bhh
-    t_hr = coefficients[3] @ t_whr[0].T if t_whr and t_whr[0] is not None else None
+    t_hr = coefficients["h_raw"] @ t_whr[0].T if t_whr and t_whr[0] is not None else None
     carry = t_init if t_init is not None else Tensor.wrap(np.zeros(init.shape, ans.dtype))
     out = []
     for start, n in steps:
@@ -329,11 +342,11 @@ def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_size
         step_gh = t_prev[:, :w_hh.shape[1]] @ w_hh.T
         if not isinstance(t_gh, float):
             step_gh = step_gh + (t_gh[rows] if t_gh.ndim == 2 else t_gh)
-        t_new = kind.tangent_step(_Tensors, [c[rows] for c in coefficients],
-                                  0.0 if t_xg is None else t_xg[rows], step_gh, t_prev, w_hr,
+        t_new = kind.tangent_step(_Tensors, {name: c[rows] for name, c in coefficients.items()},
+                                  t_xg[rows], step_gh, t_prev, w_hr,
                                   None if t_hr is None else t_hr[rows])
         out.append((start, t_new))
-        t_state = t_new[:, :width] if kind.saves_gates else t_new
+        t_state = t_new[:, :width] if kind.saved(w_hh) else t_new
         carry = t_state if n == carry.shape[0] else cat([t_state, carry[n:]], 0)
     return _rows(_Tensors, out)
 
@@ -367,7 +380,7 @@ def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
 
 def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     """torch.gru_cell: one GRU step (gates r, z, n), batched (2-D)."""
-    return _one_step(gru, input, hx, w_ih, w_hh, b_ih, b_hh)
+    return _one_step(gru, input, hx, w_ih, w_hh, b_ih, b_hh)[:, :hx.shape[1]]
 
 
 def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):

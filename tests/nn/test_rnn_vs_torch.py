@@ -361,6 +361,8 @@ BAD_CALLS = [
      lambda lib: (lib.zeros(T, B, I, dtype=lib.float64), (lib.zeros(B, H, dtype=lib.float64),
                                                           lib.zeros(B, H, dtype=lib.float64)))),
     ("dtype mismatch", "LSTM", lambda lib: (lib.zeros(T, B, I, dtype=lib.float32),)),
+    ("h0 dtype mismatch", "GRU", lambda lib: (lib.zeros(T, B, I, dtype=lib.float64),
+                                              lib.zeros(1, B, H, dtype=lib.float32))),
     ("cell: wrong input size", "LSTMCell", lambda lib: (lib.zeros(B, I + 1, dtype=lib.float64),)),
     ("cell: 3-D input", "GRUCell", lambda lib: (lib.zeros(1, B, I, dtype=lib.float64),)),
     ("cell: batch mismatch", "GRUCell", lambda lib: (lib.zeros(B, I, dtype=lib.float64),
