@@ -235,6 +235,7 @@ class Server:
         """A rank's hello; then its control connection, held open until the rank exits."""
         rank = self.hello(conn, fields)
         if rank is None:
+            conn.close()
             return
         try:
             while True:
