@@ -10,11 +10,16 @@ job (every `all_reduce` would silently return the local value).
 
 How the world is built (MPICH, the `mpich` extra's library): the same way mpiexec does it.
 MPICH's processes learn their rank and exchange their network addresses through a
-process-management server they find in `PMI_PORT`. Rank 0 starts a small PMI-1 server of
-mpigrad's own (`pmi_server.py`, a separate process, so it outlives rank 0's interpreter during
-MPI_Finalize) on `MASTER_ADDR:MASTER_PORT`; every rank checks in with it, then sets `PMI_PORT`
-and `PMI_ID` and initialises MPI, which forms `MPI.COMM_WORLD` of `WORLD_SIZE` ranks, with
-shared memory between the ranks of a node. Under torchrun, whose own store already listens on
+process-management server, over a connection they inherit (`PMI_FD`). Rank 0 starts a small
+PMI-1 server of mpigrad's own (`pmi_server.py`, a separate process, so it outlives rank 0's
+interpreter during MPI_Finalize) on `MASTER_ADDR:MASTER_PORT`, listening on that address's
+interface only; every rank checks in with it, opens its PMI connection, sets `PMI_FD`,
+`PMI_RANK` and `PMI_SIZE` and initialises MPI, which forms `MPI.COMM_WORLD` of `WORLD_SIZE`
+ranks, with shared memory between the ranks of a node. Both connections answer the server's
+challenge with the job's secret (`job_secret`: `MPIGRAD_RENDEZVOUS_SECRET`, or torchrun's run
+id), so that nobody outside the job is heard; MPI's PMI library, which cannot answer a
+challenge, gets a connection that already has (rather than `PMI_PORT`, to which it would
+connect by itself). Under torchrun, whose own store already listens on
 `MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). If
 any rank aborts or dies before MPI_Finalize, the server tells the others to exit, as mpiexec
 would. This needs the environment before MPI is initialised, which is why it happens when
