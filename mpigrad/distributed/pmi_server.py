@@ -119,7 +119,7 @@ def parse(line):
 
 class LineReader:
     """Lines from a socket, each at most MAX_LINE bytes: a longer one is a ProtocolError before
-    more than MAX_LINE bytes are held."""
+    more than MAX_LINE + 1 bytes are held."""
 
     def __init__(self, conn):
         self.conn = conn
@@ -127,7 +127,8 @@ class LineReader:
 
     def line(self, deadline=None):
         """The next line without its newline, or None at the end of the stream. With a
-        `deadline` (time.monotonic()), socket.timeout once it passes without a whole line."""
+        `deadline` (time.monotonic()), socket.timeout once it passes without a whole line: a
+        deadline for the line, so that bytes dribbled one at a time do not prolong it."""
         while b"\n" not in self.buffer:
             if len(self.buffer) > MAX_LINE:
                 raise ProtocolError(f"a line of more than {MAX_LINE} bytes")

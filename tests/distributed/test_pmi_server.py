@@ -345,6 +345,18 @@ def test_an_over_long_line_is_cut_off_with_bounded_memory(server):
 
 
 @pytest.mark.mpi_skip
+def test_a_first_line_dribbled_byte_by_byte_is_cut_off_at_its_deadline(server):
+    start = time.monotonic()
+    with socket.create_connection(server.address, timeout=5) as conn, \
+            pytest.raises(OSError):
+        for byte in b"cmd=mpigrad_hello rank=0 size=2 host=" + b"x" * 100:
+            conn.sendall(bytes([byte]))
+            time.sleep(0.05)
+        assert False, "the server was still listening after 6 s"
+    assert time.monotonic() - start < pmi_server.FIRST_LINE_SECONDS + 1.5
+
+
+@pytest.mark.mpi_skip
 def test_200_idle_connections_cost_a_bounded_number_of_threads_and_time_out(server):
     threads_before = threading.active_count()
     idle = [socket.create_connection(server.address, timeout=5) for _ in range(200)]
