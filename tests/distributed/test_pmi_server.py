@@ -397,6 +397,13 @@ def test_the_server_listens_where_master_addr_says(master_addr, expected):
 
 
 @pytest.mark.mpi_skip
+def test_a_master_addr_that_is_not_this_host_is_an_error_naming_it():
+    with pytest.raises(RuntimeError, match=r"on 192\.0\.2\.1:\d+: error: cannot listen.*"
+                                           r"a MASTER_ADDR that names this host"):
+        rendezvous._start_server("192.0.2.1", 0, 2, 3.0, SECRET)  # TEST-NET-1: nobody's
+
+
+@pytest.mark.mpi_skip
 def test_file_rendezvous_shares_a_secret_only_its_user_can_read(tmp_path):
     meeting = tmp_path / "meet"
     # MPI starts after the join, as in a script that sets the variables itself.
