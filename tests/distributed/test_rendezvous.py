@@ -217,11 +217,12 @@ def test_a_torchrun_job_trains_on_through_outside_connections(tmp_path):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.skip("torchrun (PyTorch, the oracle extra) is not installed")
-    go_on = tmp_path / "go-on"
-    job = subprocess.Popen([torchrun, "--standalone", "--nproc_per_node=2",
-                            str(HERE / "rendezvous_train.py"), str(go_on)],
-                           env=_clean_environment(), text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
+    go_on, errors = tmp_path / "go-on", tmp_path / "stderr"
+    with open(errors, "w") as stderr:
+        job = subprocess.Popen([torchrun, "--standalone", "--nproc_per_node=2",
+                                str(HERE / "rendezvous_train.py"), str(go_on)],
+                               env=_clean_environment(), text=True, stdout=subprocess.PIPE,
+                               stderr=stderr)
     lines = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in job.stdout],
                               daemon=True)
@@ -242,11 +243,11 @@ def test_a_torchrun_job_trains_on_through_outside_connections(tmp_path):
         for conn in idle:
             conn.close()
         go_on.touch()
-        _, err = job.communicate(timeout=120)
+        job.wait(timeout=120)
     finally:
         job.kill()
     reader.join(10)
-    output = "".join(lines.queue)
+    output, err = "".join(lines.queue), errors.read_text()
     for answer in answers:
         assert answer is None or not any(word in answer for word in (
             b"welcome", b"initack", b"put_result", b"barrier_out", b"pmi_ok")), answer
