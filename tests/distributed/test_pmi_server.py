@@ -421,7 +421,9 @@ def test_file_rendezvous_shares_a_secret_only_its_user_can_read(tmp_path):
             "r.join(r.Request(int(sys.argv[1]), 2, path=sys.argv[2])); "
             "from mpi4py import MPI; MPI.Init(); c = MPI.COMM_WORLD; "
             "print(c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank() + 1)); MPI.Finalize()")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MPIGRAD_REND"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL",
+                                "MPIR_", "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS_"))}
     processes = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(meeting)],
                                   env=env, text=True, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE) for rank in range(2)]
