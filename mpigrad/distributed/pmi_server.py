@@ -192,10 +192,6 @@ class Server:
         self.aborted = None
         self.pending = threading.BoundedSemaphore(MAX_PENDING)
 
-    def formed(self):
-        with self.lock:
-            return len(self.hosts) == self.size
-
     # ------------------------------------------------------------------ first lines
     def serve(self, conn):
         """One accepted connection: the challenge, then a hello or a PMI connection whose
