@@ -165,6 +165,15 @@ def test_torchrun_gives_a_two_rank_world():
 
 
 @pytest.mark.mpi_skip
+def test_ranks_sharing_a_secret_form_a_world():
+    results = _finish(_start_world([2, 2], _free_port(), args=["gloo"],
+                                   extra={"MPIGRAD_RENDEZVOUS_SECRET": "ours"}))
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0, err
+        assert f"rank {rank} of 2 sum 3 local 2" in out
+
+
+@pytest.mark.mpi_skip
 def test_ranks_with_different_secrets_do_not_form_a_world():
     port = _free_port()
     processes = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
