@@ -42,6 +42,25 @@ def test_parse_reads_pmi_lines_and_names_what_it_refuses():
     assert issubclass(ProtocolError, ValueError)
 
 
+def _within(seconds, function, **arguments):
+    """`function(**arguments)` in a thread: its exception if it raises, a failure if it
+    does not return within `seconds`."""
+    errors = []
+
+    def run():
+        try:
+            function(**arguments)
+        except BaseException as error:  # handed over to the test's own thread
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{function.__name__} still runs after {seconds} s"
+    if errors:
+        raise errors[0]
+
+
 def _served_server(size=1):
     server = Server(size, 30, SECRET)
     server.hosts = {r: "node" for r in range(size)}
@@ -57,8 +76,12 @@ def _check_reply(reply):
 def test_fuzzed_lines_give_only_documented_errors_and_one_line_answers():
     """A few thousand random and mutated lines through the parser, the PMI command handler and
     the socket line reader: a ProtocolError or a one-line answer, never anything else, within
-    bounded time and memory."""
-    rng = random.Random(24)
+    bounded time (a hang fails after 60 s) and memory."""
+    _within(60, _fuzz, seed=24)
+
+
+def _fuzz(seed):
+    rng = random.Random(seed)
     server = _served_server()
     valid = [b"cmd=init pmi_version=1 pmi_subversion=1", b"cmd=get_maxes", b"cmd=get_appnum",
              b"cmd=get_my_kvsname", b"cmd=get_universe_size", b"cmd=barrier_in",
@@ -229,10 +252,13 @@ def _stranger(server, line):
         challenge = parse(reader.line(time.monotonic() + 5))
         assert challenge["cmd"] == "mpigrad_challenge"
         text = line(challenge["nonce"]) if callable(line) else line
-        conn.sendall(text.encode() + b"\n")
         replies = []
-        while (reply := reader.line(time.monotonic() + 5)) is not None:
-            replies.append(reply.decode())
+        try:
+            conn.sendall((text if isinstance(text, bytes) else text.encode()) + b"\n")
+            while (reply := reader.line(time.monotonic() + 5)) is not None:
+                replies.append(reply.decode())
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # closed before it read everything: what was too long
         return replies
 
 
@@ -275,6 +301,24 @@ def test_hellos_without_the_secret_are_refused_alone(server):
         rendezvous._check_in(rendezvous.Request(1, 2), *server.address, "a guess",
                              _deadline(), 10)
     assert server.refused is None and not server.hosts
+    assert sorted(_check_in_all(server)) == [0, 1]
+
+
+@pytest.mark.mpi_skip
+def test_fuzzed_first_lines_are_closed_alone_and_the_world_still_forms(server):
+    rng = random.Random(2024)
+    seeds = [b"cmd=mpigrad_hello rank=0 size=2 host=x nonce=c proof=" + b"0" * 64,
+             b"cmd=mpigrad_pmi rank=1 nonce=c proof=" + b"f" * 64, b"cmd=initack pmiid=0",
+             b"cmd=mpigrad_abort_request code=3", b"cmd=abort exitcode=1", b"cmd=barrier_in"]
+    for case in range(300):
+        line = bytearray(rng.choice(seeds))
+        for _ in range(rng.randrange(0, 8)):
+            line.insert(rng.randrange(len(line) + 1), rng.randrange(256))
+        if case % 10 == 0:
+            line += b"x" * rng.randrange(MAX_LINE, 4 * MAX_LINE)
+        replies = _stranger(server, bytes(line))
+        assert all(reply.startswith("cmd=mpigrad_refused ") for reply in replies), replies
+    assert server.refused is None and server.aborted is None and not server.hosts
     assert sorted(_check_in_all(server)) == [0, 1]
 
 
