@@ -40,6 +40,7 @@ When the variables only appear after MPI is initialised (a `multiprocessing` scr
 world cannot be built any more; `check_world` then fails at once, naming what to do.
 """
 import hmac
+import ipaddress
 import os
 import secrets
 import socket
@@ -225,6 +226,15 @@ def job_secret(environ=os.environ):
 def _start_server(host, port, world_size, timeout, secret):
     """Rank 0's PMI server on `host`'s interface (all of them only for a wildcard address such
     as 0.0.0.0); returns its port."""
+    loopback = _loopback_address(host)
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if loopback and local.isdigit() and int(local) < world_size:
+        # The other hosts' ranks would wait out the timeout for a server they cannot reach.
+        raise RuntimeError(f"MASTER_ADDR={host} is {loopback} on rank 0's host, a loopback "
+                           f"address, but only {local} of the {world_size} ranks run on this "
+                           "host (LOCAL_WORLD_SIZE): the others cannot reach it. Set "
+                           "MASTER_ADDR (torchrun's --master-addr or --rdzv-endpoint) to the "
+                           "address the other hosts use for this one.")
     server = subprocess.Popen([sys.executable, _SERVER, host, str(port), str(world_size),
                                str(timeout)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                               # Not rank 0's stderr: whoever reads that (a launcher, a test)
@@ -240,6 +250,15 @@ def _start_server(host, port, world_size, timeout, secret):
     server.stdout.close()
     _control["server"] = server
     return int(first_line.split()[1])
+
+
+def _loopback_address(host):
+    """The loopback address `host` resolves to here, or None."""
+    try:
+        address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except OSError:
+        return None
+    return address if ipaddress.ip_address(address).is_loopback else None
 
 
 def _address_through_file(request, secret, deadline, timeout):

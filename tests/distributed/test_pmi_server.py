@@ -385,6 +385,8 @@ def test_an_over_long_line_is_cut_off_with_bounded_memory(server):
     conn = socket.create_connection(server.address, timeout=5)
     tracemalloc.start()
     sent = 0
+    # The kernel's buffers take up to 36 MiB here (tcp_rmem and tcp_wmem) before the server
+    # has read a byte; past them, only a server reading it all would let 64 MiB through.
     with conn, pytest.raises(OSError):
         while sent < 64 * 2 ** 20:
             conn.sendall(chunk)
@@ -392,7 +394,7 @@ def test_an_over_long_line_is_cut_off_with_bounded_memory(server):
         conn.recv(1)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert sent < 16 * 2 ** 20 and peak < 2 ** 20
+    assert peak < 2 ** 20
     assert sorted(_check_in_all(server)) == [0, 1]
 
 
@@ -431,7 +433,8 @@ def test_200_idle_connections_cost_a_bounded_number_of_threads_and_time_out(serv
 @pytest.mark.parametrize("master_addr, expected", [("localhost", LOOPBACK),
                                                      ("127.0.0.1", LOOPBACK),
                                                      ("0.0.0.0", WILDCARD)])
-def test_the_server_listens_where_master_addr_says(master_addr, expected):
+def test_the_server_listens_where_master_addr_says(master_addr, expected, monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     port = rendezvous._start_server(master_addr, 0, 2, 3.0, SECRET)
     server = rendezvous._control.pop("server")
     try:
@@ -454,6 +457,14 @@ def test_a_master_addr_that_is_not_this_host_is_an_error_naming_it():
     with pytest.raises(RuntimeError, match=r"on 192\.0\.2\.1:\d+: error: cannot listen.*"
                                            r"a MASTER_ADDR that names this host"):
         rendezvous._start_server("192.0.2.1", 0, 2, 3.0, SECRET)  # TEST-NET-1: nobody's
+
+
+@pytest.mark.mpi_skip
+def test_a_loopback_master_addr_for_ranks_on_several_hosts_is_an_error_at_once(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match=r"MASTER_ADDR=localhost is .* a loopback address, "
+                                           r"but only 2 of the 4 ranks run on this host"):
+        rendezvous._start_server("localhost", 0, 4, 3.0, SECRET)
 
 
 @pytest.mark.mpi_skip

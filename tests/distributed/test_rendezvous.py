@@ -175,19 +175,20 @@ def test_ranks_sharing_a_secret_form_a_world():
 
 @pytest.mark.mpi_skip
 def test_ranks_with_different_secrets_do_not_form_a_world():
+    # Rank 0's server waits 6 s: time for rank 1 to start, on a loaded machine, and be refused.
     port = _free_port()
     processes = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   env=_clean_environment(RANK=rank, WORLD_SIZE=2,
                                                          MASTER_ADDR="127.0.0.1",
                                                          MASTER_PORT=port,
-                                                         MPIGRAD_RENDEZVOUS_TIMEOUT=3,
+                                                         MPIGRAD_RENDEZVOUS_TIMEOUT=6,
                                                          MPIGRAD_RENDEZVOUS_SECRET=secret))
                  for rank, secret in enumerate(["ours", "a guess"])]
     (code0, out0, err0), (code1, out1, err1) = _finish(processes, timeout=60)
     assert code0 != 0 and code1 != 0 and "sum" not in out0 + out1
     assert "the rendezvous secret does not match rank 0's" in err1
-    assert "ranks [1] did not join within 3 seconds" in err0
+    assert "ranks [1] did not join within 6 seconds" in err0
 
 
 # What any process that reaches the rendezvous port could send: hellos, MPI's own PMI
