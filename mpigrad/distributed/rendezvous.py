@@ -49,6 +49,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import warnings
 
 from . import pmi_server, settings
 
@@ -229,12 +230,14 @@ def _start_server(host, port, world_size, timeout, secret):
     loopback = _loopback_address(host)
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     if loopback and local.isdigit() and int(local) < world_size:
-        # The other hosts' ranks would wait out the timeout for a server they cannot reach.
-        raise RuntimeError(f"MASTER_ADDR={host} is {loopback} on rank 0's host, a loopback "
-                           f"address, but only {local} of the {world_size} ranks run on this "
-                           "host (LOCAL_WORLD_SIZE): the others cannot reach it. Set "
-                           "MASTER_ADDR (torchrun's --master-addr or --rdzv-endpoint) to the "
-                           "address the other hosts use for this one.")
+        # Ranks on other hosts would wait out the timeout for a server they cannot reach; a
+        # warning, not an error: several "nodes" on one host (a test of a multi-node launch)
+        # do reach it.
+        warnings.warn(f"MASTER_ADDR={host} is {loopback} on rank 0's host, a loopback address, "
+                      f"but only {local} of the {world_size} ranks run under this launcher "
+                      "(LOCAL_WORLD_SIZE): ranks on other hosts cannot reach the rendezvous. "
+                      "Set MASTER_ADDR (torchrun's --master-addr or --rdzv-endpoint) to the "
+                      "address the other hosts use for this one.", RuntimeWarning, stacklevel=2)
     server = subprocess.Popen([sys.executable, _SERVER, host, str(port), str(world_size),
                                str(timeout)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                               # Not rank 0's stderr: whoever reads that (a launcher, a test)
