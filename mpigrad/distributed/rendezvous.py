@@ -294,15 +294,15 @@ def _address_through_file(request, secret, deadline, timeout):
 
 
 def _handshake(request, address, secret, deadline, timeout, command, **fields):
-    """A connection to the server that has answered its challenge with `command` and `fields`
-    (proven with `secret`), and the server's reply, whose proof is checked; RuntimeError when
-    it refuses or is not the job's server."""
+    """A connection to the server on which this rank answered the challenge with `command` and
+    `fields`, proven with `secret`, and the server accepted, proving itself in turn;
+    RuntimeError when it refuses or does not know the secret."""
     host, port = address
     last_error = None
     while time.monotonic() < deadline:
         try:
-            conn = socket.create_connection(address, timeout=max(deadline - time.monotonic(),
-                                                                      0.1))
+            conn = socket.create_connection(address,
+                                            timeout=max(deadline - time.monotonic(), 0.1))
         except OSError as error:
             last_error = error
             time.sleep(0.1)
@@ -352,6 +352,7 @@ def _check_in(request, host, port, secret, deadline, timeout):
 
 
 def _open_pmi_connection(request, host, port, secret, deadline, timeout):
+    """This rank's PMI connection, accepted once the world has formed, for MPI as PMI_FD."""
     return _handshake(request, (host, port), secret, deadline, timeout, "mpigrad_pmi")
 
 
