@@ -291,13 +291,14 @@ class Server:
         for conn in targets:
             _send(conn, message)
 
-    def abort(self, code, rank):
-        """Tell every other rank to exit; `rank` itself is already on its way out."""
+    def abort(self, code, rank, itself=False):
+        """Tell every other rank to exit, and `rank` too if `itself`: MPI_Abort waits for the
+        process manager to end it, as mpiexec does (mpigrad's own abort exits by itself)."""
         code = code if re.fullmatch(r"-?[0-9]{1,9}", code) else "1"
         with self.lock:
             self.aborted = code
             self.lock.notify_all()
-            targets = [conn for r, conn in self.controls.items() if r != rank]
+            targets = [conn for r, conn in self.controls.items() if r != rank or itself]
         for conn in targets:
             _send(conn, f"cmd=mpigrad_abort code={code} rank={rank}\n")
 
@@ -334,7 +335,7 @@ class Server:
                     return
                 fields = parse(line)
                 if fields["cmd"] == "abort":
-                    self.abort(fields.get("exitcode", "1"), rank)
+                    self.abort(fields.get("exitcode", "1"), rank, itself=True)
                     return
                 conn.sendall(self.answer(rank, fields).encode())
                 if fields["cmd"] == "finalize":

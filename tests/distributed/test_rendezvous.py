@@ -151,6 +151,17 @@ def test_one_rank_failing_ends_every_rank():
 
 
 @pytest.mark.mpi_skip
+def test_mpi_abort_ends_every_rank_with_its_code_itself_included():
+    # MPI_Abort leaves ending the process to the process manager, as under mpiexec.
+    start = time.monotonic()
+    results = _finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
+                      timeout=60)
+    assert [code for code, _, _ in results] == [3, 3], results
+    assert "rank 1 ended the job (exit code 3)" in results[0][2]
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.mpi_skip
 def test_torchrun_gives_a_two_rank_world():
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
