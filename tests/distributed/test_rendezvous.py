@@ -4,10 +4,12 @@ Never N worlds of one. The subprocess tests run serially (they start their own p
 parsing tests run everywhere."""
 import os
 import pathlib
+import queue
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -149,6 +151,17 @@ def test_one_rank_failing_ends_every_rank():
 
 
 @pytest.mark.mpi_skip
+def test_mpi_abort_ends_every_rank_with_its_code_itself_included():
+    # MPI_Abort leaves ending the process to the process manager, as under mpiexec.
+    start = time.monotonic()
+    results = _finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
+                      timeout=60)
+    assert [code for code, _, _ in results] == [3, 3], results
+    assert "rank 1 ended the job (exit code 3)" in results[0][2]
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.mpi_skip
 def test_torchrun_gives_a_two_rank_world():
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
@@ -160,3 +173,106 @@ def test_torchrun_gives_a_two_rank_world():
     assert result.returncode == 0, result.stderr
     assert "rank 0 of 2 sum 3 local 2" in result.stdout
     assert "rank 1 of 2 sum 3 local 2" in result.stdout
+
+
+@pytest.mark.mpi_skip
+def test_ranks_sharing_a_secret_form_a_world():
+    results = _finish(_start_world([2, 2], _free_port(), args=["gloo"],
+                                   extra={"MPIGRAD_RENDEZVOUS_SECRET": "ours"}))
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0, err
+        assert f"rank {rank} of 2 sum 3 local 2" in out
+
+
+@pytest.mark.mpi_skip
+def test_ranks_with_different_secrets_do_not_form_a_world():
+    # Rank 0's server waits 6 s: time for rank 1 to start, on a loaded machine, and be refused.
+    port = _free_port()
+    processes = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=_clean_environment(RANK=rank, WORLD_SIZE=2,
+                                                         MASTER_ADDR="127.0.0.1",
+                                                         MASTER_PORT=port,
+                                                         MPIGRAD_RENDEZVOUS_TIMEOUT=6,
+                                                         MPIGRAD_RENDEZVOUS_SECRET=secret))
+                 for rank, secret in enumerate(["ours", "a guess"])]
+    (code0, out0, err0), (code1, out1, err1) = _finish(processes, timeout=60)
+    assert code0 != 0 and code1 != 0 and "sum" not in out0 + out1
+    assert "the rendezvous secret does not match rank 0's" in err1
+    assert "ranks [1] did not join within 6 seconds" in err0
+
+
+# What any process that reaches the rendezvous port could send: hellos, MPI's own PMI
+# handshake for a rank that exists and for one that does not, followed by a forged business
+# card and a barrier, a PMI connection with a wrong and with no proof, and 8 MiB without a
+# newline.
+ATTACKS = [b"cmd=mpigrad_hello rank=0 size=2 host=x\n",
+           b"cmd=mpigrad_hello rank=1 size=3 host=x\n",
+           b"cmd=initack pmiid=77\n",
+           b"cmd=initack pmiid=1\ncmd=put kvsname=k key=bc-1 value=forged\ncmd=barrier_in\n",
+           b"cmd=mpigrad_pmi rank=0 nonce=c proof=" + b"0" * 64 + b"\n",
+           b"cmd=mpigrad_pmi rank=1\n",
+           b"cmd=mpigrad_hello " + b"x" * (8 * 2 ** 20)]
+
+
+def _attack(address, payload):
+    """What the rendezvous answers `payload`: None when it does not even accept the
+    connection, else the bytes it sent until it closed it."""
+    try:
+        conn = socket.create_connection(address, timeout=10)
+    except ConnectionRefusedError:
+        return None
+    received = b""
+    with conn:
+        try:
+            conn.sendall(payload)
+            while chunk := conn.recv(4096):
+                received += chunk
+        except OSError:
+            pass
+    return received
+
+
+@pytest.mark.mpi_skip
+def test_a_torchrun_job_trains_on_through_outside_connections(tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun (PyTorch, the oracle extra) is not installed")
+    go_on, errors = tmp_path / "go-on", tmp_path / "stderr"
+    with open(errors, "w") as stderr:
+        job = subprocess.Popen([torchrun, "--standalone", "--nproc_per_node=2",
+                                str(HERE / "rendezvous_train.py"), str(go_on)],
+                               env=_clean_environment(), text=True, stdout=subprocess.PIPE,
+                               stderr=stderr)
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in job.stdout],
+                              daemon=True)
+    reader.start()
+    try:
+        line = lines.get(timeout=120)
+        assert line.startswith("training; rendezvous at"), line
+        host, port = line.split()[-2:]
+        address = (host, int(port))
+        answers = [_attack(address, payload) for payload in ATTACKS]
+        idle = []
+        for _ in range(200):
+            try:
+                idle.append(socket.create_connection(address, timeout=10))
+            except ConnectionRefusedError:
+                pass
+        time.sleep(1.0)  # the job trains on meanwhile
+        for conn in idle:
+            conn.close()
+        go_on.touch()
+        job.wait(timeout=120)
+    finally:
+        job.kill()
+    reader.join(10)
+    output, err = "".join(lines.queue), errors.read_text()
+    for answer in answers:
+        assert answer is None or not any(word in answer for word in (
+            b"welcome", b"initack", b"put_result", b"barrier_out", b"pmi_ok")), answer
+    assert job.returncode == 0, err
+    for rank in range(2):
+        assert f"rank {rank} trained" in output and "parameters agree: True" in output, output
+    assert "ended the job" not in err and "could not form" not in err

@@ -10,8 +10,9 @@ import os
 # plugin): their presence means MPI builds the world itself.
 MPI_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMI_ID", "PMIX_RANK",
                           "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "HYDI_CONTROL_FD")
-# A PMI client's own connection, replaced when the rendezvous points MPI at its server.
-PMI_CLIENT_VARIABLES = ("PMI_FD", "PMI_RANK", "PMI_SIZE")
+# Where a PMI client would connect by itself; cleared when the rendezvous hands MPI an open,
+# authenticated connection instead (PMI_FD, PMI_RANK, PMI_SIZE).
+PMI_PORT_VARIABLES = ("PMI_PORT", "PMI_ID")
 # The rank among the processes of one node: torchrun's, then MPICH's (Hydra) and Open MPI's.
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
 

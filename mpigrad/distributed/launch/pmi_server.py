@@ -1,12 +1,11 @@
 """A process-management server speaking PMI-1, so that N processes started by something other
 than an MPI launcher (torchrun, multiprocessing, a batch system's plain `srun`) initialise MPI as
 one world of N ranks. Started by rank 0 as its own process (`python pmi_server.py HOST PORT N
-TIMEOUT`); see `rendezvous` for the client side and why.
+TIMEOUT`, the job's secret in its environment as MPIGRAD_RENDEZVOUS_SECRET, never on its command
+line, which every user of the node can read); see `rendezvous` for the client side and why.
 
 It does what mpiexec's proxy does for MPICH's PMI-1 clients, and nothing more:
 
-- `initack pmiid=R` on connect (the client found `PMI_PORT` and `PMI_ID` in its environment):
-  answers with the world size and the rank.
 - `init`, `get_maxes`, `get_appnum`, `get_my_kvsname`, `get_universe_size`: constants.
 - `put` / `get`: one key-value space, in which the ranks publish their network addresses;
   `PMI_process_mapping` is computed from the host names the ranks gave (ranks on one host
@@ -14,35 +13,138 @@ It does what mpiexec's proxy does for MPICH's PMI-1 clients, and nothing more:
 - `barrier_in`: answered with `barrier_out` once all N ranks are in.
 - `finalize`, `abort`.
 
-Before initialising MPI every rank also opens a control connection of mpigrad's own
-(`mpigrad_hello rank=R size=N host=H`). The server checks that the ranks agree on the world size
-and that no rank appears twice, and answers every rank with `mpigrad_welcome` once all N are
-there, or with `mpigrad_refused reason=...`; it keeps these connections open and, when any rank aborts
-(MPI_Abort sends `abort`), tells every rank to exit (`mpigrad_abort code=C`), as mpiexec would
-kill them. A rank's abort arrives as PMI's `abort` (MPI_Abort) or, from mpigrad's abort-on-exception
-hook, as `mpigrad_abort_request code=C` on its control connection. It exits when every rank
-has finalized or disconnected, or when not every rank has said hello within TIMEOUT seconds
-(then the ranks that did are told why).
+Who may talk to it. It listens on the address the ranks were told (MASTER_ADDR: a loopback
+address for `localhost`), and every connection starts with a challenge, `cmd=mpigrad_challenge
+nonce=S`, which the client answers in its first line with `proof=HMAC-SHA256(secret, S, the
+line's fields, its own nonce C)`; the server's acceptance carries its own proof over C. A
+challenge rather than the secret itself: the secret never crosses the network, so watching one
+job's traffic gives nothing for the next job that shares the secret, and a rank never talks to
+an impostor that took the port first. Two kinds of first line are accepted:
+
+- `mpigrad_hello rank=R size=N host=H`, the control connection every rank opens before MPI
+  starts. The server checks that the ranks agree on the world size and that no rank appears
+  twice, and answers every rank with `mpigrad_welcome` once all N are there, or with
+  `mpigrad_refused reason=...`; it keeps these connections open and, when any rank aborts
+  (MPI_Abort sends `abort`), tells every rank to exit (`mpigrad_abort code=C`), as mpiexec
+  would kill them. A rank's abort arrives as PMI's `abort` or, from mpigrad's
+  abort-on-exception hook, as `mpigrad_abort_request code=C` on its control connection.
+- `mpigrad_pmi rank=R`, after the welcome: this connection becomes rank R's PMI connection,
+  which the rank hands to MPI as an open descriptor (`PMI_FD`), so MPI's PMI library never
+  connects anywhere itself. Each rank gets one, and only a rank that said hello.
+
+Anything else is closed unanswered, and so is a hello after the world has formed (the job goes
+on). Once every rank has both connections, the server stops listening: nothing new can reach it.
+Without a secret (an empty key) the proofs are computable by anyone: the rules above still hold,
+but whoever reaches the port first can take a rank's place during start-up (docs/security.md).
+
+Limits, so that nobody who merely reaches the port costs more than a moment: at most
+`MAX_PENDING` connections that have not yet proven themselves, each closed unless its first
+line arrives within `FIRST_LINE_SECONDS`; lines of at most `MAX_LINE` bytes (what the `maxes`
+this server advertises allow), printable ASCII; at most `MAX_KEYS_PER_RANK` keys per rank, each
+of bounded length, so the key-value space is bounded in count and bytes. An authenticated
+connection has no idle timeout: a rank's connections are quiet for the whole of training.
+
+The line parser (`parse`) and reader (`LineReader`) raise only `ProtocolError` for bad input,
+and the PMI command handler (`Server.answer`) answers any parsed line with one line, `rc=-1
+msg=...` for what it refuses. It exits when every rank has finalized or disconnected, or when
+not every rank has said hello within TIMEOUT seconds (then the ranks that did are told why).
 
 Only the standard library: it runs in a fresh interpreter, without importing mpigrad or MPI.
 """
+import hashlib
+import hmac
 import os
+import re
+import secrets
 import socket
 import sys
 import threading
 import time
 
+SECRET_ENV = "MPIGRAD_RENDEZVOUS_SECRET"
+
 # MPICH names the node's shared-memory segments after the key-value space: it must be unique
 # to the job, or a segment left behind by a job that aborted is mistaken for this one's.
 KVS_NAME = f"kvs_mpigrad_{socket.gethostname()}_{os.getpid()}_{time.time_ns()}"
+KVSNAME_MAX, KEYLEN_MAX, VALLEN_MAX = 256, 256, 1024
+# The longest line a PMI client that respects `maxes` sends: a put of the longest kvsname,
+# key and value, with room for the field names.
+MAX_LINE = KVSNAME_MAX + KEYLEN_MAX + VALLEN_MAX + 512
+FIRST_LINE_SECONDS = 10.0
+MAX_PENDING = 32
+# MPICH publishes a handful of keys per rank (its business card, a few per node).
+MAX_KEYS_PER_RANK = 64
+
+_PRINTABLE = re.compile(rb"[\x20-\x7e]*")
+_KEY = re.compile(r"[A-Za-z0-9_/-]+")
+
+
+class ProtocolError(ValueError):
+    """A line the server does not accept: longer than MAX_LINE, not printable ASCII, or not
+    starting with `cmd=NAME`. The connection that sent it is closed."""
+
+
+def proof(secret, nonce, *words):
+    """What only a holder of `secret` can answer to the challenge `nonce` about `words`."""
+    message = "\n".join([nonce, *map(str, words)]).encode()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def new_nonce():
+    return secrets.token_hex(16)
 
 
 def parse(line):
-    fields = {}
-    for word in line.split():
-        key, _, value = word.partition("=")
-        fields[key] = value
+    """The fields of one line (bytes, without its newline) as a dict of str. PMI-1's grammar:
+    space-separated `key=value` words, the first `cmd=NAME`; a word that is not a key followed by
+    `=` continues the previous value (MPICH sends abort messages unescaped)."""
+    if len(line) > MAX_LINE:
+        raise ProtocolError(f"a line of {len(line)} bytes; at most {MAX_LINE}")
+    if not _PRINTABLE.fullmatch(line):
+        raise ProtocolError("a line that is not printable ASCII")
+    words = line.decode("ascii").split(" ")
+    if not words[0].startswith("cmd=") or len(words[0]) == len("cmd="):
+        raise ProtocolError("a line not starting with cmd=NAME")
+    fields, last = {}, None
+    for word in filter(None, words):
+        key, equals, value = word.partition("=")
+        if equals and _KEY.fullmatch(key):
+            if key in fields:
+                raise ProtocolError(f"the field {key!r} twice in one line")
+            fields[key], last = value, key
+        else:
+            fields[last] += " " + word
     return fields
+
+
+class LineReader:
+    """Lines from a socket, each at most MAX_LINE bytes: a longer one is a ProtocolError before
+    more than MAX_LINE + 1 bytes are held."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.buffer = b""
+
+    def line(self, deadline=None):
+        """The next line without its newline, or None at the end of the stream. With a
+        `deadline` (time.monotonic()), socket.timeout once it passes without a whole line: a
+        deadline for the line, so that bytes dribbled one at a time do not prolong it."""
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_LINE:
+                raise ProtocolError(f"a line of more than {MAX_LINE} bytes")
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise socket.timeout("no whole line in time")
+                self.conn.settimeout(remaining)
+            data = self.conn.recv(MAX_LINE + 1 - len(self.buffer))
+            if not data:
+                return None
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        if len(line) > MAX_LINE:
+            raise ProtocolError(f"a line of {len(line)} bytes; at most {MAX_LINE}")
+        return line
 
 
 def process_mapping(hosts):
@@ -59,71 +161,146 @@ def process_mapping(hosts):
     return "(vector," + ",".join(f"({node},1,{count})" for node, count in runs) + ")"
 
 
+def _send(conn, text):
+    try:
+        conn.sendall(text.encode())
+    except OSError:
+        pass
+
+
+def _rank(text, size):
+    """`text` as a rank of a world of `size`, or None."""
+    return int(text) if text.isdigit() and len(text) < 10 and int(text) < size else None
+
+
 class Server:
-    def __init__(self, size, timeout):
+    def __init__(self, size, timeout, secret=""):
         self.size = size
         self.timeout = timeout
+        self.secret = secret
         self.lock = threading.Condition()
-        self.kvs = {}
+        self.kvs = {}             # key -> (rank that put it, value)
+        self.keys_of = {}         # rank -> how many keys it put
         self.hosts = {}           # rank -> host name, from the control connections
         self.controls = {}        # rank -> control socket
+        self.nonces = {}          # rank -> the nonce its hello carried, for the welcome's proof
+        self.pmi_ranks = set()    # ranks whose PMI connection is open
         self.refused = None       # why the world cannot form, once known
-        self.barrier_count = 0
+        self.barrier_ranks = set()
         self.barrier_generation = 0
         self.finalized = set()
         self.aborted = None
+        self.pending = threading.BoundedSemaphore(MAX_PENDING)
+
+    # ------------------------------------------------------------------ first lines
+    def serve(self, conn):
+        """One accepted connection: the challenge, then a hello or a PMI connection whose
+        proof holds, kept for as long as the rank lives; anything else is closed."""
+        keep = False
+        try:
+            try:
+                nonce = new_nonce()
+                conn.sendall(f"cmd=mpigrad_challenge nonce={nonce}\n".encode())
+                reader = LineReader(conn)
+                first = reader.line(time.monotonic() + FIRST_LINE_SECONDS)
+                fields = parse(first) if first is not None else {}
+            finally:
+                self.pending.release()
+            conn.settimeout(None)
+            command = fields.get("cmd")
+            if command in ("mpigrad_hello", "mpigrad_pmi") and self.proven(nonce, fields):
+                keep = True
+                if command == "mpigrad_hello":
+                    self.control(conn, reader, fields)
+                else:
+                    self.pmi(conn, reader, fields)
+            elif command in ("mpigrad_hello", "mpigrad_pmi"):
+                _send(conn, "cmd=mpigrad_refused reason=the_rendezvous_secret_does_not_match_"
+                            "rank_0's\n")
+        except (OSError, ProtocolError):
+            pass
+        finally:
+            if not keep:
+                conn.close()
+
+    def proven(self, nonce, fields):
+        words = [fields.get(k, "") for k in ("cmd", "rank", "size", "host", "nonce")]
+        return hmac.compare_digest(proof(self.secret, nonce, *words), fields.get("proof", ""))
 
     # ------------------------------------------------------------------ control connections
+    def control(self, conn, reader, fields):
+        """A rank's hello; then its control connection, held open until the rank exits."""
+        rank = self.hello(conn, fields)
+        if rank is None:
+            conn.close()
+            return
+        try:
+            while True:
+                line = reader.line()
+                if line is None:
+                    break
+                request = parse(line)
+                if request["cmd"] == "mpigrad_abort_request":
+                    self.abort(request.get("code", "1"), rank)
+                    conn.close()  # tells the rank its request has been passed on
+                    return
+        except (OSError, ProtocolError):
+            pass
+        self.exited(rank)
+
     def hello(self, conn, fields):
-        rank, size, host = int(fields["rank"]), int(fields["size"]), fields["host"]
+        """Registers the rank and returns it, or None when refused."""
+        size = fields.get("size", "")
+        rank = _rank(fields.get("rank", ""), self.size)
         with self.lock:
-            if size != self.size:
-                reason = (f"rank {rank} was started with world size {size}, but rank 0 with "
-                          f"{self.size}")
+            if len(self.hosts) == self.size or self.refused is not None:
+                # Answered alone: the world is formed (or refused) without it.
+                reason = self.refused or "the world has formed already"
+                _send(conn, f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n")
+                return None
+            if size != str(self.size):
+                reason = (f"rank {fields.get('rank')} was started with world size {size}, but "
+                          f"rank 0 with {self.size}")
+            elif rank is None:
+                reason = f"rank {fields.get('rank')} is outside the world of size {self.size}"
             elif rank in self.hosts:
                 reason = f"two processes both claim rank {rank}"
-            elif not 0 <= rank < self.size:
-                reason = f"rank {rank} is outside the world of size {self.size}"
             else:
                 reason = None
-                self.hosts[rank] = host
+                self.hosts[rank] = fields.get("host", "")
                 self.controls[rank] = conn
+                self.nonces[rank] = fields.get("nonce", "")
                 self.lock.notify_all()
-                complete = len(self.hosts) == self.size
+                targets = dict(self.controls) if len(self.hosts) == self.size else {}
         if reason is not None:
             self.refuse_all(reason, extra=conn)
-            return False
-        if complete:
-            # Everyone is here: only now may the ranks start MPI, so a missing or mistaken rank
-            # is an error before MPI_Init, never a rank stuck inside it.
-            with self.lock:
-                targets = list(self.controls.values())
-            for target in targets:
-                target.sendall(b"cmd=mpigrad_welcome\n")
-        return True
+            return None
+        # Everyone is here: only now may the ranks start MPI, so a missing or mistaken rank is
+        # an error before MPI_Init, never a rank stuck inside it.
+        for r, target in targets.items():
+            _send(target, f"cmd=mpigrad_welcome proof="
+                          f"{proof(self.secret, self.nonces[r], 'mpigrad_welcome', r)}\n")
+        return rank
 
     def refuse_all(self, reason, extra=None):
-        message = f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n".encode()
+        message = f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n"
         with self.lock:
             self.refused = reason
+            self.lock.notify_all()
             targets = list(self.controls.values()) + ([extra] if extra is not None else [])
         for conn in targets:
-            try:
-                conn.sendall(message)
-            except OSError:
-                pass
+            _send(conn, message)
 
-    def abort(self, code, rank):
-        """Tell every other rank to exit; `rank` itself is already on its way out."""
+    def abort(self, code, rank, itself=False):
+        """Tell every other rank to exit, and `rank` too if `itself`: MPI_Abort waits for the
+        process manager to end it, as mpiexec does (mpigrad's own abort exits by itself)."""
+        code = code if re.fullmatch(r"-?[0-9]{1,9}", code) else "1"
         with self.lock:
             self.aborted = code
             self.lock.notify_all()
-            targets = [conn for r, conn in self.controls.items() if r != rank]
+            targets = [conn for r, conn in self.controls.items() if r != rank or itself]
         for conn in targets:
-            try:
-                conn.sendall(f"cmd=mpigrad_abort code={code} rank={rank}\n".encode())
-            except OSError:
-                pass
+            _send(conn, f"cmd=mpigrad_abort code={code} rank={rank}\n")
 
     def exited(self, rank):
         """A rank's process ended: fine after MPI_Finalize, otherwise the job cannot go on
@@ -133,73 +310,108 @@ class Server:
             ended_early = (rank not in self.finalized and self.aborted is None
                            and self.refused is None)
         if ended_early:
-            self.abort(1, rank)
-
-    def all_hosts(self):
-        # Once the world is refused this never returns: the ranks' watchers end them, and an
-        # MPI library left without an answer is safer than one given half a world.
-        with self.lock:
-            while len(self.hosts) < self.size:
-                self.lock.wait()
-            return [self.hosts[r] for r in range(self.size)]
+            self.abort("1", rank)
 
     # ------------------------------------------------------------------ PMI connections
-    def pmi(self, conn, first_fields):
-        rank = int(first_fields["pmiid"])
-        send = conn.sendall
-        send(f"cmd=initack\ncmd=set size={self.size}\ncmd=set rank={rank}\n"
-             "cmd=set debug=0\n".encode())
+    def pmi(self, conn, reader, fields):
+        """Rank R's PMI connection, once per rank and only after the world has formed."""
+        rank = _rank(fields.get("rank", ""), self.size)
+        with self.lock:
+            accepted = (rank is not None and len(self.hosts) == self.size
+                        and rank not in self.pmi_ranks and self.refused is None)
+            if accepted:
+                self.pmi_ranks.add(rank)
+                self.lock.notify_all()
+        if not accepted:
+            _send(conn, "cmd=mpigrad_refused reason=not_a_rank_without_a_PMI_connection\n")
+            conn.close()
+            return
+        _send(conn, f"cmd=mpigrad_pmi_ok proof="
+                    f"{proof(self.secret, fields.get('nonce', ''), 'mpigrad_pmi_ok', rank)}\n")
         try:
-            for line in lines(conn):
+            while True:
+                line = reader.line()
+                if line is None:
+                    return
                 fields = parse(line)
-                command = fields.get("cmd")
-                if command == "init":
-                    send(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n")
-                elif command == "get_maxes":
-                    send(b"cmd=maxes kvsname_max=256 keylen_max=256 vallen_max=1024\n")
-                elif command == "get_appnum":
-                    send(b"cmd=appnum appnum=0\n")
-                elif command == "get_my_kvsname":
-                    send(f"cmd=my_kvsname kvsname={KVS_NAME}\n".encode())
-                elif command == "get_universe_size":
-                    send(f"cmd=universe_size size={self.size}\n".encode())
-                elif command == "put":
-                    with self.lock:
-                        self.kvs[fields["key"]] = fields["value"]
-                    send(b"cmd=put_result rc=0\n")
-                elif command == "get":
-                    value = self.lookup(fields["key"])
-                    send((f"cmd=get_result rc=0 value={value}\n" if value is not None
-                          else "cmd=get_result rc=-1 msg=key_not_found\n").encode())
-                elif command == "barrier_in":
-                    self.barrier()
-                    send(b"cmd=barrier_out\n")
-                elif command == "finalize":
-                    with self.lock:
-                        self.finalized.add(rank)
-                    send(b"cmd=finalize_ack\n")
+                if fields["cmd"] == "abort":
+                    self.abort(fields.get("exitcode", "1"), rank, itself=True)
                     return
-                elif command == "abort":
-                    self.abort(fields.get("exitcode", "1"), rank)
+                conn.sendall(self.answer(rank, fields).encode())
+                if fields["cmd"] == "finalize":
                     return
-                else:
-                    send(f"cmd={command} rc=-1 msg=unsupported_by_mpigrad\n".encode())
+        except (OSError, ProtocolError):
+            conn.close()
         finally:
             with self.lock:
                 self.lock.notify_all()
+
+    def answer(self, rank, fields):
+        """The reply line to rank `rank`'s PMI command `fields` (parsed, `abort` aside)."""
+        command = fields["cmd"]
+        if command == "init":
+            return "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
+        if command == "get_maxes":
+            return (f"cmd=maxes kvsname_max={KVSNAME_MAX} keylen_max={KEYLEN_MAX} "
+                    f"vallen_max={VALLEN_MAX}\n")
+        if command == "get_appnum":
+            return "cmd=appnum appnum=0\n"
+        if command == "get_my_kvsname":
+            return f"cmd=my_kvsname kvsname={KVS_NAME}\n"
+        if command == "get_universe_size":
+            return f"cmd=universe_size size={self.size}\n"
+        if command == "put":
+            return f"cmd=put_result {self.put(rank, fields.get('key'), fields.get('value'))}\n"
+        if command == "get":
+            key = fields.get("key")
+            value = self.lookup(key) if key is not None else None
+            return (f"cmd=get_result rc=0 value={value}\n" if value is not None
+                    else "cmd=get_result rc=-1 msg=key_not_found\n")
+        if command == "barrier_in":
+            self.barrier(rank)
+            return "cmd=barrier_out\n"
+        if command == "finalize":
+            with self.lock:
+                self.finalized.add(rank)
+            return "cmd=finalize_ack\n"
+        return f"cmd={command} rc=-1 msg=unsupported_by_mpigrad\n"
+
+    def put(self, rank, key, value):
+        if key is None or value is None:
+            return "rc=-1 msg=put_needs_a_key_and_a_value"
+        if len(key) > KEYLEN_MAX or len(value) > VALLEN_MAX:
+            return "rc=-1 msg=key_or_value_longer_than_maxes"
+        if key == "PMI_process_mapping":
+            return "rc=-1 msg=reserved_key"
+        with self.lock:
+            owner, _ = self.kvs.get(key, (rank, None))
+            if owner != rank:
+                return "rc=-1 msg=key_put_by_another_rank"
+            if key not in self.kvs:
+                if self.keys_of.get(rank, 0) >= MAX_KEYS_PER_RANK:
+                    return "rc=-1 msg=too_many_keys"
+                self.keys_of[rank] = self.keys_of.get(rank, 0) + 1
+            self.kvs[key] = (rank, value)
+        return "rc=0"
 
     def lookup(self, key):
         if key == "PMI_process_mapping":
             return process_mapping(self.all_hosts())
         with self.lock:
-            return self.kvs.get(key)
+            return self.kvs.get(key, (None, None))[1]
 
-    def barrier(self):
+    def all_hosts(self):
+        # Only a rank of a formed world has a PMI connection, so every host is known.
+        with self.lock:
+            return [self.hosts[r] for r in range(self.size)]
+
+    def barrier(self, rank):
+        """Wait until every rank is in; a rank counts once however often it asks."""
         with self.lock:
             generation = self.barrier_generation
-            self.barrier_count += 1
-            if self.barrier_count == self.size:
-                self.barrier_count = 0
+            self.barrier_ranks.add(rank)
+            if len(self.barrier_ranks) == self.size:
+                self.barrier_ranks.clear()
                 self.barrier_generation += 1
                 self.lock.notify_all()
             while self.barrier_generation == generation and self.aborted is None:
@@ -209,73 +421,64 @@ class Server:
         with self.lock:
             return self.aborted is not None or len(self.finalized) == self.size
 
-    def serve(self, conn):
-        try:
-            first = next(lines(conn), None)
-            if first is None:
-                return
-            fields = parse(first)
-            if fields.get("cmd") == "mpigrad_hello":
-                if self.hello(conn, fields):
-                    rank = int(fields["rank"])
-                    for line in lines(conn):  # held open until the rank exits
-                        request = parse(line)
-                        if request.get("cmd") == "mpigrad_abort_request":
-                            self.abort(request.get("code", "1"), rank)
-                            conn.close()
-                            return
-                    self.exited(rank)
-            elif fields.get("cmd") == "initack":
-                self.pmi(conn, fields)
-        except (OSError, ValueError, KeyError):
-            pass
+    # ------------------------------------------------------------------ listening
+    def run(self, listener):
+        """Accept connections until the job is over; returns the process's exit code."""
+        deadline = time.monotonic() + self.timeout
+        listener.settimeout(0.5)
+        while not self.finished():
+            with self.lock:
+                complete = len(self.hosts) == self.size
+                connected = len(self.pmi_ranks) == self.size
+                refused = self.refused is not None
+            if refused:
+                time.sleep(1.0)  # the refusal reaches the ranks before their connections close
+                return 1
+            if not complete and time.monotonic() > deadline:
+                with self.lock:
+                    missing = [r for r in range(self.size) if r not in self.hosts]
+                self.refuse_all(f"ranks {missing} did not join within {self.timeout:g} seconds")
+                continue
+            if connected:
+                listener.close()  # every rank has all it needs: nothing new may come in
+                with self.lock:
+                    self.lock.wait(0.5)
+                continue
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            if not self.pending.acquire(blocking=False):
+                conn.close()  # too many strangers at once: a rank that meets this retries
+                continue
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+        time.sleep(0.5)  # let the last answers and abort notices leave
+        return 0
 
 
-def lines(conn):
-    buffer = b""
-    while True:
-        data = conn.recv(65536)
-        if not data:
-            return
-        buffer += data
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            yield line.decode()
+def listen(host, port):
+    """A listening socket on `host` (a name or address of this machine) and `port`."""
+    family, kind, protocol, _, address = socket.getaddrinfo(host, port,
+                                                            type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, protocol)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+    except OSError:
+        listener.close()
+        raise
+    listener.listen(128)
+    return listener
 
 
 def main(host, port, size, timeout):
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        listener.bind((host, port))
+        listener = listen(host, port)
     except OSError as error:
         print(f"error: cannot listen on {host}:{port}: {error}", flush=True)
         return 1
-    listener.listen(128)
-    listener.settimeout(0.5)
     print(f"ready {listener.getsockname()[1]}", flush=True)
-    server = Server(size, timeout)
-    deadline = time.monotonic() + timeout
-    while not server.finished():
-        with server.lock:
-            complete = len(server.hosts) == size
-            refused = server.refused is not None
-        if refused:
-            time.sleep(1.0)  # the refusal reaches the ranks before their connections close
-            return 1
-        if not complete and time.monotonic() > deadline:
-            with server.lock:
-                missing = [r for r in range(size) if r not in server.hosts]
-            server.refuse_all(f"ranks {missing} did not join within {timeout:g} seconds")
-            continue
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        conn.settimeout(None)
-        threading.Thread(target=server.serve, args=(conn,), daemon=True).start()
-    time.sleep(0.5)  # let the last answers and abort notices leave
-    return 0
+    return Server(size, timeout, os.environ.pop(SECRET_ENV, "")).run(listener)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,16 @@ job (every `all_reduce` would silently return the local value).
 
 How the world is built (MPICH, the `mpich` extra's library): the same way mpiexec does it.
 MPICH's processes learn their rank and exchange their network addresses through a
-process-management server they find in `PMI_PORT`. Rank 0 starts a small PMI-1 server of
-mpigrad's own (`pmi_server.py`, a separate process, so it outlives rank 0's interpreter during
-MPI_Finalize) on `MASTER_ADDR:MASTER_PORT`; every rank checks in with it, then sets `PMI_PORT`
-and `PMI_ID` and initialises MPI, which forms `MPI.COMM_WORLD` of `WORLD_SIZE` ranks, with
-shared memory between the ranks of a node. Under torchrun, whose own store already listens on
+process-management server, over a connection they inherit (`PMI_FD`). Rank 0 starts a small
+PMI-1 server of mpigrad's own (`pmi_server.py`, a separate process, so it outlives rank 0's
+interpreter during MPI_Finalize) on `MASTER_ADDR:MASTER_PORT`, listening on that address's
+interface only; every rank checks in with it, opens its PMI connection, sets `PMI_FD`,
+`PMI_RANK` and `PMI_SIZE` and initialises MPI, which forms `MPI.COMM_WORLD` of `WORLD_SIZE`
+ranks, with shared memory between the ranks of a node. Both connections answer the server's
+challenge with the job's secret (`job_secret`: `MPIGRAD_RENDEZVOUS_SECRET`, or torchrun's run
+id), so that nobody outside the job is heard; MPI's PMI library, which cannot answer a
+challenge, gets a connection that already has (rather than `PMI_PORT`, to which it would
+connect by itself). Under torchrun, whose own store already listens on
 `MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). If
 any rank aborts or dies before MPI_Finalize, the server tells the others to exit, as mpiexec
 would. This needs the environment before MPI is initialised, which is why it happens when
@@ -34,19 +39,25 @@ When the variables only appear after MPI is initialised (a `multiprocessing` scr
 `MASTER_ADDR` in the child and then calls `init_process_group(rank=r, world_size=n)`), the
 world cannot be built any more; `check_world` then fails at once, naming what to do.
 """
+import hmac
+import ipaddress
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
+import warnings
 
 from .. import settings
-from .launchers import PMI_CLIENT_VARIABLES, mpi_launcher
+from . import pmi_server
+from .launchers import PMI_PORT_VARIABLES, mpi_launcher
 
 _PORT_ENV = "MPIGRAD_RENDEZVOUS_PORT"
 _TIMEOUT_ENV = "MPIGRAD_RENDEZVOUS_TIMEOUT"
+_SECRET_ENV = pmi_server.SECRET_ENV
 _DEFAULT_TIMEOUT = 120.0
 _SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pmi_server.py")
 _control = {}  # the open control connection and its watcher thread, kept for the job's life
@@ -147,29 +158,33 @@ def join_from_environment():
 
 
 def join(request, timeout=None):
-    """Meet the other ranks of `request` and point MPI at the PMI server, so that the MPI
-    initialisation that follows forms their world. Raises, naming the cause, if the ranks
-    disagree or do not all arrive within `timeout` seconds."""
+    """Meet the other ranks of `request` and hand MPI an authenticated connection to the PMI
+    server, so that the MPI initialisation that follows forms their world. Raises, naming the
+    cause, if the ranks disagree or do not all arrive within `timeout` seconds."""
     if timeout is None:
         timeout = settings.seconds(_TIMEOUT_ENV, _DEFAULT_TIMEOUT)
     if not 0 <= request.rank < request.world_size:
         raise ValueError(f"rank {request.rank} is outside a world of size {request.world_size}")
     deadline = time.monotonic() + timeout
+    secret = job_secret()
     if request.path is not None:
-        host, port = _address_through_file(request, deadline, timeout)
+        host, port, secret = _address_through_file(request, secret, deadline, timeout)
     else:
         host, port = request.host, request.port
         if request.rank == 0:
-            _start_server(port, request.world_size, timeout)
-    conn = _check_in(request, host, port, deadline, timeout)
+            _start_server(host, port, request.world_size, timeout, secret)
+    conn = _check_in(request, host, port, secret, deadline, timeout)
+    pmi = _open_pmi_connection(request, host, port, secret, deadline, timeout)
     watcher = threading.Thread(target=_watch, args=(conn,), daemon=True,
                                name="mpigrad-rendezvous-watch")
     watcher.start()
     _control.update(conn=conn, watcher=watcher)
-    for name in PMI_CLIENT_VARIABLES:
+    for name in PMI_PORT_VARIABLES:
         os.environ.pop(name, None)
-    os.environ["PMI_PORT"] = f"{host}:{port}"
-    os.environ["PMI_ID"] = str(request.rank)
+    # MPI's PMI library uses this open connection and never connects anywhere itself, so
+    # nothing but the authenticated ranks ever speaks PMI to the server.
+    os.environ.update(PMI_FD=str(pmi.detach()), PMI_RANK=str(request.rank),
+                      PMI_SIZE=str(request.world_size))
 
 
 def joined():
@@ -191,39 +206,78 @@ def abort_job(code):
     os._exit(code)
 
 
-def _start_server(port, world_size, timeout):
-    server = subprocess.Popen([sys.executable, _SERVER, "0.0.0.0", str(port), str(world_size),
+def job_secret(environ=os.environ):
+    """The secret that every rank of this job has and nobody else: MPIGRAD_RENDEZVOUS_SECRET, or
+    torchrun's run id when torchrun made one up (`--standalone`: a random UUID in every rank's
+    environment) or was given one (`--rdzv-id`); "" without either (a trusted network)."""
+    if environ.get(_SECRET_ENV):
+        return environ[_SECRET_ENV]
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
+    return "" if run_id in ("", "none") else f"torchelastic-run-id:{run_id}"
+
+
+def _start_server(host, port, world_size, timeout, secret):
+    """Rank 0's PMI server on `host`'s interface (all of them only for a wildcard address such
+    as 0.0.0.0); returns its port."""
+    loopback = _loopback_address(host)
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if loopback and local.isdigit() and int(local) < world_size:
+        # Ranks on other hosts would wait out the timeout for a server they cannot reach; a
+        # warning, not an error: several "nodes" on one host (a test of a multi-node launch)
+        # do reach it.
+        warnings.warn(f"MASTER_ADDR={host} is {loopback} on rank 0's host, a loopback address, "
+                      f"but only {local} of the {world_size} ranks run under this launcher "
+                      "(LOCAL_WORLD_SIZE): ranks on other hosts cannot reach the rendezvous. "
+                      "Set MASTER_ADDR (torchrun's --master-addr or --rdzv-endpoint) to the "
+                      "address the other hosts use for this one.", RuntimeWarning, stacklevel=2)
+    server = subprocess.Popen([sys.executable, _SERVER, host, str(port), str(world_size),
                                str(timeout)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                               # Not rank 0's stderr: whoever reads that (a launcher, a test)
                               # would wait for the server too, which may outlive rank 0.
-                              stderr=subprocess.DEVNULL, text=True)
+                              stderr=subprocess.DEVNULL, text=True,
+                              env=dict(os.environ, **{_SECRET_ENV: secret}))
     first_line = server.stdout.readline().strip()
     if not first_line.startswith("ready"):
-        raise RuntimeError(f"rank 0 could not start mpigrad's rendezvous server on port {port}: "
+        raise RuntimeError(f"rank 0 could not start mpigrad's rendezvous server on {host}:{port}: "
                            f"{first_line or 'it exited'}. Choose a free port (MASTER_PORT, or "
-                           f"{_PORT_ENV}), or launch with mpiexec.")
+                           f"{_PORT_ENV}) and a MASTER_ADDR that names this host, or launch with "
+                           "mpiexec.")
     server.stdout.close()
     _control["server"] = server
     return int(first_line.split()[1])
 
 
-def _address_through_file(request, deadline, timeout):
-    """file:// URLs: rank 0 writes where its server listens; the others read it."""
+def _loopback_address(host):
+    """The loopback address `host` resolves to here, or None."""
+    try:
+        address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except OSError:
+        return None
+    return address if ipaddress.ip_address(address).is_loopback else None
+
+
+def _address_through_file(request, secret, deadline, timeout):
+    """file:// URLs: rank 0 writes where its server listens and a secret for this job (made up
+    unless the environment gave one) into a file only its user can read; the others read it.
+    The server listens on every interface: nothing says which one the others reach."""
     if request.rank == 0:
-        port = _start_server(0, request.world_size, timeout)
+        secret = secret or secrets.token_hex(16)
+        port = _start_server("0.0.0.0", 0, request.world_size, timeout, secret)
         host = socket.gethostname()
         staging = f"{request.path}.{os.getpid()}.tmp"
-        with open(staging, "w") as file:
-            file.write(f"{host}:{port}\n")
+        descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)
+        with open(descriptor, "w") as file:
+            file.write(f"{host}:{port}\n{secret}\n")
         os.replace(staging, request.path)
-        return host, port
+        return host, port, secret
     while time.monotonic() < deadline:
         try:
             with open(request.path) as file:
-                text = file.read().strip()
-            host, _, port = text.rpartition(":")
-            if host and port.isdigit():
-                return host, int(port)
+                address, _, written = file.read().partition("\n")
+            host, _, port = address.rpartition(":")
+            if host and port.isdigit() and written.endswith("\n"):
+                return host, int(port), written.strip()
         except FileNotFoundError:
             pass
         time.sleep(0.05)
@@ -231,31 +285,67 @@ def _address_through_file(request, deadline, timeout):
                        f"{timeout:g} seconds. {HOW_TO_LAUNCH}")
 
 
-def _check_in(request, host, port, deadline, timeout):
+def _handshake(request, address, secret, deadline, timeout, command, **fields):
+    """A connection to the server on which this rank answered the challenge with `command` and
+    `fields`, proven with `secret`, and the server accepted, proving itself in turn;
+    RuntimeError when it refuses or does not know the secret."""
+    host, port = address
     last_error = None
     while time.monotonic() < deadline:
         try:
-            conn = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(),
-                                                                      0.1))
-            break
+            conn = socket.create_connection(address,
+                                            timeout=max(deadline - time.monotonic(), 0.1))
         except OSError as error:
             last_error = error
             time.sleep(0.1)
+            continue
+        challenge = _read_line(conn, deadline)
+        if challenge is not None and challenge.startswith("cmd=mpigrad_challenge "):
+            break
+        # Closed unanswered: the server is busy with too many connections at once.
+        conn.close()
+        last_error = "the server closed the connection"
+        time.sleep(0.1)
     else:
         raise RuntimeError(f"rank {request.rank} of {request.world_size}: no rendezvous server "
                            f"at {host}:{port} within {timeout:g} seconds ({last_error}); rank 0 "
-                           f"starts it. {HOW_TO_LAUNCH}")
-    conn.sendall(f"cmd=mpigrad_hello rank={request.rank} size={request.world_size} "
-                 f"host={socket.gethostname()}\n".encode())
+                           f"starts it on MASTER_ADDR, which must name an address of rank 0's "
+                           f"host that this one reaches. {HOW_TO_LAUNCH}")
+    nonce = pmi_server.new_nonce()
+    words = [command, request.rank, fields.get("size", ""), fields.get("host", ""), nonce]
+    server_nonce = _fields(challenge).get("nonce", "")
+    proof = pmi_server.proof(secret, server_nonce, *words)
+    conn.sendall(" ".join([f"cmd={command}", f"rank={request.rank}",
+                           *(f"{k}={v}" for k, v in fields.items()),
+                           f"nonce={nonce}", f"proof={proof}"]).encode() + b"\n")
     # The server's own deadline is the same: allow its refusal, naming who is missing, to arrive.
     reply = _read_line(conn, deadline + 5)
-    if reply is None or not reply.startswith("cmd=mpigrad_welcome"):
+    accepted = {"mpigrad_hello": "mpigrad_welcome", "mpigrad_pmi": "mpigrad_pmi_ok"}[command]
+    if reply is None or _fields(reply).get("cmd") != accepted:
         conn.close()
         raise RuntimeError(f"rank {request.rank} of {request.world_size}: the rendezvous at "
                            f"{host}:{port} refused to form the world: {_reason(reply)}. "
                            f"{HOW_TO_LAUNCH}")
+    if not hmac.compare_digest(_fields(reply).get("proof", ""),
+                               pmi_server.proof(secret, nonce, accepted, request.rank)):
+        conn.close()
+        raise RuntimeError(f"rank {request.rank} of {request.world_size}: the server at "
+                           f"{host}:{port} does not know this job's rendezvous secret: another "
+                           f"process holds the port, or rank 0 was given another secret "
+                           f"({_SECRET_ENV}, TORCHELASTIC_RUN_ID)")
     conn.settimeout(None)
     return conn
+
+
+def _check_in(request, host, port, secret, deadline, timeout):
+    """The control connection: held open for the job's life, it carries aborts both ways."""
+    return _handshake(request, (host, port), secret, deadline, timeout, "mpigrad_hello",
+                      size=request.world_size, host=socket.gethostname())
+
+
+def _open_pmi_connection(request, host, port, secret, deadline, timeout):
+    """This rank's PMI connection, accepted once the world has formed, for MPI as PMI_FD."""
+    return _handshake(request, (host, port), secret, deadline, timeout, "mpigrad_pmi")
 
 
 def _read_line(conn, deadline):
@@ -266,10 +356,14 @@ def _read_line(conn, deadline):
             chunk = conn.recv(4096)
         except OSError:
             return None
-        if not chunk:
+        if not chunk or len(data) > pmi_server.MAX_LINE:
             return None
         data += chunk
-    return data.decode().strip()
+    return data.decode("ascii", "replace").strip()
+
+
+def _fields(line):
+    return dict(word.partition("=")[::2] for word in line.split())
 
 
 def _reason(line):
@@ -295,7 +389,7 @@ def _watch(conn):
         buffer += data
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
-            fields = dict(word.partition("=")[::2] for word in line.decode().split())
+            fields = _fields(line.decode("ascii", "replace"))
             if fields.get("cmd") == "mpigrad_abort":
                 code = int(fields.get("code", "1") or 1)
                 sys.stderr.write(f"mpigrad: rank {fields.get('rank')} ended the job (exit code "
