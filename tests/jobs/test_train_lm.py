@@ -1,5 +1,6 @@
-"""jobs/train_lm.py end to end on a small slice of the standard library's sources: perplexity
-falls at 1 and 2 ranks, and without dropout 2 ranks train exactly as one process."""
+"""jobs/train_lm.py: its corpus and batch layout, and end to end on a small slice of the
+standard library's sources: perplexity falls at 1 and 2 ranks, and without dropout 2 ranks
+train exactly as one process."""
 import math
 import os
 import re
@@ -16,9 +17,10 @@ import mpigrad as mg
 ROOT = Path(__file__).resolve().parents[2]
 JOB = str(ROOT / "jobs" / "train_lm.py")
 MPIEXEC = shutil.which("mpiexec")
+sys.path.insert(0, str(ROOT / "jobs"))  # the job imports its sibling common.py
+import train_lm  # noqa: E402
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")]
+needs_mpiexec = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")
 
 TINY = ["--max-words", "30000", "--vocab", "200", "--emsize", "16", "--nhid", "16",
         "--bptt", "20", "--batch-size", "8", "--lr", "5"]
@@ -43,6 +45,35 @@ def perplexities(stdout):
     return [(int(e), float(t), float(v)) for e, t, v in EPOCH.findall(stdout)]
 
 
+def test_corpus_keeps_the_most_frequent_training_tokens():
+    tokens = "a b a c ( a b ) <eos> d d d d".split()  # d only in the validation part
+    corpus = train_lm.Corpus(tokens, vocab=2)
+    assert corpus.words == ["<eos>", "<unk>", "a", "b"]
+    assert corpus.train.tolist() == [2, 3, 2, 1, 1, 2, 3, 1, 0, 1, 1]
+    assert corpus.valid.tolist() == [1, 1]
+
+
+def test_words_and_punctuation_with_eos_per_line(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("def f(x):\n    return x+1\n")
+    args = train_lm.parse_args(["--text", str(text), "--max-words", "100"])
+    assert train_lm.read_tokens(args) == ["def", "f", "(", "x", ")", ":", "<eos>",
+                                          "return", "x", "+", "1", "<eos>"]
+    args = train_lm.parse_args(["--text", str(text), "--max-words", "4"])
+    assert train_lm.read_tokens(args) == ["def", "f", "(", "x"]
+
+
+def test_each_rank_takes_a_contiguous_slice_of_batchifys_columns():
+    ids = np.arange(23)  # 5 rows of 4 columns; the last 3 tokens do not fill a row
+    whole = train_lm.batchify(ids, 4, rank=0, world=1)
+    assert whole[:, 1].tolist() == [5, 6, 7, 8, 9]  # columns are consecutive text
+    slices = [train_lm.batchify(ids, 4, rank, world=2) for rank in (0, 1)]
+    assert [s.shape for s in slices] == [(5, 2), (5, 2)]
+    np.testing.assert_array_equal(np.concatenate(slices, axis=1), whole)
+
+
+@needs_mpiexec
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks, model", [(1, "LSTM"), (2, "LSTM"), (2, "GRU")])
 def test_perplexity_falls_over_two_epochs(ranks, model):
     result = run(ranks, "--model", model, "--epochs", "2")
@@ -57,6 +88,8 @@ def test_perplexity_falls_over_two_epochs(ranks, model):
     assert "training finished" in result.stdout
 
 
+@needs_mpiexec
+@pytest.mark.slow
 @pytest.mark.parametrize("model, tied", [("LSTM", True), ("GRU", False)])
 def test_two_ranks_train_as_one_process(tmp_path, model, tied):
     """Each rank's columns, its own hidden state, DDP's average and the clip on it give one
@@ -83,6 +116,7 @@ def test_two_ranks_train_as_one_process(tmp_path, model, tied):
     assert not math.isclose(perplexities(outputs[1])[0][1], perplexities(outputs[1])[1][1])
 
 
+@needs_mpiexec
 def test_batch_columns_must_split_evenly_over_the_ranks():
     result = run(2, "--batch-size", "5")
     assert result.returncode == 2
