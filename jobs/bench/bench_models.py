@@ -1,6 +1,6 @@
-"""Training steps of the models of the day against PyTorch: a GPT and a ResNet.
+"""Training steps of the models of the day against PyTorch: a GPT, a ResNet and a word LSTM.
 
-    python jobs/bench/bench_models.py [--steps 5] [--rounds 7] [--only gpt resnet]
+    python jobs/bench/bench_models.py [--steps 5] [--rounds 7] [--only gpt resnet lm]
                                       [--no-memory] [--no-breakdown]
 
 gpt: nanoGPT's model with scaled_dot_product_attention (4 layers, 4 heads, n_embd 128, block
@@ -9,7 +9,11 @@ backward, clip_grad_norm_(1.0) and AdamW (no decay on biases and norms).
 resnet: a torchvision-style ResNet of BasicBlocks (a 3x3 stem of 16 channels, two blocks of
 16 and two of 32 channels, the first of them strided with a 1x1 projection, BatchNorm2d,
 AdaptiveAvgPool2d, a linear classifier) on 3x32x32 images, batch 32; SGD with momentum.
-Both in float32, one thread, both libraries from the same weights and data.
+lm: pytorch/examples' word-language model (embedding 200, a 2-layer LSTM of 200 units, a
+linear decoder, vocabulary 1000; no dropout, so both libraries compute the same step) on one
+truncated-BPTT chunk of 35 time steps x 20 columns, from a zero state; SGD (lr 20) after
+clip_grad_norm_(0.25).
+All in float32, one thread, both libraries from the same weights and data.
 
 The libraries run interleaved, round after round, and the ratio reported is the median of the
 rounds' own ratios mpigrad / torch (with quartiles), in the running thread's CPU time, as in
@@ -30,6 +34,7 @@ import numpy as np  # noqa: E402
 import mpigrad as mg  # noqa: E402
 
 VOCAB, BLOCK = 96, 64
+LM_VOCAB, LM_BPTT, LM_BATCH = 1000, 35, 20
 
 
 def gpt(lib, n_layer=4, n_head=4, n_embd=128):
@@ -105,6 +110,25 @@ def resnet(lib, widths=(16, 32), classes=10):
     return nn.Sequential(*layers)
 
 
+def word_lm(lib, ninp=200, nhid=200, nlayers=2):
+    """pytorch/examples' RNNModel (LSTM, untied), written against `lib`; the step's chunk
+    starts from a zero state (hidden=None)."""
+    nn = lib.nn
+
+    class RNNModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Embedding(LM_VOCAB, ninp)
+            self.rnn = nn.LSTM(ninp, nhid, nlayers)
+            self.decoder = nn.Linear(nhid, LM_VOCAB)
+
+        def forward(self, tokens):
+            output, _ = self.rnn(self.encoder(tokens))
+            return self.decoder(output)
+
+    return RNNModel()
+
+
 def gpt_batch(rng):
     return rng.integers(0, VOCAB, (16, BLOCK)), rng.integers(0, VOCAB, (16, BLOCK))
 
@@ -112,6 +136,11 @@ def gpt_batch(rng):
 def resnet_batch(rng):
     return (rng.standard_normal((32, 3, 32, 32)).astype(np.float32),
             rng.integers(0, 10, 32))
+
+
+def lm_batch(rng):
+    return (rng.integers(0, LM_VOCAB, (LM_BPTT, LM_BATCH)),
+            rng.integers(0, LM_VOCAB, (LM_BPTT, LM_BATCH)))
 
 
 def adamw(lib, params):
@@ -126,9 +155,15 @@ def sgd(lib, params):
     return lib.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
+def plain_sgd(lib, params):
+    """word_language_model's update: p -= lr * grad, lr 20."""
+    return lib.optim.SGD(params, lr=20.0)
+
+
 # name: (model builder, batch maker, optimizer, gradient-norm clip or None)
 MODELS = {"gpt": (gpt, gpt_batch, adamw, 1.0),
-          "resnet": (resnet, resnet_batch, sgd, None)}
+          "resnet": (resnet, resnet_batch, sgd, None),
+          "lm": (word_lm, lm_batch, plain_sgd, 0.25)}
 
 
 class Step:

@@ -135,7 +135,8 @@ def time_call(run, steps):
 CATEGORIES = {"gemm": {"matmul", "linear", "conv2d", "conv_transpose2d", "conv2d_weight"},
               "im2col/col2im": {"unfold", "fold", "_im2col_into", "_fold_into"},
               "pooling": {"max_pool2d", "tap_scatter", "tap_gather", "winning_taps",
-                          "take_along_dim", "scatter_along", "argmax"}}
+                          "take_along_dim", "scatter_along", "argmax"},
+              "recurrent": {"lstm", "gru", "rnn_tanh", "rnn_relu"}}
 # Module-level functions timed besides the ops, where they exist.
 KERNELS = [(conv_ops, "_im2col_into"), (conv_ops, "_fold_into"), (conv_ops, "winning_taps"),
            (mg.ops.reduction, "argmax")]
@@ -149,12 +150,13 @@ def _category(name):
 
 
 class KernelTimer:
-    """Wraps every Op's numpy forward (which backward's rules call too) and a few kernels with
-    timers, and adds up seconds per category, exclusive of nested timed calls."""
+    """Wraps every Op's numpy forward (which backward's rules call too), the one backward
+    function of each joint Op (a recurrence's whole backward through time) and a few kernels
+    with timers, and adds up seconds per category, exclusive of nested timed calls."""
 
     def __init__(self):
         self.seconds = collections.Counter()
-        self._ops = {o: o.forward for o in gc.get_objects() if type(o) is Op}
+        self._ops = {o: (o.forward, o.vjps) for o in gc.get_objects() if type(o) is Op}
         self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
                            if hasattr(module, name)]
         self._nested = [0.0]
@@ -174,15 +176,17 @@ class KernelTimer:
         return timed
 
     def __enter__(self):
-        for op, forward in self._ops.items():
+        for op, (forward, vjps) in self._ops.items():
             op.forward = self._wrap(op.name, forward)
+            if op.joint:
+                op.vjps = self._wrap(op.name, vjps)
         for module, name, fn in self._functions:
             setattr(module, name, self._wrap(name, fn))
         return self
 
     def __exit__(self, *exc):
-        for op, forward in self._ops.items():
-            op.forward = forward
+        for op, (forward, vjps) in self._ops.items():
+            op.forward, op.vjps = forward, vjps
         for module, name, fn in self._functions:
             setattr(module, name, fn)
 
@@ -219,7 +223,8 @@ def breakdown(step, steps):
 
 def print_breakdown(name, parts):
     total = sum(parts.values())
-    order = ["gemm", "im2col/col2im", "pooling", "elementwise/other", "optimizer",
-             "overhead: forward dispatch", "overhead: backward engine"]
-    cells = [f"{k} {parts.get(k, 0.0):.2f} ({parts.get(k, 0.0) / total:.0%})" for k in order]
+    order = ["gemm", "im2col/col2im", "pooling", "recurrent", "elementwise/other",
+             "optimizer", "overhead: forward dispatch", "overhead: backward engine"]
+    # A category a model has no op of (recurrent in a convnet) is left out, not shown as 0.
+    cells = [f"{k} {parts[k]:.2f} ({parts[k] / total:.0%})" for k in order if k in parts]
     print(f"  {name:9s} {total:7.2f} ms = " + ", ".join(cells))

@@ -47,12 +47,25 @@ def test_batching_parameter_server_trains(ranks):
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_split_rnn_learns(ranks):
-    result = _run("rpc_rnn.py", "--steps", "60", ranks=ranks)
+def test_split_lstm_learns_and_matches_one_process(ranks):
+    """Every trainer (every rank but the server, worker1) learns, and its distributed run
+    (embedding and decoder on the server, distributed autograd, DistributedOptimizer) ends
+    where the same model trained in one process does."""
+    result = _run("rpc_rnn.py", "--steps", "60", "--check", "--dtype", "float64", ranks=ranks)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    first, final = map(float, re.search(r"first loss ([0-9.]+) final loss ([0-9.]+)",
-                                        result.stdout).groups())
-    assert final < 0.5 * first, result.stdout
+    trainers = [r for r in range(ranks) if r != 1]
+    for rank in trainers:
+        first, final = map(float, re.search(rf"^trainer {rank}: .* first loss ([0-9.]+) final "
+                                            r"loss ([0-9.]+)$", result.stdout, re.M).groups())
+        assert final < 0.5 * first, result.stdout
+        gaps = re.search(rf"^trainer {rank}: against one process, largest loss difference "
+                         r"(\S+), largest parameter difference (\S+)$", result.stdout, re.M)
+        assert gaps and max(map(float, gaps.groups())) <= 1e-10, result.stdout
+
+
+def test_split_lstm_check_refuses_dropout():
+    result = _run("rpc_rnn.py", "--check", "--dropout", "0.5", ranks=2)
+    assert result.returncode != 0 and "--check needs --dropout 0" in result.stderr
 
 
 def test_parameter_server_refuses_one_rank():

@@ -32,6 +32,7 @@ TRAIN_PY = REPO / "jobs" / "train.py"
 TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"
 BENCH_SBATCH = REPO / "jobs" / "bench" / "bench.sbatch"
 GPT_SBATCH = REPO / "jobs" / "train_gpt.sbatch"
+LM_SBATCH = REPO / "jobs" / "train_lm.sbatch"
 FINISHED = re.compile(r"^\[rank 0\] training finished: epochs=(\d+) test_accuracy=([0-9.]+)$",
                       re.M)
 
@@ -180,6 +181,16 @@ def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
     assert "2 ranks x batch" in log, log
     checkpoints = submit_dir / "runs" / "mpigrad-gpt" / "checkpoints"
     assert {"ckpt-000010.npz", "ckpt-000020.npz", "final.npz"} <= set(os.listdir(checkpoints))
+
+
+def test_word_lm_job_trains_one_two_rank_world_under_srun(cluster, submit_dir):
+    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(LM_SBATCH), "--epochs", "1",
+                    "--max-words", "20000", "--vocab", "200", "--emsize", "16", "--nhid", "16",
+                    "--batch-size", "8", wait=True)
+    log = job_log(submit_dir, "mpigrad-lm", job)
+    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
+    assert log.count("training finished") == 1, log  # one world, not two of one rank
+    assert "2 ranks x 4 columns" in log and re.search(r"\| valid ppl [0-9.]+ \|", log), log
 
 
 def test_srun_without_an_mpi_plugin_is_an_error_on_every_task(cluster, submit_dir):
