@@ -39,9 +39,11 @@ process). Tensors travel as MPI buffers, in place in their storage.
 """
 from . import rendezvous
 
-# Before anything imports mpi4py's MPI (which initialises MPI): processes that torchrun started
-# become one MPI world here, or stay alone and init_process_group refuses them.
+# Before anything imports mpi4py's MPI (which would initialise MPI): processes that torchrun
+# started become one MPI world here; in processes no launcher started, MPI starts only at
+# init_process_group, which then knows where the others are.
 rendezvous.join_from_environment()
+rendezvous.defer_mpi_start()
 
 from . import algorithms  # noqa: E402
 from .abort import set_abort_on_exception  # noqa: E402

@@ -42,6 +42,8 @@ import threading
 import time
 import urllib.parse
 
+import mpi4py  # its configuration only: mpi4py.MPI is what initialises MPI
+
 from . import settings
 
 # Variables through which an MPI launcher (mpiexec/mpirun of MPICH, Intel MPI or Open MPI,
@@ -111,15 +113,14 @@ def request_from_init_method(init_method, rank, world_size, environ=os.environ):
     """The Request an `init_method` URL and init_process_group's rank/world_size describe."""
     url = urllib.parse.urlparse(init_method)
     if url.scheme == "env":
-        request = request_from_environment(environ)
+        # As torch: rank and world_size given as arguments stand for RANK and WORLD_SIZE.
+        given = {name: str(value) for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
+                 if value >= 0}
+        request = request_from_environment({**environ, **given})
         if request is None:
             raise ValueError(f"init_method={init_method!r} reads WORLD_SIZE, RANK, MASTER_ADDR "
                              f"and MASTER_PORT from the environment, but WORLD_SIZE is not "
-                             f"set. {HOW_TO_LAUNCH}")
-        if rank >= 0:
-            request.rank = rank
-        if world_size >= 0:
-            request.world_size = world_size
+                             f"set (nor world_size given). {HOW_TO_LAUNCH}")
         return request
     if url.scheme not in ("tcp", "file"):
         raise ValueError(f"init_method={init_method!r}: expected an env://, tcp://host:port or "
@@ -153,6 +154,43 @@ def join_from_environment():
     request = request_from_environment()
     if request is not None and request.world_size > 1:
         join(request)
+
+
+def defer_mpi_start():
+    """At the import of mpigrad.distributed, after `join_from_environment`: in a process that no
+    MPI launcher started and that joined no torchrun world, leave MPI uninitialised, so that
+    `init_process_group` (or `init_rpc`) can still meet the processes its init_method and
+    rank/world_size name before MPI forms the world (`start_mpi`). mpi4py still finalises MPI
+    at exit. Nothing to do when mpi4py's MPI is already imported (and so initialised by the
+    script's own choice)."""
+    if mpi_launcher() is not None or joined() or "mpi4py.MPI" in sys.modules:
+        return
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = True
+
+
+def start_mpi(init_method=None, rank=-1, world_size=-1, timeout=None):
+    """Initialise MPI if `defer_mpi_start` left it for now: first meet the processes that
+    `init_method` (env:// when None, as in torch) and rank/world_size describe, when they are
+    several, so that MPI_Init forms their world. env:// without world_size or WORLD_SIZE
+    leaves the process a world of one, as under a plain `python script.py`. Raises, naming the
+    cause, if the world cannot form within `timeout` seconds (MPIGRAD_RENDEZVOUS_TIMEOUT, or
+    120, when None); MPI then stays uninitialised."""
+    from mpi4py import MPI  # here, not at the top: the import must follow defer_mpi_start
+    if MPI.Is_initialized():
+        return
+    if init_method in (None, "env://") and world_size < 0 and "WORLD_SIZE" not in os.environ:
+        request = None
+    else:
+        request = request_from_init_method(init_method or "env://", rank, world_size)
+    if request is not None and request.world_size > 1:
+        join(request, timeout)
+    if mpi4py.rc.threads:
+        levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+                  "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
+        MPI.Init_thread(levels.get(mpi4py.rc.thread_level, MPI.THREAD_MULTIPLE))
+    else:
+        MPI.Init()
 
 
 def join(request, timeout=None):

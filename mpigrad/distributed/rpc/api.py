@@ -7,7 +7,7 @@ import warnings
 from mpi4py import MPI
 
 from ...autograd import grad_mode, profiler
-from .. import abort
+from .. import abort, rendezvous
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
 from . import functions, wire
@@ -78,6 +78,13 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
     global _agent
     if _agent is not None:
         raise RuntimeError("init_rpc was already called on this worker; call shutdown() first")
+    options = rpc_backend_options or MPIRpcBackendOptions()
+    if not isinstance(options, MPIRpcBackendOptions):
+        raise TypeError(f"rpc_backend_options must be MPIRpcBackendOptions (or "
+                        f"TensorPipeRpcBackendOptions), got {type(options).__name__}")
+    # Where no launcher started MPI (see rendezvous): meet the workers init_method names first.
+    rendezvous.start_mpi(options.init_method, -1 if rank is None else rank,
+                         -1 if world_size is None else world_size)
     level = MPI.Query_thread()
     if level < MPI.THREAD_MULTIPLE:
         names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED:
@@ -91,10 +98,6 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
     # As init_process_group does: a rank that dies of an uncaught exception ends the job
     # (MPIGRAD_ABORT_ON_EXCEPTION=0 turns it off) rather than leaving its peers waiting.
     abort.set_abort_on_exception(abort.setting(None))
-    options = rpc_backend_options or MPIRpcBackendOptions()
-    if not isinstance(options, MPIRpcBackendOptions):
-        raise TypeError(f"rpc_backend_options must be MPIRpcBackendOptions (or "
-                        f"TensorPipeRpcBackendOptions), got {type(options).__name__}")
     world = MPI.COMM_WORLD
     problem = None
     if rank not in (None, -1) and rank != world.Get_rank():
