@@ -59,10 +59,11 @@ _control = {}  # the open control connection and its watcher thread, kept for th
 
 HOW_TO_LAUNCH = ("Launch the N processes with MPI: `mpiexec -n N python script.py` (or `srun "
                  "--mpi=pmi2 ...` under Slurm), or with torchrun (`torchrun --nproc_per_node=N "
-                 "script.py`), whose RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT mpigrad reads "
-                 "when mpigrad.distributed is imported; a script starting its own processes "
-                 "must set those four variables in each child before importing "
-                 "mpigrad.distributed.")
+                 "script.py`), or start them yourself (mpigrad.multiprocessing.spawn, or N "
+                 "separate `python` processes) and call init_process_group in each with its "
+                 "rank and world_size and where to meet (init_method='tcp://host:port' of rank "
+                 "0, 'file:///shared/path', or MASTER_ADDR and MASTER_PORT), before anything "
+                 "imports mpi4py's MPI.")
 
 
 class Request:
@@ -388,6 +389,7 @@ def check_world(mpi_rank, mpi_size, rank=-1, world_size=-1, init_method=None):
 def _size_one_hint(mpi_size, wanted):
     if mpi_size != 1 or wanted <= 1:
         return ""
-    return (": this process was not started by an MPI launcher, and mpigrad could not join it "
-            "to the others (the launch variables must be set before mpigrad.distributed is "
-            f"imported, and the MPI library must be MPICH). {HOW_TO_LAUNCH}")
+    return (": MPI was already running as a world of one when init_process_group came (it "
+            "was started by an earlier init_process_group, or by importing mpi4py's MPI before "
+            "mpigrad.distributed), so mpigrad could not join this process to the others (with "
+            f"an MPI library other than MPICH it never can). {HOW_TO_LAUNCH}")
