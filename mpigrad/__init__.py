@@ -28,7 +28,7 @@ from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softm
 from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
-from . import accelerator, backends, cuda  # noqa: F401
+from . import accelerator, backends, cuda, multiprocessing  # noqa: F401
 # mpigrad.distributed is imported explicitly: importing it initialises MPI.
 
 clip = clamp
