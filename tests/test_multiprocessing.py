@@ -235,3 +235,46 @@ def test_the_ddp_tutorials_spawn_forms_one_world_and_prints_what_torch_prints(si
                                    flags=re.M))
     theirs = _run_tutorial(torch_script, size, tmp_path)
     assert _messages(ours) == _messages(theirs)
+
+
+def _one_world_then_linger(index, size, port, folder):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import mpigrad as mg  # in the child only: the parent stays free of MPI
+    import mpigrad.distributed as dist
+    dist.init_process_group("gloo", rank=index, world_size=size)
+    total = mg.tensor([float(index + 1)])
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    if index == 0:
+        time.sleep(2)  # the others are gone by now, having finalized MPI (or not)
+    _write_index(index, folder, f"{dist.get_world_size() if dist.is_initialized() else size} "
+                                f"{total.item():g}")
+
+
+def test_spawned_children_leave_their_world_cleanly_one_by_one(tmp_path):
+    # Ranks 1 and 2 exit while rank 0 still runs: they finalized MPI, so the world's end is
+    # not taken for a crash (which would end rank 0 with exit code 1).
+    mp.spawn(_one_world_then_linger, args=(3, _port(), str(tmp_path)), nprocs=3)
+    assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
+        ["3", "6", str(i)] for i in range(3)]
+
+
+def _rpc_world(index, size, port, folder):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(port)
+    import mpigrad as mg  # in the child only: the parent stays free of MPI
+    import mpigrad.distributed.rpc as rpc
+    rpc.init_rpc(f"worker{index}", rank=index, world_size=size)
+    peer = rpc.get_worker_info(f"worker{(index + 1) % size}")
+    answer = rpc.rpc_sync(peer.name, mg.add, args=(mg.ones(2), float(index)))
+    _write_index(index, folder, f"{peer.id} {answer[0].item():g}")
+    rpc.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_spawned_children_form_one_rpc_world(size, tmp_path):
+    # The RPC tutorials' launch: mp.spawn, MASTER_ADDR/MASTER_PORT, init_rpc(rank, world_size).
+    mp.spawn(_rpc_world, args=(size, _port(), str(tmp_path)), nprocs=size)
+    assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(size)] == [
+        [str((i + 1) % size), f"{1 + i:g}", str(i)] for i in range(size)]

@@ -14,9 +14,10 @@ Children that call `mpigrad.distributed.init_process_group` with an `init_method
 MASTER_ADDR/MASTER_PORT) and their rank and world size form one MPI world of that size:
 importing mpigrad.distributed leaves MPI uninitialised in processes that no MPI launcher
 started, and `init_process_group` meets the others through mpigrad's rendezvous before MPI
-starts (see mpigrad.distributed.rendezvous). Use the "spawn" start method for such children
-(`spawn` always does): "fork" and "forkserver" children leave through `os._exit`, which skips
-MPI_Finalize.
+starts (see mpigrad.distributed.rendezvous). Such children need the "spawn" start method
+(`spawn` always uses it; the tutorials set it for `Process`): "fork" and "forkserver" children
+leave through `os._exit`, without MPI_Finalize, and a rank that ends without it ends the world
+for the others.
 
 Unlike torch's, an mpigrad tensor put on a `Queue` or passed as an argument travels as a
 copy (pickled), not through shared memory.
