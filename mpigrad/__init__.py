@@ -29,6 +29,7 @@ from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, multiprocessing  # noqa: F401
-# mpigrad.distributed is imported explicitly: importing it initialises MPI.
+# mpigrad.distributed is imported explicitly: under an MPI launcher or torchrun, importing it
+# initialises MPI.
 
 clip = clamp

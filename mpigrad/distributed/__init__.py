@@ -5,14 +5,17 @@
     dist.all_reduce(t, op=dist.ReduceOp.AVG)  # t: an mpigrad.Tensor or a numpy array
 
 Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`,
-`torchrun --nproc_per_node=4 train.py` (see `rendezvous`), or plain `python train.py` (one
-process). Tensors travel as MPI buffers, in place in their storage.
+`torchrun --nproc_per_node=4 train.py` (see `rendezvous`), `mpigrad.multiprocessing.spawn` or
+separate processes calling `init_process_group(init_method=..., rank=r, world_size=n)`, or
+plain `python train.py` (one process). Tensors travel as MPI buffers, in place in their storage.
 
 - `process_group`: init_process_group (torch's signature), get_rank, get_world_size,
   get_local_rank (on this node), get_node_local_rank, new_group (an MPI sub-communicator),
   destroy_process_group. `group.WORLD.comm` is the default group's mpi4py communicator.
 - `rendezvous` (with `pmi_server`): joins processes that torchrun started into one MPI world
-  when this package is imported, or explains how to launch.
+  when this package is imported, and processes started otherwise (mpigrad.multiprocessing,
+  separate `python`s) at init_process_group, where MPI then starts; or explains how to
+  launch.
 - `collectives`: all_reduce, reduce, broadcast, all_gather(_into_tensor), gather, scatter,
   reduce_scatter(_tensor), all_to_all(_single), barrier; `async_op=True` returns a `Work`.
   `all_reduce(..., algorithm="ring")` uses `ring`, a ring allreduce on point-to-point messages

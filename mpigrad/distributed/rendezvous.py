@@ -1,5 +1,5 @@
 """Launching without mpiexec: one MPI world out of processes that torchrun (or anything that
-sets torch's variables) started.
+sets torch's variables) started, or that meet through init_process_group's init_method.
 
 torchrun, `torch.multiprocessing` scripts and batch systems start N ordinary processes and
 tell each its place through the environment (`WORLD_SIZE`, `RANK`, `MASTER_ADDR`,
@@ -17,8 +17,8 @@ and `PMI_ID` and initialises MPI, which forms `MPI.COMM_WORLD` of `WORLD_SIZE` r
 shared memory between the ranks of a node. Under torchrun, whose own store already listens on
 `MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). If
 any rank aborts or dies before MPI_Finalize, the server tells the others to exit, as mpiexec
-would. This needs the environment before MPI is initialised, which is why it happens when
-`mpigrad.distributed` is imported (`join_from_environment`).
+would. This needs to happen before MPI is initialised: for torchrun's variables, when
+`mpigrad.distributed` is imported (`join_from_environment`); otherwise at `init_process_group`.
 
 What was tried first, and why not: `MPI_Open_port` / `MPI_Comm_accept` / `MPI_Comm_connect`
 (the port name passed through a file or socket, then `Intercomm_merge`) and `MPI_Comm_join`
@@ -30,9 +30,20 @@ world. Open MPI's singletons need its PMIx server in the same way; with Open MPI
 not reading `PMI_PORT`) the world stays of size one and `check_world` refuses it with the
 launch instructions.
 
-When the variables only appear after MPI is initialised (a `multiprocessing` script that sets
-`MASTER_ADDR` in the child and then calls `init_process_group(rank=r, world_size=n)`), the
-world cannot be built any more; `check_world` then fails at once, naming what to do.
+When MPI starts: under an MPI launcher, or when torchrun's variables describe a world of
+several, at the import of `mpigrad.distributed`, as before. In any other process (a plain
+`python`, N processes started separately, `mpigrad.multiprocessing` children, which set
+MASTER_ADDR in the child and then call `init_process_group(rank=r, world_size=n)`), the import
+leaves MPI uninitialised (`defer_mpi_start`: mpi4py's `rc.initialize = False`, with
+`rc.finalize = True` so that MPI_Finalize still runs at exit), and `init_process_group` (or
+`rpc.init_rpc`) calls `start_mpi`: it builds the Request from `init_method` (env:// when None)
+and rank/world_size, joins as above when the world has several processes, then initialises
+MPI (`MPI_Init_thread` at mpi4py's `rc.thread_level`, MPI_THREAD_MULTIPLE by default).
+Without init_method, world_size or WORLD_SIZE, the process is a world of one. Nothing in
+`mpigrad.distributed` calls MPI at import time: MPICH aborts the process on a call before
+MPI_Init. A script that calls mpi4py itself before `init_process_group` must therefore import
+`mpi4py.MPI` before `mpigrad.distributed` (MPI then starts at that import, as a world of one
+outside a launcher: `check_world` refuses it if more were asked for).
 """
 import os
 import socket
