@@ -208,10 +208,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                          "it out (init_method, RANK/WORLD_SIZE or mpiexec place the processes)")
     if device_id is not None and device(device_id).type != "cpu":
         raise ValueError(f"device_id={device_id!r}: mpigrad runs on the CPU only")
+    # Where no launcher started MPI: join the world init_method describes, then start it.
+    rendezvous.start_mpi(init_method, rank, world_size,
+                         None if timeout is None else _seconds(timeout))
     if comm is None:
-        # Where no launcher started MPI: join the world init_method describes, then start it.
-        rendezvous.start_mpi(init_method, rank, world_size,
-                             None if timeout is None else _seconds(timeout))
         comm = MPI.COMM_WORLD
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"comm must be an mpi4py intracommunicator such as MPI.COMM_WORLD, "
