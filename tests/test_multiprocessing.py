@@ -118,6 +118,33 @@ def test_a_non_zero_exit_gives_process_exited_exception_with_the_code():
     assert (info.value.exit_code, info.value.signal_name) == (3, None)
 
 
+def _fail_in_several_ways(index, ways):
+    way = ways[index]
+    if way == "exit":
+        sys.exit(1)
+    if way == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if way == "raise":
+        raise ValueError(f"child {index} is the cause")
+
+
+@pytest.mark.parametrize("ways, expected", [
+    (("exit", "kill", "ok"), (mp.ProcessExitedException, "process 1 terminated with signal "
+                                                         "SIGKILL")),
+    (("exit", "exit", "raise"), (mp.ProcessRaisedException, "Process 2 terminated")),
+])
+def test_when_several_children_failed_the_cause_is_reported(ways, expected):
+    # As in an MPI world, where one child's failure makes the others exit with code 1: all
+    # have ended before join looks, and the one that raised (or was killed) is the cause.
+    context = mp.spawn(_fail_in_several_ways, args=(ways,), nprocs=3, join=False)
+    deadline = time.monotonic() + 60
+    while any(p.is_alive() for p in context.processes):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with pytest.raises(expected[0], match=expected[1]):
+        context.join()
+
+
 def test_join_false_returns_the_context_and_join_with_a_timeout_says_if_all_are_done():
     context = mp.spawn(_sleep, args=(1.0,), nprocs=2, join=False)
     assert isinstance(context, mp.ProcessContext) and len(context.pids()) == 2

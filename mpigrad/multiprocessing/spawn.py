@@ -6,8 +6,8 @@ How a failure reaches the parent: each child has an error file (a path it create
 the children's sentinels; the first child to end with a non-zero code makes `join` end the
 others (SIGTERM, then SIGKILL) and raise: `ProcessRaisedException` carrying the traceback when
 an error file is there, `ProcessExitedException` with the exit code or the signal's name
-otherwise. When several children failed at once (in an MPI world, one child's exception ends
-the others), the one that raised is reported, as the cause.
+otherwise. When several children had failed by then (in an MPI world, one child's failure
+makes the others exit), the cause is reported: one that raised, else one killed by a signal.
 
 A child in an MPI world of several processes that raises ends the world at once, as an
 uncaught exception would under `init_process_group` (see mpigrad.distributed.abort), instead of
@@ -116,14 +116,13 @@ class ProcessContext:
         when None), and raise ProcessRaisedException or ProcessExitedException for it."""
         if not self.sentinels:
             return True
-        failed = None
+        failed = []
         for sentinel in multiprocessing.connection.wait(list(self.sentinels), timeout=timeout):
             index = self.sentinels.pop(sentinel)
             self.processes[index].join()
             if self.processes[index].exitcode != 0:
-                failed = index
-                break
-        if failed is None:
+                failed.append(index)
+        if not failed:
             if self.sentinels:
                 return False
             self._remove_error_files()
@@ -162,24 +161,30 @@ class ProcessContext:
                 pass
 
     def _exception(self, failed):
-        raised = [i for i, path in enumerate(self.error_files) if os.path.exists(path)]
+        """The exception for the cause: a child that raised (its error file is there even if
+        the others, ended by its MPI world's abort, were seen to fail first), else among those
+        that had failed on their own (not ended by `_end_all`) one killed by a signal, else the
+        first of them."""
+        order = failed + [i for i in range(len(self.processes)) if i not in failed]
+        raised = [i for i in order if os.path.exists(self.error_files[i])]
         if raised:
-            index = failed if failed in raised else raised[0]
+            index = raised[0]
             with open(self.error_files[index]) as file:
                 trace = file.read()
             return ProcessRaisedException(
                 f"\n\n-- Process {index} terminated with the following error:\n{trace}", index,
                 self.processes[index].pid)
-        code = self.processes[failed].exitcode
+        index = next((i for i in failed if self.processes[i].exitcode < 0), failed[0])
+        code, pid = self.processes[index].exitcode, self.processes[index].pid
         if code < 0:
             try:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"<Unknown signal {-code}>"
-            return ProcessExitedException(f"process {failed} terminated with signal {name}",
-                                          failed, self.processes[failed].pid, code, name)
-        return ProcessExitedException(f"process {failed} terminated with exit code {code}",
-                                      failed, self.processes[failed].pid, code)
+            return ProcessExitedException(f"process {index} terminated with signal {name}",
+                                          index, pid, code, name)
+        return ProcessExitedException(f"process {index} terminated with exit code {code}",
+                                      index, pid, code)
 
 
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
