@@ -222,6 +222,29 @@ def test_a_failing_child_in_an_mpi_world_ends_the_spawn_within_seconds(how):
         time.sleep(0.2)
 
 
+def _join_in_the_parents_world(index, folder):
+    import mpigrad as mg  # in the child only: the parent stays free of MPI
+    import mpigrad.distributed as dist
+    dist.init_process_group("gloo", rank=index, world_size=int(os.environ["WORLD_SIZE"]))
+    total = mg.tensor([float(index + 1)])
+    dist.all_reduce(total)
+    _write_index(index, folder, f"{dist.get_world_size()} {total.item():g}")
+    dist.destroy_process_group()
+
+
+def test_children_of_a_parent_that_set_world_size_and_master_join_with_their_rank(
+        monkeypatch, tmp_path):
+    # Scripts often set WORLD_SIZE with MASTER_ADDR/MASTER_PORT in the parent; each child
+    # inherits them without RANK and passes its rank to init_process_group.
+    for name, value in (("WORLD_SIZE", "3"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", str(_port()))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RANK", raising=False)
+    mp.spawn(_join_in_the_parents_world, args=(str(tmp_path),), nprocs=3)
+    assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
+        ["3", "6", str(i)] for i in range(3)]
+
+
 def _environment(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL",

@@ -160,8 +160,11 @@ def mpi_initialized():
 
 def join_from_environment():
     """Before MPI is initialised: build one world from torchrun's variables when they describe
-    a world of several processes and no MPI launcher started us. Does nothing otherwise."""
-    if mpi_launcher() is not None or mpi_initialized():
+    a world of several processes and no MPI launcher started us. Does nothing otherwise,
+    including when RANK is missing: a child of a script that set WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT for all its children learns its rank only from `init_process_group(rank=...)`,
+    which then joins (and says what is missing if nothing gives the rank)."""
+    if mpi_launcher() is not None or mpi_initialized() or "RANK" not in os.environ:
         return
     request = request_from_environment()
     if request is not None and request.world_size > 1:
