@@ -21,8 +21,9 @@ _agent = None
 class MPIRpcBackendOptions:
     """Options of the MPI agent, with TensorPipeRpcBackendOptions' arguments. `rpc_timeout`
     (seconds, 0 for none) is the default timeout of every call; `num_worker_threads` the size
-    of the pool that runs requests. `init_method` is kept for torch's scripts: the workers are
-    the ranks of the MPI world, which is already formed. Every tensor is on the CPU, so
+    of the pool that runs requests. `init_method` (with init_rpc's rank and world_size) is where
+    the workers meet when no MPI launcher started them (see distributed.rendezvous); under a
+    launcher the workers are the ranks of the MPI world it formed. Every tensor is on the CPU, so
     `device_maps` and `devices` may only name the CPU; anything else is refused, not dropped.
     `_transports` and `_channels` (TensorPipe's internals) are accepted and mean nothing here."""
 
@@ -74,7 +75,9 @@ class BackendType:
 
 def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options=None):
     """Start this worker's RPC agent; collective over MPI.COMM_WORLD (every rank calls it).
-    Rank and world size come from MPI; if given they must agree with it."""
+    Rank and world size come from MPI; if given they must agree with it. In processes that no
+    MPI launcher started, MPI starts here, after the workers meet as init_process_group's do
+    (the options' init_method, env:// by default, with `rank` and `world_size`)."""
     global _agent
     if _agent is not None:
         raise RuntimeError("init_rpc was already called on this worker; call shutdown() first")
