@@ -297,15 +297,17 @@ def _one_world_then_linger(index, size, port, folder):
     dist.all_reduce(total)
     dist.destroy_process_group()
     if index == 0:
-        time.sleep(2)  # the others are gone by now, having finalized MPI (or not)
+        time.sleep(2)  # while the others are in MPI_Finalize
     _write_index(index, folder, f"{dist.get_world_size() if dist.is_initialized() else size} "
                                 f"{total.item():g}")
 
 
-def test_spawned_children_leave_their_world_cleanly_one_by_one(tmp_path):
-    # Ranks 1 and 2 exit while rank 0 still runs: they finalized MPI, so the world's end is
-    # not taken for a crash (which would end rank 0 with exit code 1).
-    mp.spawn(_one_world_then_linger, args=(3, _port(), str(tmp_path)), nprocs=3)
+@pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
+def test_children_leave_their_world_cleanly_when_one_lingers(start_method, tmp_path):
+    # Rank 0 works on after the others returned: they wait for it in MPI_Finalize, and no
+    # rank's end is taken for a crash (which would end the others with exit code 1).
+    mp.start_processes(_one_world_then_linger, args=(3, _port(), str(tmp_path)), nprocs=3,
+                       start_method=start_method)
     assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
         ["3", "6", str(i)] for i in range(3)]
 

@@ -239,6 +239,22 @@ def joined():
     return "conn" in _control
 
 
+def stop_watching():
+    """Stop acting on the server's messages, before MPI_Finalize in a process that leaves with
+    os._exit right after it (a forked multiprocessing child). The ranks leave MPI_Finalize
+    together, and the server takes the first process to end for a crash and tells the others
+    to exit, which they would, still inside MPI_Finalize. (At an ordinary exit MPI_Finalize
+    runs while the interpreter is finalizing, when the watcher thread can no longer run.)"""
+    conn = _control.get("conn")
+    if conn is None:
+        return
+    try:
+        conn.shutdown(socket.SHUT_RD)  # the watcher's recv returns b"": it ends quietly
+    except OSError:
+        pass
+    _control["watcher"].join()
+
+
 def abort_job(code):
     """End the job as MPI_Abort would under mpiexec: the server tells every other rank to exit,
     and this one exits with `code`. (MPI_Abort itself would leave this process to exit through

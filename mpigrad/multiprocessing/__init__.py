@@ -14,10 +14,10 @@ Children that call `mpigrad.distributed.init_process_group` with an `init_method
 MASTER_ADDR/MASTER_PORT) and their rank and world size form one MPI world of that size:
 importing mpigrad.distributed leaves MPI uninitialised in processes that no MPI launcher
 started, and `init_process_group` meets the others through mpigrad's rendezvous before MPI
-starts (see mpigrad.distributed.rendezvous). Such children need the "spawn" start method
-(`spawn` always uses it; the tutorials set it for `Process`): "fork" and "forkserver" children
-leave through `os._exit`, without MPI_Finalize, and a rank that ends without it ends the world
-for the others.
+starts (see mpigrad.distributed.rendezvous). A `Process` of your own in an MPI world needs
+the "spawn" start method (as the tutorials set): "fork" and "forkserver" children leave
+through `os._exit`, without MPI_Finalize, and a rank that ends without it ends the world for
+the others. `start_processes` finalizes MPI itself in children it starts those ways.
 
 Unlike torch's, an mpigrad tensor put on a `Queue` or passed as an argument travels as a
 copy (pickled), not through shared memory.

@@ -16,6 +16,7 @@ leaving the others blocked in their next collective until the parent ends them.
 import ctypes
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util
 import os
 import secrets
 import signal
@@ -69,11 +70,13 @@ def _die_with_parent():
         pass
 
 
-def _run_child(fn, index, args, error_file, secret):
+def _run_child(fn, index, args, error_file, secret, forked):
     _die_with_parent()
     os.environ[_SECRET_ENV] = secret
     try:
         fn(index, *args)
+        if forked and _joined_mpi_world():
+            _leave_mpi_world()
     except KeyboardInterrupt:
         pass  # the parent ends the children with SIGINT when it dies: not this child's error
     except Exception:  # noqa: BLE001 (every error goes to the parent)
@@ -85,15 +88,35 @@ def _run_child(fn, index, args, error_file, secret):
         sys.exit(1)
 
 
-def _end_mpi_world():
-    """If this child is in an MPI world that mpigrad's rendezvous formed, end the world now (the
-    other ranks exit) rather than wait in MPI_Finalize for ranks that may be waiting for this
-    one. Looked up, not imported: a child that never imported mpigrad.distributed has no world."""
+def _joined_mpi_world():
+    """Whether this child is in an MPI world that mpigrad's rendezvous formed. Looked up, not
+    imported: a child that never imported mpigrad.distributed has no world."""
     rendezvous = sys.modules.get("mpigrad.distributed.rendezvous")
-    if rendezvous is not None and rendezvous.joined():
+    return rendezvous is not None and rendezvous.joined()
+
+
+def _end_mpi_world():
+    """End this child's MPI world now (the other ranks exit) rather than wait in MPI_Finalize
+    for ranks that may be waiting for this one."""
+    if _joined_mpi_world():
         sys.stdout.flush()
         sys.stderr.flush()
-        rendezvous.abort_job(1)
+        sys.modules["mpigrad.distributed.rendezvous"].abort_job(1)
+
+
+def _leave_mpi_world():
+    """A "fork" or "forkserver" child ends with os._exit, without the interpreter's exit and so
+    without mpi4py's MPI_Finalize; a rank that ends without it ends its world for the others.
+    Do what the exit would (multiprocessing's own exit work, flushing), then MPI_Finalize, with
+    the rendezvous no longer listening (see `rendezvous.stop_watching`), and exit."""
+    multiprocessing.util._exit_function()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.modules["mpigrad.distributed.rendezvous"].stop_watching()
+    mpi = sys.modules["mpi4py.MPI"]
+    if not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(0)
 
 
 class ProcessContext:
@@ -198,8 +221,9 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
     error_files = [os.path.join(folder, f"error-{i}.txt") for i in range(nprocs)]
     processes = []
     for i in range(nprocs):
-        process = context.Process(target=_run_child, args=(fn, i, args, error_files[i], secret),
-                                  daemon=daemon)
+        process = context.Process(target=_run_child, daemon=daemon,
+                                  args=(fn, i, args, error_files[i], secret,
+                                        start_method != "spawn"))
         process.start()
         processes.append(process)
     spawned = ProcessContext(processes, error_files)
