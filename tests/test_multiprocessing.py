@@ -75,6 +75,22 @@ def test_spawn_runs_fn_with_the_index_first_then_args(tmp_path):
     assert len({t[2] for t in texts} | {str(os.getpid())}) == 4  # three new processes
 
 
+def _write_secret(index, folder):
+    _write_index(index, folder, os.environ["MPIGRAD_RENDEZVOUS_SECRET"])
+
+
+def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path):
+    secrets_seen = []
+    for job in range(2):
+        folder = tmp_path / str(job)
+        folder.mkdir()
+        mp.spawn(_write_secret, args=(str(folder),), nprocs=2)
+        secrets_seen.append({(folder / f"{i}.txt").read_text().split()[0] for i in range(2)})
+    assert all(len(job) == 1 for job in secrets_seen)  # one secret per job
+    first, second = (job.pop() for job in secrets_seen)
+    assert first != second and re.fullmatch(r"[0-9a-f]{32}", first)
+
+
 def test_a_child_that_raises_gives_process_raised_exception_with_its_traceback():
     start = time.monotonic()
     context = mp.start_processes(_raise_in_one, args=(1,), nprocs=3, join=False)
