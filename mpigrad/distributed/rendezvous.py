@@ -200,6 +200,13 @@ def start_mpi(init_method=None, rank=-1, world_size=-1, timeout=None):
         request = request_from_init_method(init_method or "env://", rank, world_size)
     if request is not None and request.world_size > 1:
         join(request, timeout)
+        if request.path is not None and request.rank == 0:
+            # Every rank has read it (all checked in): gone, like torch's file, so that the next
+            # job meeting through the same path cannot read this job's address.
+            try:
+                os.remove(request.path)
+            except FileNotFoundError:
+                pass
     if mpi4py.rc.threads:
         levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
                   "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}

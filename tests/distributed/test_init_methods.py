@@ -115,6 +115,18 @@ def test_separately_started_processes_form_one_world_as_in_torch(method, size, t
 
 
 @pytest.mark.mpi_skip
+def test_the_same_file_serves_one_job_after_another(tmp_path):
+    # The tutorial's fixed path, used by two jobs in turn: rank 0 removes the file once every
+    # rank has read it, so the second job cannot read the first one's address.
+    url = f"file://{tmp_path / 'sharedfile'}"
+    for _ in range(2):
+        results = _finish(_start([[str(SCRIPT), url, str(rank), "2"] for rank in range(2)],
+                                 _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=30)), timeout=120)
+        assert [code for code, _, _ in results] == [0, 0], results
+        assert not (tmp_path / "sharedfile").exists()
+
+
+@pytest.mark.mpi_skip
 @pytest.mark.parametrize("missing", [0, 2])
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,
