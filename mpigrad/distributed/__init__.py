@@ -5,16 +5,19 @@
     dist.all_reduce(t, op=dist.ReduceOp.AVG)  # t: an mpigrad.Tensor or a numpy array
 
 Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`,
-`torchrun --nproc_per_node=4 train.py` (see `launch`), or plain `python train.py` (one
-process). Tensors travel as MPI buffers, in place in their storage.
+`torchrun --nproc_per_node=4 train.py` (see `launch`), `mpigrad.multiprocessing.spawn` or
+separate processes calling `init_process_group(init_method=..., rank=r, world_size=n)`, or
+plain `python train.py` (one process). Tensors travel as MPI buffers, in place in their storage.
 
 The rooms, lowest first (mpigrad/ARCHITECTURE.md has the rules; tests/test_layering.py
 enforces them):
 
 - vocabulary: `errors`, `settings` (environment values, checked), `buffers` (tensors and
   arrays as MPI buffers, dtypes), `reduce_ops` (ReduceOp and its MPI translation).
-- `launch/`: the launcher variables, the rendezvous that joins processes torchrun started
-  into one MPI world when this package is imported, and its PMI server.
+- `launch/`: the launcher variables; the rendezvous, which joins processes torchrun started
+  into one MPI world when this package is imported, and processes started otherwise
+  (mpigrad.multiprocessing, separate `python`s) at init_process_group, where MPI then starts;
+  and its PMI server.
 - `fault/`: the watchdog around every blocking call, abort on an uncaught exception, the
   cross-rank collective checks (MPIGRAD_CHECK_COLLECTIVES=0 turns them off), /dev/shm clean-up.
 - the communication core: `process_group` (init_process_group with torch's signature,
@@ -39,9 +42,11 @@ longer than the group's timeout (30 minutes by default) aborts the job, saying w
 """
 from .launch import rendezvous
 
-# Before anything imports mpi4py's MPI (which initialises MPI): processes that torchrun started
-# become one MPI world here, or stay alone and init_process_group refuses them.
+# Before anything imports mpi4py's MPI (which would initialise MPI): processes that torchrun
+# started become one MPI world here; in processes no launcher started, MPI starts only at
+# init_process_group, which then knows where the others are.
 rendezvous.join_from_environment()
+rendezvous.defer_mpi_start()
 
 from . import algorithms  # noqa: E402
 from .fault.abort import set_abort_on_exception  # noqa: E402

@@ -172,19 +172,25 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     """Start the default process group, with torch's signature.
 
     The world is MPI's: `comm` (MPI.COMM_WORLD when None), formed by whatever launched the
-    processes: mpiexec/mpirun, Slurm's `srun --mpi=pmi2`, a plain `python` (a world of size 1),
-    or torchrun, whose processes `rendezvous` joins into one MPI world when
-    mpigrad.distributed is imported.
+    processes: mpiexec/mpirun, Slurm's `srun --mpi=pmi2`, torchrun, whose processes
+    `rendezvous` joins into one MPI world when mpigrad.distributed is imported, or processes
+    started separately (`python` N times, mpigrad.multiprocessing, a plain `python` being a
+    world of size 1), which join here (see `init_method`).
 
     - `backend`: "mpi", "gloo", "nccl", "ucc" or a device map ("cpu:gloo,cuda:nccl"), any case;
       all run over MPI, which a one-time warning notes for names other than "mpi".
     - `init_method`: "env://" (the default), "tcp://host:port" or "file:///path", as torch
-      reads them; they say where the processes meet, which MPI already decided, so they are
-      checked against MPI's world (see `rank`).
+      reads them. Under an MPI launcher, MPI already decided where the processes meet, so they
+      are checked against MPI's world (see `rank`).
     - `world_size`, `rank`: with backend "mpi" ignored with torch's warning (MPI assigns them);
       otherwise they must agree with MPI's world, or ValueError names both. A world of one
       process when several were asked for (WORLD_SIZE, `world_size`) is the same error, with
       how to launch: never a silent world of one.
+    - In a process that no MPI launcher started, MPI starts here: `init_method` (env:// when
+      None: MASTER_ADDR, MASTER_PORT, and RANK/WORLD_SIZE unless given) and `rank`/`world_size`
+      say where the processes meet, and they form one MPI world of `world_size` ranks (see
+      `rendezvous.start_mpi`), or every one of them raises, saying why, within `timeout` (or
+      MPIGRAD_RENDEZVOUS_TIMEOUT when None, 120 seconds by default).
     - `timeout` (a timedelta, 30 minutes when None): a rank blocked this long in one collective
       or message aborts the job, saying what it was waiting for (see `watchdog`).
     - `store` is refused (there is no key-value store to use); `group_name` and `pg_options`
@@ -204,6 +210,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                          "it out (init_method, RANK/WORLD_SIZE or mpiexec place the processes)")
     if device_id is not None and device(device_id).type != "cpu":
         raise ValueError(f"device_id={device_id!r}: mpigrad runs on the CPU only")
+    # Where no launcher started MPI: join the world init_method describes, then start it.
+    rendezvous.start_mpi(init_method, rank, world_size,
+                         None if timeout is None else _seconds(timeout))
     if comm is None:
         comm = MPI.COMM_WORLD
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
@@ -213,7 +222,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         # Where the processes were to meet: its mistakes are errors, as in torch. Under an MPI
         # launcher MPI placed them and the URL has nothing to add.
         rendezvous.request_from_init_method(init_method, rank, world_size)
-    if name == "mpi" and (world_size != -1 or rank != -1):
+    if backend is not None and name == "mpi" and (world_size != -1 or rank != -1):
         warnings.warn(f"For MPI backend, world_size ({world_size}) and rank ({rank}) are ignored "
                       "since they are assigned by the MPI runtime.", stacklevel=2)
         rank = world_size = -1

@@ -1,5 +1,5 @@
 """Launching without mpiexec: one MPI world out of processes that torchrun (or anything that
-sets torch's variables) started.
+sets torch's variables) started, or that meet through init_process_group's init_method.
 
 torchrun, `torch.multiprocessing` scripts and batch systems start N ordinary processes and
 tell each its place through the environment (`WORLD_SIZE`, `RANK`, `MASTER_ADDR`,
@@ -22,8 +22,8 @@ challenge, gets a connection that already has (rather than `PMI_PORT`, to which 
 connect by itself). Under torchrun, whose own store already listens on
 `MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). If
 any rank aborts or dies before MPI_Finalize, the server tells the others to exit, as mpiexec
-would. This needs the environment before MPI is initialised, which is why it happens when
-`mpigrad.distributed` is imported (`join_from_environment`).
+would. This needs to happen before MPI is initialised: for torchrun's variables, when
+`mpigrad.distributed` is imported (`join_from_environment`); otherwise at `init_process_group`.
 
 What was tried first, and why not: `MPI_Open_port` / `MPI_Comm_accept` / `MPI_Comm_connect`
 (the port name passed through a file or socket, then `Intercomm_merge`) and `MPI_Comm_join`
@@ -35,9 +35,20 @@ world. Open MPI's singletons need its PMIx server in the same way; with Open MPI
 not reading `PMI_PORT`) the world stays of size one and `check_world` refuses it with the
 launch instructions.
 
-When the variables only appear after MPI is initialised (a `multiprocessing` script that sets
-`MASTER_ADDR` in the child and then calls `init_process_group(rank=r, world_size=n)`), the
-world cannot be built any more; `check_world` then fails at once, naming what to do.
+When MPI starts: under an MPI launcher, or when torchrun's variables describe a world of
+several, at the import of `mpigrad.distributed`, as before. In any other process (a plain
+`python`, N processes started separately, `mpigrad.multiprocessing` children, which set
+MASTER_ADDR in the child and then call `init_process_group(rank=r, world_size=n)`), the import
+leaves MPI uninitialised (`defer_mpi_start`: mpi4py's `rc.initialize = False`, with
+`rc.finalize = True` so that MPI_Finalize still runs at exit), and `init_process_group` (or
+`rpc.init_rpc`) calls `start_mpi`: it builds the Request from `init_method` (env:// when None)
+and rank/world_size, joins as above when the world has several processes, then initialises
+MPI (`MPI_Init_thread` at mpi4py's `rc.thread_level`, MPI_THREAD_MULTIPLE by default).
+Without init_method, world_size or WORLD_SIZE, the process is a world of one. Nothing in
+`mpigrad.distributed` calls MPI at import time: MPICH aborts the process on a call before
+MPI_Init. A script that calls mpi4py itself before `init_process_group` must therefore import
+`mpi4py.MPI` before `mpigrad.distributed` (MPI then starts at that import, as a world of one
+outside a launcher: `check_world` refuses it if more were asked for).
 """
 import hmac
 import ipaddress
@@ -50,6 +61,8 @@ import threading
 import time
 import urllib.parse
 import warnings
+
+import mpi4py  # its configuration only: mpi4py.MPI is what initialises MPI
 
 from .. import settings
 from . import pmi_server
@@ -64,10 +77,11 @@ _control = {}  # the open control connection and its watcher thread, kept for th
 
 HOW_TO_LAUNCH = ("Launch the N processes with MPI: `mpiexec -n N python script.py` (or `srun "
                  "--mpi=pmi2 ...` under Slurm), or with torchrun (`torchrun --nproc_per_node=N "
-                 "script.py`), whose RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT mpigrad reads "
-                 "when mpigrad.distributed is imported; a script starting its own processes "
-                 "must set those four variables in each child before importing "
-                 "mpigrad.distributed.")
+                 "script.py`), or start them yourself (mpigrad.multiprocessing.spawn, or N "
+                 "separate `python` processes) and call init_process_group in each with its "
+                 "rank and world_size and where to meet (init_method='tcp://host:port' of rank "
+                 "0, 'file:///shared/path', or MASTER_ADDR and MASTER_PORT), before anything "
+                 "imports mpi4py's MPI.")
 
 
 class Request:
@@ -113,15 +127,14 @@ def request_from_init_method(init_method, rank, world_size, environ=os.environ):
     """The Request an `init_method` URL and init_process_group's rank/world_size describe."""
     url = urllib.parse.urlparse(init_method)
     if url.scheme == "env":
-        request = request_from_environment(environ)
+        # As torch: rank and world_size given as arguments stand for RANK and WORLD_SIZE.
+        given = {name: str(value) for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
+                 if value >= 0}
+        request = request_from_environment({**environ, **given})
         if request is None:
             raise ValueError(f"init_method={init_method!r} reads WORLD_SIZE, RANK, MASTER_ADDR "
                              f"and MASTER_PORT from the environment, but WORLD_SIZE is not "
-                             f"set. {HOW_TO_LAUNCH}")
-        if rank >= 0:
-            request.rank = rank
-        if world_size >= 0:
-            request.world_size = world_size
+                             f"set (nor world_size given). {HOW_TO_LAUNCH}")
         return request
     if url.scheme not in ("tcp", "file"):
         raise ValueError(f"init_method={init_method!r}: expected an env://, tcp://host:port or "
@@ -149,12 +162,59 @@ def mpi_initialized():
 
 def join_from_environment():
     """Before MPI is initialised: build one world from torchrun's variables when they describe
-    a world of several processes and no MPI launcher started us. Does nothing otherwise."""
-    if mpi_launcher() is not None or mpi_initialized():
+    a world of several processes and no MPI launcher started us. Does nothing otherwise,
+    including when RANK is missing: a child of a script that set WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT for all its children learns its rank only from `init_process_group(rank=...)`,
+    which then joins (and says what is missing if nothing gives the rank)."""
+    if mpi_launcher() is not None or mpi_initialized() or "RANK" not in os.environ:
         return
     request = request_from_environment()
     if request is not None and request.world_size > 1:
         join(request)
+
+
+def defer_mpi_start():
+    """At the import of mpigrad.distributed, after `join_from_environment`: in a process that no
+    MPI launcher started and that joined no torchrun world, leave MPI uninitialised, so that
+    `init_process_group` (or `init_rpc`) can still meet the processes its init_method and
+    rank/world_size name before MPI forms the world (`start_mpi`). mpi4py still finalises MPI
+    at exit. Nothing to do when mpi4py's MPI is already imported (and so initialised by the
+    script's own choice)."""
+    if mpi_launcher() is not None or joined() or "mpi4py.MPI" in sys.modules:
+        return
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = True
+
+
+def start_mpi(init_method=None, rank=-1, world_size=-1, timeout=None):
+    """Initialise MPI if `defer_mpi_start` left it for now: first meet the processes that
+    `init_method` (env:// when None, as in torch) and rank/world_size describe, when they are
+    several, so that MPI_Init forms their world. env:// without world_size or WORLD_SIZE
+    leaves the process a world of one, as under a plain `python script.py`. Raises, naming the
+    cause, if the world cannot form within `timeout` seconds (MPIGRAD_RENDEZVOUS_TIMEOUT, or
+    120, when None); MPI then stays uninitialised."""
+    from mpi4py import MPI  # here, not at the top: the import must follow defer_mpi_start
+    if MPI.Is_initialized():
+        return
+    if init_method in (None, "env://") and world_size < 0 and "WORLD_SIZE" not in os.environ:
+        request = None
+    else:
+        request = request_from_init_method(init_method or "env://", rank, world_size)
+    if request is not None and request.world_size > 1:
+        join(request, timeout)
+        if request.path is not None and request.rank == 0:
+            # Every rank has read it (all checked in): gone, like torch's file, so that the next
+            # job meeting through the same path cannot read this job's address.
+            try:
+                os.remove(request.path)
+            except FileNotFoundError:
+                pass
+    if mpi4py.rc.threads:
+        levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+                  "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
+        MPI.Init_thread(levels.get(mpi4py.rc.thread_level, MPI.THREAD_MULTIPLE))
+    else:
+        MPI.Init()
 
 
 def join(request, timeout=None):
@@ -190,6 +250,22 @@ def join(request, timeout=None):
 def joined():
     """Whether this process's MPI world was formed by `join` (not by an MPI launcher)."""
     return "conn" in _control
+
+
+def stop_watching():
+    """Stop acting on the server's messages, before MPI_Finalize in a process that leaves with
+    os._exit right after it (a forked multiprocessing child). The ranks leave MPI_Finalize
+    together, and the server takes the first process to end for a crash and tells the others
+    to exit, which they would, still inside MPI_Finalize. (At an ordinary exit MPI_Finalize
+    runs while the interpreter is finalizing, when the watcher thread can no longer run.)"""
+    conn = _control.get("conn")
+    if conn is None:
+        return
+    try:
+        conn.shutdown(socket.SHUT_RD)  # the watcher's recv returns b"": it ends quietly
+    except OSError:
+        pass
+    _control["watcher"].join()
 
 
 def abort_job(code):
@@ -435,6 +511,7 @@ def check_world(mpi_rank, mpi_size, rank=-1, world_size=-1, init_method=None):
 def _size_one_hint(mpi_size, wanted):
     if mpi_size != 1 or wanted <= 1:
         return ""
-    return (": this process was not started by an MPI launcher, and mpigrad could not join it "
-            "to the others (the launch variables must be set before mpigrad.distributed is "
-            f"imported, and the MPI library must be MPICH). {HOW_TO_LAUNCH}")
+    return (": MPI was already running as a world of one when init_process_group came (it "
+            "was started by an earlier init_process_group, or by importing mpi4py's MPI before "
+            "mpigrad.distributed), so mpigrad could not join this process to the others (with "
+            f"an MPI library other than MPICH it never can). {HOW_TO_LAUNCH}")

@@ -13,6 +13,7 @@ from ...autograd import grad_mode
 from ..autograd import contexts
 from ..autograd import engine as dist_engine
 from ..fault import abort
+from ..launch import rendezvous
 from . import agent as agents
 from . import functions, wire
 from . import rref as rrefs
@@ -23,8 +24,9 @@ from .constants import DEFAULT_NUM_WORKER_THREADS, DEFAULT_RPC_TIMEOUT_SEC
 class MPIRpcBackendOptions:
     """Options of the MPI agent, with TensorPipeRpcBackendOptions' arguments. `rpc_timeout`
     (seconds, 0 for none) is the default timeout of every call; `num_worker_threads` the size
-    of the pool that runs requests. `init_method` is kept for torch's scripts: the workers are
-    the ranks of the MPI world, which is already formed. Every tensor is on the CPU, so
+    of the pool that runs requests. `init_method` (with init_rpc's rank and world_size) is where
+    the workers meet when no MPI launcher started them (see distributed.launch.rendezvous); under a
+    launcher the workers are the ranks of the MPI world it formed. Every tensor is on the CPU, so
     `device_maps` and `devices` may only name the CPU; anything else is refused, not dropped.
     `_transports` and `_channels` (TensorPipe's internals) are accepted and mean nothing here."""
 
@@ -76,9 +78,18 @@ class BackendType:
 
 def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options=None):
     """Start this worker's RPC agent; collective over MPI.COMM_WORLD (every rank calls it).
-    Rank and world size come from MPI; if given they must agree with it."""
+    Rank and world size come from MPI; if given they must agree with it. In processes that no
+    MPI launcher started, MPI starts here, after the workers meet as init_process_group's do
+    (the options' init_method, env:// by default, with `rank` and `world_size`)."""
     if agents.current is not None:
         raise RuntimeError("init_rpc was already called on this worker; call shutdown() first")
+    options = rpc_backend_options or MPIRpcBackendOptions()
+    if not isinstance(options, MPIRpcBackendOptions):
+        raise TypeError(f"rpc_backend_options must be MPIRpcBackendOptions (or "
+                        f"TensorPipeRpcBackendOptions), got {type(options).__name__}")
+    # Where no launcher started MPI (see rendezvous): meet the workers init_method names first.
+    rendezvous.start_mpi(options.init_method, -1 if rank is None else rank,
+                         -1 if world_size is None else world_size)
     level = MPI.Query_thread()
     if level < MPI.THREAD_MULTIPLE:
         names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED:
@@ -92,10 +103,6 @@ def init_rpc(name, backend=None, rank=None, world_size=None, rpc_backend_options
     # As init_process_group does: a rank that dies of an uncaught exception ends the job
     # (MPIGRAD_ABORT_ON_EXCEPTION=0 turns it off) rather than leaving its peers waiting.
     abort.set_abort_on_exception(abort.setting(None))
-    options = rpc_backend_options or MPIRpcBackendOptions()
-    if not isinstance(options, MPIRpcBackendOptions):
-        raise TypeError(f"rpc_backend_options must be MPIRpcBackendOptions (or "
-                        f"TensorPipeRpcBackendOptions), got {type(options).__name__}")
     world = MPI.COMM_WORLD
     problem = None
     if rank not in (None, -1) and rank != world.Get_rank():

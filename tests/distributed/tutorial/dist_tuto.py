@@ -20,7 +20,7 @@ import mpigrad.distributed as dist  # torch: import torch.distributed as dist
 import mpigrad.nn as nn  # torch: import torch.nn as nn
 import mpigrad.nn.functional as F  # torch: import torch.nn.functional as F
 import mpigrad.optim as optim  # torch: import torch.optim as optim
-import multiprocessing as mp  # torch: import torch.multiprocessing as mp
+import mpigrad.multiprocessing as mp  # torch: import torch.multiprocessing as mp
 
 
 """Blocking point-to-point communication."""

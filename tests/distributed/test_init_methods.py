@@ -1,0 +1,174 @@
+"""init_process_group(init_method='tcp://...' | 'file://...', rank=r, world_size=n) in n
+separately started python processes (no mpiexec, no torchrun): one MPI world of n ranks, as in
+torch, or an error on every process within the timeout; never n worlds of one.
+
+The serial tests start their own processes (tutorial/init_methods.py, the tutorial's
+"Initialization Methods", and the same file on PyTorch for its output); the others run on every
+rank of the MPI steps."""
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpigrad.distributed.launch import rendezvous
+
+HERE = pathlib.Path(__file__).parent
+SCRIPT = HERE / "tutorial" / "init_methods.py"
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
+                     "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS")
+LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def test_env_init_method_takes_rank_and_world_size_from_the_arguments():
+    # torch's env:// reads MASTER_ADDR and MASTER_PORT; rank and world_size, when given,
+    # stand for RANK and WORLD_SIZE.
+    request = rendezvous.request_from_init_method("env://", 1, 3, {"MASTER_ADDR": "node0",
+                                                                  "MASTER_PORT": "29500"})
+    assert (request.rank, request.world_size, request.host, request.port) == (1, 3, "node0",
+                                                                               29500)
+    with pytest.raises(ValueError, match="WORLD_SIZE=3 is set but MASTER_ADDR, MASTER_PORT "
+                                         "are not"):
+        rendezvous.request_from_init_method("env://", 1, 3, {})
+
+
+def test_start_mpi_does_nothing_once_mpi_runs(process_group):
+    # Under mpiexec, or after the session's init_process_group: MPI's world stands, and no
+    # rendezvous is attempted (nobody listens on port 9; a join would fail or wait).
+    start = time.monotonic()
+    rendezvous.start_mpi("tcp://127.0.0.1:9", 0, 7, timeout=30)
+    assert time.monotonic() - start < 1
+
+
+def _port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _environment(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(LAUNCHER_PREFIXES) and k not in LAUNCHER_NAMES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parents[1]),
+                                                      env.get("PYTHONPATH")]))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _start(args_per_process, env, cwd=None):
+    return [subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for args in args_per_process]
+
+
+def _finish(processes, timeout):
+    results = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise
+        results.append((process.returncode, out, err))
+    return results
+
+
+def _url(method, tmp_path, name):
+    return f"tcp://127.0.0.1:{_port()}" if method == "tcp" else f"file://{tmp_path / name}"
+
+
+def _printed(results):
+    return sorted(" ".join(line.split()) for _, out, _ in results for line in out.splitlines())
+
+
+def _torch_script(tmp_path):
+    text = re.sub(r"^.*# torch: (.*)$", r"\1", SCRIPT.read_text(), flags=re.M)
+    path = tmp_path / "init_methods_torch.py"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("method", ["tcp", "file"])
+def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path):
+    url = _url(method, tmp_path, "ours")
+    results = _finish(_start([[str(SCRIPT), url, str(rank), str(size)] for rank in range(size)],
+                             _environment()), timeout=120)
+    for code, _, err in results:
+        assert code == 0, err
+    total = size * (size + 1) // 2
+    assert _printed(results) == [f"Rank {rank} of {size} has data tensor({total}.)"
+                                 for rank in range(size)]
+    pytest.importorskip("torch")
+    script, url = _torch_script(tmp_path), _url(method, tmp_path, "theirs")
+    theirs = _finish(_start([[str(script), url, str(rank), str(size)] for rank in range(size)],
+                            _environment(), cwd=tmp_path), timeout=300)
+    for code, _, err in theirs:
+        assert code == 0, err
+    assert _printed(results) == _printed(theirs)
+
+
+@pytest.mark.mpi_skip
+def test_the_same_file_serves_one_job_after_another(tmp_path):
+    # The tutorial's fixed path, used by two jobs in turn: rank 0 removes the file once every
+    # rank has read it, so the second job cannot read the first one's address.
+    url = f"file://{tmp_path / 'sharedfile'}"
+    for _ in range(2):
+        results = _finish(_start([[str(SCRIPT), url, str(rank), "2"] for rank in range(2)],
+                                 _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=30)), timeout=120)
+        assert [code for code, _, _ in results] == [0, 0], results
+        assert not (tmp_path / "sharedfile").exists()
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("missing", [0, 2])
+@pytest.mark.parametrize("method", ["tcp", "file"])
+def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,
+                                                                            tmp_path):
+    url = _url(method, tmp_path, "meeting")
+    start = time.monotonic()
+    results = _finish(_start([[str(SCRIPT), url, str(rank), "3"] for rank in range(3)
+                              if rank != missing], _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=3)),
+                      timeout=60)
+    assert time.monotonic() - start < 20
+    for code, out, err in results:
+        assert code != 0 and "has data" not in out
+        assert "within 3 seconds" in err
+        if missing == 2:
+            assert "ranks [2] did not join within 3 seconds" in err
+        elif method == "tcp":
+            assert f"no rendezvous server at {url[len('tcp://'):]} within 3 seconds" in err
+        else:
+            assert "rank 0 did not write" in err
+
+
+@pytest.mark.mpi_skip
+def test_init_process_group_timeout_bounds_the_rendezvous():
+    code = ("import datetime, mpigrad.distributed as dist\n"
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
+            "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
+    start = time.monotonic()
+    [(returncode, out, err)] = _finish(_start([["-c", code]], _environment()), timeout=60)
+    assert time.monotonic() - start < 15
+    assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
+
+
+@pytest.mark.mpi_skip
+def test_importing_the_package_does_not_start_mpi_without_a_launcher():
+    code = ("import mpigrad.distributed, mpigrad.distributed.rpc, mpigrad.distributed.nn, "
+            "mpigrad.distributed.optim, mpigrad.nn.parallel, mpigrad.multiprocessing\n"
+            "import mpigrad.distributed.algorithms.ddp_comm_hooks.powerSGD_hook\n"
+            "from mpi4py import MPI\n"
+            "print(MPI.Is_initialized())\n"
+            "mpigrad.distributed.init_process_group()\n"
+            "print(MPI.Is_initialized(), MPI.Query_thread() == MPI.THREAD_MULTIPLE, "
+            "mpigrad.distributed.get_world_size())\n")
+    [(returncode, out, err)] = _finish(_start([["-c", code]], _environment()), timeout=60)
+    assert returncode == 0, err
+    assert out.split() == ["False", "True", "True", "1"]

@@ -1,0 +1,348 @@
+"""mpigrad.multiprocessing against torch.multiprocessing's contract: spawn/start_processes run
+fn(i, *args); a child's exception, signal or exit code reaches the parent as torch's exception
+within seconds, with the other children ended and no process left; join=False returns the
+context. Then the DDP tutorial's `mp.spawn(demo_basic, ...)` at 2 and 3 processes forms one
+world and prints what PyTorch prints.
+
+The children run functions of this module, so its top level stays light (no MPI)."""
+import multiprocessing
+import os
+import pathlib
+import pickle
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpigrad.multiprocessing as mp
+
+HERE = pathlib.Path(__file__).parent
+DDP_TUTORIAL = HERE / "distributed" / "tutorial" / "ddp_tutorial.py"
+
+
+def _write_index(index, folder, text):
+    pathlib.Path(folder, f"{index}.txt").write_text(f"{text} {index} {os.getpid()}")
+
+
+def _raise_in_one(index, failing):
+    if index == failing:
+        raise ValueError(f"child {index} fails on purpose")
+    time.sleep(300)  # ended by the parent
+
+
+def _kill_self(index):
+    if index == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(300)
+
+
+def _exit_with(index, code):
+    if index == 1:
+        sys.exit(code)
+    time.sleep(300)
+
+
+def _sleep(index, seconds):
+    time.sleep(seconds)
+
+
+def _gone(pid):
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def _processes_running(word):
+    """The pids of processes whose command line contains `word` (no psutil)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as file:
+                    if word.encode() in file.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_spawn_runs_fn_with_the_index_first_then_args(tmp_path):
+    assert mp.spawn(_write_index, args=(str(tmp_path), "hello"), nprocs=3) is None
+    texts = [(tmp_path / f"{i}.txt").read_text().split() for i in range(3)]
+    assert [t[:2] for t in texts] == [["hello", str(i)] for i in range(3)]
+    assert len({t[2] for t in texts} | {str(os.getpid())}) == 4  # three new processes
+
+
+def _write_secret(index, folder):
+    _write_index(index, folder, os.environ["MPIGRAD_RENDEZVOUS_SECRET"])
+
+
+def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path):
+    secrets_seen = []
+    for job in range(2):
+        folder = tmp_path / str(job)
+        folder.mkdir()
+        mp.spawn(_write_secret, args=(str(folder),), nprocs=2)
+        secrets_seen.append({(folder / f"{i}.txt").read_text().split()[0] for i in range(2)})
+    assert all(len(job) == 1 for job in secrets_seen)  # one secret per job
+    first, second = (job.pop() for job in secrets_seen)
+    assert first != second and re.fullmatch(r"[0-9a-f]{32}", first)
+
+
+def test_a_child_that_raises_gives_process_raised_exception_with_its_traceback():
+    start = time.monotonic()
+    context = mp.start_processes(_raise_in_one, args=(1,), nprocs=3, join=False)
+    with pytest.raises(mp.ProcessRaisedException) as info:
+        while not context.join(grace_period=5):
+            pass
+    assert time.monotonic() - start < 30
+    error = info.value
+    assert str(error).startswith("\n\n-- Process 1 terminated with the following error:\n"
+                                 "Traceback (most recent call last):")
+    assert "ValueError: child 1 fails on purpose" in str(error)
+    assert "_raise_in_one" in str(error)  # the child's own frames
+    assert (error.error_index, error.error_pid) == (1, context.pids()[1])
+    assert all(_gone(pid) for pid in context.pids())
+    assert not any(os.path.exists(path) for path in context.error_files)
+
+
+def test_spawn_join_raises_too_and_leaves_no_process():
+    start = time.monotonic()
+    with pytest.raises(mp.ProcessRaisedException, match="child 0 fails on purpose"):
+        mp.spawn(_raise_in_one, args=(0,), nprocs=2)
+    assert time.monotonic() - start < 45
+    assert mp.active_children() == []
+
+
+def test_a_killed_child_gives_process_exited_exception_with_the_signal():
+    context = mp.spawn(_kill_self, nprocs=2, join=False)
+    with pytest.raises(mp.ProcessExitedException) as info:
+        while not context.join():
+            pass
+    error = info.value
+    assert str(error) == "process 0 terminated with signal SIGKILL"
+    assert (error.error_index, error.exit_code, error.signal_name) == (0, -9, "SIGKILL")
+    assert all(_gone(pid) for pid in context.pids())
+
+
+def test_a_non_zero_exit_gives_process_exited_exception_with_the_code():
+    with pytest.raises(mp.ProcessExitedException) as info:
+        mp.spawn(_exit_with, args=(3,), nprocs=2)
+    assert str(info.value) == "process 1 terminated with exit code 3"
+    assert (info.value.exit_code, info.value.signal_name) == (3, None)
+
+
+def _fail_in_several_ways(index, ways):
+    way = ways[index]
+    if way == "exit":
+        sys.exit(1)
+    if way == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if way == "raise":
+        raise ValueError(f"child {index} is the cause")
+
+
+@pytest.mark.parametrize("ways, expected", [
+    (("exit", "kill", "ok"), (mp.ProcessExitedException, "process 1 terminated with signal "
+                                                         "SIGKILL")),
+    (("exit", "exit", "raise"), (mp.ProcessRaisedException, "Process 2 terminated")),
+])
+def test_when_several_children_failed_the_cause_is_reported(ways, expected):
+    # As in an MPI world, where one child's failure makes the others exit with code 1: all
+    # have ended before join looks, and the one that raised (or was killed) is the cause.
+    context = mp.spawn(_fail_in_several_ways, args=(ways,), nprocs=3, join=False)
+    deadline = time.monotonic() + 60
+    while any(p.is_alive() for p in context.processes):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with pytest.raises(expected[0], match=expected[1]):
+        context.join()
+
+
+def test_join_false_returns_the_context_and_join_with_a_timeout_says_if_all_are_done():
+    context = mp.spawn(_sleep, args=(1.0,), nprocs=2, join=False)
+    assert isinstance(context, mp.ProcessContext) and len(context.pids()) == 2
+    assert context.join(timeout=0.01) is False
+    deadline = time.monotonic() + 60
+    while not context.join(timeout=1):
+        assert time.monotonic() < deadline
+    assert context.join() is True  # and again, once done
+    assert [p.exitcode for p in context.processes] == [0, 0]
+
+
+def test_spawn_warns_about_another_start_method_and_start_processes_takes_it(tmp_path):
+    with pytest.warns(FutureWarning, match="only supports start_method=spawn"):
+        mp.spawn(_write_index, args=(str(tmp_path), "s"), nprocs=1, start_method="fork")
+    mp.start_processes(_write_index, args=(str(tmp_path), "f"), nprocs=2, start_method="fork")
+    assert (tmp_path / "1.txt").read_text().startswith("f 1")
+
+
+def test_exceptions_pickle_as_torchs_do():
+    raised = pickle.loads(pickle.dumps(mp.ProcessRaisedException("m", 1, 42)))
+    assert (type(raised), str(raised), raised.error_index, raised.error_pid) == (
+        mp.ProcessRaisedException, "m", 1, 42)
+    exited = pickle.loads(pickle.dumps(mp.ProcessExitedException("x", 0, 7, -9, "SIGKILL")))
+    assert (exited.exit_code, exited.signal_name, exited.error_pid) == (-9, "SIGKILL", 7)
+    assert issubclass(mp.ProcessExitedException, mp.ProcessException)
+
+
+def test_the_standard_library_is_there_as_in_torch():
+    for name in ("Process", "Queue", "set_start_method", "get_context", "Manager", "Pipe"):
+        assert getattr(mp, name) is getattr(multiprocessing, name)
+
+
+# Children in one MPI world: they meet through init_process_group (see
+# mpigrad.distributed.launch.rendezvous). One fails; the parent must hear of it within seconds and no
+# process (child, or rank 0's rendezvous server) may stay behind.
+
+def _port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _in_one_world(index, size, port, how):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import mpigrad.distributed as dist  # in the child only: the parent stays free of MPI
+    dist.init_process_group("gloo", rank=index, world_size=size)
+    if index == size - 1:
+        if how == "raise":
+            raise ValueError(f"rank {index} of {dist.get_world_size()} fails on purpose")
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()  # where the other ranks wait for the failing one
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_child_in_an_mpi_world_ends_the_spawn_within_seconds(how):
+    port = _port()
+    start = time.monotonic()
+    context = mp.spawn(_in_one_world, args=(3, port, how), nprocs=3, join=False)
+    if how == "raise":
+        with pytest.raises(mp.ProcessRaisedException,
+                           match="(?s)Process 2 terminated.*rank 2 of 3 fails on purpose"):
+            while not context.join():
+                pass
+    else:
+        with pytest.raises(mp.ProcessExitedException,
+                           match="process 2 terminated with signal SIGKILL"):
+            while not context.join():
+                pass
+    assert time.monotonic() - start < 60
+    assert all(_gone(pid) for pid in context.pids())
+    deadline = time.monotonic() + 15
+    while _processes_running(f"pmi_server.py\x000.0.0.0\x00{port}\x00"):
+        assert time.monotonic() < deadline, "rank 0's rendezvous server stayed behind"
+        time.sleep(0.2)
+
+
+def _join_in_the_parents_world(index, folder):
+    import mpigrad as mg  # in the child only: the parent stays free of MPI
+    import mpigrad.distributed as dist
+    dist.init_process_group("gloo", rank=index, world_size=int(os.environ["WORLD_SIZE"]))
+    total = mg.tensor([float(index + 1)])
+    dist.all_reduce(total)
+    _write_index(index, folder, f"{dist.get_world_size()} {total.item():g}")
+    dist.destroy_process_group()
+
+
+def test_children_of_a_parent_that_set_world_size_and_master_join_with_their_rank(
+        monkeypatch, tmp_path):
+    # Scripts often set WORLD_SIZE with MASTER_ADDR/MASTER_PORT in the parent; each child
+    # inherits them without RANK and passes its rank to init_process_group.
+    for name, value in (("WORLD_SIZE", "3"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", str(_port()))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RANK", raising=False)
+    mp.spawn(_join_in_the_parents_world, args=(str(tmp_path),), nprocs=3)
+    assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
+        ["3", "6", str(i)] for i in range(3)]
+
+
+def _environment(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL",
+                                "MPIR_", "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _run_tutorial(script, size, cwd):
+    result = subprocess.run(["timeout", "-k", "10", "600", sys.executable, str(script),
+                             str(size)], env=_environment(DDP_TUTORIAL_PORT=_port()), cwd=cwd,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def _messages(output):
+    """What the ranks printed, in any order (they share one pipe), numbers masked."""
+    found = re.findall(r"(Running basic DDP example on rank \d+\.|Finished running basic DDP "
+                       r"example on rank \d+\.|rank \d+ checksum -?\d+\.\d+)", output)
+    return sorted(re.sub(r"checksum -?\d+\.\d+", "checksum #", line) for line in found)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_ddp_tutorials_spawn_forms_one_world_and_prints_what_torch_prints(size, tmp_path):
+    ours = _run_tutorial(DDP_TUTORIAL, size, tmp_path)
+    expected = sorted([f"Running basic DDP example on rank {r}." for r in range(size)]
+                      + [f"Finished running basic DDP example on rank {r}." for r in range(size)]
+                      + [f"rank {r} checksum #" for r in range(size)])
+    assert _messages(ours) == expected
+    # DDP made every rank's parameters rank 0's and averaged the gradients: one world.
+    assert len(set(re.findall(r"checksum (-?\d+\.\d+)", ours))) == 1
+    pytest.importorskip("torch")
+    torch_script = tmp_path / "ddp_tutorial_torch.py"
+    torch_script.write_text(re.sub(r"^.*# torch: (.*)$", r"\1", DDP_TUTORIAL.read_text(),
+                                   flags=re.M))
+    theirs = _run_tutorial(torch_script, size, tmp_path)
+    assert _messages(ours) == _messages(theirs)
+
+
+def _one_world_then_linger(index, size, port, folder):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import mpigrad as mg  # in the child only: the parent stays free of MPI
+    import mpigrad.distributed as dist
+    dist.init_process_group("gloo", rank=index, world_size=size)
+    total = mg.tensor([float(index + 1)])
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    if index == 0:
+        time.sleep(2)  # while the others are in MPI_Finalize
+    _write_index(index, folder, f"{dist.get_world_size() if dist.is_initialized() else size} "
+                                f"{total.item():g}")
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
+def test_children_leave_their_world_cleanly_when_one_lingers(start_method, tmp_path):
+    # Rank 0 works on after the others returned: they wait for it in MPI_Finalize, and no
+    # rank's end is taken for a crash (which would end the others with exit code 1).
+    mp.start_processes(_one_world_then_linger, args=(3, _port(), str(tmp_path)), nprocs=3,
+                       start_method=start_method)
+    assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
+        ["3", "6", str(i)] for i in range(3)]
+
+
+def _rpc_world(index, size, port, folder):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(port)
+    import mpigrad as mg  # in the child only: the parent stays free of MPI
+    import mpigrad.distributed.rpc as rpc
+    rpc.init_rpc(f"worker{index}", rank=index, world_size=size)
+    peer = rpc.get_worker_info(f"worker{(index + 1) % size}")
+    answer = rpc.rpc_sync(peer.name, mg.add, args=(mg.ones(2), float(index)))
+    _write_index(index, folder, f"{peer.id} {answer[0].item():g}")
+    rpc.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_spawned_children_form_one_rpc_world(size, tmp_path):
+    # The RPC tutorials' launch: mp.spawn, MASTER_ADDR/MASTER_PORT, init_rpc(rank, world_size).
+    mp.spawn(_rpc_world, args=(size, _port(), str(tmp_path)), nprocs=size)
+    assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(size)] == [
+        [str((i + 1) % size), f"{1 + i:g}", str(i)] for i in range(size)]
