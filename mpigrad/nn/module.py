@@ -75,6 +75,12 @@ class Module:
         if value is None and name in self._parameters:
             self._parameters[name] = None  # e.g. `self.bias = None` keeps the slot, as in torch
             return
+        if (name in self._buffers and not isinstance(value, Parameter)
+                and (value is None or isinstance(value, Tensor))):
+            # As torch: a tensor (or None) assigned to a buffer's name replaces the buffer, so
+            # it stays in state_dict (`bn.running_mean = other.running_mean`).
+            self._buffers[name] = value
+            return
         for store in (self._parameters, self._buffers, self._modules):
             store.pop(name, None)
         if isinstance(value, Parameter):

@@ -47,3 +47,15 @@ def test_non_strict_loading_reports_what_it_skipped():
     del state["4.bias"]
     result = model.load_state_dict(state, strict=False)
     assert result.missing_keys == ["4.bias"] and result.unexpected_keys == []
+
+
+def test_a_tensor_assigned_to_a_buffers_name_stays_a_buffer_as_in_torch():
+    torch = pytest.importorskip("torch")
+    ours, theirs = mg.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    ours.running_mean = mg.ones(3)
+    theirs.running_mean = torch.ones(3)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert np.array_equal(ours.state_dict()["running_mean"].numpy(), np.ones(3))
+    ours.running_var = None
+    theirs.running_var = None
+    assert list(ours.state_dict()) == list(theirs.state_dict())
