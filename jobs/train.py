@@ -39,6 +39,9 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=["mlp", "cnn", "resnet"], default="mlp",
                    help="mlp: two hidden layers of 256; cnn: two conv+pool blocks; resnet: "
                         "two torchvision-style BasicBlocks of 16 and 32 channels (default mlp)")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="BatchNorm statistics over the whole global batch (SyncBatchNorm), as "
+                        "one process would compute them, instead of each rank's own slice")
     p.add_argument("--dataset", choices=["synthetic", "mnist", "digits"], default="synthetic",
                    help="synthetic: built-in 16x16 images, no download; mnist: IDX files in "
                         "--data-dir; digits: scikit-learn's bundled 8x8 digits (default synthetic)")
@@ -202,6 +205,8 @@ def train(args):
     num_classes = int(train_set.tensors[1].numpy().max()) + 1
     mg.manual_seed(args.seed)
     model = build_model(args.model, tuple(image.shape), num_classes)
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     start_epoch, start_samples = 0, 0
     if args.checkpoint:

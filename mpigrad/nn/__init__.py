@@ -10,7 +10,7 @@ from .pooling import MaxPool2d, AvgPool2d  # noqa: F401
 from .activation import (ReLU, LeakyReLU, GELU, SiLU, Tanh, Sigmoid, Softmax,  # noqa: F401
                          LogSoftmax)
 from .dropout import Dropout, Dropout1d, Dropout2d  # noqa: F401
-from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm, SyncBatchNorm  # noqa: F401
 from .sparse import Embedding, EmbeddingBag  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
 from .container import Sequential, ModuleList, ModuleDict  # noqa: F401

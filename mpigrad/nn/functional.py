@@ -610,18 +610,29 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         dims = (0,) + tuple(range(2, input.ndim))
         mean = input.mean(dims, keepdim=True)
         var = input.var(dims, keepdim=True, correction=0)
-        if running_mean is not None:
-            with grad_mode.no_grad():
-                running_mean.mul_(1 - momentum).add_(mean.reshape(channels), alpha=momentum)
-        if running_var is not None:
-            with grad_mode.no_grad():
-                running_var.mul_(1 - momentum).add_(var.reshape(channels),
-                                                    alpha=momentum * count / (count - 1))
+        _update_running_stats(running_mean, running_var, mean, var, count, momentum)
     else:
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: running_mean and running_var are required when not "
                              "training")
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    return _normalize_per_channel(input, mean, var, weight, bias, eps)
+
+
+def _update_running_stats(running_mean, running_var, mean, var, count, momentum):
+    """running = (1 - momentum) * running + momentum * batch, with the unbiased variance of
+    the `count` values per channel that `var` (biased) was taken over."""
+    with grad_mode.no_grad():
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(mean.reshape(-1), alpha=momentum)
+        if running_var is not None:
+            running_var.mul_(1 - momentum).add_(var.reshape(-1),
+                                                alpha=momentum * count / (count - 1))
+
+
+def _normalize_per_channel(input, mean, var, weight, bias, eps):
+    """(input - mean) / sqrt(var + eps) * weight + bias, with one value per channel (dim 1)."""
+    shape = (1, input.shape[1]) + (1,) * (input.ndim - 2)
     out = _normalize(input, mean, var, eps)
     if weight is not None:
         out = out * weight.reshape(shape)

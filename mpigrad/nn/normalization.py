@@ -1,10 +1,13 @@
-"""Normalisation layers: batch statistics (BatchNorm) and per-sample statistics (LayerNorm)."""
+"""Normalisation layers: batch statistics (BatchNorm, SyncBatchNorm) and per-sample statistics
+(LayerNorm)."""
 import numbers
+import sys
 import warnings
 
 import numpy as np
 
 from .. import creation
+from ..ops import cat, stack
 from ..tensor import Tensor
 from . import functional as F, init
 from ._checks import check_device, positive_int
@@ -63,18 +66,30 @@ class _BatchNorm(Module):
                 init.zeros_(self.bias)
 
     def forward(self, input):
-        layer = type(self).__name__
         if input.ndim not in self._ranks:
             ranks = " or ".join(f"{r}-D" for r in self._ranks)
-            raise ValueError(f"{layer}: expected {ranks} input, got shape {tuple(input.shape)}")
+            raise ValueError(f"{type(self).__name__}: expected {ranks} input, got shape "
+                             f"{tuple(input.shape)}")
+        return self._batch_norm(input)
+
+    def _check_channels(self, input):
         if input.shape[1] != self.num_features:
-            raise ValueError(f"{layer}: expected input with {self.num_features} channels, got "
-                             f"{input.shape[1]} (input shape {tuple(input.shape)})")
+            raise ValueError(f"{type(self).__name__}: expected input with {self.num_features} "
+                             f"channels, got {input.shape[1]} (input shape "
+                             f"{tuple(input.shape)})")
+
+    def _step_running_stats(self):
+        """Count this training batch; the momentum its statistics enter the running ones with."""
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:
                 factor = 1.0 / int(self.num_batches_tracked)
+        return factor
+
+    def _batch_norm(self, input):
+        self._check_channels(input)
+        factor = self._step_running_stats()
         # Without running statistics there is nothing else to normalise by, even in eval.
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
@@ -98,6 +113,97 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalisation of (N, C, H, W) input, per channel."""
 
     _ranks = (4,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """BatchNorm whose training statistics are those of the whole batch across the ranks of
+    `process_group` (the default group when None), as torch's: under DistributedDataParallel,
+    N ranks with B/N samples each normalise, update the running statistics and get gradients
+    exactly as one process with the B samples would.
+
+    Each rank sends its per-channel mean, biased variance and count in one differentiable
+    all_gather (distributed.nn.functional), and the batch's statistics are combined from them
+    (mean of means weighted by count; variances plus the spread of the means), so backward
+    carries every rank's share of the gradient back to the others. Without an initialised
+    group of more than one rank, in eval, or without batch statistics, it is BatchNorm.
+    Input of any rank from 2 up (N, C, ...), on the CPU (torch's runs on GPUs only)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_group=None, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype)
+        self.process_group = process_group
+
+    def forward(self, input):
+        if input.ndim < 2:
+            raise ValueError(f"expected at least 2D input (got {input.ndim}D input)")
+        group = self._group_to_sync()
+        if group is None:
+            return self._batch_norm(input)
+        self._check_channels(input)
+        factor = self._step_running_stats()
+        mean, var, count = self._statistics_over(group, input)
+        if self.track_running_stats:
+            F._update_running_stats(self.running_mean, self.running_var, mean, var, count,
+                                    factor)
+        return F._normalize_per_channel(input, mean, var, self.weight, self.bias, self.eps)
+
+    def _group_to_sync(self):
+        """The process group to take statistics over, or None to behave as BatchNorm."""
+        if not self.training:
+            return None
+        # Looked up, not imported: if no script has imported mpigrad.distributed there is no
+        # process group, and importing it here would start MPI under a launcher.
+        distributed = sys.modules.get("mpigrad.distributed")
+        if distributed is None or not distributed.is_initialized():
+            return None
+        group = self.process_group or distributed.group.WORLD
+        return group if distributed.get_world_size(group) > 1 else None
+
+    def _statistics_over(self, group, input):
+        # Here, not at the top: nn sits below distributed in the layers (ARCHITECTURE.md), and
+        # only a synchronised forward needs it, once a process group exists.
+        from ..distributed.nn.functional import all_gather
+        channels = input.shape[1]
+        count = input.numel() // channels
+        if count < 1:
+            raise ValueError(f"SyncBatchNorm: an empty batch (input shape {tuple(input.shape)})")
+        dims = (0,) + tuple(range(2, input.ndim))
+        mean = input.mean(dims)
+        var = input.var(dims, correction=0)
+        counts = creation.full((1,), float(count), dtype=input.dtype)
+        everyone = stack(all_gather(cat([mean, var, counts]), group=group))
+        means, variances = everyone[:, :channels], everyone[:, channels:2 * channels]
+        weights = everyone[:, 2 * channels:]
+        total = int(weights.sum().item())
+        if total <= 1:
+            raise ValueError(f"expected more than 1 value per channel when training, got "
+                             f"{total} over the ranks of the group")
+        shares = weights / total
+        batch_mean = (shares * means).sum(0)
+        batch_var = (shares * (variances + (means - batch_mean) ** 2)).sum(0)
+        shape = (1, channels) + (1,) * (input.ndim - 2)
+        return batch_mean.reshape(shape), batch_var.reshape(shape), total
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        """`module` with every BatchNorm*d in it (itself included) replaced by a SyncBatchNorm
+        holding the same parameters, buffers and training mode, as torch's."""
+        converted = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, (cls, _InstanceNorm)):
+            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_group)
+            if module.affine:
+                converted.weight = module.weight
+                converted.bias = module.bias
+            if module.track_running_stats:
+                converted.running_mean = module.running_mean
+                converted.running_var = module.running_var
+                converted.num_batches_tracked = module.num_batches_tracked
+            converted.training = module.training
+        for name, child in module.named_children():
+            converted.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return converted
 
 
 class _InstanceNorm(_BatchNorm):

@@ -103,8 +103,9 @@ def test_cnn_reaches_high_accuracy():
     assert accuracy and float(accuracy.group(1)) >= 0.95, result.stdout
 
 
-def test_resnet_learns_under_two_ranks():
-    result = run_train("--model", "resnet", "--train-samples", "4000", "--epochs", "3")
+def test_resnet_with_synchronised_batchnorm_learns_under_two_ranks():
+    result = run_train("--model", "resnet", "--sync-bn", "--train-samples", "4000", "--epochs",
+                       "3")
     assert result.returncode == 0, result.stderr[-3000:]
     accuracy = re.search(r"training finished: epochs=3 test_accuracy=([0-9.]+)", result.stdout)
     # Chance is 0.1; three short epochs of this ResNet reach about 0.75 on the synthetic images.
