@@ -318,12 +318,22 @@ def _one_world_then_linger(index, size, port, folder):
                                 f"{total.item():g}")
 
 
+def _lingering_world(start_method, folder):
+    mp.start_processes(_one_world_then_linger, args=(3, _port(), folder), nprocs=3,
+                       start_method=start_method)
+
+
 @pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
 def test_children_leave_their_world_cleanly_when_one_lingers(start_method, tmp_path):
     # Rank 0 works on after the others returned: they wait for it in MPI_Finalize, and no
     # rank's end is taken for a crash (which would end the others with exit code 1).
-    mp.start_processes(_one_world_then_linger, args=(3, _port(), str(tmp_path)), nprocs=3,
-                       start_method=start_method)
+    # The parent is a fresh interpreter: this one may hold the test session's process group,
+    # which a forked child would inherit (as a torch child would inherit torch's).
+    parent = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_multiprocessing; "
+              f"test_multiprocessing._lingering_world({start_method!r}, {str(tmp_path)!r})")
+    result = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
+                            timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
     assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
         ["3", "6", str(i)] for i in range(3)]
 
