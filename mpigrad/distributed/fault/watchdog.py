@@ -62,6 +62,7 @@ class _State:
         self.stop = False
         self.departed = {}    # global rank -> when it said it left the job
         self.finalize_hooked = False
+        self.stall = None     # MPIGRAD_STALL_SECONDS as last read well
 
 
 _dog = _State()
@@ -174,7 +175,12 @@ def _watch():
         with _dog.lock:
             _serve()
         now = time.monotonic()
-        stall = stall_seconds()
+        try:
+            stall = _dog.stall = stall_seconds()
+        except ValueError:
+            # Changed to a bad value after init_process_group checked it (which raised there):
+            # this thread keeps the last good one rather than die and stop watching.
+            stall = _dog.stall if _dog.stall is not None else 0.0
         for watch in list(_dog.waiting.values()):
             outermost, deadline = watch, watch.deadline
             while outermost.outer is not None:
