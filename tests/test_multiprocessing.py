@@ -272,11 +272,9 @@ def _environment(**extra):
 
 
 def _run_tutorial(script, size, cwd):
-    result = subprocess.run(["timeout", "-k", "10", "600", sys.executable, str(script),
-                             str(size)], env=_environment(DDP_TUTORIAL_PORT=_port()), cwd=cwd,
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+    return subprocess.run(["timeout", "-k", "10", "600", sys.executable, str(script), str(size)],
+                          env=_environment(DDP_TUTORIAL_PORT=_port()), cwd=cwd,
+                          capture_output=True, text=True)
 
 
 def _messages(output):
@@ -288,7 +286,9 @@ def _messages(output):
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_the_ddp_tutorials_spawn_forms_one_world_and_prints_what_torch_prints(size, tmp_path):
-    ours = _run_tutorial(DDP_TUTORIAL, size, tmp_path)
+    result = _run_tutorial(DDP_TUTORIAL, size, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = result.stdout
     expected = sorted([f"Running basic DDP example on rank {r}." for r in range(size)]
                       + [f"Finished running basic DDP example on rank {r}." for r in range(size)]
                       + [f"rank {r} checksum #" for r in range(size)])
@@ -300,7 +300,11 @@ def test_the_ddp_tutorials_spawn_forms_one_world_and_prints_what_torch_prints(si
     torch_script.write_text(re.sub(r"^.*# torch: (.*)$", r"\1", DDP_TUTORIAL.read_text(),
                                    flags=re.M))
     theirs = _run_tutorial(torch_script, size, tmp_path)
-    assert _messages(ours) == _messages(theirs)
+    if theirs.returncode != 0 and _messages(theirs.stdout) != expected:
+        # The oracle itself failed (torch's gloo has aborted at exit on this machine): there is
+        # nothing to compare with, which is not mpigrad's failure.
+        pytest.skip(f"torch's own run of the tutorial failed: {theirs.stderr[-500:]}")
+    assert _messages(ours) == _messages(theirs.stdout)
 
 
 def _one_world_then_linger(index, size, port, folder):
