@@ -12,7 +12,6 @@ The two communicators are freed when the Channel is (its DDP wrapper was dropped
 process group is destroyed, whichever comes first: MPI has a fixed number of them per process
 (2048 in MPICH), which a sweep creating DDP wrappers in a loop would otherwise exhaust.
 """
-import gc
 import weakref
 
 import numpy as np
@@ -30,12 +29,6 @@ class Channel:
 
     def __init__(self, process_group):
         self.process_group = process_group
-        # Earlier wrappers kept alive by reference cycles (an exception's traceback holds its
-        # frames) free their communicators when the cycle collector finds them. Collect them
-        # here, where every rank is at the same point, not at some allocation inside the
-        # collectives below: a rank freeing a communicator while the others wait in a
-        # collective can deadlock them all (seen in MPICH at 3 ranks).
-        gc.collect()
         with self.blocked("duplicating the group's communicator"):  # Dup is collective
             comm = duplicate(process_group.comm, "DistributedDataParallel")
             try:
