@@ -1,4 +1,6 @@
-"""Inputs and comparisons shared by the communication-layer tests."""
+"""Inputs, comparisons and process handling shared by the communication-layer tests."""
+import subprocess
+
 import numpy as np
 
 import mpigrad.distributed as dist
@@ -49,3 +51,18 @@ def reference_reduce(stacked, op):
         dist.ReduceOp.AVG: lambda s: s.mean(0),
     }[op](stacked)
     return np.asarray(result).astype(stacked.dtype)
+
+
+def finish(processes, timeout=120):
+    """(returncode, stdout, stderr) of each started process, waiting at most `timeout` seconds
+    for each; on a timeout every process is killed and the timeout raised."""
+    results = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise
+        results.append((process.returncode, out, err))
+    return results

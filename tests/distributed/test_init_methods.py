@@ -17,6 +17,8 @@ import pytest
 
 from mpigrad.distributed.launch import rendezvous
 
+from ._helpers import finish
+
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "tutorial" / "init_methods.py"
 LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
@@ -65,19 +67,6 @@ def _start(args_per_process, env, cwd=None):
             for args in args_per_process]
 
 
-def _finish(processes, timeout):
-    results = []
-    for process in processes:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            raise
-        results.append((process.returncode, out, err))
-    return results
-
-
 def _url(method, tmp_path, name):
     return f"tcp://127.0.0.1:{_port()}" if method == "tcp" else f"file://{tmp_path / name}"
 
@@ -98,7 +87,7 @@ def _torch_script(tmp_path):
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path):
     url = _url(method, tmp_path, "ours")
-    results = _finish(_start([[str(SCRIPT), url, str(rank), str(size)] for rank in range(size)],
+    results = finish(_start([[str(SCRIPT), url, str(rank), str(size)] for rank in range(size)],
                              _environment()), timeout=120)
     for code, _, err in results:
         assert code == 0, err
@@ -107,7 +96,7 @@ def test_separately_started_processes_form_one_world_as_in_torch(method, size, t
                                  for rank in range(size)]
     pytest.importorskip("torch")
     script, url = _torch_script(tmp_path), _url(method, tmp_path, "theirs")
-    theirs = _finish(_start([[str(script), url, str(rank), str(size)] for rank in range(size)],
+    theirs = finish(_start([[str(script), url, str(rank), str(size)] for rank in range(size)],
                             _environment(), cwd=tmp_path), timeout=300)
     for code, _, err in theirs:
         assert code == 0, err
@@ -120,7 +109,7 @@ def test_the_same_file_serves_one_job_after_another(tmp_path):
     # rank has read it, so the second job cannot read the first one's address.
     url = f"file://{tmp_path / 'sharedfile'}"
     for _ in range(2):
-        results = _finish(_start([[str(SCRIPT), url, str(rank), "2"] for rank in range(2)],
+        results = finish(_start([[str(SCRIPT), url, str(rank), "2"] for rank in range(2)],
                                  _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=30)), timeout=120)
         assert [code for code, _, _ in results] == [0, 0], results
         assert not (tmp_path / "sharedfile").exists()
@@ -133,7 +122,7 @@ def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(meth
                                                                             tmp_path):
     url = _url(method, tmp_path, "meeting")
     start = time.monotonic()
-    results = _finish(_start([[str(SCRIPT), url, str(rank), "3"] for rank in range(3)
+    results = finish(_start([[str(SCRIPT), url, str(rank), "3"] for rank in range(3)
                               if rank != missing], _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=3)),
                       timeout=60)
     assert time.monotonic() - start < 20
@@ -154,7 +143,7 @@ def test_init_process_group_timeout_bounds_the_rendezvous():
             f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
             "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
     start = time.monotonic()
-    [(returncode, out, err)] = _finish(_start([["-c", code]], _environment()), timeout=60)
+    [(returncode, out, err)] = finish(_start([["-c", code]], _environment()), timeout=60)
     assert time.monotonic() - start < 15
     assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
 
@@ -169,6 +158,6 @@ def test_importing_the_package_does_not_start_mpi_without_a_launcher():
             "mpigrad.distributed.init_process_group()\n"
             "print(MPI.Is_initialized(), MPI.Query_thread() == MPI.THREAD_MULTIPLE, "
             "mpigrad.distributed.get_world_size())\n")
-    [(returncode, out, err)] = _finish(_start([["-c", code]], _environment()), timeout=60)
+    [(returncode, out, err)] = finish(_start([["-c", code]], _environment()), timeout=60)
     assert returncode == 0, err
     assert out.split() == ["False", "True", "True", "1"]

@@ -17,6 +17,8 @@ import pytest
 from mpigrad.distributed.launch import rendezvous
 from mpigrad.distributed.launch.pmi_server import process_mapping
 
+from ._helpers import finish
+
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "launch_check.py"
 LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
@@ -97,23 +99,10 @@ def _start_world(sizes, port, extra=None, args=()):
             for rank, size in enumerate(sizes)]
 
 
-def _finish(processes, timeout=120):
-    results = []
-    for process in processes:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            raise
-        results.append((process.returncode, out, err))
-    return results
-
-
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("size", [2, 3])
 def test_torchrun_style_processes_form_one_mpi_world(size):
-    results = _finish(_start_world([size] * size, _free_port(), args=["gloo"]))
+    results = finish(_start_world([size] * size, _free_port(), args=["gloo"]))
     expected_sum = size * (size + 1) // 2
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, err
@@ -123,7 +112,7 @@ def test_torchrun_style_processes_form_one_mpi_world(size):
 @pytest.mark.mpi_skip
 def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
     start = time.monotonic()
-    results = _finish(_start_world([2, 3], _free_port()), timeout=60)
+    results = finish(_start_world([2, 3], _free_port()), timeout=60)
     assert time.monotonic() - start < 30
     for code, out, err in results:
         assert code != 0 and "rank" not in out
@@ -134,7 +123,7 @@ def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
 @pytest.mark.mpi_skip
 def test_a_missing_rank_is_an_error_naming_it_after_the_timeout():
     start = time.monotonic()
-    results = _finish(_start_world([3, 3], _free_port(),
+    results = finish(_start_world([3, 3], _free_port(),
                                    extra={"MPIGRAD_RENDEZVOUS_TIMEOUT": 3}), timeout=60)
     assert time.monotonic() - start < 30
     for code, out, err in results:
@@ -144,7 +133,7 @@ def test_a_missing_rank_is_an_error_naming_it_after_the_timeout():
 
 @pytest.mark.mpi_skip
 def test_one_rank_failing_ends_every_rank():
-    results = _finish(_start_world([3] * 3, _free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
+    results = finish(_start_world([3] * 3, _free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
                       timeout=120)
     assert [code for code, _, _ in results] == [1, 1, 1]
     assert "this rank fails on purpose" in results[1][2]
@@ -154,7 +143,7 @@ def test_one_rank_failing_ends_every_rank():
 def test_mpi_abort_ends_every_rank_with_its_code_itself_included():
     # MPI_Abort leaves ending the process to the process manager, as under mpiexec.
     start = time.monotonic()
-    results = _finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
+    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
                       timeout=60)
     assert [code for code, _, _ in results] == [3, 3], results
     assert "rank 1 ended the job (exit code 3)" in results[0][2]
@@ -177,7 +166,7 @@ def test_torchrun_gives_a_two_rank_world():
 
 @pytest.mark.mpi_skip
 def test_ranks_sharing_a_secret_form_a_world():
-    results = _finish(_start_world([2, 2], _free_port(), args=["gloo"],
+    results = finish(_start_world([2, 2], _free_port(), args=["gloo"],
                                    extra={"MPIGRAD_RENDEZVOUS_SECRET": "ours"}))
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, err
@@ -196,7 +185,7 @@ def test_ranks_with_different_secrets_do_not_form_a_world():
                                                          MPIGRAD_RENDEZVOUS_TIMEOUT=6,
                                                          MPIGRAD_RENDEZVOUS_SECRET=secret))
                  for rank, secret in enumerate(["ours", "a guess"])]
-    (code0, out0, err0), (code1, out1, err1) = _finish(processes, timeout=60)
+    (code0, out0, err0), (code1, out1, err1) = finish(processes, timeout=60)
     assert code0 != 0 and code1 != 0 and "sum" not in out0 + out1
     assert "the rendezvous secret does not match rank 0's" in err1
     assert "ranks [1] did not join within 6 seconds" in err0
