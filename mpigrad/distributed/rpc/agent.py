@@ -190,6 +190,9 @@ class Agent:
         self.workers = tuple(WorkerInfo(n, r) for r, n in enumerate(names))
         self.info = self.workers[self.rank]
         self._by_name = {w.name: w for w in self.workers}
+        # What a blocked send to each rank is called in stall reports, made once: a send is
+        # on the small-call path, where an f-string per message shows.
+        self._sending_to = [f"RPC: sending to {self.describe(r)}" for r in range(self.size)]
         self.timeout = options.rpc_timeout
         self.arrays_deadline = max(ARRAYS_DEADLINE, self.timeout)
         self.handlers = handlers
@@ -305,8 +308,7 @@ class Agent:
         return header, arrays, tag
 
     def _send(self, dest, header, arrays, tag):
-        with blocked(self.watched, f"RPC: sending to {self.describe(dest)}", collective=False,
-                     peers=(dest,)):
+        with blocked(self.watched, self._sending_to[dest], collective=False, peers=(dest,)):
             self.comm.Send([header, MPI.BYTE], dest, HEADER_TAG)
             if arrays:
                 MPI.Request.Waitall([self.comm.Isend(message(a), dest, tag) for a in arrays])
