@@ -2,6 +2,7 @@
 a weight on worker1, a nested call back to worker0, a weight fetched twice; the loss and
 every gradient of torch's distributed autograd equal mpigrad's (float64, 1e-10)."""
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -60,6 +61,14 @@ def mg_grad(name, context_id):
     return dist_autograd.get_gradients(context_id)[_remote.state["mg_weights"][name]]
 
 
+def _free_port():
+    """A port nothing listens on now (a random one in a fixed range sometimes met a socket
+    left by an earlier test, and torch's RPC then failed to start on two ranks)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _owner(name):
     return 1 if name == "A" else 0
 
@@ -69,7 +78,7 @@ def test_distributed_autograd_matches_torch_rpc(workers):
     import torch.distributed.rpc as trpc
     rank, size = workers
     comm = MPI.COMM_WORLD
-    port = comm.bcast(29700 + np.random.default_rng().integers(200) if rank == 0 else None)
+    port = comm.bcast(_free_port() if rank == 0 else None)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     arrays = _arrays()
     _torch_weights.update({k: torch.tensor(v, requires_grad=True) for k, v in arrays.items()})
