@@ -5,7 +5,6 @@ torch, or an error on every process within the timeout; never n worlds of one.
 The serial tests start their own processes (tutorial/init_methods.py, the tutorial's
 "Initialization Methods", and the same file on PyTorch for its output); the others run on every
 rank of the MPI steps."""
-import os
 import pathlib
 import re
 import socket
@@ -17,13 +16,10 @@ import pytest
 
 from mpigrad.distributed.launch import rendezvous
 
-from ._helpers import finish
+from ._helpers import finish, launcher_free_environment
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "tutorial" / "init_methods.py"
-LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
-                     "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS")
-LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def test_env_init_method_takes_rank_and_world_size_from_the_arguments():
@@ -50,15 +46,6 @@ def _port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def _environment(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(LAUNCHER_PREFIXES) and k not in LAUNCHER_NAMES}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parents[1]),
-                                                      env.get("PYTHONPATH")]))
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 def _start(args_per_process, env, cwd=None):
@@ -88,7 +75,7 @@ def _torch_script(tmp_path):
 def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path):
     url = _url(method, tmp_path, "ours")
     results = finish(_start([[str(SCRIPT), url, str(rank), str(size)] for rank in range(size)],
-                             _environment()), timeout=120)
+                             launcher_free_environment()), timeout=120)
     for code, _, err in results:
         assert code == 0, err
     total = size * (size + 1) // 2
@@ -97,7 +84,7 @@ def test_separately_started_processes_form_one_world_as_in_torch(method, size, t
     pytest.importorskip("torch")
     script, url = _torch_script(tmp_path), _url(method, tmp_path, "theirs")
     theirs = finish(_start([[str(script), url, str(rank), str(size)] for rank in range(size)],
-                            _environment(), cwd=tmp_path), timeout=300)
+                            launcher_free_environment(), cwd=tmp_path), timeout=300)
     for code, _, err in theirs:
         assert code == 0, err
     assert _printed(results) == _printed(theirs)
@@ -110,7 +97,7 @@ def test_the_same_file_serves_one_job_after_another(tmp_path):
     url = f"file://{tmp_path / 'sharedfile'}"
     for _ in range(2):
         results = finish(_start([[str(SCRIPT), url, str(rank), "2"] for rank in range(2)],
-                                 _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=30)), timeout=120)
+                                 launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=30)), timeout=120)
         assert [code for code, _, _ in results] == [0, 0], results
         assert not (tmp_path / "sharedfile").exists()
 
@@ -123,7 +110,7 @@ def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(meth
     url = _url(method, tmp_path, "meeting")
     start = time.monotonic()
     results = finish(_start([[str(SCRIPT), url, str(rank), "3"] for rank in range(3)
-                              if rank != missing], _environment(MPIGRAD_RENDEZVOUS_TIMEOUT=3)),
+                              if rank != missing], launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=3)),
                       timeout=60)
     assert time.monotonic() - start < 20
     for code, out, err in results:
@@ -143,7 +130,7 @@ def test_init_process_group_timeout_bounds_the_rendezvous():
             f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
             "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
     start = time.monotonic()
-    [(returncode, out, err)] = finish(_start([["-c", code]], _environment()), timeout=60)
+    [(returncode, out, err)] = finish(_start([["-c", code]], launcher_free_environment()), timeout=60)
     assert time.monotonic() - start < 15
     assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
 
@@ -158,6 +145,6 @@ def test_importing_the_package_does_not_start_mpi_without_a_launcher():
             "mpigrad.distributed.init_process_group()\n"
             "print(MPI.Is_initialized(), MPI.Query_thread() == MPI.THREAD_MULTIPLE, "
             "mpigrad.distributed.get_world_size())\n")
-    [(returncode, out, err)] = finish(_start([["-c", code]], _environment()), timeout=60)
+    [(returncode, out, err)] = finish(_start([["-c", code]], launcher_free_environment()), timeout=60)
     assert returncode == 0, err
     assert out.split() == ["False", "True", "True", "1"]

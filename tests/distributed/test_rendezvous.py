@@ -17,13 +17,10 @@ import pytest
 from mpigrad.distributed.launch import rendezvous
 from mpigrad.distributed.launch.pmi_server import process_mapping
 
-from ._helpers import finish
+from ._helpers import finish, launcher_free_environment
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "launch_check.py"
-LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
-                     "TORCHELASTIC_")
-LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def test_environment_requests():
@@ -80,20 +77,11 @@ def _free_port():
                 continue
 
 
-def _clean_environment(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(LAUNCHER_PREFIXES) and k not in LAUNCHER_NAMES}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parents[1]),
-                                                      env.get("PYTHONPATH")]))
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 def _start_world(sizes, port, extra=None, args=()):
     """One process per entry of `sizes` (the WORLD_SIZE each is told), rank = position."""
     return [subprocess.Popen([sys.executable, str(SCRIPT), *args], text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=_clean_environment(RANK=rank, WORLD_SIZE=size,
+                             env=launcher_free_environment(RANK=rank, WORLD_SIZE=size,
                                                     MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
                                                     **(extra or {})))
             for rank, size in enumerate(sizes)]
@@ -157,7 +145,7 @@ def test_torchrun_gives_a_two_rank_world():
         pytest.skip("torchrun (PyTorch, the oracle extra) is not installed")
     port = _free_port()
     result = subprocess.run([torchrun, "--nproc_per_node=2", f"--master_port={port}",
-                             str(SCRIPT)], env=_clean_environment(), text=True,
+                             str(SCRIPT)], env=launcher_free_environment(), text=True,
                             capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "rank 0 of 2 sum 3 local 2" in result.stdout
@@ -179,7 +167,7 @@ def test_ranks_with_different_secrets_do_not_form_a_world():
     port = _free_port()
     processes = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=_clean_environment(RANK=rank, WORLD_SIZE=2,
+                                  env=launcher_free_environment(RANK=rank, WORLD_SIZE=2,
                                                          MASTER_ADDR="127.0.0.1",
                                                          MASTER_PORT=port,
                                                          MPIGRAD_RENDEZVOUS_TIMEOUT=6,
@@ -231,7 +219,7 @@ def test_a_torchrun_job_trains_on_through_outside_connections(tmp_path):
     with open(errors, "w") as stderr:
         job = subprocess.Popen([torchrun, "--standalone", "--nproc_per_node=2",
                                 str(HERE / "rendezvous_train.py"), str(go_on)],
-                               env=_clean_environment(), text=True, stdout=subprocess.PIPE,
+                               env=launcher_free_environment(), text=True, stdout=subprocess.PIPE,
                                stderr=stderr)
     lines = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in job.stdout],
