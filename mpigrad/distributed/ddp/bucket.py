@@ -34,10 +34,13 @@ class GradBucket:
     bucket. `comm` is the communicator to run the reduction on, `world_size` its size,
     `process_group` the group DDP runs on; `future()` wraps the reduction's requests, and
     `rounds_in_flight` is where a hook reducing in several rounds keeps them in launch order
-    (rounds.py; the Reducer owns the list).
+    (rounds.py; the Reducer owns the list). `shared` is the `SharedBuckets` the buffer lives
+    in when every rank is on one host (see algorithms/ddp_comm_hooks/shared_memory.py), else
+    None.
     """
 
-    def __init__(self, index, buffer, parameters, gradients, is_last, channel, rounds_in_flight):
+    def __init__(self, index, buffer, parameters, gradients, is_last, channel, rounds_in_flight,
+                 shared=None):
         self._index = index
         self._buffer = buffer
         self._parameters = parameters
@@ -48,6 +51,7 @@ class GradBucket:
         self.world_size = channel.world_size
         self.process_group = channel.process_group
         self.rounds_in_flight = rounds_in_flight
+        self.shared = shared
 
     def index(self):
         return self._index

@@ -95,10 +95,11 @@ class _Bucket:
         self._storage = None
         self.reset()
 
-    def use_storage(self):
-        """Reduce the bucket's own array (allocated, zero-filled, on first use)."""
-        if self._storage is None:
-            buffer = np.zeros(self.size, self.dtype)
+    def use_storage(self, array=None):
+        """Reduce the bucket's own array: `array` from now on if given, else one allocated
+        (zero-filled) on first use."""
+        if array is not None or self._storage is None:
+            buffer = np.zeros(self.size, self.dtype) if array is None else array
             views, offset = [], 0
             for shape in self._shapes:
                 n = int(np.prod(shape))
@@ -164,7 +165,7 @@ class Reducer:
 
     def __init__(self, params, names, channel, bucket_cap_bytes, comm_hook,
                  find_unused_parameters=False, gradient_as_bucket_view=False,
-                 first_bucket_bytes=FIRST_BUCKET_BYTES, timeline=None):
+                 first_bucket_bytes=FIRST_BUCKET_BYTES, timeline=None, shared=None):
         self.params = list(params)
         self.names = list(names)
         self.channel = channel
@@ -172,6 +173,10 @@ class Reducer:
         self.rank = channel.rank
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.shared = shared
+        # In shared memory `.grad` stays a view of the rank's own region: copying the
+        # reduced bucket back would be one more pass over every gradient.
+        self._grads_as_views = gradient_as_bucket_view or shared is not None
         self.bucket_cap_bytes = bucket_cap_bytes
         self.first_bucket_bytes = min(first_bucket_bytes, bucket_cap_bytes)
         self.timeline = timeline
@@ -201,18 +206,23 @@ class Reducer:
     def _build(self, order):
         groups = assign_buckets(self.params, order, self.bucket_cap_bytes,
                                 self.first_bucket_bytes)
+        self._detach_shared_grads()
         self.buckets = []
         self._bucket_of = [None] * len(self.params)
         self._slot_of = [None] * len(self.params)
         for k, members in enumerate(groups):
-            in_place = (len(members) == 1 and
+            in_place = (self.shared is None and len(members) == 1 and
                         self.params[members[0]].data.nbytes >= self.first_bucket_bytes)
             bucket = _Bucket(k, members, self.params, in_place)
             self.buckets.append(bucket)
             for slot, i in enumerate(members):
                 self._bucket_of[i] = bucket
                 self._slot_of[i] = slot
-        if self.gradient_as_bucket_view:
+        if self.shared is not None:
+            arrays = self.shared.storage([(b.dtype, b.size) for b in self.buckets])
+            for bucket, array in zip(self.buckets, arrays):
+                bucket.use_storage(array)
+        if self._grads_as_views:
             for i, p in enumerate(self.params):
                 bucket = self._bucket_of[i]
                 if p.grad is not None and not bucket.in_place:
@@ -241,6 +251,13 @@ class Reducer:
             raise TypeError(f"hook must be callable as hook(state, bucket), got {hook!r}")
         self._comm_hook = (state, hook)
         self._hook_registered = True
+        if self.shared is not None:
+            # The shared buckets serve the default hook only; a hook of the user's runs on
+            # private buckets, with large gradients reduced in place again.
+            self._detach_shared_grads()
+            self.shared = None
+            self._grads_as_views = self.gradient_as_bucket_view
+            self._build([i for bucket in self.buckets for i in bucket.members])
 
     # ------------------------------------------------------------------ lifecycle
     def settle_previous_iteration(self):
@@ -304,7 +321,7 @@ class Reducer:
                     np.multiply(view, self._scale, out=view)
             else:
                 np.multiply(grad, self._scale, out=view)
-                if self.gradient_as_bucket_view:
+                if self._grads_as_views:
                     param.grad = Tensor.wrap(view)
             self._used[i] = True
             if not self.rebuilt:
@@ -319,6 +336,16 @@ class Reducer:
         if bucket.pending == 0:
             self._launch_full_buckets()
         self._progress()
+
+    def _detach_shared_grads(self):
+        """Give every `.grad` that is a view of the shared buckets an array of its own, before
+        those bytes are laid out anew (the rebuild) or reduced without this rank's gradients
+        (Join's shadow iterations)."""
+        if self.shared is None:
+            return
+        for param in self.params:
+            if param.grad is not None and self.shared.holds(param.grad.data):
+                param.grad = Tensor.wrap(param.grad.data.copy())
 
     def _zero_slot(self, i):
         """Parameter i takes part in its bucket's reduction with zeros."""
@@ -339,7 +366,7 @@ class Reducer:
         grad_bucket = GradBucket(bucket.index, bucket.buffer,
                                  [self.params[i] for i in bucket.members], bucket.views,
                                  bucket.index == len(self.buckets) - 1, self.channel,
-                                 self.rounds_in_flight)
+                                 self.rounds_in_flight, self.shared)
         bucket.launched = time.perf_counter()
         bucket.future = hook(state, grad_bucket)
         self._in_flight.append(bucket)
@@ -444,7 +471,7 @@ class Reducer:
             grad = param.grad
             if grad is not None and grad.data is view:  # reduced in place
                 grad.mark_written()
-            elif self.gradient_as_bucket_view:
+            elif self._grads_as_views:
                 param.grad = Tensor.wrap(view)
             elif grad is None or grad.shape != view.shape or not grad.data.flags.writeable:
                 param.grad = Tensor.wrap(view.copy())
@@ -490,6 +517,7 @@ class Reducer:
                 "reductions may still be in flight). Run a forward of the model to settle it "
                 "with the other ranks, or let the exception propagate.")
         self._reset_iteration()
+        self._detach_shared_grads()
         for bucket in self.buckets:
             bucket.use_storage()
             bucket.buffer.fill(0)

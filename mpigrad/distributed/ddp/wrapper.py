@@ -29,6 +29,7 @@ from ...device import device
 from ...nn.module import Module
 from ..algorithms.ddp_comm_hooks.default_hooks import (HierarchicalState,
                                                      hierarchical_allreduce_hook)
+from ..algorithms.ddp_comm_hooks.shared_memory import SharedBuckets
 from ..algorithms.join import JoinHook, Joinable, notify_join_context
 from ..process_group import _get_default_group
 from .channel import Channel
@@ -134,12 +135,17 @@ class DistributedDataParallel(Module, Joinable):
         # default reduction goes hierarchical where that pays.
         default_state = HierarchicalState(only_if_useful=True)
         default_state.build(self._channel.comm, pg)
+        # On one host the buckets live in memory the ranks share, and the default hook sums
+        # them there instead of through MPI.
+        shared = None
+        if len(default_state.hierarchy.host_sizes) == 1:
+            shared = SharedBuckets.create(self._channel.control, pg, [p for _, p in trainable])
         self.reducer = Reducer([p for _, p in trainable], [n for n, _ in trainable],
                                self._channel, int(bucket_cap_mb * (1 << 20)),
                                (default_state, hierarchical_allreduce_hook),
                                find_unused_parameters=find_unused_parameters,
                                gradient_as_bucket_view=gradient_as_bucket_view,
-                               timeline=self.timeline)
+                               timeline=self.timeline, shared=shared)
         self._join_config = None
 
     # ------------------------------------------------------------------ forward

@@ -13,6 +13,8 @@ import gc
 
 import pytest
 
+from mpigrad.distributed.algorithms.ddp_comm_hooks.shared_memory import ENV as SHARED_MEMORY_ENV
+
 WATCHDOG_SECONDS = 240
 
 
@@ -33,3 +35,12 @@ def collected_between_tests():
     yield
     gc.collect()
 
+
+
+@pytest.fixture(params=["shared-memory", "mpi"])
+def reduction(request, monkeypatch):
+    """DDP's default reduction on one host: in the buckets the ranks share, or (with
+    MPIGRAD_DDP_SHARED_MEMORY=0) MPI's allreduce, with large gradients reduced in place."""
+    if request.param == "mpi":
+        monkeypatch.setenv(SHARED_MEMORY_ENV, "0")
+    return request.param

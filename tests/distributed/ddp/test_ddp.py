@@ -12,6 +12,7 @@ from mpi4py import MPI
 
 import mpigrad as mg
 from mpigrad.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from mpigrad.distributed.algorithms.ddp_comm_hooks.shared_memory import ENV as SHARED_MEMORY_ENV
 from mpigrad.distributed.ddp.reducer import assign_buckets
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
@@ -74,19 +75,27 @@ def assert_identical_across_ranks(arrays):
 @pytest.mark.parametrize("bucket_cap_mb", [0, 300 / 2**20, 25], ids=["one-per-bucket", "300B",
                                                                      "whole-model"])
 @pytest.mark.parametrize("as_view", [False, True], ids=["copy", "bucket-view"])
-def test_matches_single_process_oracle(rank, size, bucket_cap_mb, as_view):
+def test_matches_single_process_oracle(rank, size, bucket_cap_mb, as_view, reduction):
     batches = global_batches(size)
     model = DDP(MLP(seed=rank), bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=as_view)
     n_params = len(list(model.parameters()))
     in_place = [b.in_place for b in model.reducer.buckets]
-    if bucket_cap_mb == 0:  # every parameter alone, reduced in place
-        assert len(in_place) == n_params and all(in_place)
-    if bucket_cap_mb == 300 / 2**20:  # w1 (336 bytes) in place, the rest copied
+    assert (model.reducer.shared is not None) == (reduction == "shared-memory")
+    if bucket_cap_mb == 0:  # every parameter alone
+        assert len(in_place) == n_params
+    if reduction == "shared-memory":  # every bucket in the shared segment, none in place
+        assert not any(in_place)
+    elif bucket_cap_mb == 0:  # reduced in place
+        assert all(in_place)
+    elif bucket_cap_mb == 300 / 2**20:  # w1 (336 bytes) in place, the rest copied
         assert in_place.count(True) == 1 and len(in_place) > 2
-    if bucket_cap_mb == 25:
+    else:
         assert in_place == [False]
     train(model, batches, rank)
     assert_matches_oracle(model, batches)
+    if reduction == "shared-memory":  # `.grad` left a view of this rank's shared buckets
+        for p in model.parameters():
+            assert model.reducer.shared.holds(p.grad.data)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -97,7 +106,8 @@ def test_construction_broadcasts_rank0_parameters(rank):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_grad_is_average_and_view_mode_keeps_views(rank, size):
+def test_grad_is_average_and_view_mode_keeps_views(rank, size, monkeypatch):
+    monkeypatch.setenv(SHARED_MEMORY_ENV, "0")
     # 300 bytes: w1 (336 bytes) is reduced in place, the others are copied into buckets.
     model = DDP(MLP(seed=0), bucket_cap_mb=300 / 2**20, gradient_as_bucket_view=True)
     reducer = model.reducer
@@ -146,16 +156,17 @@ def test_large_parameter_reduced_in_the_array_the_engine_stored(rank, size, as_v
         p.register_post_accumulate_grad_hook(
             lambda p, name=name: stored.__setitem__(name, (p.grad.data, p.grad.data.ctypes.data)))
     model = DDP(inner, gradient_as_bucket_view=as_view)
-    names = [name for name, _ in inner.named_parameters()]
-    in_place = {names[b.members[0]] for b in model.reducer.buckets if b.in_place}
-    assert in_place == {"w1"}
-    assert any(len(b.members) > 1 for b in model.reducer.buckets)
     reduced = []  # the buffers the reductions ran on
 
     def recording_hook(state, bucket):
         reduced.append((bucket.parameters(), bucket.buffer()))
         return allreduce_hook(state, bucket)
+    # A hook of the user's (not the shared-memory default) reduces large gradients in place.
     model.register_comm_hook(None, recording_hook)
+    names = [name for name, _ in inner.named_parameters()]
+    in_place = {names[b.members[0]] for b in model.reducer.buckets if b.in_place}
+    assert in_place == {"w1"}
+    assert any(len(b.members) > 1 for b in model.reducer.buckets)
     opt = SGD(model.parameters(), lr=0.1, momentum=0.9)
     arrays = []
     for batch in batches:

@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from ...buffers import mpi_float_type
 from .hierarchical import Hierarchy
+from .shared_memory import shared_memory_allreduce
 from .compression import BFLOAT16, FLOAT16, compressed_allreduce, ring_allreduce
 
 __all__ = ["allreduce_hook", "ring_allreduce_hook", "fp16_compress_hook", "bf16_compress_hook",
@@ -83,6 +84,8 @@ def hierarchical_allreduce_hook(state, bucket):
     `state.only_if_useful`, only where that pays (else one Iallreduce)."""
     if state.hierarchy is None:
         state.build(bucket.comm, bucket.process_group)
+    if state.only_if_useful and bucket.shared is not None:
+        return shared_memory_allreduce(bucket.shared, bucket)
     if state.only_if_useful and not state.pays():
         return allreduce_hook(None, bucket)
     return state.hierarchy.allreduce(bucket, "hierarchical_allreduce_hook")
