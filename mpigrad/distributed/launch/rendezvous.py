@@ -64,9 +64,9 @@ import warnings
 
 import mpi4py  # its configuration only: mpi4py.MPI is what initialises MPI
 
+from ...launchers import PMI_PORT_VARIABLES, mpi_launcher
 from .. import settings
 from . import pmi_server
-from .launchers import PMI_PORT_VARIABLES, mpi_launcher
 
 _PORT_ENV = "MPIGRAD_RENDEZVOUS_PORT"
 _TIMEOUT_ENV = "MPIGRAD_RENDEZVOUS_TIMEOUT"
