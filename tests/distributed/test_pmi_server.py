@@ -2,7 +2,6 @@
 each once and only while the world forms; lines, connections and the key-value space are
 bounded; and the line parser, fuzzed, only ever raises its documented ProtocolError. The parser
 tests run everywhere; those with a server in a thread run serially (mpi_skip)."""
-import os
 import random
 import socket
 import subprocess
@@ -15,6 +14,8 @@ import pytest
 
 from mpigrad.distributed.launch import pmi_server, rendezvous
 from mpigrad.distributed.launch.pmi_server import MAX_LINE, ProtocolError, Server, parse, proof
+
+from ._helpers import launcher_free_environment
 
 SECRET = "the job's secret"
 # Addresses as /proc/net/tcp and tcp6 write them.
@@ -528,11 +529,8 @@ def test_file_rendezvous_shares_a_secret_only_its_user_can_read(tmp_path):
             "r.join(r.Request(int(sys.argv[1]), 2, path=sys.argv[2])); "
             "from mpi4py import MPI; MPI.Init(); c = MPI.COMM_WORLD; "
             "print(c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank() + 1)); MPI.Finalize()")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL",
-                                "MPIR_", "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS_"))}
     processes = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(meeting)],
-                                  env=env, text=True, stdout=subprocess.PIPE,
+                                  env=launcher_free_environment(), text=True, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE) for rank in range(2)]
     results = [process.communicate(timeout=60) for process in processes]
     assert [out.split() for out, _ in results] == [["0", "2", "3"], ["1", "2", "3"]], results
