@@ -20,12 +20,12 @@ challenge with the job's secret (`job_secret`: `MPIGRAD_RENDEZVOUS_SECRET`, or t
 id), so that nobody outside the job is heard; MPI's PMI library, which cannot answer a
 challenge, gets a connection that already has (rather than `PMI_PORT`, to which it would
 connect by itself). Under torchrun, whose own store already listens on
-`MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). A
-rank that exits normally says goodbye on its control connection (`say_goodbye`, at the
-interpreter's exit); if any rank aborts, or ends without a goodbye (killed, crashed), the
-server tells the others to exit, naming it, as mpiexec would. This needs to happen before MPI
-is initialised: for torchrun's variables, when
-`mpigrad.distributed` is imported (`join_from_environment`); otherwise at `init_process_group`.
+`MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). This
+needs to happen before MPI is initialised: for torchrun's variables, when `mpigrad.distributed`
+is imported (`join_from_environment`); otherwise at `init_process_group`. A rank that exits
+normally says goodbye on its control connection (`say_goodbye`, at the interpreter's exit); if
+any rank aborts, or ends without a goodbye (killed, crashed), the server tells the others to
+exit, naming it, as mpiexec would.
 
 What was tried first, and why not: `MPI_Open_port` / `MPI_Comm_accept` / `MPI_Comm_connect`
 (the port name passed through a file or socket, then `Intercomm_merge`) and `MPI_Comm_join`
