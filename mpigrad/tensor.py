@@ -534,9 +534,6 @@ class Tensor:
     def sqrt(self):
         return ops.sqrt(self)
 
-    def rsqrt(self):
-        return ops.pow(self, -0.5)
-
     def square(self):
         return ops.mul(self, self)
 

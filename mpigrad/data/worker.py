@@ -43,14 +43,11 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
+from ..launchers import launcher_variables
 from ..random import manual_seed
 
 _POLL_SECONDS = 1.0
 _JOIN_SECONDS = 5.0
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
-                      "PRTE_", "TORCHELASTIC_")
-_LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                   "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True)
@@ -146,8 +143,7 @@ class _LauncherFreeEnvironment:
 
     def __enter__(self):
         self._lock.acquire()
-        self.saved = {name: value for name, value in os.environ.items()
-                      if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
+        self.saved = {name: os.environ[name] for name in launcher_variables()}
         for name in self.saved:
             del os.environ[name]
 

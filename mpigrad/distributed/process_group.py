@@ -14,9 +14,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ..device import device
+from ..launchers import LOCAL_RANK_VARIABLES
 from .fault import abort, checks, segments, watchdog
 from .launch import rendezvous
-from .launch.launchers import LOCAL_RANK_VARIABLES
 
 _CHECK_ENV = "MPIGRAD_CHECK_COLLECTIVES"
 _ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")

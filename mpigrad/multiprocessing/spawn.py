@@ -107,12 +107,12 @@ def _end_mpi_world():
 def _leave_mpi_world():
     """A "fork" or "forkserver" child ends with os._exit, without the interpreter's exit and so
     without mpi4py's MPI_Finalize; a rank that ends without it ends its world for the others.
-    Do what the exit would (multiprocessing's own exit work, flushing), then MPI_Finalize, with
-    the rendezvous no longer listening (see `rendezvous.stop_watching`), and exit."""
+    Do what the exit would (multiprocessing's own exit work, flushing, the goodbye to the
+    rendezvous: see `rendezvous.say_goodbye`), then MPI_Finalize, and exit."""
     multiprocessing.util._exit_function()
     sys.stdout.flush()
     sys.stderr.flush()
-    sys.modules["mpigrad.distributed.launch.rendezvous"].stop_watching()
+    sys.modules["mpigrad.distributed.launch.rendezvous"].say_goodbye()
     mpi = sys.modules["mpi4py.MPI"]
     if not mpi.Is_finalized():
         mpi.Finalize()

@@ -541,7 +541,7 @@ class _Tiles:
     def untransform_output(self, products, bias, out, start):
         """A^T m A of every tile's 16 points `products` (4, 4, O, length) into the outputs
         out[start:...], plus bias."""
-        (th, tw), (hh, wh), (oh, ow) = self.tiles, self.phase_size, self.out_size
+        hh, wh = self.phase_size
         channels, length = products.shape[2:]
         size = length // self.per_sample
         rows = _scratch_array((2, 4, channels, length), products.dtype, "winograd out")

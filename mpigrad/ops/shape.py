@@ -8,8 +8,9 @@ from .core import Op, inplace
 from .reduction import normalize_dims
 
 
-def _dim(d, ndim):
-    return normalize_dims(d, ndim)[0]
+def _dim(dim, ndim):
+    (axis,) = normalize_dims(dim, max(ndim, 1))
+    return axis
 
 
 # A view's tangent is the same view of the input's tangent, sharing its storage as in torch.
@@ -380,11 +381,6 @@ def pad(x, pad, mode="constant", value=None):
 
 # ----------------------------------------------------------------------------- torch's selections
 # Each is a composition of the ops above, so its gradient (to any order) comes from theirs.
-def _dim(dim, ndim):
-    (axis,) = normalize_dims(dim, max(ndim, 1))
-    return axis
-
-
 def index_select(x, dim, index):
     """The entries of `x` at the 1-D integer `index` along `dim`."""
     index = index if isinstance(index, Tensor) else Tensor(np.asarray(index))

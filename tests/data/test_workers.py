@@ -43,8 +43,19 @@ def test_batches_come_from_the_workers_in_sampler_order():
         np.testing.assert_array_equal(y.data, ys.data)
 
 
-def test_each_worker_is_its_own_process_seeded_like_torch():
+# One of each family a launcher sets, and torchrun's names: workers must inherit none of them.
+_PLACED = {name: "0" for name in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "PRTE_MCA_x",
+                                  "HYDRA_TOPO_DEBUG", "HYDI_CONTROL_FD", "MPI_LOCALRANKID",
+                                  "MPIR_CVAR_X", "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE",
+                                  "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                                  "MASTER_PORT")}
+
+
+def test_each_worker_is_its_own_process_seeded_like_torch_without_launcher_variables(monkeypatch):
     ds = _datasets()
+    for name, value in _PLACED.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MPIGRAD_NOT_A_LAUNCHER", "1")
     mg.manual_seed(5)
     loader = DataLoader(ds.WhoLoadedMe(), batch_size=2, num_workers=2,
                         collate_fn=ds.as_list)
@@ -52,12 +63,13 @@ def test_each_worker_is_its_own_process_seeded_like_torch():
     mg.manual_seed(5)
     base_seed = mg.randint(2**63 - 1, size=()).item()  # the draw iter(loader) made
     assert {s["pid"] for s in samples}.isdisjoint({os.getpid()})
+    assert {name: os.environ.get(name) for name in _PLACED} == _PLACED  # given back
     assert len({s["pid"] for s in samples}) == 2
     for s in samples:
         # Round-robin: batch b (two samples) goes to worker b % 2.
         assert s["worker"] == (s["index"] // 2) % 2 and s["num_workers"] == 2
         assert s["seed"] == base_seed + s["worker"]
-        assert s["launcher_env"] == 0
+        assert s["environment"].isdisjoint(_PLACED) and "MPIGRAD_NOT_A_LAUNCHER" in s["environment"]
     first_of_worker = {s["worker"]: s for s in samples if s["index"] in (0, 2)}
     for worker_id, s in first_of_worker.items():
         seed = base_seed + worker_id

@@ -6,6 +6,7 @@ import subprocess
 import numpy as np
 
 import mpigrad.distributed as dist
+from mpigrad.launchers import launcher_variables
 
 
 def rank_input(rank, shape, dtype=np.float64, seed=0):
@@ -70,18 +71,14 @@ def finish(processes, timeout=120):
     return results
 
 
-# What a launcher (or a parent test under mpiexec) leaves in the environment, and the
-# rendezvous settings; a process the tests start by hand must not look placed by a launcher.
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_",
-                      "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS")
-_LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
 def launcher_free_environment(**extra):
-    """os.environ without any launcher's variables, with the repository on PYTHONPATH and
-    `extra` added: for processes the tests start as separately launched ranks."""
+    """os.environ without any launcher's variables (what a launcher, or a parent test under
+    mpiexec, left there) and the rendezvous settings, with the repository on PYTHONPATH and
+    `extra` added: for processes the tests start as separately launched ranks, which must not
+    look placed by a launcher."""
+    placed = set(launcher_variables())
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(_LAUNCHER_PREFIXES) and k not in _LAUNCHER_NAMES}
+           if k not in placed and not k.startswith("MPIGRAD_RENDEZVOUS")}
     repo = str(pathlib.Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
     env.update({k: str(v) for k, v in extra.items()})

@@ -8,7 +8,7 @@ import pytest
 import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad.distributed import process_group
-from mpigrad.distributed.launch.launchers import LOCAL_RANK_VARIABLES, mpi_launcher
+from mpigrad.launchers import LOCAL_RANK_VARIABLES, mpi_launcher
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 each once and only while the world forms; lines, connections and the key-value space are
 bounded; and the line parser, fuzzed, only ever raises its documented ProtocolError. The parser
 tests run everywhere; those with a server in a thread run serially (mpi_skip)."""
-import os
 import random
 import socket
 import subprocess
@@ -15,6 +14,8 @@ import pytest
 
 from mpigrad.distributed.launch import pmi_server, rendezvous
 from mpigrad.distributed.launch.pmi_server import MAX_LINE, ProtocolError, Server, parse, proof
+
+from ._helpers import launcher_free_environment
 
 SECRET = "the job's secret"
 # Addresses as /proc/net/tcp and tcp6 write them.
@@ -360,6 +361,54 @@ def test_pmi_connections_only_for_formed_ranks_in_range_and_once(server):
     first.close(), second.close()
 
 
+GOODBYE = b"cmd=mpigrad_goodbye\n"
+
+
+def _next_line(conn):
+    return pmi_server.LineReader(conn).line(time.monotonic() + 5)
+
+
+@pytest.mark.mpi_skip
+def test_ranks_that_say_goodbye_end_quietly_and_the_server_with_the_last(server):
+    controls = _check_in_all(server)
+    controls[0].sendall(GOODBYE)
+    controls[0].close()
+    assert _eventually(lambda: 0 in server.gone)
+    assert _quiet(controls[1]) and not server.finished()
+    controls[1].sendall(GOODBYE)
+    controls[1].close()
+    assert _eventually(server.finished) and server.aborted is None
+
+
+@pytest.mark.mpi_skip
+def test_a_rank_gone_without_a_goodbye_is_named_to_the_others_as_crashed(server):
+    controls = _check_in_all(server)
+    controls[1].close()
+    assert _next_line(controls[0]) == b"cmd=mpigrad_crashed rank=1"
+    assert server.aborted == "1"
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("barrier_first", [True, False])
+def test_a_rank_gone_after_its_goodbye_but_awaited_in_a_barrier_crashed(server, barrier_first):
+    # MPI_Finalize's PMI barrier comes after the goodbye: a rank killed in between leaves
+    # the others waiting in it, whether they entered it before or after it went.
+    controls = _check_in_all(server)
+    pmi = [_open_pmi(server, rank) for rank in range(2)]
+    if barrier_first:
+        pmi[0].sendall(b"cmd=barrier_in\n")
+        assert _eventually(lambda: server.barrier_ranks == {0})
+    controls[1].sendall(GOODBYE)
+    controls[1].close()
+    pmi[1].close()
+    if not barrier_first:
+        assert _eventually(lambda: 1 in server.gone)
+        pmi[0].sendall(b"cmd=barrier_in\n")
+    assert _next_line(controls[0]) == b"cmd=mpigrad_crashed rank=1"
+    assert _next_line(pmi[0]) == b"cmd=barrier_out"  # released rather than kept waiting
+    pmi[0].close()
+
+
 @pytest.mark.mpi_skip
 def test_a_rank_does_not_talk_to_a_server_without_the_secret():
     listener = pmi_server.listen("127.0.0.1", 0)
@@ -480,11 +529,8 @@ def test_file_rendezvous_shares_a_secret_only_its_user_can_read(tmp_path):
             "r.join(r.Request(int(sys.argv[1]), 2, path=sys.argv[2])); "
             "from mpi4py import MPI; MPI.Init(); c = MPI.COMM_WORLD; "
             "print(c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank() + 1)); MPI.Finalize()")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL",
-                                "MPIR_", "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS_"))}
     processes = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(meeting)],
-                                  env=env, text=True, stdout=subprocess.PIPE,
+                                  env=launcher_free_environment(), text=True, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE) for rank in range(2)]
     results = [process.communicate(timeout=60) for process in processes]
     assert [out.split() for out, _ in results] == [["0", "2", "3"], ["1", "2", "3"]], results

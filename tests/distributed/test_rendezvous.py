@@ -128,6 +128,27 @@ def test_one_rank_failing_ends_every_rank():
 
 
 @pytest.mark.mpi_skip
+def test_a_rank_leaving_cleanly_ends_no_other_rank():
+    # Rank 0 leaves with os._exit, which skips MPICH's PMI finalize, while rank 1 still runs:
+    # only its goodbye tells the server this is no crash.
+    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_LEAVE": 0}),
+                     timeout=60)
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert "rank 1 left after MPI_Finalize" in results[1][1]
+    assert not any("crashed" in err or "ended the job" in err for _, _, err in results)
+
+
+@pytest.mark.mpi_skip
+def test_a_killed_rank_is_named_as_crashed_and_ends_the_others():
+    start = time.monotonic()
+    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_KILL": 1}),
+                     timeout=60)
+    assert [code for code, _, _ in results] == [1, -9], results
+    assert "mpigrad: rank 1 crashed" in results[0][2]
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.mpi_skip
 def test_mpi_abort_ends_every_rank_with_its_code_itself_included():
     # MPI_Abort leaves ending the process to the process manager, as under mpiexec.
     start = time.monotonic()
@@ -148,6 +169,7 @@ def test_torchrun_gives_a_two_rank_world():
                              str(SCRIPT)], env=launcher_free_environment(), text=True,
                             capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr
+    assert "crashed" not in result.stderr and "ended the job" not in result.stderr
     assert "rank 0 of 2 sum 3 local 2" in result.stdout
     assert "rank 1 of 2 sum 3 local 2" in result.stdout
 
@@ -252,4 +274,4 @@ def test_a_torchrun_job_trains_on_through_outside_connections(tmp_path):
     assert job.returncode == 0, err
     for rank in range(2):
         assert f"rank {rank} trained" in output and "parameters agree: True" in output, output
-    assert "ended the job" not in err and "could not form" not in err
+    assert "ended the job" not in err and "crashed" not in err and "could not form" not in err

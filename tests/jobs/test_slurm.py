@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "jobs"))  # also a script; not a package
 from slurm_cluster import SlurmCluster, ensure_installed  # noqa: E402
 
-from mpigrad.distributed.launch.launchers import mpi_launcher  # noqa: E402
+from mpigrad.launchers import mpi_launcher  # noqa: E402
 
 TRAIN_PY = REPO / "jobs" / "train.py"
 TRAIN_SBATCH = REPO / "jobs" / "train.sbatch"

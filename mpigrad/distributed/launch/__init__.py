@@ -1,7 +1,5 @@
-"""How processes become one MPI world, whoever started them.
+"""How processes become one MPI world, whoever started them (who did: `mpigrad.launchers`).
 
-- `launchers`: the one list of the environment variables through which launchers (mpiexec of
-  MPICH, Intel MPI and Open MPI, srun, torchrun) tell a process its place.
 - `rendezvous`: processes that no MPI launcher started (torchrun, `init_method` URLs) meet
   and form one MPI world through `pmi_server`, or get an error saying how to launch.
 - `pmi_server`: a small PMI-1 server, run as its own process, that MPICH's ranks initialise

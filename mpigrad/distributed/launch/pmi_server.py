@@ -28,6 +28,12 @@ an impostor that took the port first. Two kinds of first line are accepted:
   (MPI_Abort sends `abort`), tells every rank to exit (`mpigrad_abort code=C`), as mpiexec
   would kill them. A rank's abort arrives as PMI's `abort` or, from mpigrad's
   abort-on-exception hook, as `mpigrad_abort_request code=C` on its control connection.
+  A rank ending normally says `mpigrad_goodbye` on it first (PMI's `finalize` would say the
+  same, but MPICH sends it from the C library's exit, which a process leaving through
+  `os._exit` skips). A rank whose connection ends without either crashed (killed, died in
+  native code), and so did one that leaves while the others wait for it in a PMI barrier
+  (MPI_Finalize's): the job cannot go on, and every other rank is told to exit
+  (`mpigrad_crashed rank=R`).
 - `mpigrad_pmi rank=R`, after the welcome: this connection becomes rank R's PMI connection,
   which the rank hands to MPI as an open descriptor (`PMI_FD`), so MPI's PMI library never
   connects anywhere itself. Each rank gets one, and only a rank that said hello.
@@ -46,8 +52,9 @@ connection has no idle timeout: a rank's connections are quiet for the whole of 
 
 The line parser (`parse`) and reader (`LineReader`) raise only `ProtocolError` for bad input,
 and the PMI command handler (`Server.answer`) answers any parsed line with one line, `rc=-1
-msg=...` for what it refuses. It exits when every rank has finalized or disconnected, or when
-not every rank has said hello within TIMEOUT seconds (then the ranks that did are told why).
+msg=...` for what it refuses. It exits, quietly, when every rank's control connection has
+ended; at once when the job is aborted or a rank crashed; or when not every rank has said
+hello within TIMEOUT seconds (then the ranks that did are told why).
 
 Only the standard library: it runs in a fresh interpreter, without importing mpigrad or MPI.
 """
@@ -188,7 +195,8 @@ class Server:
         self.refused = None       # why the world cannot form, once known
         self.barrier_ranks = set()
         self.barrier_generation = 0
-        self.finalized = set()
+        self.leaving = set()      # ranks that said goodbye (or PMI's finalize): ending is no crash
+        self.gone = set()         # ranks whose control connection has ended
         self.aborted = None
         self.pending = threading.BoundedSemaphore(MAX_PENDING)
 
@@ -244,6 +252,9 @@ class Server:
                     self.abort(request.get("code", "1"), rank)
                     conn.close()  # tells the rank its request has been passed on
                     return
+                if request["cmd"] == "mpigrad_goodbye":
+                    with self.lock:
+                        self.leaving.add(rank)
         except (OSError, ProtocolError):
             pass
         self.exited(rank)
@@ -295,22 +306,42 @@ class Server:
         """Tell every other rank to exit, and `rank` too if `itself`: MPI_Abort waits for the
         process manager to end it, as mpiexec does (mpigrad's own abort exits by itself)."""
         code = code if re.fullmatch(r"-?[0-9]{1,9}", code) else "1"
+        self.end_job(f"cmd=mpigrad_abort code={code} rank={rank}", code,
+                     spare=None if itself else rank)
+
+    def end_job(self, notice, code, spare=None, unless_over=False):
+        """Tell every rank but `spare` to exit, with the line `notice`; with `unless_over`,
+        only if the job has not ended already (the ranks then know why)."""
         with self.lock:
+            if unless_over and (self.aborted is not None or self.refused is not None):
+                return
             self.aborted = code
             self.lock.notify_all()
-            targets = [conn for r, conn in self.controls.items() if r != rank or itself]
+            targets = [conn for r, conn in self.controls.items() if r != spare]
         for conn in targets:
-            _send(conn, f"cmd=mpigrad_abort code={code} rank={rank}\n")
+            _send(conn, notice + "\n")
 
     def exited(self, rank):
-        """A rank's process ended: fine after MPI_Finalize, otherwise the job cannot go on
-        (the others would wait for it forever), so every rank is told to exit."""
+        """A rank's process ended: after its goodbye, a normal exit; otherwise, or if the
+        others wait for it in a barrier, it crashed, and since the job cannot go on without
+        it (the others would wait for it forever), every rank is told to exit."""
         with self.lock:
             self.controls.pop(rank, None)
-            ended_early = (rank not in self.finalized and self.aborted is None
-                           and self.refused is None)
-        if ended_early:
-            self.abort("1", rank)
+            self.gone.add(rank)
+            self.lock.notify_all()
+            crashed = rank not in self.leaving or self.stranded() is not None
+        if crashed:
+            self.crashed(rank)
+
+    def stranded(self):
+        """A rank that has gone while the others wait for it in the open PMI barrier, which
+        can then never complete, or None. Called with the lock held."""
+        if not self.barrier_ranks:
+            return None
+        return next((r for r in sorted(self.gone) if r not in self.barrier_ranks), None)
+
+    def crashed(self, rank):
+        self.end_job(f"cmd=mpigrad_crashed rank={rank}", "1", unless_over=True)
 
     # ------------------------------------------------------------------ PMI connections
     def pmi(self, conn, reader, fields):
@@ -372,7 +403,7 @@ class Server:
             return "cmd=barrier_out\n"
         if command == "finalize":
             with self.lock:
-                self.finalized.add(rank)
+                self.leaving.add(rank)
             return "cmd=finalize_ack\n"
         return f"cmd={command} rc=-1 msg=unsupported_by_mpigrad\n"
 
@@ -406,7 +437,8 @@ class Server:
             return [self.hosts[r] for r in range(self.size)]
 
     def barrier(self, rank):
-        """Wait until every rank is in; a rank counts once however often it asks."""
+        """Wait until every rank is in; a rank counts once however often it asks. A barrier
+        that a rank which has gone never entered ends the job instead, naming that rank."""
         with self.lock:
             generation = self.barrier_generation
             self.barrier_ranks.add(rank)
@@ -414,12 +446,16 @@ class Server:
                 self.barrier_ranks.clear()
                 self.barrier_generation += 1
                 self.lock.notify_all()
+            stranded = self.stranded()
+        if stranded is not None:
+            self.crashed(stranded)
+        with self.lock:
             while self.barrier_generation == generation and self.aborted is None:
                 self.lock.wait()
 
     def finished(self):
         with self.lock:
-            return self.aborted is not None or len(self.finalized) == self.size
+            return self.aborted is not None or len(self.gone) == self.size
 
     # ------------------------------------------------------------------ listening
     def run(self, listener):

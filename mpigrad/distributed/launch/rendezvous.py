@@ -20,10 +20,12 @@ challenge with the job's secret (`job_secret`: `MPIGRAD_RENDEZVOUS_SECRET`, or t
 id), so that nobody outside the job is heard; MPI's PMI library, which cannot answer a
 challenge, gets a connection that already has (rather than `PMI_PORT`, to which it would
 connect by itself). Under torchrun, whose own store already listens on
-`MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). If
-any rank aborts or dies before MPI_Finalize, the server tells the others to exit, as mpiexec
-would. This needs to happen before MPI is initialised: for torchrun's variables, when
-`mpigrad.distributed` is imported (`join_from_environment`); otherwise at `init_process_group`.
+`MASTER_PORT`, the server takes `MASTER_PORT + 1` (`MPIGRAD_RENDEZVOUS_PORT` overrides). This
+needs to happen before MPI is initialised: for torchrun's variables, when `mpigrad.distributed`
+is imported (`join_from_environment`); otherwise at `init_process_group`. A rank that exits
+normally says goodbye on its control connection (`say_goodbye`, at the interpreter's exit); if
+any rank aborts, or ends without a goodbye (killed, crashed), the server tells the others to
+exit, naming it, as mpiexec would.
 
 What was tried first, and why not: `MPI_Open_port` / `MPI_Comm_accept` / `MPI_Comm_connect`
 (the port name passed through a file or socket, then `Intercomm_merge`) and `MPI_Comm_join`
@@ -50,6 +52,7 @@ MPI_Init. A script that calls mpi4py itself before `init_process_group` must the
 `mpi4py.MPI` before `mpigrad.distributed` (MPI then starts at that import, as a world of one
 outside a launcher: `check_world` refuses it if more were asked for).
 """
+import atexit
 import hmac
 import ipaddress
 import os
@@ -64,9 +67,9 @@ import warnings
 
 import mpi4py  # its configuration only: mpi4py.MPI is what initialises MPI
 
+from ...launchers import PMI_PORT_VARIABLES, mpi_launcher
 from .. import settings
 from . import pmi_server
-from .launchers import PMI_PORT_VARIABLES, mpi_launcher
 
 _PORT_ENV = "MPIGRAD_RENDEZVOUS_PORT"
 _TIMEOUT_ENV = "MPIGRAD_RENDEZVOUS_TIMEOUT"
@@ -239,6 +242,9 @@ def join(request, timeout=None):
                                name="mpigrad-rendezvous-watch")
     watcher.start()
     _control.update(conn=conn, watcher=watcher)
+    # Registered before anything that init_process_group registers, so it runs after all of
+    # that; mpi4py's MPI_Finalize comes later still, after the interpreter's own exit.
+    atexit.register(say_goodbye)
     for name in PMI_PORT_VARIABLES:
         os.environ.pop(name, None)
     # MPI's PMI library uses this open connection and never connects anywhere itself, so
@@ -252,20 +258,20 @@ def joined():
     return "conn" in _control
 
 
-def stop_watching():
-    """Stop acting on the server's messages, before MPI_Finalize in a process that leaves with
-    os._exit right after it (a forked multiprocessing child). The ranks leave MPI_Finalize
-    together, and the server takes the first process to end for a crash and tells the others
-    to exit, which they would, still inside MPI_Finalize. (At an ordinary exit MPI_Finalize
-    runs while the interpreter is finalizing, when the watcher thread can no longer run.)"""
+def say_goodbye():
+    """Tell the rendezvous server that this rank is ending normally, so that the end of its
+    process is not taken for a crash that the other ranks must be told of. At the
+    interpreter's exit, and before MPI_Finalize in a process that leaves with os._exit right
+    after it (a forked multiprocessing child), which skips that exit. (PMI's `finalize` says
+    the same, but MPICH sends it only from the C library's exit, which os._exit skips too.)"""
     conn = _control.get("conn")
-    if conn is None:
+    if conn is None or _control.get("goodbye"):
         return
+    _control["goodbye"] = True
     try:
-        conn.shutdown(socket.SHUT_RD)  # the watcher's recv returns b"": it ends quietly
+        conn.sendall(b"cmd=mpigrad_goodbye\n")
     except OSError:
-        pass
-    _control["watcher"].join()
+        pass  # the server has gone: nobody is left to misread this rank's end
 
 
 def abort_job(code):
@@ -452,8 +458,9 @@ def _reason(line):
 
 
 def _watch(conn):
-    """Exit when the server says the job is over: a rank aborted or died, or the world could
-    not form. Without this, the surviving ranks would wait forever in their next collective."""
+    """Exit when the server says the job is over: a rank aborted or crashed, or the world
+    could not form. Without this, the surviving ranks would wait forever in their next
+    collective."""
     buffer = b""
     while True:
         try:
@@ -470,6 +477,11 @@ def _watch(conn):
                 code = int(fields.get("code", "1") or 1)
                 sys.stderr.write(f"mpigrad: rank {fields.get('rank')} ended the job (exit code "
                                  f"{code}); exiting\n")
+            elif fields.get("cmd") == "mpigrad_crashed":
+                code = 1
+                sys.stderr.write(f"mpigrad: rank {fields.get('rank')} crashed: its process "
+                                 "ended without exiting normally (killed by a signal, died in "
+                                 "native code, or left through os._exit); exiting\n")
             elif fields.get("cmd") == "mpigrad_refused":
                 code = 1
                 sys.stderr.write(f"mpigrad: the world could not form: {_reason(line.decode())}"
