@@ -11,32 +11,83 @@ step time:
   mpigrad DDP                   DistributedDataParallel (bucket_cap_mb as given)
   PyTorch DDP (gloo)            torch.nn.parallel.DistributedDataParallel, same model and sizes
 
+  mpigrad DDP through MPI         the same, with MPIGRAD_DDP_SHARED_MEMORY=0: one Iallreduce per
+                                bucket instead of the shared-memory buckets of one host
+
 Then: the bucketed allreduce (DDP's bucket layout, one Iallreduce per bucket, in order, then
 Waitall) against one MPI Allreduce of the same total bytes; the cost of the end-of-backward
-agreement (a 16-byte Allreduce on the control communicator); and, from DDP's timeline, how
-much of the communication time was hidden behind backward.
+agreement (a 16-byte Allreduce on the control communicator); from DDP's timeline, how much of
+the communication time was hidden behind backward; and where DDP's extra time per step goes,
+from timers put around the Reducer's and the shared-memory reduction's functions for a few
+more steps (each part's own time, without the parts it calls).
 """
 from harness import (BATCH, SIZES, MlpStep, TorchRun, init_torch_gloo,  # first: sets threads
                      mpigrad_mlp, timed)
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import mpigrad.distributed as dist  # noqa: E402
+from mpigrad.distributed.algorithms.ddp_comm_hooks import shared_memory as shared_memory_hook  # noqa: E402,E501
+from mpigrad.distributed.ddp.reducer import Reducer  # noqa: E402
 from mpigrad.distributed.ddp.timeline import summarize  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from mpigrad.optim import SGD  # noqa: E402
 
 
 class MpigradRun(MlpStep):
-    def __init__(self, rank, ddp, bucket_cap_mb):
+    def __init__(self, rank, ddp, bucket_cap_mb, shared_memory=True):
         model = mpigrad_mlp()
-        model = DDP(model, bucket_cap_mb=bucket_cap_mb) if ddp else model
+        if ddp:
+            os.environ[shared_memory_hook.ENV] = "1" if shared_memory else "0"
+            model = DDP(model, bucket_cap_mb=bucket_cap_mb)
+            del os.environ[shared_memory_hook.ENV]
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
+
+
+# The parts of DDP's step the breakdown times, by what they do.
+PARTS = {(Reducer, "_mark_ready"): "dividing each gradient into its bucket",
+         (Reducer, "_launch"): "starting each bucket's reduction",
+         (Reducer, "_progress"): "polling reductions from gradient hooks",
+         (shared_memory_hook, "_sum_my_slice"): "summing this rank's slices (shared memory)",
+         (shared_memory_hook, "_wait_for"): "waiting for the other ranks' flags",
+         (Reducer, "_agree"): "end-of-backward agreement (waits for the slowest)",
+         (Reducer, "_finalize"): "end of backward: unpacking .grad, records"}
+
+
+@contextlib.contextmanager
+def timed_parts(seconds):
+    """Add each PARTS function's own time (what the parts it calls took is theirs) to
+    `seconds`, while inside."""
+    stack = []
+
+    def timer(function, label):
+        def timed_function(*args, **kwargs):
+            stack.append(0.0)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                inner = stack.pop()
+                seconds[label] = seconds.get(label, 0.0) + spent - inner
+                if stack:
+                    stack[-1] += spent
+        return timed_function
+    originals = [(owner, name, getattr(owner, name)) for owner, name in PARTS]
+    for owner, name, function in originals:
+        setattr(owner, name, timer(function, PARTS[owner, name]))
+    try:
+        yield
+    finally:
+        for owner, name, function in originals:
+            setattr(owner, name, function)
 
 
 def bench_bucketed_allreduce(comm, reducer, repeats):
@@ -75,7 +126,9 @@ def main():
     torch = None if args.no_torch else init_torch_gloo(comm)
 
     runs = {"mpigrad, no communication": MpigradRun(rank, False, args.bucket_cap_mb),
-            "mpigrad DDP": MpigradRun(rank, True, args.bucket_cap_mb)}
+            "mpigrad DDP": MpigradRun(rank, True, args.bucket_cap_mb),
+            "mpigrad DDP through MPI": MpigradRun(rank, True, args.bucket_cap_mb,
+                                                  shared_memory=False)}
     if torch is not None:
         runs["PyTorch DDP (gloo)"] = TorchRun(torch, rank)
     ddp = runs["mpigrad DDP"].model
@@ -89,6 +142,10 @@ def main():
         for name, run in runs.items():
             times[name].append(timed(comm, run.step, args.steps))
     step_time = {name: statistics.median(t) for name, t in times.items()}
+    parts = {}
+    with timed_parts(parts):
+        timed(comm, runs["mpigrad DDP"].step, args.steps)
+    parts = {label: comm.allreduce(t) / size / args.steps for label, t in parts.items()}
     if torch is not None:
         # gloo's background threads would share the cores with the allreduce measured next.
         torch.distributed.destroy_process_group()
@@ -113,8 +170,10 @@ def main():
         for name, t in step_time.items():
             print(f"{name:32s} {t * 1e3:9.2f}")
         ddp_t = step_time["mpigrad DDP"]
-        print(f"mpigrad DDP / no communication: {ddp_t / step_time['mpigrad, no communication']:.3f}"
-              f"  (target <= 1.2)")
+        alone = step_time["mpigrad, no communication"]
+        print(f"mpigrad DDP / no communication: {ddp_t / alone:.3f}  (target <= 1.10)")
+        print(f"mpigrad DDP through MPI / no communication: "
+              f"{step_time['mpigrad DDP through MPI'] / alone:.3f}")
         if torch is not None:
             print(f"mpigrad DDP / PyTorch DDP:      {ddp_t / step_time['PyTorch DDP (gloo)']:.3f}"
                   f"  (target <= 0.6)")
@@ -125,6 +184,12 @@ def main():
         print(f"timeline, mean over {len(steps)} DDP steps: backward {backward_ms:.2f} ms, "
               f"communication {comm_ms:.2f} ms, hidden behind backward {hidden:.1%}, "
               f"waited at end of backward {wait_ms:.2f} ms")
+        print(f"where DDP's {(ddp_t - alone) * 1e3:.2f} ms over the step without communication "
+              f"go (ms per step, mean of the ranks, timed over {args.steps} more steps):")
+        for label in PARTS.values():
+            print(f"  {label:48s} {parts.get(label, 0.0) * 1e3:6.2f}")
+        print(f"  {'elsewhere (hooks, optimizer, the rest)':48s} "
+              f"{(ddp_t - alone - sum(parts.values())) * 1e3:6.2f}")
     dist.destroy_process_group()
 
 

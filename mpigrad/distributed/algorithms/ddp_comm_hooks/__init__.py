@@ -12,6 +12,8 @@ The contract a hook follows (`GradBucket`, what its Future must hold) is in
   the wire, summed in float32; see `compression`).
 - `hierarchical`: the allreduce inside hosts, across hosts, and back; `rounds`: the Future
   of a hook that reduces in several rounds of messages.
+- `shared_memory`: when every rank is on one host, DDP's buckets live in memory the ranks
+  share and the default hook sums them there, each rank a slice, with no MPI message.
 - `powerSGD_hook`: powerSGD_hook with PowerSGDState, low-rank compression with error feedback
   (the module; as in PyTorch, the function is `powerSGD_hook.powerSGD_hook`).
 - `topk_hooks`: topk_hook with TopKState, top-k sparsification with error feedback.

@@ -12,9 +12,11 @@ ring that carries them):
 
 allreduce_hook is one Iallreduce of the bucket, whatever the hosts. hierarchical_allreduce_hook
 sums inside each host, then across hosts (hierarchical.py); DDP registers it by default with
-`HierarchicalState(only_if_useful=True)`, which takes the hierarchical path only when ranks
-share hosts (more than one host, more than one rank on some) or the ring beat the library's
-allreduce between hosts, and otherwise makes the single Iallreduce of allreduce_hook.
+`HierarchicalState(only_if_useful=True)`, which sums in shared memory when every rank is on
+one host and DDP put the buckets there (shared_memory.py), takes the hierarchical path when
+ranks share hosts (more than one host, more than one rank on some) or the ring beat the
+library's allreduce between hosts, and otherwise makes the single Iallreduce of
+allreduce_hook.
 ring_allreduce_hook uses mpigrad's own ring of nonblocking point-to-point messages instead.
 """
 from mpi4py import MPI
@@ -81,7 +83,8 @@ class HierarchicalState:
 
 def hierarchical_allreduce_hook(state, bucket):
     """Sum the bucket inside each host, across hosts, then back (see hierarchical.py); with
-    `state.only_if_useful`, only where that pays (else one Iallreduce)."""
+    `state.only_if_useful`, only where that pays (else one Iallreduce), and in the shared
+    buckets when DDP made them (shared_memory.py)."""
     if state.hierarchy is None:
         state.build(bucket.comm, bucket.process_group)
     if state.only_if_useful and bucket.shared is not None:
