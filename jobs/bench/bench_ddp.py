@@ -55,7 +55,8 @@ class MpigradRun(MlpStep):
 PARTS = {(Reducer, "_mark_ready"): "dividing each gradient into its bucket",
          (Reducer, "_launch"): "starting each bucket's reduction",
          (Reducer, "_progress"): "polling reductions from gradient hooks",
-         (shared_memory_hook, "_sum_my_slice"): "summing this rank's slices (shared memory)",
+         (shared_memory_hook, "_sum_over"): "summing this rank's slices (shared memory)",
+         (shared_memory_hook, "_copy_out"): "writing the sums into the others' copies",
          (shared_memory_hook, "_wait_for"): "waiting for the other ranks' flags",
          (Reducer, "_agree"): "end-of-backward agreement (waits for the slowest)",
          (Reducer, "_finalize"): "end of backward: unpacking .grad, records"}

@@ -255,6 +255,7 @@ class Reducer:
             # The shared buckets serve the default hook only; a hook of the user's runs on
             # private buckets, with large gradients reduced in place again.
             self._detach_shared_grads()
+            self.shared.close()  # now, at the same point on every rank
             self.shared = None
             self._grads_as_views = self.gradient_as_bucket_view
             self._build([i for bucket in self.buckets for i in bucket.members])

@@ -139,11 +139,12 @@ class DistributedDataParallel(Module, Joinable):
         # default reduction goes hierarchical where that pays.
         default_state = HierarchicalState(only_if_useful=True)
         default_state.build(self._channel.comm, pg)
-        # On one host the buckets live in memory the ranks share, and the default hook sums
-        # them there instead of through MPI.
-        shared = None
-        if len(default_state.hierarchy.host_sizes) == 1:
-            shared = SharedBuckets.create(self._channel.control, pg, [p for _, p in trainable])
+        # Where ranks share hosts, the buckets live in memory each host's ranks share, and
+        # the default hook sums them there (and across hosts slice by slice) instead.
+        shared = SharedBuckets.create(self._channel.control, pg, [p for _, p in trainable],
+                                      default_state.hierarchy.host_names)
+        if shared is not None:
+            default_state.hierarchy.close()
         self.reducer = Reducer([p for _, p in trainable], [n for n, _ in trainable],
                                self._channel, int(bucket_cap_mb * (1 << 20)),
                                (default_state, hierarchical_allreduce_hook),

@@ -1,6 +1,8 @@
 """DDP's default reduction on one host: buckets in memory the ranks share
 (algorithms/ddp_comm_hooks/shared_memory.py), and its agreed fallback to MPI."""
 import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -150,3 +152,34 @@ def test_join_leaves_the_joined_ranks_grad_alone(rank, size):
             opt.step()
     for p, kept in zip(model.parameters(), last):
         np.testing.assert_array_equal(p.grad.data, kept)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_not_made_for_one_rank_per_host_or_uneven_hosts(rank, size, monkeypatch):
+    """Hosts told apart by name: one rank per host has nothing to share; hosts with different
+    numbers of ranks cannot pair their slices. Both reduce through MPI, and agree on it
+    without a collective call that only some would make."""
+    layout = [f"host-{r}" for r in range(size)] if size == 2 else \
+        ["host-a"] * (size - 1) + ["host-b"]
+    monkeypatch.setattr(MPI, "Get_processor_name", lambda: layout[rank])
+    model = DDP(MLP(seed=rank))
+    assert model.reducer.shared is None
+    batches = global_batches(size)
+    train(model, batches, rank)
+    assert_matches_oracle(model, batches)
+
+
+@pytest.mark.mpi_skip  # launches its own MPI jobs
+@pytest.mark.parametrize("ranks, per_host", [(4, 2), (6, 3)], ids=["2x2", "2x3"])
+def test_slices_summed_across_simulated_hosts(ranks, per_host):
+    """Hosts of several ranks each (processor names faked on one machine): each host sums in
+    its own segment and each slice crosses to the other host's owner of it; training equals
+    one process's, bit-identical on every rank (fake_hosts.py)."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_hosts.py")
+    result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", str(ranks),
+                             sys.executable, script, str(per_host)],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("OK rank") == ranks, result.stdout + result.stderr

@@ -101,16 +101,16 @@ class Hierarchy:
         rank, size = comm.Get_rank(), comm.Get_size()
         self.comm = comm
         self.ring_across_hosts = False
+        self._free = None
         what = "DistributedDataParallel's hierarchical allreduce"
         with blocked(process_group, "finding which ranks share a host"):
             if ranks_per_host is None:
                 # Decided from the host names, which costs no communicator: only a layout that
                 # will be used gets its communicators.
-                names = comm.allgather(MPI.Get_processor_name())
-                self.host_sizes = list(Counter(names).values())
+                self.host_names = comm.allgather(MPI.Get_processor_name())
             else:
-                self.host_sizes = [min(ranks_per_host, size - first)
-                                   for first in range(0, size, ranks_per_host)]
+                self.host_names = [f"host {r // ranks_per_host}" for r in range(size)]
+            self.host_sizes = list(Counter(self.host_names).values())
             self.spans_shared_hosts = len(self.host_sizes) > 1 and max(self.host_sizes) > 1
             if only_if_useful and not self.spans_shared_hosts:
                 self.host_reduce = self.host_broadcast = self.across = None
@@ -129,9 +129,16 @@ class Hierarchy:
                                     lambda: comm.Split(0 if first else MPI.UNDEFINED, rank))
             # Freed when this hierarchy is collected (with its DDP channel or hook state), or
             # at once if the choice below raises.
-            weakref.finalize(self, free_communicators, self.communicators())
+            self._free = weakref.finalize(self, free_communicators, self.communicators())
             if first and self.across.Get_size() > 1:
                 self.ring_across_hosts = cross_host_algorithm(self.across, across_hosts) == "ring"
+
+    def close(self):
+        """Free the communicators now (collective: every rank at the same point), when the
+        reduction will not use them; the hierarchy made none unless `spans_shared_hosts`."""
+        if self._free is not None:
+            self._free()
+        self.host_reduce = self.host_broadcast = self.across = None
 
     def communicators(self):
         """The communicators this hierarchy made (it frees them when collected)."""

@@ -1,10 +1,10 @@
 """Averaging gradient buckets in memory that the ranks of one host share.
 
-When every rank of DDP's group runs on one host, MPI's allreduce is the wrong tool: it moves
-each bucket through its shared-memory channel (copies in, copies out, twice over for a
-reduce-scatter and an allgather) on cores that are all busy with backward, and on the 2-core
-development machine that was 3-4 ms of an 17 ms step (docs/benchmarks.md). Here the buckets
-themselves live in shared memory instead:
+Between the ranks of one host, MPI's allreduce is the wrong tool: it moves each bucket
+through its shared-memory channel (copies in, copies out, twice over for a reduce-scatter and
+an allgather) on cores that are all busy with backward, and on the 2-core development machine
+that was 3-4 ms of a 17 ms step (docs/benchmarks.md). Here the buckets themselves live in
+shared memory instead:
 
   - `SharedBuckets` is one segment per DDP model, a region per rank, each region laid out
     like the others: a row of flags, then every bucket at the same offset. The Reducer takes
@@ -20,6 +20,14 @@ themselves live in shared memory instead:
     every rank's is up, the bucket is reduced everywhere. Per rank, that is one pass over
     1/N of each region to read, and N passes over 1/N to write: for two ranks, 1.5x the
     bucket's bytes, where MPI's allreduce moved about five times them.
+  - With several hosts (each with the same number of ranks, more than one), each host has its
+    own segment, and between summing its slice and writing it back, rank r sums that slice
+    with the same slice of the other hosts: one Iallreduce among the ranks holding slice r
+    (a communicator per local rank). Every rank of a host takes part in the network traffic,
+    each with 1/N of the bucket, and the slices of one bucket cross the network in parallel.
+    These start in launch order on every rank (`take_turn`), as MPI wants collectives on a
+    communicator started in one order everywhere. They use the library's Iallreduce: the
+    ring that hierarchical.py may choose between hosts is not tried here.
 
 Flags hold how many times this model launched that bucket (the same count on every rank: DDP
 launches buckets in the same order everywhere, Join's shadow iterations and failed iterations
@@ -30,8 +38,9 @@ and does not touch the bucket; the owner waits for every `summed` before using i
 Ordering: the data is written by ordinary stores and the flag after it. x86's memory model
 keeps stores in order and loads in order, which is all the protocol needs; other CPUs reorder
 them and Python has no portable fence, so there `SharedBuckets.create` returns None and DDP
-uses MPI. The segment is a file in /dev/shm that rank 0 creates and removes as soon as every
-rank has mapped it (nothing is left behind if a rank dies later), reserved with
+uses MPI. Hosts are told apart by their names, as in hierarchical.py (a host whose ranks
+cannot all map the file is an agreed fallback too). The segment is a file in /dev/shm that
+the host's first rank creates and removes as soon as every rank has mapped it (nothing is left behind if a rank dies later), reserved with
 `posix_fallocate` so that a small /dev/shm (64 MiB in a default Docker container) is an
 agreed fallback to MPI at construction, never a SIGBUS in backward. Freeing it is local (an
 munmap when the last view of it goes), so unlike an MPI window it needs no collective call,
@@ -50,12 +59,15 @@ import platform
 import time
 import uuid
 import warnings
+import weakref
 
 import numpy as np
 from mpi4py import MPI
 
 from ....futures import Future
+from ...buffers import mpi_float_type
 from ...fault.watchdog import blocked
+from ...process_group import duplicate, free_communicators
 
 __all__ = ["SharedBuckets", "shared_memory_allreduce", "ENV"]
 
@@ -63,7 +75,7 @@ ENV = "MPIGRAD_DDP_SHARED_MEMORY"
 _DIRECTORY = "/dev/shm"
 _ALIGN = 64      # a cache line: slices and buckets never share one between writers
 _PAGE = 4096
-_READY, _SUMMED = 0, 1
+_READY, _SUMMED, _ACROSS = 0, 1, 2  # flags exist for the first two
 _TOTAL_STORE_ORDER = ("x86_64", "amd64", "i386", "i686")
 _SPIN_SECONDS = 0.01
 
@@ -73,55 +85,73 @@ def _aligned(n, to):
 
 
 class SharedBuckets:
-    """The shared segment of one DDP model on one host (see the module docstring)."""
+    """The shared segment of one DDP model on this rank's host (see the module docstring);
+    `rank` and `size` are this rank's place among the host's ranks."""
 
     @classmethod
-    def create(cls, comm, process_group, params):
-        """Collective over `comm`, all of whose ranks must be on this host: the segment for
-        buckets holding `params`, or None where it cannot be used (turned off, another
-        CPU architecture, /dev/shm missing or too small on some rank), the same answer on
-        every rank."""
+    def create(cls, comm, process_group, params, host_names):
+        """Collective over `comm`, whose ranks run on the hosts `host_names` (every rank's,
+        in rank order): the segment of this rank's host for buckets holding `params`, or None
+        where it cannot be used (one rank per host, hosts with different numbers of ranks,
+        turned off, another CPU architecture, /dev/shm missing or too small on some rank),
+        the same answer on every rank."""
+        rank = comm.Get_rank()
+        hosts = list(dict.fromkeys(host_names))
+        local = [r for r, name in enumerate(host_names) if name == host_names[rank]]
+        if len(local) == 1 or len(set(host_names.count(h) for h in hosts)) > 1:
+            return None
         wanted = os.environ.get(ENV, "1") != "0" and \
-            platform.machine().lower() in _TOTAL_STORE_ORDER and comm.Get_size() > 1
+            platform.machine().lower() in _TOTAL_STORE_ORDER
         slots = len(params) + 1
         flags_bytes = _aligned(slots * 2 * 8, _PAGE)
         data_bytes = _aligned(sum(p.data.nbytes + _ALIGN for p in params), _PAGE)
         stride = flags_bytes + data_bytes
-        with blocked(process_group, "DistributedDataParallel: making its shared-memory "
-                                    "buckets"):
-            name, problem = None, None
-            if wanted and comm.Get_rank() == 0:
-                name, problem = _make_file(stride * comm.Get_size())
-            name = comm.bcast(name if wanted else None, root=0)
-            memory = None
-            if name is not None:
-                try:
-                    memory = _map(name)
-                except OSError as exc:
-                    problem = exc
-            ok = np.array([memory is not None], np.int64)
-            comm.Allreduce(MPI.IN_PLACE, ok, MPI.MIN)
-            if comm.Get_rank() == 0 and name is not None:
-                os.unlink(os.path.join(_DIRECTORY, name))
+        what = "DistributedDataParallel's shared-memory buckets"
+        with blocked(process_group, f"making {what}"):
+            host = duplicate(comm, what, lambda: comm.Split(hosts.index(host_names[rank]), rank))
+            try:
+                name, problem = None, None
+                if wanted and host.Get_rank() == 0:
+                    name, problem = _make_file(stride * len(local))
+                name = host.bcast(name if wanted else None, root=0)
+                memory = None
+                if name is not None:
+                    try:
+                        memory = _map(name)
+                    except OSError as exc:
+                        problem = exc
+                ok = np.array([memory is not None], np.int64)
+                comm.Allreduce(MPI.IN_PLACE, ok, MPI.MIN)
+                if host.Get_rank() == 0 and name is not None:
+                    os.unlink(os.path.join(_DIRECTORY, name))
+            finally:
+                host.Free()
+            across = None
+            if ok[0] and len(hosts) > 1:  # each slice is summed across hosts by its owners
+                across = duplicate(comm, what, lambda: comm.Split(local.index(rank), rank))
         if problem is not None:
             warnings.warn(f"DistributedDataParallel: no shared memory for the gradient buckets "
-                          f"on rank {comm.Get_rank()} ({problem}); every rank reduces through "
-                          f"MPI instead. Give {_DIRECTORY} room for {stride * comm.Get_size()} "
-                          f"bytes (e.g. docker run --shm-size), or set {ENV}=0 to silence "
-                          f"this.", RuntimeWarning, stacklevel=3)
+                          f"on rank {rank} ({problem}); every rank reduces through MPI "
+                          f"instead. Give {_DIRECTORY} room for {stride * len(local)} bytes "
+                          f"(e.g. docker run --shm-size), or set {ENV}=0 to silence this.",
+                          RuntimeWarning, stacklevel=3)
         if not ok[0]:
             return None
-        return cls(memory, comm.Get_rank(), comm.Get_size(), slots, flags_bytes, stride)
+        return cls(memory, local.index(rank), len(local), slots, flags_bytes, stride, across)
 
-    def __init__(self, memory, rank, size, slots, flags_bytes, stride):
+    def __init__(self, memory, rank, size, slots, flags_bytes, stride, across):
         whole = np.frombuffer(memory, np.uint8)
-        self.rank, self.size = rank, size
+        self.rank, self.size = rank, size  # on this host
+        self.across = across
         self._regions = [whole[r * stride:(r + 1) * stride] for r in range(size)]
         self._flags = [region[:slots * 2 * 8].view(np.int64).reshape(slots, 2)
                        for region in self._regions]
         self._data_start = flags_bytes
         self._data_end = stride
         self._launches = {}
+        self._turns_taken = self._turns_started = 0
+        self.close = weakref.finalize(self, free_communicators,
+                                      [across] if across is not None else [])
 
     def storage(self, layout):
         """Arrays for buckets of `layout`, a list of (dtype, element count), laid out one
@@ -160,6 +190,18 @@ class SharedBuckets:
     def all_raised(self, slot, phase, count):
         return all(flags[slot, phase] >= count for flags in self._flags)
 
+    def take_turn(self):
+        """The place of a new reduction in the order they must start their sums across hosts
+        (launch order: each `across` communicator sees the buckets in the same order)."""
+        self._turns_taken += 1
+        return self._turns_taken - 1
+
+    def may_start(self, turn):
+        return turn == self._turns_started
+
+    def started(self):
+        self._turns_started += 1
+
 
 def shared_memory_allreduce(shared, bucket):
     """The Future of the sum over ranks of `bucket`, whose buffer lives in `shared` (see the
@@ -168,8 +210,10 @@ def shared_memory_allreduce(shared, bucket):
 
 
 class _SharedReduction(Future):
-    """Phase 1: wait for every rank's `ready`, then sum this rank's slice into every region;
-    phase 2: wait for every rank's `summed`. Its value is the bucket's buffer."""
+    """Phase 1: wait for every local rank's `ready`, then sum this rank's slice over the
+    host's copies; across hosts, sum that with the same slice of the other hosts (an
+    Iallreduce among the ranks owning it); write it into every copy on the host. Phase 2:
+    wait for every local rank's `summed`. Its value is the bucket's buffer."""
 
     def __init__(self, shared, bucket):
         super().__init__()
@@ -177,18 +221,48 @@ class _SharedReduction(Future):
         self._buffer = bucket.buffer()
         self._slot = bucket.index()
         self._count = shared.raise_flag(self._slot, _READY)
+        self._turn = shared.take_turn()
         self._phase = _READY
+        self._views = self._piece = self._request = None
 
     def _progress(self, block):
         shared, slot, count = self._shared, self._slot, self._count
         if self._phase == _READY:
             if not _wait_for(shared, slot, _READY, count, block):
                 return
-            _sum_my_slice(shared.views(self._buffer), shared.rank)
+            self._views = shared.views(self._buffer)
+            self._piece = _my_piece(self._buffer.size, shared.rank, shared.size)
+            _sum_over(self._views, self._piece, shared.rank)
+            self._phase = _ACROSS
+        if self._phase == _ACROSS:
+            if not self._sum_across(block):
+                return
+            _copy_out(self._views, self._piece, shared.rank)
             shared.raise_flag(slot, _SUMMED)
             self._phase = _SUMMED
         if _wait_for(shared, slot, _SUMMED, count, block):
             self.set_result(self._buffer)
+
+    def _sum_across(self, block):
+        """Sum this rank's slice with the other hosts' (nothing to do on one host); whether
+        that is done."""
+        shared = self._shared
+        if self._request is None:
+            if not shared.may_start(self._turn):
+                if block:  # the Reducer waits in launch order, so this cannot happen
+                    raise RuntimeError("DistributedDataParallel: a bucket's sum across hosts "
+                                       "was waited for before an earlier bucket's started")
+                return False
+            shared.started()
+            total = self._views[shared.rank][self._piece]
+            if shared.across is None or total.size == 0:
+                return True
+            self._request = shared.across.Iallreduce(
+                MPI.IN_PLACE, [total, mpi_float_type(total.dtype)], MPI.SUM)
+        if block:
+            self._request.Wait()
+            return True
+        return self._request.Test()
 
 
 def _wait_for(shared, slot, phase, count, block):
@@ -207,20 +281,25 @@ def _wait_for(shared, slot, phase, count, block):
     return True
 
 
-def _sum_my_slice(views, rank):
-    """Sum slice `rank` of the bucket over every rank's copy and write it into each."""
-    size = len(views)
-    step = _aligned(-(-views[0].size // size), _ALIGN)
-    piece = slice(min(rank * step, views[0].size), min((rank + 1) * step, views[0].size))
+def _my_piece(size, rank, ranks):
+    """Slice `rank` of a bucket of `size` elements cut in `ranks`, at cache-line multiples."""
+    step = _aligned(-(-size // ranks), _ALIGN)
+    return slice(min(rank * step, size), min((rank + 1) * step, size))
+
+
+def _sum_over(views, piece, rank):
+    """Sum slice `piece` over every rank's copy into this rank's (its own first, then the
+    others in rank order)."""
     total = views[rank][piece]
-    if total.size == 0:
-        return
-    for other in range(size):
+    for other, view in enumerate(views):
+        if other != rank and total.size:
+            np.add(total, view[piece], out=total)
+
+
+def _copy_out(views, piece, rank):
+    for other, view in enumerate(views):
         if other != rank:
-            np.add(total, views[other][piece], out=total)
-    for other in range(size):
-        if other != rank:
-            np.copyto(views[other][piece], total)
+            np.copyto(view[piece], views[rank][piece])
 
 
 def _make_file(nbytes):
