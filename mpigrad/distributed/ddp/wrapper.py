@@ -32,6 +32,7 @@ from ...device import device
 from ...nn.module import Module
 from ..algorithms.ddp_comm_hooks.default_hooks import (HierarchicalState,
                                                      hierarchical_allreduce_hook)
+from ..algorithms.ddp_comm_hooks.hierarchical import host_names
 from ..algorithms.ddp_comm_hooks.shared_memory import SharedBuckets
 from ..algorithms.join import JoinHook, Joinable, notify_join_context
 from ..process_group import _get_default_group
@@ -137,14 +138,16 @@ class DistributedDataParallel(Module, Joinable):
             if template else None
         # Which ranks share a host (collectively, at the same point on every rank): the
         # default reduction goes hierarchical where that pays.
-        default_state = HierarchicalState(only_if_useful=True)
-        default_state.build(self._channel.comm, pg)
         # Where ranks share hosts, the buckets live in memory each host's ranks share, and
-        # the default hook sums them there (and across hosts slice by slice) instead.
+        # the default hook sums them there (and across hosts slice by slice); otherwise it
+        # goes hierarchical where that pays.
+        with self._channel.blocked("finding which ranks share a host"):
+            names = host_names(self._channel.control)
         shared = SharedBuckets.create(self._channel.control, pg, [p for _, p in trainable],
-                                      default_state.hierarchy.host_names)
-        if shared is not None:
-            default_state.hierarchy.close()
+                                      names)
+        default_state = HierarchicalState(only_if_useful=True)
+        if shared is None:
+            default_state.build(self._channel.comm, pg)
         self.reducer = Reducer([p for _, p in trainable], [n for n, _ in trainable],
                                self._channel, int(bucket_cap_mb * (1 << 20)),
                                (default_state, hierarchical_allreduce_hook),

@@ -1,6 +1,7 @@
 """DDP's shared buckets across hosts, with the hosts simulated on one machine.
 
     mpiexec -n 4 python fake_hosts.py 2     # 2 "hosts" of 2 ranks (by faked processor names)
+    MPIGRAD_CROSS_HOST_ALLREDUCE=ring mpiexec -n 4 python fake_hosts.py 2   # slices by the ring
 
 Every rank trains the oracle MLP of test_ddp.py on its slice of a global batch; each prints
 "OK" once its parameters equal one process's run on the whole batch (float64, 1e-10) and
@@ -31,6 +32,7 @@ def main():
     shared = model.reducer.shared
     assert shared is not None and shared.size == RANKS_PER_HOST, "no shared buckets"
     assert shared.across is not None and shared.across.Get_size() == size // RANKS_PER_HOST
+    assert shared.ring_across_hosts == (os.environ.get("MPIGRAD_CROSS_HOST_ALLREDUCE") == "ring")
     assert model.reducer.iteration == 0 and len(model.reducer.buckets) > 2
     batches = global_batches(size)
     train(model, batches, rank)

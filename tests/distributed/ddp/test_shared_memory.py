@@ -170,13 +170,17 @@ def test_not_made_for_one_rank_per_host_or_uneven_hosts(rank, size, monkeypatch)
 
 
 @pytest.mark.mpi_skip  # launches its own MPI jobs
-@pytest.mark.parametrize("ranks, per_host", [(4, 2), (6, 3)], ids=["2x2", "2x3"])
-def test_slices_summed_across_simulated_hosts(ranks, per_host):
+@pytest.mark.parametrize("ranks, per_host, across", [(4, 2, "mpi"), (4, 2, "ring"),
+                                                     (6, 3, "mpi")],
+                         ids=["2x2", "2x2-ring", "2x3"])
+def test_slices_summed_across_simulated_hosts(ranks, per_host, across):
     """Hosts of several ranks each (processor names faked on one machine): each host sums in
-    its own segment and each slice crosses to the other host's owner of it; training equals
-    one process's, bit-identical on every rank (fake_hosts.py)."""
+    its own segment and each slice crosses to the other hosts' owners of it, by the library's
+    Iallreduce or mpigrad's ring; training equals one process's, bit-identical on every rank
+    (fake_hosts.py)."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MPIGRAD_CROSS_HOST_ALLREDUCE=across)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_hosts.py")
     result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", str(ranks),
                              sys.executable, script, str(per_host)],

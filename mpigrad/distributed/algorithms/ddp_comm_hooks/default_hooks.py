@@ -85,10 +85,10 @@ def hierarchical_allreduce_hook(state, bucket):
     """Sum the bucket inside each host, across hosts, then back (see hierarchical.py); with
     `state.only_if_useful`, only where that pays (else one Iallreduce), and in the shared
     buckets when DDP made them (shared_memory.py)."""
-    if state.hierarchy is None:
-        state.build(bucket.comm, bucket.process_group)
     if state.only_if_useful and bucket.shared is not None:
         return shared_memory_allreduce(bucket.shared, bucket)
+    if state.hierarchy is None:
+        state.build(bucket.comm, bucket.process_group)
     if state.only_if_useful and not state.pays():
         return allreduce_hook(None, bucket)
     return state.hierarchy.allreduce(bucket, "hierarchical_allreduce_hook")

@@ -43,7 +43,7 @@ from ...ring import ring_all_reduce, ring_rounds
 from .rounds import rounds
 from ...fault.watchdog import blocked
 
-__all__ = ["Hierarchy", "CROSS_HOST_ENV", "cross_host_algorithm"]
+__all__ = ["Hierarchy", "CROSS_HOST_ENV", "cross_host_algorithm", "host_names", "across_hosts"]
 
 CROSS_HOST_ENV = "MPIGRAD_CROSS_HOST_ALLREDUCE"
 _CHOICES = ("auto", "mpi", "ring")
@@ -84,6 +84,21 @@ def cross_host_algorithm(comm, choice=None):
     return "ring" if seconds[1] < _RING_MUST_TAKE * seconds[0] else "mpi"
 
 
+def host_names(comm):
+    """Every rank's host name (MPI_Get_processor_name), in rank order (collective)."""
+    return comm.allgather(MPI.Get_processor_name())
+
+
+def across_hosts(comm, buf, ring, tag):
+    """Sum `buf` over `comm`, whose ranks are on different hosts, as rounds (see rounds.py):
+    round `ring` of point-to-point messages, told apart from other buckets' by `tag`, or the
+    library's Iallreduce."""
+    if ring:
+        return (yield from ring_rounds(comm, buf, MPI.SUM, tag=tag))
+    yield [comm.Iallreduce(MPI.IN_PLACE, [buf, mpi_float_type(buf.dtype)], MPI.SUM)]
+    return buf
+
+
 class Hierarchy:
     """The hosts of communicator `comm` (collective: every rank of `comm` builds it at the
     same point). `spans_shared_hosts`: more than one host and more than one rank on some,
@@ -101,13 +116,12 @@ class Hierarchy:
         rank, size = comm.Get_rank(), comm.Get_size()
         self.comm = comm
         self.ring_across_hosts = False
-        self._free = None
         what = "DistributedDataParallel's hierarchical allreduce"
         with blocked(process_group, "finding which ranks share a host"):
             if ranks_per_host is None:
                 # Decided from the host names, which costs no communicator: only a layout that
                 # will be used gets its communicators.
-                self.host_names = comm.allgather(MPI.Get_processor_name())
+                self.host_names = host_names(comm)
             else:
                 self.host_names = [f"host {r // ranks_per_host}" for r in range(size)]
             self.host_sizes = list(Counter(self.host_names).values())
@@ -129,16 +143,9 @@ class Hierarchy:
                                     lambda: comm.Split(0 if first else MPI.UNDEFINED, rank))
             # Freed when this hierarchy is collected (with its DDP channel or hook state), or
             # at once if the choice below raises.
-            self._free = weakref.finalize(self, free_communicators, self.communicators())
+            weakref.finalize(self, free_communicators, self.communicators())
             if first and self.across.Get_size() > 1:
                 self.ring_across_hosts = cross_host_algorithm(self.across, across_hosts) == "ring"
-
-    def close(self):
-        """Free the communicators now (collective: every rank at the same point), when the
-        reduction will not use them; the hierarchy made none unless `spans_shared_hosts`."""
-        if self._free is not None:
-            self._free()
-        self.host_reduce = self.host_broadcast = self.across = None
 
     def communicators(self):
         """The communicators this hierarchy made (it frees them when collected)."""
@@ -153,10 +160,7 @@ class Hierarchy:
         return rounds(bucket, what, self._rounds(bucket.buffer(), bucket.index()))
 
     def _across(self, comm, buf, tag):
-        if self.ring_across_hosts:  # the buckets' rings share `comm`: tags tell them apart
-            return (yield from ring_rounds(comm, buf, MPI.SUM, tag=tag))
-        yield [comm.Iallreduce(MPI.IN_PLACE, [buf, mpi_float_type(buf.dtype)], MPI.SUM)]
-        return buf
+        return (yield from across_hosts(comm, buf, self.ring_across_hosts, tag))
 
     def _rounds(self, buf, tag):
         datatype = mpi_float_type(buf.dtype)

@@ -26,8 +26,9 @@ shared memory instead:
     (a communicator per local rank). Every rank of a host takes part in the network traffic,
     each with 1/N of the bucket, and the slices of one bucket cross the network in parallel.
     These start in launch order on every rank (`take_turn`), as MPI wants collectives on a
-    communicator started in one order everywhere. They use the library's Iallreduce: the
-    ring that hierarchical.py may choose between hosts is not tried here.
+    communicator started in one order everywhere. They go by the library's Iallreduce or
+    mpigrad's ring, whichever hierarchical.py's `cross_host_algorithm` picks for each of
+    those communicators (timed once at construction, or $MPIGRAD_CROSS_HOST_ALLREDUCE).
 
 Flags hold how many times this model launched that bucket (the same count on every rank: DDP
 launches buckets in the same order everywhere, Join's shadow iterations and failed iterations
@@ -65,9 +66,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ....futures import Future
-from ...buffers import mpi_float_type
 from ...fault.watchdog import blocked
 from ...process_group import duplicate, free_communicators
+from .hierarchical import across_hosts, cross_host_algorithm
 
 __all__ = ["SharedBuckets", "shared_memory_allreduce", "ENV"]
 
@@ -126,9 +127,10 @@ class SharedBuckets:
                     os.unlink(os.path.join(_DIRECTORY, name))
             finally:
                 host.Free()
-            across = None
+            across, ring = None, False
             if ok[0] and len(hosts) > 1:  # each slice is summed across hosts by its owners
                 across = duplicate(comm, what, lambda: comm.Split(local.index(rank), rank))
+                ring = cross_host_algorithm(across) == "ring"
         if problem is not None:
             warnings.warn(f"DistributedDataParallel: no shared memory for the gradient buckets "
                           f"on rank {rank} ({problem}); every rank reduces through MPI "
@@ -137,12 +139,13 @@ class SharedBuckets:
                           RuntimeWarning, stacklevel=3)
         if not ok[0]:
             return None
-        return cls(memory, local.index(rank), len(local), slots, flags_bytes, stride, across)
+        return cls(memory, local.index(rank), len(local), slots, flags_bytes, stride, across,
+                   ring)
 
-    def __init__(self, memory, rank, size, slots, flags_bytes, stride, across):
+    def __init__(self, memory, rank, size, slots, flags_bytes, stride, across, ring):
         whole = np.frombuffer(memory, np.uint8)
         self.rank, self.size = rank, size  # on this host
-        self.across = across
+        self.across, self.ring_across_hosts = across, ring
         self._regions = [whole[r * stride:(r + 1) * stride] for r in range(size)]
         self._flags = [region[:slots * 2 * 8].view(np.int64).reshape(slots, 2)
                        for region in self._regions]
@@ -223,7 +226,8 @@ class _SharedReduction(Future):
         self._count = shared.raise_flag(self._slot, _READY)
         self._turn = shared.take_turn()
         self._phase = _READY
-        self._views = self._piece = self._request = None
+        self._views = self._piece = self._rounds = None
+        self._requests = []
 
     def _progress(self, block):
         shared, slot, count = self._shared, self._slot, self._count
@@ -244,10 +248,10 @@ class _SharedReduction(Future):
             self.set_result(self._buffer)
 
     def _sum_across(self, block):
-        """Sum this rank's slice with the other hosts' (nothing to do on one host); whether
-        that is done."""
+        """Sum this rank's slice with the other hosts' (nothing to do on one host), in the
+        rounds of `across_hosts`; whether that is done."""
         shared = self._shared
-        if self._request is None:
+        if self._rounds is None:
             if not shared.may_start(self._turn):
                 if block:  # the Reducer waits in launch order, so this cannot happen
                     raise RuntimeError("DistributedDataParallel: a bucket's sum across hosts "
@@ -257,12 +261,17 @@ class _SharedReduction(Future):
             total = self._views[shared.rank][self._piece]
             if shared.across is None or total.size == 0:
                 return True
-            self._request = shared.across.Iallreduce(
-                MPI.IN_PLACE, [total, mpi_float_type(total.dtype)], MPI.SUM)
-        if block:
-            self._request.Wait()
-            return True
-        return self._request.Test()
+            self._rounds = across_hosts(shared.across, total, shared.ring_across_hosts,
+                                        self._slot)
+        while True:
+            if block:
+                MPI.Request.Waitall(self._requests)
+            elif not MPI.Request.Testall(self._requests):
+                return False
+            try:
+                self._requests = next(self._rounds)
+            except StopIteration:
+                return True
 
 
 def _wait_for(shared, slot, phase, count, block):
