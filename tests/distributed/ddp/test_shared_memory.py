@@ -73,8 +73,10 @@ def test_not_used_where_stores_may_be_reordered(rank, monkeypatch):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_turned_off_by_the_environment(rank, monkeypatch):
-    monkeypatch.setenv(shared_memory.ENV, "0")
+@pytest.mark.parametrize("saying_no", ["every rank", "the last rank"])
+def test_turned_off_by_the_environment(rank, size, monkeypatch, saying_no):
+    if saying_no == "every rank" or rank == size - 1:
+        monkeypatch.setenv(shared_memory.ENV, "0")
     assert DDP(MLP(seed=0)).reducer.shared is None
 
 

@@ -116,7 +116,7 @@ class SharedBuckets:
                     name, problem = _make_file(stride * len(local))
                 name = host.bcast(name if wanted else None, root=0)
                 memory = None
-                if name is not None:
+                if name is not None and wanted:
                     try:
                         memory = _map(name)
                     except OSError as exc:
