@@ -38,6 +38,14 @@ read-only, recorded with create_graph, or no gradient this iteration) that rank 
 private array of the same size instead: the layout, the bytes reduced and their order are
 the same on every rank either way.
 
+Where ranks share a host, DDP gives the Reducer `shared` buckets (SharedBuckets, in
+algorithms/ddp_comm_hooks/shared_memory.py) and the buckets' storage is there instead: no
+bucket is in place (the gradient has to reach memory the other ranks can read, and dividing
+it into the bucket is that copy), and `.grad` is left a view of the bucket afterwards, as with
+gradient_as_bucket_view. A comm hook the user registers gets private buckets back. Before
+the bucket layout is rebuilt, or Join's shadow iterations reduce zeros through the buckets,
+`.grad` views of them are given arrays of their own.
+
 When ranks disagree (a parameter got no gradient on some rank, so its bucket never filled),
 nobody waits forever: the agreement step sees it, every rank launches the buckets it still
 owes (zeros where gradients are missing) so all reductions complete, and every rank raises the
