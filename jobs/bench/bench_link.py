@@ -21,7 +21,8 @@ with momentum, one BLAS thread per rank. Configurations:
            by its owners), shared-ring and shared-mpi (the same, the slices crossing hosts by
            mpigrad's ring or the library's Iallreduce, instead of whichever was timed faster),
            hierarchical (DDP's default with MPIGRAD_DDP_SHARED_MEMORY=0: MPI rounds, hierarchical
-           when ranks share hosts), flat (one Iallreduce per bucket, always), ring (mpigrad's
+           when ranks share hosts; hierarchical-ring, hierarchical-mpi: across hosts by the
+           ring or the library), flat (one Iallreduce per bucket, always), ring (mpigrad's
            own ring of nonblocking messages), fp16, bf16,
            powerSGD (rank 4), topk (1% of each bucket, error feedback)
   PyTorch  default, fp16, powerSGD (rank 4): torch DDP over gloo on the same link
@@ -70,7 +71,9 @@ WARMUP = 4
 # DDP's default reduction made with these variables set (DDP reads them at construction).
 DEFAULT_VARIANTS = {"shared-ring": {CROSS_HOST_ENV: "ring"},
                     "shared-mpi": {CROSS_HOST_ENV: "mpi"},
-                    "hierarchical": {SHARED_ENV: "0"}}
+                    "hierarchical": {SHARED_ENV: "0"},
+                    "hierarchical-ring": {SHARED_ENV: "0", CROSS_HOST_ENV: "ring"},
+                    "hierarchical-mpi": {SHARED_ENV: "0", CROSS_HOST_ENV: "mpi"}}
 
 
 def mpigrad_hooks():

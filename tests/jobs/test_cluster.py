@@ -90,9 +90,10 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
         # Each host's ranks share its buckets; each slice is summed across the two hosts.
         assert list(result["shared"]) == [per_host] * world
         assert list(result["across"]) == [2] * world
-        assert len(set(result["ring"])) == 1, "ranks disagree on the cross-host algorithm"
+        # Timed ("auto"), each slice's owners choose for themselves: only a forced choice
+        # is known.
         if how != "shared":
-            assert bool(result["ring"][0]) == (how == "shared ring")
+            assert list(result["ring"]) == [how == "shared ring"] * world
     else:
         assert list(result["shared"]) == [0] * world
         assert list(result["hierarchical"]) == [how == "hierarchical"] * world
