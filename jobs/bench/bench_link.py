@@ -197,7 +197,8 @@ def main():
     phases = {k: max(comm.allgather(v)) for k, v in phases.items()}
     step_ms = {key: statistics.median(t) * 1e3 for key, t in times.items()}
     hosts = comm.allgather(MPI.Get_processor_name())
-    reductions = {name: run.reduction() for (who, name), run in runs.items()
+    # Every rank's: the owners of each slice time the cross-host algorithms on their own.
+    reductions = {name: comm.allgather(run.reduction()) for (who, name), run in runs.items()
                   if who == "mpigrad" and name in ("default", *DEFAULT_VARIANTS)}
     if not args.no_torch:
         torch.distributed.destroy_process_group()
@@ -209,7 +210,9 @@ def main():
                   **cost_model.median_samples(samples), "codec": cost_model.codec_costs(),
                   "mpigrad": {n: ms for (who, n), ms in step_ms.items() if who == "mpigrad"},
                   "torch": {n: ms for (who, n), ms in step_ms.items() if who == "torch"},
-                  "ratios": round_ratios(times), "reductions": reductions}
+                  "ratios": round_ratios(times), "reductions": reductions,
+                  "rounds_ms": {f"{who} {n}": [t * 1e3 for t in ts]
+                                for (who, n), ts in times.items()}}
         if cluster:
             result["link_MB_per_step"] = {f"{who} {n}": statistics.median(b) / 1e6
                                           for (who, n), b in link_bytes.items()}
@@ -247,7 +250,7 @@ def print_table(result):
           f"{result['library']}; MLP {result['model']}, batch {result['batch_per_rank']}/rank; "
           f"median of {result['rounds']} rounds x {result['steps']} steps; ratios are medians "
           "of each round's own ratio")
-    print(f"{'configuration':12s} {'mpigrad ms':>10s} {'/ none':>7s} {'/ hierarchical':>14s} "
+    print(f"{'configuration':17s} {'mpigrad ms':>10s} {'/ none':>7s} {'/ hierarchical':>14s} "
           f"{'PyTorch ms':>11s} {'mpigrad/PyTorch':>16s}")
     for name, ms in mp.items():
         torch_ms = th.get(name)
@@ -256,13 +259,15 @@ def print_table(result):
         ratio = f"{against_torch:16.2f}" if against_torch else f"{'':16s}"
         rounds = f"{against_rounds:14.3f}" if against_rounds else f"{'':14s}"
         torch_col = f"{torch_ms:11.1f}" if torch_ms else f"{'':11s}"
-        print(f"{name:12s} {ms:10.1f} {ratios[name]['none']:7.2f} {rounds} {torch_col} {ratio}")
+        print(f"{name:17s} {ms:10.1f} {ratios[name]['none']:7.2f} {rounds} {torch_col} {ratio}")
     if "link_MB_per_step" in result:
         print("MB crossing the link per step (both directions): " + ", ".join(
             f"{k} {v:.1f}" for k, v in result["link_MB_per_step"].items()))
     if result["reductions"]:
-        print("DDP's default reduction: " + "; ".join(
-            f"{name} {how}" for name, how in result["reductions"].items()))
+        print("DDP's default reduction, by rank: " + "; ".join(
+            f"{name} " + ", ".join(f"{k}={''.join(str(int(r[k])) for r in how)}"
+                                   for k in how[0])
+            for name, how in result["reductions"].items()))
     print("compute of the no-communication step (ms): " +
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in result["compute"].items()))
 
