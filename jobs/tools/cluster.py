@@ -129,7 +129,7 @@ class Cluster:
         agent.chmod(0o755)
         return str(agent)
 
-    def mpiexec(self, venv, per_host, argv, export=None):
+    def mpiexec(self, venv, per_host, argv, export=None, ranks=None):
         """The command that runs `argv` on both hosts, `per_host` ranks each, under the Open
         MPI of `venv`, with its traffic between hosts on the shaped link (TCP) and between the
         ranks of one host in shared memory (`sm`, which Open MPI uses only within a host: a
@@ -137,7 +137,8 @@ class Cluster:
         outnumber cores: a rank waiting in MPI yields its core (`mpi_yield_when_idle`) instead
         of spinning on it. Run it with `environment(venv)`. The ranks get the variables named
         in `export` (default: EXPORT and every MPIGRAD_* variable set here, such as
-        MPIGRAD_DDP_SHARED_MEMORY) from the launcher's environment."""
+        MPIGRAD_DDP_SHARED_MEMORY) from the launcher's environment. `ranks` (default: both
+        hosts full) fewer than 2 x `per_host` fill the first host first."""
         if export is None:
             export = EXPORT + tuple(sorted(k for k in os.environ if k.startswith("MPIGRAD_")))
         hosts = ",".join(f"{a}:{per_host}" for a in self.addresses)
@@ -146,7 +147,7 @@ class Cluster:
                  "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include",
                  self.subnet, "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
                  "--host", hosts, "-x", "PATH",
-                 *[arg for name in export for arg in ("-x", name)], "-n", str(2 * per_host),
+                 *[arg for name in export for arg in ("-x", name)], "-n", str(ranks or 2 * per_host),
                  *argv]
         return ["ip", "netns", "exec", self.hosts[0], "unshare", "--uts", "sh", "-c",
                 f'hostname {self.hosts[0]}; exec "$@"', "sh", *inner]
