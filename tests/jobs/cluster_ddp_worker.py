@@ -44,12 +44,13 @@ def train(net, batches, lo, hi):
 
 
 def reduction(ddp):
-    """How this rank's DDP sums: (ranks sharing its buckets or 0, size of the communicator
-    its slices cross hosts on or 0, whether that is the ring, whether MPI rounds go
-    hierarchical)."""
+    """How this rank's DDP sums (collective): (ranks sharing its buckets or 0, how many hosts
+    the ranks summing its slice across hosts are on or 0, whether they use the ring, whether
+    MPI rounds go hierarchical)."""
     shared = ddp.reducer.shared
     if shared is not None:
-        across = shared.across.Get_size() if shared.across is not None else 0
+        across = 0 if shared.across is None else \
+            len(set(shared.across.allgather(MPI.Get_processor_name())))
         return shared.size, across, shared.ring_across_hosts, False
     hierarchy = ddp.reducer._comm_hook[0].hierarchy
     return 0, 0, False, hierarchy.spans_shared_hosts

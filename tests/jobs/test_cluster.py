@@ -91,7 +91,8 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
     assert list(result["local_sizes"]) == [layout[0]] * layout[0] + [layout[1]] * layout[1]
     assert result["buckets"] > 2
     if how.startswith("shared"):
-        # Each host's ranks share its buckets; each slice is summed across the two hosts.
+        # Each host's ranks share its buckets; each slice is summed with its owners on
+        # both hosts.
         assert list(result["shared"]) == [layout[0]] * world
         assert list(result["across"]) == [2] * world
         # Timed ("auto"), each slice's owners choose for themselves: only a forced choice
