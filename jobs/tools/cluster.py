@@ -54,8 +54,8 @@ def _sh(*argv, check=True):
 
 class Cluster:
     """Hosts `<prefix>1` and `<prefix>2` at `<subnet>.1` and `<subnet>.2`, link shaped to
-    `rate`. `up()` creates them (or adopts existing ones, which `down()` then leaves
-    alone); `down()` removes what `up()` created."""
+    `rate`. `up()` creates them (or adopts existing ones, reshaping their link to `rate`,
+    which `down()` then leaves alone); `down()` removes what `up()` created."""
 
     def __init__(self, prefix="mgh", subnet="10.77.0", rate="1gbit"):
         self.hosts = [f"{prefix}1", f"{prefix}2"]
@@ -71,6 +71,9 @@ class Cluster:
 
     def up(self):
         if self.exists():
+            # An adopted cluster may have been made at another rate (`up --rate 10gbit`
+            # earlier): measuring on it would credit the wrong link.
+            self._shape(check=True)
             return self
         for host in self.hosts:
             _sh("ip", "netns", "add", host)
@@ -83,13 +86,24 @@ class Cluster:
                 _sh("ip", "-n", host, "addr", "add", f"{address}/24", "dev", device)
                 _sh("ip", "-n", host, "link", "set", device, "up")
                 _sh("ip", "-n", host, "link", "set", "lo", "up")
-                _sh("ip", "netns", "exec", host, "tc", "qdisc", "add", "dev", device, "root",
-                    "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
+            self._shape()
         except subprocess.CalledProcessError as exc:
             self.down()
             raise RuntimeError(f"could not build the cluster: {' '.join(exc.cmd)}: "
                                f"{exc.stderr.strip()}") from None
         return self
+
+    def _shape(self, check=False):
+        """Shape both ends of the link to `rate` (whatever they were)."""
+        try:
+            for host, device in zip(self.hosts, self.devices):
+                _sh("ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", device,
+                    "root", "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
+        except subprocess.CalledProcessError as exc:
+            if not check:
+                raise
+            raise RuntimeError(f"could not shape the existing cluster's link to {self.rate}: "
+                               f"{' '.join(exc.cmd)}: {exc.stderr.strip()}") from None
 
     def down(self):
         if self._created:
