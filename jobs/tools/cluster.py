@@ -73,7 +73,11 @@ class Cluster:
         if self.exists():
             # An adopted cluster may have been made at another rate (`up --rate 10gbit`
             # earlier): measuring on it would credit the wrong link.
-            self._shape(check=True)
+            try:
+                self._shape()
+            except subprocess.CalledProcessError as exc:
+                raise RuntimeError(f"could not reshape the existing cluster's link: "
+                                   f"{' '.join(exc.cmd)}: {exc.stderr.strip()}") from None
             return self
         for host in self.hosts:
             _sh("ip", "netns", "add", host)
@@ -93,17 +97,11 @@ class Cluster:
                                f"{exc.stderr.strip()}") from None
         return self
 
-    def _shape(self, check=False):
+    def _shape(self):
         """Shape both ends of the link to `rate` (whatever they were)."""
-        try:
-            for host, device in zip(self.hosts, self.devices):
-                _sh("ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", device,
-                    "root", "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
-        except subprocess.CalledProcessError as exc:
-            if not check:
-                raise
-            raise RuntimeError(f"could not shape the existing cluster's link to {self.rate}: "
-                               f"{' '.join(exc.cmd)}: {exc.stderr.strip()}") from None
+        for host, device in zip(self.hosts, self.devices):
+            _sh("ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", device, "root",
+                "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
 
     def down(self):
         if self._created:
