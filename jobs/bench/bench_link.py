@@ -7,16 +7,22 @@
     python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 1 -- \
         python jobs/bench/bench_link.py --link 1gbit --master-addr 10.77.0.1 --cluster-prefix mgh \
         --out runs/bench-1gbit.json
-    # 2 hosts x 2 ranks: DDP's default goes hierarchical; "flat" forces one Iallreduce
+    # 2 hosts x 2 ranks: DDP's default sums each host's shared buckets slice by slice across
+    # hosts; "hierarchical" is the MPI rounds it replaced, "flat" one Iallreduce
     python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- \
-        python jobs/bench/bench_link.py --link 1gbit-2x2 --cluster-prefix mgh --only default flat \
-        --no-torch
+        python jobs/bench/bench_link.py --link 1gbit-2x2 --cluster-prefix mgh \
+        --only default hierarchical flat --no-torch
 
 Model: the MLP 784-1024-1024-1024-10 (float32, ReLU, cross-entropy), batch 64 per rank, SGD
 with momentum, one BLAS thread per rank. Configurations:
 
-  mpigrad  none (the same step without DDP), default (DDP's own reduction: hierarchical
-           when ranks share hosts), flat (one Iallreduce per bucket, always), ring (mpigrad's
+  mpigrad  none (the same step without DDP), default (DDP's own reduction: where ranks
+           share hosts, buckets in each host's shared memory, each slice summed across hosts
+           by its owners), shared-ring and shared-mpi (the same, the slices crossing hosts by
+           mpigrad's ring or the library's Iallreduce, instead of whichever was timed faster),
+           hierarchical (DDP's default with MPIGRAD_DDP_SHARED_MEMORY=0: MPI rounds, hierarchical
+           when ranks share hosts; hierarchical-ring, hierarchical-mpi: across hosts by the
+           ring or the library), flat (one Iallreduce per bucket, always), ring (mpigrad's
            own ring of nonblocking messages), fp16, bf16,
            powerSGD (rank 4), topk (1% of each bucket, error feedback)
   PyTorch  default, fp16, powerSGD (rank 4): torch DDP over gloo on the same link
@@ -47,6 +53,8 @@ from mpi4py import MPI  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+from mpigrad.distributed.algorithms.ddp_comm_hooks.hierarchical import CROSS_HOST_ENV  # noqa
+from mpigrad.distributed.algorithms.ddp_comm_hooks.shared_memory import ENV as SHARED_ENV  # noqa
 from mpigrad.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd  # noqa: E402
 from mpigrad.distributed.algorithms.ddp_comm_hooks.topk_hooks import TopKState, topk_hook  # noqa
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
@@ -60,8 +68,17 @@ from cluster import Cluster  # noqa: E402
 WARMUP = 4
 
 
+# DDP's default reduction made with these variables set (DDP reads them at construction).
+DEFAULT_VARIANTS = {"shared-ring": {CROSS_HOST_ENV: "ring"},
+                    "shared-mpi": {CROSS_HOST_ENV: "mpi"},
+                    "hierarchical": {SHARED_ENV: "0"},
+                    "hierarchical-ring": {SHARED_ENV: "0", CROSS_HOST_ENV: "ring"},
+                    "hierarchical-mpi": {SHARED_ENV: "0", CROSS_HOST_ENV: "mpi"}}
+
+
 def mpigrad_hooks():
     return {"default": (None, None),
+            **{name: (None, None) for name in DEFAULT_VARIANTS},
             "flat": (None, default_hooks.allreduce_hook),
             "ring": (None, default_hooks.ring_allreduce_hook),
             "fp16": (None, default_hooks.fp16_compress_hook),
@@ -72,13 +89,32 @@ def mpigrad_hooks():
 
 
 class MpigradRun(MlpStep):
-    def __init__(self, rank, hook=None):
+    def __init__(self, rank, hook=None, environment=None):
         model = mpigrad_mlp()
         if hook is not None:
-            model = DDP(model)
+            saved = {name: os.environ.get(name) for name in environment or {}}
+            os.environ.update(environment or {})
+            try:
+                model = DDP(model)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        del os.environ[name]
+                    else:
+                        os.environ[name] = value
             if hook[1] is not None:
                 model.register_comm_hook(*hook)
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
+
+    def reduction(self):
+        """How DDP's default reduction sums here: in shared buckets or MPI rounds, and whether
+        the sums across hosts go by the ring."""
+        shared = self.model.reducer.shared
+        if shared is not None:
+            return {"shared": True, "ring_across_hosts": shared.ring_across_hosts}
+        hierarchy = self.model.reducer._comm_hook[0].hierarchy
+        return {"shared": False, "hierarchical": hierarchy.spans_shared_hosts,
+                "ring_across_hosts": hierarchy.ring_across_hosts}
 
     def phases(self, steps):
         """Mean seconds of forward, backward and optimizer step."""
@@ -138,7 +174,7 @@ def main():
     runs = {("mpigrad", "none"): MpigradRun(rank)}
     for name, hook in hooks.items():
         if not args.only or name in args.only:
-            runs[("mpigrad", name)] = MpigradRun(rank, hook)
+            runs[("mpigrad", name)] = MpigradRun(rank, hook, DEFAULT_VARIANTS.get(name))
     if not args.no_torch:
         torch = init_torch_gloo(comm, args.master_addr, gloo_interface())
         for name in args.torch_only or ("default", "fp16", "powerSGD"):
@@ -161,6 +197,9 @@ def main():
     phases = {k: max(comm.allgather(v)) for k, v in phases.items()}
     step_ms = {key: statistics.median(t) * 1e3 for key, t in times.items()}
     hosts = comm.allgather(MPI.Get_processor_name())
+    # Every rank's: the owners of each slice time the cross-host algorithms on their own.
+    reductions = {name: comm.allgather(run.reduction()) for (who, name), run in runs.items()
+                  if who == "mpigrad" and name in ("default", *DEFAULT_VARIANTS)}
     if not args.no_torch:
         torch.distributed.destroy_process_group()
     if rank == 0:
@@ -171,7 +210,9 @@ def main():
                   **cost_model.median_samples(samples), "codec": cost_model.codec_costs(),
                   "mpigrad": {n: ms for (who, n), ms in step_ms.items() if who == "mpigrad"},
                   "torch": {n: ms for (who, n), ms in step_ms.items() if who == "torch"},
-                  "ratios": round_ratios(times)}
+                  "ratios": round_ratios(times), "reductions": reductions,
+                  "rounds_ms": {f"{who} {n}": [t * 1e3 for t in ts]
+                                for (who, n), ts in times.items()}}
         if cluster:
             result["link_MB_per_step"] = {f"{who} {n}": statistics.median(b) / 1e6
                                           for (who, n), b in link_bytes.items()}
@@ -183,15 +224,20 @@ def main():
 
 
 def round_ratios(times):
-    """Each mpigrad configuration's step over the same round's no-communication step and
-    over the same round's PyTorch configuration of that name: medians of the rounds' own
-    ratios, which a slow spell of the shared machine, hitting one round, leaves alone."""
+    """Each mpigrad configuration's step over the same round's no-communication step, over
+    the same round's hierarchical MPI rounds (when run) and over the same round's PyTorch
+    configuration of that name: medians of the rounds' own ratios, which a slow spell of the
+    shared machine, hitting one round, leaves alone."""
     none = times[("mpigrad", "none")]
+    hierarchical = times.get(("mpigrad", "hierarchical"))
     ratios = {}
     for (who, name), seconds in times.items():
         if who != "mpigrad":
             continue
         ratios[name] = {"none": statistics.median(a / b for a, b in zip(seconds, none))}
+        if hierarchical is not None:
+            ratios[name]["hierarchical"] = statistics.median(
+                a / b for a, b in zip(seconds, hierarchical))
         if ("torch", name) in times:
             ratios[name]["torch"] = statistics.median(
                 a / b for a, b in zip(seconds, times[("torch", name)]))
@@ -204,17 +250,24 @@ def print_table(result):
           f"{result['library']}; MLP {result['model']}, batch {result['batch_per_rank']}/rank; "
           f"median of {result['rounds']} rounds x {result['steps']} steps; ratios are medians "
           "of each round's own ratio")
-    print(f"{'configuration':12s} {'mpigrad ms':>10s} {'/ none':>7s} {'PyTorch ms':>11s} "
-          f"{'mpigrad/PyTorch':>16s}")
+    print(f"{'configuration':17s} {'mpigrad ms':>10s} {'/ none':>7s} {'/ hierarchical':>14s} "
+          f"{'PyTorch ms':>11s} {'mpigrad/PyTorch':>16s}")
     for name, ms in mp.items():
         torch_ms = th.get(name)
         against_torch = ratios[name].get("torch")
+        against_rounds = ratios[name].get("hierarchical")
         ratio = f"{against_torch:16.2f}" if against_torch else f"{'':16s}"
+        rounds = f"{against_rounds:14.3f}" if against_rounds else f"{'':14s}"
         torch_col = f"{torch_ms:11.1f}" if torch_ms else f"{'':11s}"
-        print(f"{name:12s} {ms:10.1f} {ratios[name]['none']:7.2f} {torch_col} {ratio}")
+        print(f"{name:17s} {ms:10.1f} {ratios[name]['none']:7.2f} {rounds} {torch_col} {ratio}")
     if "link_MB_per_step" in result:
         print("MB crossing the link per step (both directions): " + ", ".join(
             f"{k} {v:.1f}" for k, v in result["link_MB_per_step"].items()))
+    if result["reductions"]:
+        print("DDP's default reduction, by rank: " + "; ".join(
+            f"{name} " + ", ".join(f"{k}={''.join(str(int(r[k])) for r in how)}"
+                                   for k in how[0])
+            for name, how in result["reductions"].items()))
     print("compute of the no-communication step (ms): " +
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in result["compute"].items()))
 

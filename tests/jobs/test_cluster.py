@@ -1,8 +1,11 @@
 """DDP across two simulated hosts (jobs/tools/cluster.py): network namespaces joined by a shaped
 veth, Open MPI over TCP. On 2 hosts x 1 rank and 2 hosts x 2 ranks the parameters after a
-few steps must equal one process's on the whole batch (float64, 1e-10), the ranks must sit on
-two hosts (DDP then reduces hierarchically on 2 x 2), and the link's counters must show the
-gradients crossed it.
+few steps must equal one process's on the whole batch (float64, 1e-10) and have the same bits
+on every rank, the ranks must sit on two hosts, and the link's counters must show the
+gradients crossed it. On 2 x 2, DDP's default keeps each host's buckets in shared memory and
+sums their slices across hosts (by the ring, the library's Iallreduce, or as timed);
+MPIGRAD_DDP_SHARED_MEMORY=0 makes it reduce in hierarchical MPI rounds instead, as do hosts
+with different numbers of ranks (2 + 1).
 
 Needs root and `ip netns` (else skipped, with the reason), and a venv with Open MPI's wheel
 and an mpi4py bound to it, kept apart from the project's MPICH venv: MPIGRAD_CLUSTER_VENV
@@ -51,29 +54,56 @@ def two_hosts():
         yield hosts
 
 
-@pytest.mark.parametrize("per_host", [1, 2], ids=["2x1", "2x2"])
-def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, per_host, tmp_path):
+# (ranks on each host, environment, how DDP must reduce: "shared" buckets with their slices
+# crossing hosts by the "ring"/"mpi"/either, or MPI rounds "hierarchical"/"flat").
+SETUPS = {
+    "2x1": ((1, 1), {}, "flat"),
+    "2x2-shared": ((2, 2), {}, "shared"),
+    "2x2-shared-ring": ((2, 2), {"MPIGRAD_CROSS_HOST_ALLREDUCE": "ring"}, "shared ring"),
+    "2x2-shared-mpi": ((2, 2), {"MPIGRAD_CROSS_HOST_ALLREDUCE": "mpi"}, "shared mpi"),
+    "2x2-hierarchical": ((2, 2), {"MPIGRAD_DDP_SHARED_MEMORY": "0"}, "hierarchical"),
+    # Hosts with different numbers of ranks: every rank agrees to go without shared buckets.
+    "2+1": ((2, 1), {}, "hierarchical"),
+}
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tmp_path):
+    layout, extra, how = SETUPS[setup]
+    world = sum(layout)
     out = tmp_path / "result.npz"
     before = two_hosts.link_bytes()
-    command = two_hosts.mpiexec(ompi_venv, per_host,
+    command = two_hosts.mpiexec(ompi_venv, layout[0],
                                 ["python", str(REPO / "tests" / "jobs" / "cluster_ddp_worker.py"),
-                                 str(out)])
+                                 str(out)], export=cluster.EXPORT + tuple(extra),
+                                ranks=world)
     # timeout(1), not subprocess's timeout: it signals mpiexec first, which takes the ranks on
     # both hosts down with it, instead of killing the launcher alone.
     run = subprocess.run(["timeout", "-k", "10", str(RUN_TIMEOUT), *command],
-                         env=cluster.Cluster.environment(ompi_venv),
+                         env=cluster.Cluster.environment(ompi_venv, **extra),
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     sent, received = (after - b for after, b in zip(two_hosts.link_bytes(), before))
 
     result = np.load(out)
     assert str(result["library"]).startswith("Open MPI")
-    assert list(result["hosts"]) == ["mgt1"] * per_host + ["mgt2"] * per_host
-    assert list(result["local_sizes"]) == [per_host] * (2 * per_host)
-    # Several ranks per host: DDP's default reduction goes inside hosts, then across.
-    assert bool(result["hierarchical"]) == (per_host > 1)
+    assert list(result["hosts"]) == ["mgt1"] * layout[0] + ["mgt2"] * layout[1]
+    assert list(result["local_sizes"]) == [layout[0]] * layout[0] + [layout[1]] * layout[1]
+    assert result["buckets"] > 2
+    if how.startswith("shared"):
+        # Each host's ranks share its buckets; each slice is summed with its owners on
+        # both hosts.
+        assert list(result["shared"]) == [layout[0]] * world
+        assert list(result["across"]) == [2] * world
+        # Timed ("auto"), each slice's owners choose for themselves: only a forced choice
+        # is known.
+        if how != "shared":
+            assert list(result["ring"]) == [how == "shared ring"] * world
+    else:
+        assert list(result["shared"]) == [0] * world
+        assert list(result["hierarchical"]) == [how == "hierarchical"] * world
+    assert bool(result["same_bits"]), "the ranks' parameters differ"
 
-    world = 2 * per_host
     net = worker.model()
     expected = worker.train(net, worker.global_batches(world), 0, worker.PER_RANK * world)
     for i, want in enumerate(expected):
