@@ -35,8 +35,7 @@ class GradBucket:
     `process_group` the group DDP runs on; `future()` wraps the reduction's requests, and
     `rounds_in_flight` is where a hook reducing in several rounds keeps them in launch order
     (rounds.py; the Reducer owns the list). `shared` is the `SharedBuckets` the buffer lives
-    in when every rank is on one host (see algorithms/ddp_comm_hooks/shared_memory.py), else
-    None.
+    in where ranks share hosts (see algorithms/ddp_comm_hooks/shared_memory.py), else None.
     """
 
     def __init__(self, index, buffer, parameters, gradients, is_last, channel, rounds_in_flight,

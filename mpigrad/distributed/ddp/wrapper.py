@@ -16,10 +16,11 @@ communicators of its own (duplicates of the group's), so it never matches the us
 collectives, and every blocking wait under the group's watchdog (its timeout is
 init_process_group's `timeout`). DDP is a `Joinable` for `algorithms.join.Join`, and its
 default comm hook is `algorithms.ddp_comm_hooks.default_hooks.hierarchical_allreduce_hook`
-with a state made here (one Iallreduce per bucket unless ranks share hosts). When every rank
-is on one host, the buckets live in shared memory and that hook sums them there
-(`algorithms.ddp_comm_hooks.shared_memory`); `.grad` is then a view of the rank's buckets
-after backward, as with gradient_as_bucket_view.
+with a state made here. Where ranks share hosts (the same number on each host), the buckets
+live in memory each host's ranks share and that hook sums them there, and across hosts slice
+by slice (`algorithms.ddp_comm_hooks.shared_memory`); `.grad` is then a view of the rank's
+buckets after backward, as with gradient_as_bucket_view. Otherwise it makes one Iallreduce
+per bucket, or goes hierarchical where that pays.
 """
 import contextlib
 import os
@@ -76,8 +77,9 @@ class DistributedDataParallel(Module, Joinable):
                             found by walking the graph from the outputs, and reduced as zeros)
     gradient_as_bucket_view leave `.grad` as views into the buckets (saves a copy and memory);
                             either way a parameter of 1 MiB or more is reduced in `.grad`
-                            itself, with no copy (see reducer.py), and on one host with the
-                            default hook `.grad` is always a view of the shared buckets
+                            itself, with no copy (see reducer.py); where ranks share hosts
+                            and the default hook runs, `.grad` is always a view of the
+                            shared buckets
     timeline                path of a Chrome-trace timeline (see timeline.py); default: the
                             MPIGRAD_TIMELINE environment variable, if set
 

@@ -12,8 +12,9 @@ ring that carries them):
 
 allreduce_hook is one Iallreduce of the bucket, whatever the hosts. hierarchical_allreduce_hook
 sums inside each host, then across hosts (hierarchical.py); DDP registers it by default with
-`HierarchicalState(only_if_useful=True)`, which sums in shared memory when every rank is on
-one host and DDP put the buckets there (shared_memory.py), takes the hierarchical path when
+`HierarchicalState(only_if_useful=True)`, which sums in shared memory when DDP put the
+buckets there (ranks sharing hosts, the same number on each; shared_memory.py), else takes
+the hierarchical path when
 ranks share hosts (more than one host, more than one rank on some) or the ring beat the
 library's allreduce between hosts, and otherwise makes the single Iallreduce of
 allreduce_hook.

@@ -27,8 +27,9 @@ shared memory instead:
     each with 1/N of the bucket, and the slices of one bucket cross the network in parallel.
     These start in launch order on every rank (`take_turn`), as MPI wants collectives on a
     communicator started in one order everywhere. They go by the library's Iallreduce or
-    mpigrad's ring, whichever hierarchical.py's `cross_host_algorithm` picks for each of
-    those communicators (timed once at construction, or $MPIGRAD_CROSS_HOST_ALLREDUCE).
+    mpigrad's ring, whichever hierarchical.py's `cross_host_algorithm` picks between the
+    hosts' first ranks (timed once at construction, or $MPIGRAD_CROSS_HOST_ALLREDUCE) for
+    every slice.
 
 Flags hold how many times this model launched that bucket (the same count on every rank: DDP
 launches buckets in the same order everywhere, Join's shadow iterations and failed iterations
@@ -52,7 +53,8 @@ still runs the rank it waits for), and sleeps between looks after the first 10 m
 waits under the process group's watchdog: a peer that stops ends the job with the usual report;
 one that dies ends it through the launcher.
 
-`MPIGRAD_DDP_SHARED_MEMORY=0` turns it off (DDP then makes one Iallreduce per bucket).
+`MPIGRAD_DDP_SHARED_MEMORY=0` turns it off: DDP then reduces through MPI as before, one
+Iallreduce per bucket on one host, hierarchical.py's rounds across hosts.
 """
 import mmap
 import os
@@ -125,12 +127,17 @@ class SharedBuckets:
                 comm.Allreduce(MPI.IN_PLACE, ok, MPI.MIN)
                 if host.Get_rank() == 0 and name is not None:
                     os.unlink(os.path.join(_DIRECTORY, name))
+                across, ring = None, False
+                if ok[0] and len(hosts) > 1:  # each slice is summed across hosts by its owners
+                    across = duplicate(comm, what, lambda: comm.Split(local.index(rank), rank))
+                    # The hosts' first ranks choose for every slice, alone on the network:
+                    # when every slice's owners timed at once they shared the link, and on a
+                    # 1 Gbit/s link often chose the library, 1.2-1.3x slower there.
+                    if host.Get_rank() == 0:
+                        ring = cross_host_algorithm(across) == "ring"
+                    ring = host.bcast(ring, root=0)
             finally:
                 host.Free()
-            across, ring = None, False
-            if ok[0] and len(hosts) > 1:  # each slice is summed across hosts by its owners
-                across = duplicate(comm, what, lambda: comm.Split(local.index(rank), rank))
-                ring = cross_host_algorithm(across) == "ring"
         if problem is not None:
             warnings.warn(f"DistributedDataParallel: no shared memory for the gradient buckets "
                           f"on rank {rank} ({problem}); every rank reduces through MPI "
