@@ -45,7 +45,6 @@ is done and serves until each of them has said the same, within the RPC timeout.
 import heapq
 import itertools
 import os
-import pickle
 import queue
 import sys
 import threading
@@ -61,6 +60,7 @@ from ..buffers import message
 from ..errors import DistError
 from ..fault.watchdog import blocked
 from . import functions, wire
+from .wire import WorkerInfo
 
 HEADER_TAG = 1
 # Seconds the tensors of a message may take to follow its header (at least; the agent's
@@ -89,26 +89,6 @@ class RpcTimeoutError(DistError, TimeoutError):
 
 class WorkerUnavailableError(DistError):
     """The destination worker has shut down or exited; nothing will answer."""
-
-
-class WorkerInfo:
-    """A worker's name and id (its rank), as torch.distributed.rpc.WorkerInfo."""
-    __slots__ = ("name", "id")
-
-    def __init__(self, name, id):
-        self.name, self.id = name, id
-
-    def __eq__(self, other):
-        return isinstance(other, WorkerInfo) and (self.name, self.id) == (other.name, other.id)
-
-    def __hash__(self):
-        return hash((self.name, self.id))
-
-    def __repr__(self):
-        return f"WorkerInfo(id={self.id}, name={self.name})"
-
-    def __reduce__(self):
-        return WorkerInfo, (self.name, self.id)
 
 
 class RpcFuture(Future):
@@ -290,22 +270,18 @@ class Agent:
             raise WorkerUnavailableError(f"{what}: {self.describe(dest)} is unavailable: {gone}")
 
     def encode(self, dest, kind, msg_id, payload):
-        body, arrays, grad_tensors = wire.dumps(payload, lambda r: self.codec.fork(r, dest),
-                                                self.codec.records_grad())
+        body, arrays, layouts, grad_tensors = wire.dumps(
+            payload, lambda r: self.codec.fork(r, dest), self.codec.records_grad())
         size = sum(a.nbytes for a in arrays)
         if size > wire.MAX_MESSAGE_BYTES:
             raise ValueError(f"an RPC message to {self.describe(dest)} would carry {size} bytes "
                              f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
                              "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
-        layouts = [wire.layout(a) for a in arrays]
-        packed = None
-        if arrays and size <= _INLINE_BYTES:
-            packed, arrays = b"".join(a.tobytes() for a in arrays), []
-        tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span if arrays else 0
-        header = pickle.dumps((kind, msg_id, tag, layouts, autograd, body, packed),
-                              pickle.HIGHEST_PROTOCOL)
-        return header, arrays, tag
+        if size <= _INLINE_BYTES:
+            return wire.header(kind, msg_id, 0, layouts, autograd, body, arrays), [], 0
+        tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span
+        return wire.header(kind, msg_id, tag, layouts, autograd, body), arrays, tag
 
     def _send(self, dest, header, arrays, tag):
         with blocked(self.watched, self._sending_to[dest], collective=False, peers=(dest,)):
@@ -384,12 +360,9 @@ class Agent:
         header = bytearray(status.Get_count(MPI.BYTE))
         incoming.Recv([header, MPI.BYTE])
         try:
-            kind, msg_id, tag, layouts, autograd, body, packed = pickle.loads(header)
-            arrays = wire.empty_like_layouts(layouts)
-            if packed is not None:
-                wire.unpack_into(arrays, packed)
-            elif arrays:
-                self._receive_arrays(arrays, source, tag)
+            kind, msg_id, tag, autograd, body, arrays, buffers = wire.parse(header)
+            if buffers:
+                self._receive_arrays(buffers, source, tag)
         except Exception as exc:
             # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id
             # cannot be trusted enough to answer. The agent goes on serving.
@@ -445,10 +418,10 @@ class Agent:
         if msg_id:
             self._reply(source, msg_id, ok, result, context)
 
-    def _receive_arrays(self, arrays, source, tag):
+    def _receive_arrays(self, buffers, source, tag):
         """The tensors that follow a header; they are sent right after it, so one that does
         not arrive within ARRAYS_DEADLINE seconds never will (a truncated message)."""
-        requests = [self.comm.Irecv(message(a), source, tag) for a in arrays]
+        requests = [self.comm.Irecv(message(a), source, tag) for a in buffers]
         deadline = time.monotonic() + self.arrays_deadline
         while not MPI.Request.Testall(requests):
             if time.monotonic() > deadline:
