@@ -86,6 +86,7 @@ _SPIN = 2e-3
 # below it, a second message (and the receiver's posting and testing of it) costs more than
 # copying the bytes.
 _INLINE_BYTES = 1 << 16
+_NOT_LATE = object()
 _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 current = None  # this worker's running Agent: set by init_rpc, cleared by shutdown
 
@@ -521,7 +522,13 @@ class Agent:
     def _complete(self, source, msg_id, autograd, body, arrays):
         with self._lock:
             call = self._calls.pop(msg_id, None)
-            self._late.pop(msg_id, None)
+            if call is None and self._late.pop(msg_id, _NOT_LATE) is _NOT_LATE:
+                # Not a reply this agent awaits: the late answer to a call of a worker
+                # already counted as gone, or a stray from the previous agent, whose freed
+                # communicator MPI may hand to this one (an RRef collected after the last
+                # shutdown round sends its delete, and the ack arrives here). Counted, it
+                # made replies outnumber requests and the next shutdown wait forever.
+                return
             self.replies_received += 1
             self._lock.notify_all()
         if call is None:

@@ -299,3 +299,25 @@ def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd
     with bounded(30):  # and rank 0's agent, the target, still answers
         assert rpc.rpc_sync(0, _remote.add, args=(2, 3)) == 5
     dist.barrier()
+
+
+@mpi
+def test_a_reply_nobody_awaits_is_not_counted(workers):
+    """A stray reply (a late one from a worker counted as gone, or the previous agent's, on
+    a communicator MPI handed to this one) is dropped: counted, replies would outnumber
+    requests and shutdown would wait forever."""
+    rank, _ = workers
+    agent = rpc.agent.current
+    dist.barrier()
+    if rank == 1:
+        header = wire.header("reply", 10**15, 0, [], None,
+                             wire.dumps((True, None), None, False)[0])
+        agent.comm.Send([header, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
+    dist.barrier()
+    if rank == 0:
+        with bounded(10):
+            assert rpc.rpc_sync(1, _remote.add, args=(1, 2)) == 3  # received after the stray
+            time.sleep(0.2)  # the stray's handling, if another thread received it
+            agent.wait_until_idle()
+            assert agent.replies_received == agent.requests_sent
+    dist.barrier()
