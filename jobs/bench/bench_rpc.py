@@ -2,6 +2,8 @@
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 mpiexec -n 3 python jobs/bench/bench_rpc.py
 
+(or -n 2: the split model then has two stages).
+
 Ranks and world size come from MPI; TensorPipe rendezvous at MASTER_ADDR=127.0.0.1 and
 MASTER_PORT (default 29631). The two agents never run at the same time: while TensorPipe's
 runs, even idle, its transport keeps polling and takes a large share of this 2-core machine
@@ -14,7 +16,7 @@ drift in the machine's load hits both alike). Each round measures, in turn:
   16 MB round trip    worker0 -> worker1, a 16 MB tensor there and back (throughput), and the
                       same bytes as a raw MPI Send/Recv ping-pong (the ceiling)
   distributed step    fwd + dist_autograd.backward + DistributedOptimizer.step (SGD) of a
-                      model split over the 3 workers: a Linear+ReLU on each, driven by
+                      model split over the workers: a Linear+ReLU on each, driven by
                       worker0, batch 64, width 512, float32
 
 Before any of that, with no traffic: how much CPU an idle agent costs (its listener polls
@@ -107,14 +109,14 @@ def timed(fn, repeat):
     return (time.perf_counter() - start) / repeat
 
 
-def cases(rpc_api, autograd_api, stage, x_small, x_big, x_model, optimizer):
+def cases(rpc_api, autograd_api, stage, x_small, x_big, x_model, optimizer, size):
     """The timed calls, written once for either library: its `rpc` and `dist_autograd`
     modules, its pipeline `stage`, inputs in its tensors, its DistributedOptimizer."""
     def step():
         with autograd_api.context() as context_id:
-            h = stage(x_model)
-            h = rpc_api.rpc_sync(1, stage, args=(h,))
-            out = rpc_api.rpc_sync(2, stage, args=(h,))
+            out = stage(x_model)
+            for worker in range(1, size):
+                out = rpc_api.rpc_sync(worker, stage, args=(out,))
             loss = (out * out).mean()
             autograd_api.backward(context_id, [loss])
             optimizer.step(context_id)
@@ -173,8 +175,8 @@ def main():
     args = p.parse_args()
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
-    if size != 3:
-        raise SystemExit("bench_rpc.py runs on exactly 3 ranks: mpiexec -n 3 python "
+    if size not in (2, 3):
+        raise SystemExit("bench_rpc.py runs on 2 or 3 ranks: mpiexec -n 3 python "
                          "jobs/bench/bench_rpc.py")
     comm = world.Dup()
     rpc.init_rpc(f"worker{rank}")
@@ -197,7 +199,8 @@ def main():
             rpc, dist_autograd, mpigrad_stage,
             mg.from_numpy(small), mg.from_numpy(big), mg.from_numpy(model_in),
             DistributedOptimizer(mg.optim.SGD, [r for w in range(size) for r in
-                                                rpc.rpc_sync(w, mpigrad_param_rrefs)], lr=0.01))
+                                                rpc.rpc_sync(w, mpigrad_param_rrefs)], lr=0.01),
+            size)
         repeats = {"small": args.small_calls, "big": args.big_calls, "step": args.steps}
         results = {(f, case): [] for f in ("mpigrad", "torch") for case in repeats}
         results[("mpi", "big")] = []
@@ -219,7 +222,7 @@ def main():
             t_params = [r for w in range(size) for r in trpc.rpc_sync(w, torch_param_rrefs)]
             theirs = cases(trpc, t_autograd, torch_stage, torch.from_numpy(small),
                            torch.from_numpy(big), torch.from_numpy(model_in),
-                           TorchDistributedOptimizer(torch.optim.SGD, t_params, lr=0.01))
+                           TorchDistributedOptimizer(torch.optim.SGD, t_params, lr=0.01), size)
             for _ in range(args.rounds):
                 for case, repeat in repeats.items():
                     results[("torch", case)].append(timed(theirs[case], repeat))
@@ -229,7 +232,7 @@ def main():
             mpigrad_round()
         for r in range(1, size):
             comm.send(("stop",), r, COMMAND_TAG)
-        report(results, torch is not None, args.rounds)
+        report(results, torch is not None, args.rounds, size)
         print("per-round means, ms (the spread is the machine's load):")
         for (name, case), values in results.items():
             print(f"  {name:8s} {case:6s} " + " ".join(f"{v * 1e3:8.2f}" for v in values))
@@ -240,11 +243,11 @@ def main():
     rpc.shutdown()
 
 
-def report(results, with_torch, rounds):
+def report(results, with_torch, rounds, size):
     med = {key: statistics.median(values) if values else float("nan")
            for key, values in results.items()}
     bytes_moved = 2 * BIG * 4
-    print(f"RPC benchmark: 3 ranks, {rounds} rounds, medians of per-round means "
+    print(f"RPC benchmark: {size} ranks, {rounds} rounds, medians of per-round means "
           f"(shared machine)")
     print(f"{'case':34s} {'mpigrad':>12s} {'torch':>12s} {'mpigrad/torch':>14s}")
 

@@ -12,8 +12,8 @@ Lowest first (each imports only those above it; distributed autograd sits betwee
 transport and the calls that record into it):
 
 - `constants`, `functions` (`async_execution`, for functions that reply with a Future's
-  result), `wire` (the message format: a pickled header, tensors as raw MPI buffers beside
-  it), `agent` (the per-process agent: listener thread, request pool, timeouts, shutdown;
+  result), `wire` (the message format: a marshalled header, pickle only for what it cannot
+  carry, tensors as raw MPI buffers inside or beside it), `agent` (the per-process agent: listener thread, request pool, timeouts, shutdown;
   and the current one, `current_agent`).
 - `mpigrad.distributed.autograd`: contexts, send/recv functions, the distributed engine.
 - `calls`: rpc_sync, rpc_async. `rref`: RRef, its reference-counting protocol, and remote.

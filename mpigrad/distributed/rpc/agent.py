@@ -13,13 +13,19 @@ Threads
   never blocks on a send: small control messages and their acknowledgements leave through
   the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
   replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
-  distributed autograd) at once, and hands everything else to the pool. Messages may thus
+  distributed autograd) at once, and hands everything else on. Messages may thus
   be handled in a different order than they arrived; no protocol here depends on that
   order (each message is sent only after the reply to the one it depends on). The listener
   also fails calls whose timeout has passed.
-- A pool of `num_worker_threads` threads runs requests (the user's functions), so a nested
-  call (A calls B, which calls A back) or a long function never stops other requests.
-  Callbacks of RPC Futures run on the pool too, never on the listener.
+- The listener runs the requests it receives itself (the user's functions), with no
+  hand-over to another thread; meanwhile the cover thread does the listener's work (it
+  receives, sends the outbox, fails calls that time out), sleeping between polls so that it
+  leaves the interpreter to the request. Requests the cover thread or a waiting caller
+  receive go to a pool of `num_worker_threads` threads. So a nested call (A calls B, which
+  calls A back) or a long function never stops other requests. Callbacks of RPC Futures run
+  on the pool too, never on a receiving thread.
+- A worker that stops at once (not gracefully) first lets the replies being sent leave, so
+  a caller whose function returned gets its answer before the worker's "bye".
 
 Blocking MPI calls (the start-up exchange of names, a caller's sends) run under the
 watchdog (fault/watchdog.py) as "RPC" calls with the agent's timeout (none when the timeout is
@@ -45,7 +51,6 @@ is done and serves until each of them has said the same, within the RPC timeout.
 import heapq
 import itertools
 import os
-import pickle
 import queue
 import sys
 import threading
@@ -61,6 +66,7 @@ from ..buffers import message
 from ..errors import DistError
 from ..fault.watchdog import blocked
 from . import functions, wire
+from .wire import WorkerInfo
 
 HEADER_TAG = 1
 # Seconds the tensors of a message may take to follow its header (at least; the agent's
@@ -69,6 +75,7 @@ ARRAYS_DEADLINE = 60.0
 _FIRST_DATA_TAG = 2
 _MIN_PAUSE, _MAX_PAUSE, _IDLE_PAUSE = 2e-5, 2e-3, 1e-2
 _IDLE_AFTER = 1.0  # seconds without messages before polls slow to _IDLE_PAUSE
+_BYE_AFTER = 1.0  # seconds a worker leaving at once waits for replies being sent
 _STAY_AWAKE = 0.05  # seconds after the last message during which polls stay short
 # Seconds after a message (or while awaiting a reply) during which polls only yield the CPU.
 # time.sleep has a floor of 50-100 us on Linux (timer slack), where a message between two
@@ -79,6 +86,7 @@ _SPIN = 2e-3
 # below it, a second message (and the receiver's posting and testing of it) costs more than
 # copying the bytes.
 _INLINE_BYTES = 1 << 16
+_NOT_LATE = object()
 _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 current = None  # this worker's running Agent: set by init_rpc, cleared by shutdown
 
@@ -91,26 +99,6 @@ class WorkerUnavailableError(DistError):
     """The destination worker has shut down or exited; nothing will answer."""
 
 
-class WorkerInfo:
-    """A worker's name and id (its rank), as torch.distributed.rpc.WorkerInfo."""
-    __slots__ = ("name", "id")
-
-    def __init__(self, name, id):
-        self.name, self.id = name, id
-
-    def __eq__(self, other):
-        return isinstance(other, WorkerInfo) and (self.name, self.id) == (other.name, other.id)
-
-    def __hash__(self):
-        return hash((self.name, self.id))
-
-    def __repr__(self):
-        return f"WorkerInfo(id={self.id}, name={self.name})"
-
-    def __reduce__(self):
-        return WorkerInfo, (self.name, self.id)
-
-
 class RpcFuture(Future):
     """The Future of an RPC. Callbacks added before the reply arrives run on the agent's
     pool (a callback may itself make blocking RPCs; a thread receiving messages, the
@@ -121,9 +109,14 @@ class RpcFuture(Future):
     def __init__(self, agent):
         super().__init__()
         self._agent = agent
+        self.to_self = False
 
     def _progress(self, block):
-        if block:
+        # A call to this worker is left to the listener, which receives it, runs it and
+        # receives the reply: a waiting thread that polled meanwhile would keep taking the
+        # interpreter from it (640 us a call; Python hands its GIL over on request only
+        # after 5 ms).
+        if block and not self.to_self:
             self._agent.receive_until(self)
 
     def add_done_callback(self, callback):
@@ -208,7 +201,11 @@ class Agent:
         self._draining = False
         self._receivers = 0  # threads in receive_until: the listener need not hurry then
         self.receiving = threading.local()  # .active: this thread is handling a message
-        self._in_flight = []  # (request, buffer) of the listener's Isends
+        self._in_flight = []  # (request, buffer) of Isends not known to be complete
+        self._in_flight_lock = threading.Lock()
+        self._replying = 0  # replies being encoded and sent: they leave before a "bye"
+        self._upkeep = threading.Lock()  # one thread at a time sends the outbox, expires calls
+        self._covering = threading.Event()  # set while the listener runs a request
         self._dead = {}  # rank -> why it is gone
         self._done = set()  # ranks that finished shutting down among the survivors
         self.requests_sent = 0
@@ -217,11 +214,14 @@ class Agent:
         self._stopping = threading.Event()
         self.listener = threading.Thread(target=self._listen, name=f"rpc-listener-{name}",
                                          daemon=True)
+        self.cover = threading.Thread(target=self._cover, name=f"rpc-cover-{name}",
+                                      daemon=True)
 
     def start(self):
         """Start receiving; the caller has made this agent the current one first, since
         messages may arrive at once (the other workers can be ahead)."""
         self.listener.start()
+        self.cover.start()
 
     # ---- naming --------------------------------------------------------------------------
 
@@ -273,6 +273,7 @@ class Agent:
 
     def _register(self, dest, msg_id, what, timeout, keep):
         future = RpcFuture(self)
+        future.to_self = dest == self.rank
         seconds = self.timeout if timeout is None else timeout
         with self._lock:
             self._calls[msg_id] = _Call(future, dest, what, keep)
@@ -290,22 +291,18 @@ class Agent:
             raise WorkerUnavailableError(f"{what}: {self.describe(dest)} is unavailable: {gone}")
 
     def encode(self, dest, kind, msg_id, payload):
-        body, arrays, grad_tensors = wire.dumps(payload, lambda r: self.codec.fork(r, dest),
-                                                self.codec.records_grad())
+        body, arrays, layouts, grad_tensors = wire.dumps(
+            payload, lambda r: self.codec.fork(r, dest), self.codec.records_grad())
         size = sum(a.nbytes for a in arrays)
         if size > wire.MAX_MESSAGE_BYTES:
             raise ValueError(f"an RPC message to {self.describe(dest)} would carry {size} bytes "
                              f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
                              "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
-        layouts = [wire.layout(a) for a in arrays]
-        packed = None
-        if arrays and size <= _INLINE_BYTES:
-            packed, arrays = b"".join(a.tobytes() for a in arrays), []
-        tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span if arrays else 0
-        header = pickle.dumps((kind, msg_id, tag, layouts, autograd, body, packed),
-                              pickle.HIGHEST_PROTOCOL)
-        return header, arrays, tag
+        if size <= _INLINE_BYTES:
+            return wire.header(kind, msg_id, 0, layouts, autograd, body, arrays), [], 0
+        tag = _FIRST_DATA_TAG + next(self._data_tags) % self._tag_span
+        return wire.header(kind, msg_id, tag, layouts, autograd, body), arrays, tag
 
     def _send(self, dest, header, arrays, tag):
         with blocked(self.watched, self._sending_to[dest], collective=False, peers=(dest,)):
@@ -320,16 +317,25 @@ class Agent:
         pause = _MIN_PAUSE
         last_message = time.monotonic()
         while not self._stopping.is_set():
+            run = None
             try:
                 incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
                 if incoming is not None:
-                    self._receive(incoming, status)
-                sent = self._flush_outbox()
-                self._expire_calls()
+                    run = self._receive(incoming, status, run_here=True)
+                sent = self._keep_up()
             except Exception:  # the listener must survive anything one message does
                 sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
                                  f"{traceback.format_exc()}")
                 continue
+            if run is not None:
+                # The request runs here, with no hand-over to a pool thread (16-20 us, a
+                # fifth of a small call's round trip); the cover thread receives meanwhile,
+                # so a long or nested request never stops the others.
+                self._covering.set()
+                try:
+                    run()
+                finally:
+                    self._covering.clear()
             if incoming is not None or sent:
                 last_message = time.monotonic()
                 continue
@@ -344,6 +350,41 @@ class Agent:
             else:
                 pause = min(2 * pause, _IDLE_PAUSE if quiet > _IDLE_AFTER else _MAX_PAUSE)
             time.sleep(pause)
+
+    def _cover(self):
+        """While the listener runs a request: receive (requests go to the pool), send the
+        outbox, expire calls. Between polls it sleeps rather than yields, leaving the
+        interpreter to the request, which is most often done before the first poll."""
+        status = MPI.Status()
+        while True:
+            self._covering.wait()
+            if self._stopping.is_set():
+                return
+            time.sleep(_MIN_PAUSE)
+            while self._covering.is_set() and not self._stopping.is_set():
+                try:
+                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
+                    if incoming is not None:
+                        self._receive(incoming, status)
+                    self._keep_up()
+                except Exception:
+                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
+                                     f"{traceback.format_exc()}")
+                    continue
+                if incoming is None:
+                    time.sleep(_MIN_PAUSE)
+
+    def _keep_up(self):
+        """Send the outbox and fail calls whose timeout passed; returns whether anything was
+        sent. Skipped while another receiving thread does it."""
+        if not self._upkeep.acquire(blocking=False):
+            return False
+        try:
+            sent = self._flush_outbox()
+            self._expire_calls()
+            return sent
+        finally:
+            self._upkeep.release()
 
     def receive_until(self, future):
         """Receive and handle messages on this thread until `future` completes (or the
@@ -372,24 +413,23 @@ class Agent:
             with self._lock:
                 self._receivers -= 1
 
-    def _receive(self, incoming, status):
+    def _receive(self, incoming, status, run_here=False):
+        """Handle one message; with `run_here`, a request for the pool is returned instead,
+        as a function for this thread to call once it is no longer receiving."""
         self.receiving.active = True
         try:
-            self._handle(incoming, status)
+            return self._handle(incoming, status, run_here)
         finally:
             self.receiving.active = False
 
-    def _handle(self, incoming, status):
+    def _handle(self, incoming, status, run_here):
         source = status.Get_source()
         header = bytearray(status.Get_count(MPI.BYTE))
         incoming.Recv([header, MPI.BYTE])
         try:
-            kind, msg_id, tag, layouts, autograd, body, packed = pickle.loads(header)
-            arrays = wire.empty_like_layouts(layouts)
-            if packed is not None:
-                wire.unpack_into(arrays, packed)
-            elif arrays:
-                self._receive_arrays(arrays, source, tag)
+            kind, msg_id, tag, autograd, body, arrays, buffers = wire.parse(header)
+            if buffers:
+                self._receive_arrays(buffers, source, tag)
         except Exception as exc:
             # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id
             # cannot be trusted enough to answer. The agent goes on serving.
@@ -417,8 +457,11 @@ class Agent:
                 result, ok = wire.describe_error(exc), False
             if msg_id:
                 self._isend(source, self.encode(source, "reply", msg_id, (ok, result))[0])
+        elif run_here:
+            return lambda: self._serve(source, msg_id, handler, payload, context)
         else:
             self.pool.submit(self._serve, source, msg_id, handler, payload, context)
+        return None
 
     def _serve(self, source, msg_id, handler, payload, context):
         with self.codec.running_in(context):
@@ -435,7 +478,14 @@ class Agent:
                     lambda done: self.pool.submit(self._reply_when_done, source, msg_id, done,
                                                   context))
             elif msg_id:
-                self._reply(source, msg_id, ok, result, context)
+                with self._lock:
+                    self._replying += 1
+                try:
+                    self._reply(source, msg_id, ok, result, context)
+                finally:
+                    with self._lock:
+                        self._replying -= 1
+                        self._lock.notify_all()
 
     def _reply_when_done(self, source, msg_id, future, context):
         try:
@@ -445,10 +495,10 @@ class Agent:
         if msg_id:
             self._reply(source, msg_id, ok, result, context)
 
-    def _receive_arrays(self, arrays, source, tag):
+    def _receive_arrays(self, buffers, source, tag):
         """The tensors that follow a header; they are sent right after it, so one that does
         not arrive within ARRAYS_DEADLINE seconds never will (a truncated message)."""
-        requests = [self.comm.Irecv(message(a), source, tag) for a in arrays]
+        requests = [self.comm.Irecv(message(a), source, tag) for a in buffers]
         deadline = time.monotonic() + self.arrays_deadline
         while not MPI.Request.Testall(requests):
             if time.monotonic() > deadline:
@@ -472,7 +522,13 @@ class Agent:
     def _complete(self, source, msg_id, autograd, body, arrays):
         with self._lock:
             call = self._calls.pop(msg_id, None)
-            self._late.pop(msg_id, None)
+            if call is None and self._late.pop(msg_id, _NOT_LATE) is _NOT_LATE:
+                # Not a reply this agent awaits: the late answer to a call of a worker
+                # already counted as gone, or a stray from the previous agent, whose freed
+                # communicator MPI may hand to this one (an RRef collected after the last
+                # shutdown round sends its delete, and the ack arrives here). Counted, it
+                # made replies outnumber requests and the next shutdown wait forever.
+                return
             self.replies_received += 1
             self._lock.notify_all()
         if call is None:
@@ -490,7 +546,9 @@ class Agent:
 
     def _isend(self, dest, header):
         buffer = bytearray(header)
-        self._in_flight.append((self.comm.Isend([buffer, MPI.BYTE], dest, HEADER_TAG), buffer))
+        request = self.comm.Isend([buffer, MPI.BYTE], dest, HEADER_TAG)
+        with self._in_flight_lock:  # receiving threads send acks; the listener prunes
+            self._in_flight.append((request, buffer))
 
     def _flush_outbox(self):
         sent = False
@@ -513,7 +571,8 @@ class Agent:
         finally:
             self._draining = False
         if self._in_flight:
-            self._in_flight = [(r, b) for r, b in self._in_flight if not r.Test()]
+            with self._in_flight_lock:
+                self._in_flight = [(r, b) for r, b in self._in_flight if not r.Test()]
         return sent
 
     def _expire_calls(self):
@@ -616,14 +675,14 @@ class Agent:
     def stop(self, graceful, why):
         if not graceful:
             header = self.encode(self.rank, "bye", 0, why)[0]
-            self._stopping.set()
-            self.listener.join()
+            self._stop_receiving(graceful)
+            with self._lock:  # a request whose function has returned gets its reply first
+                self._lock.wait_for(lambda: not self._replying, _BYE_AFTER)
             requests = [self.comm.Isend([header, MPI.BYTE], r, HEADER_TAG)
                         for r in range(self.size) if r != self.rank and r not in self._dead]
             _wait_briefly(requests)
         else:
-            self._stopping.set()
-            self.listener.join()
+            self._stop_receiving(graceful)
         self.pool.shutdown(wait=graceful)
         with self._lock:
             calls, self._calls = list(self._calls.values()), {}
@@ -635,6 +694,17 @@ class Agent:
             # MPI_Finalize rather than free them under it.
             self.comm.Free()
             self.collective_comm.Free()
+
+
+    def _stop_receiving(self, graceful):
+        running = self._covering.is_set()
+        self._stopping.set()
+        self._covering.set()  # so the cover thread sees it
+        self.cover.join()
+        if graceful or not running:
+            # Not stopping gracefully, a request the listener runs is left behind, as those
+            # of the pool are.
+            self.listener.join()
 
 
 def current_agent(what):

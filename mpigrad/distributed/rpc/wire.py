@@ -1,22 +1,41 @@
 """What one RPC message is made of, and how Python values become one and back.
 
-A message is a header plus zero or more raw arrays:
+A message is a header plus zero or more raw arrays. The header is one byte string:
 
-    header = pickle((kind, msg_id, data_tag, array_layouts, autograd, body, packed))
+    4 bytes: n | marshal((kind, msg_id, data_tag, array_layouts, autograd, body)), n bytes
+              | padding | the arrays' bytes when they travel inline, each 16-byte aligned
 
-`body` is the payload (function, args, result, ...) pickled with every Tensor and numpy array
-replaced by a reference to an entry of `arrays`. The arrays travel as MPI buffers of their
-own right after the header, on the header's `data_tag` (unique per message, so arrays of
-messages sent at once by several threads never mix), and are received into fresh arrays
-before the body is unpickled. So a 16 MB tensor is one MPI message of 16 MB: no pickling,
-no copy unless it was not C-contiguous. Small tensors (64 KiB in all, at most) go inside the
-header instead, as `packed`, their bytes one after another: one MPI message per call. RRefs in a payload go through their fork protocol
-(see rref.py); tensors that require grad inside a distributed autograd context are recorded
-as one send/recv pair per message (see mpigrad.distributed.autograd).
+`body` is the payload (function, args, result, ...) with every Tensor, numpy array, RRef,
+WorkerInfo and function replaced by a reference, in one of two forms:
+
+- fast (FAST, tree, rrefs): the payload itself when it is made of None, bools, ints, floats,
+  complex numbers, strings, bytes, and tuples, lists and dicts of those (at most _MAX_NODES
+  values, no list or dict twice), plus the referenced kinds above. References are tuples
+  that start with Ellipsis (a user tuple that does too goes the other way). marshal writes
+  and reads it in C: encoding and decoding a small call costs a few microseconds, where a
+  pickler calling back into Python for every object cost five times that.
+- pickled (PICKLED, bytes): anything else, by pickle, with the same references as
+  persistent ids. The fast form is tried first and has no side effect until it succeeds
+  (RRefs are forked after), so falling back never forks twice.
+
+The arrays travel as MPI buffers of their own right after the header, on the header's
+`data_tag` (unique per message, so arrays of messages sent at once by several threads never
+mix), and are received into fresh arrays before the body is decoded. So a 16 MB tensor is
+one MPI message of 16 MB: no pickling, no copy unless its strides are negative. Small
+tensors (64 KiB in all, at most) go inside the header instead: one MPI message per call, and
+the received tensors are views of the received header. A tensor keeps its dtype, shape and
+strides (as torch's RPC does): a view travels as the span of memory it covers and is
+rebuilt with the same strides. RRefs in a payload go through their fork protocol (see
+rref.py); tensors that require grad inside a distributed autograd context are recorded as
+one send/recv pair per message (see mpigrad.distributed.autograd).
 """
 import importlib
 import io
+import marshal
+import math
 import pickle
+import struct
+import sys
 import traceback
 import types
 
@@ -27,79 +46,188 @@ from ...nn import functional
 from ...tensor import Tensor
 from ..buffers import SUPPORTED_DTYPES
 
-_SENDABLE = frozenset(SUPPORTED_DTYPES)
+_DTYPES = {np.dtype(d).str: np.dtype(d) for d in SUPPORTED_DTYPES}  # what a layout may name
+_SENDABLE = frozenset(_DTYPES.values())
+FAST, PICKLED = 0, 1
+_MAX_NODES = 256  # values the fast form walks, at most; bigger payloads go by pickle
+_PLAIN = frozenset((type(None), bool, int, float, complex, str, bytes))
+_LENGTH = struct.Struct("<I")
+_ALIGN = 16
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, file, fork_rref, record_grad):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+class WorkerInfo:
+    """A worker's name and id (its rank), as torch.distributed.rpc.WorkerInfo."""
+    __slots__ = ("name", "id")
+
+    def __init__(self, name, id):
+        self.name, self.id = name, id
+
+    def __eq__(self, other):
+        return isinstance(other, WorkerInfo) and (self.name, self.id) == (other.name, other.id)
+
+    def __hash__(self):
+        return hash((self.name, self.id))
+
+    def __repr__(self):
+        return f"WorkerInfo(id={self.id}, name={self.name})"
+
+    def __reduce__(self):
+        return WorkerInfo, (self.name, self.id)
+
+
+class _RRefBase:
+    """Marker base of RRef, so this module finds RRefs without importing rref.py."""
+    __slots__ = ()
+
+
+class _NotFast(Exception):
+    """The payload has something the fast form does not carry: pickle it."""
+
+
+class _References:
+    """What a message refers to rather than contains: its arrays (each object once, so
+    identity survives the trip), the tensors among them that need a send function, and its
+    RRefs."""
+
+    def __init__(self, record_grad):
         self.arrays = []
+        self.rrefs = []
+        self.layouts = []
         self.grad_tensors = []
-        self._index = {}  # id(obj) -> its persistent id: one array per object, identity kept
-        self._keep = []   # the objects behind _index's ids stay alive while pickling
-        self._fork_rref = fork_rref
+        self._index = {}  # id(obj) -> its reference
+        self._keep = []   # the objects behind _index's ids stay alive meanwhile
         self._record_grad = record_grad
 
-    def persistent_id(self, obj):
-        named = _public_names().get(id(obj))
-        if named is not None:
-            return named
-        kind = type(obj)
-        if kind is not np.ndarray and not isinstance(obj, (Tensor, _RRefBase)):
-            return None
+    def rref(self, rref):
+        known = self._index.get(id(rref))
+        if known is None:
+            self.rrefs.append(rref)
+            known = self._index[id(rref)] = ("rref", len(self.rrefs) - 1)
+            self._keep.append(rref)
+        return known
+
+    def array(self, obj):
+        """("tensor" | "array", ...) for a Tensor or ndarray; None for a dtype MPI cannot
+        move (object arrays and the like), which only pickle carries."""
         known = self._index.get(id(obj))
         if known is not None:
             return known
-        if isinstance(obj, _RRefBase):
-            pid = ("rref", self._fork_rref(obj))
+        is_array = type(obj) is np.ndarray
+        array = obj if is_array else obj.data
+        if array.dtype not in _SENDABLE:
+            return None
+        span, strides = _span(array)
+        self.arrays.append(span)
+        self.layouts.append((array.shape, array.dtype.str, strides))
+        index = len(self.arrays) - 1
+        if is_array:
+            ref = ("array", index)
         else:
-            array = obj.data if isinstance(obj, Tensor) else obj
-            if array.dtype not in _SENDABLE:
-                return None  # object arrays and the like go by ordinary pickle
-            self.arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
-            index = len(self.arrays) - 1
-            if kind is np.ndarray:
-                pid = ("array", index)
-            else:
-                grad_slot = None
-                if self._record_grad and obj.requires_grad:
-                    self.grad_tensors.append(obj)
-                    grad_slot = len(self.grad_tensors) - 1
-                pid = ("tensor", index, obj.requires_grad, grad_slot)
-        self._index[id(obj)] = pid
+            grad_slot = None
+            if self._record_grad and obj.requires_grad:
+                self.grad_tensors.append(obj)
+                grad_slot = len(self.grad_tensors) - 1
+            ref = ("tensor", index, obj.requires_grad, grad_slot)
+        self._index[id(obj)] = ref
         self._keep.append(obj)
-        return pid
+        return ref
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, arrays, grad_node, load_rref):
-        super().__init__(file)
-        self._arrays = arrays
-        self._grad_node = grad_node
-        self._load_rref = load_rref
-        self._loaded = {}
+def _span(array):
+    """(the flat, contiguous array of memory to send, its strides in elements or None when
+    C-contiguous). A view with non-negative strides sends the memory from its first to its
+    last element, so the receiver rebuilds the same strides; negative ones (numpy only) send
+    a C-contiguous copy."""
+    if array.flags.c_contiguous and array.size:
+        return array.reshape(-1), None
+    itemsize = array.itemsize
+    strides = array.strides
+    if any(s < 0 or s % itemsize for s in strides):
+        return np.ascontiguousarray(array).reshape(-1), None
+    elements = tuple(s // itemsize for s in strides)
+    if not array.size:
+        return array.reshape(-1), elements
+    count = 1 + sum((n - 1) * s for n, s in zip(array.shape, elements))
+    return np.lib.stride_tricks.as_strided(array, (count,), (itemsize,)), elements
 
-    def persistent_load(self, pid):
-        obj = self._loaded.get(pid)
-        if obj is None:
-            obj = self._loaded[pid] = self._load(pid)
-        return obj
 
-    def _load(self, pid):
-        kind = pid[0]
-        if kind == "function":
-            return getattr(importlib.import_module(pid[1]), pid[2])
-        if kind == "array":
-            return self._arrays[pid[1]]
-        if kind == "rref":
-            return self._load_rref(pid[1])
-        _, index, requires_grad, grad_slot = pid
-        tensor = Tensor.wrap(self._arrays[index])
-        if grad_slot is not None and self._grad_node is not None:
-            tensor.set_history(self._grad_node, grad_slot)
-        elif requires_grad:
-            tensor.requires_grad_(True)
-        return tensor
+class _Encoder:
+    """The fast form's walk; see the module docstring."""
+
+    def __init__(self, references):
+        self.references = references
+        self.nodes = 0
+        self._containers = set()
+
+    def encode(self, value):
+        self.nodes += 1
+        if self.nodes > _MAX_NODES:
+            raise _NotFast
+        kind = type(value)
+        if kind in _PLAIN:
+            return value
+        if kind is tuple:
+            if value and value[0] is Ellipsis:
+                raise _NotFast
+            return tuple([self.encode(v) for v in value])
+        if kind is list:
+            self._once(value)
+            return [self.encode(v) for v in value]
+        if kind is dict:
+            self._once(value)
+            out = {}
+            for key, v in value.items():
+                if type(key) not in _PLAIN:
+                    raise _NotFast
+                out[key] = self.encode(v)
+            return out
+        if kind is np.ndarray or isinstance(value, Tensor):
+            ref = self.references.array(value)
+        elif kind is WorkerInfo:
+            ref = ("worker", value.name, value.id)
+        elif isinstance(value, _RRefBase):
+            ref = self.references.rref(value)
+        else:
+            ref = _name_of(value)
+        if ref is None:
+            raise _NotFast
+        return (Ellipsis, *ref)
+
+    def _once(self, container):
+        """A list or dict met twice is one object that the fast form would make two of."""
+        if id(container) in self._containers:
+            raise _NotFast
+        self._containers.add(id(container))
+
+
+_names = {}  # id(function or class) -> (it, its reference): the sender's cache
+
+
+def _name_of(value):
+    """("function", module, qualified name) for a function or class the receiver can import
+    by that name, as pickle would send it; None for anything else (a lambda, a local
+    function, a bound method, an instance)."""
+    known = _names.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    ref = _public_names().get(id(value))
+    if ref is None:
+        if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+            return None
+        module, qualname = getattr(value, "__module__", None), value.__qualname__
+        if not module or "<" in qualname or _resolve(sys.modules.get(module), qualname) \
+                is not value:
+            return None
+        ref = ("function", module, qualname)
+    _names[id(value)] = (value, ref)
+    return ref
+
+
+def _resolve(module, qualname):
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
 
 
 _public = None
@@ -131,32 +259,68 @@ def _picklable(value):
         return False
 
 
-class _RRefBase:
-    """Marker base of RRef, so this module finds RRefs without importing rref.py."""
-    __slots__ = ()
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, references):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.references = references
+
+    def persistent_id(self, obj):
+        named = _public_names().get(id(obj))
+        if named is not None:
+            return named
+        if type(obj) is np.ndarray or isinstance(obj, Tensor):
+            return self.references.array(obj)
+        if isinstance(obj, _RRefBase):
+            return self.references.rref(obj)
+        return None
 
 
 def dumps(payload, fork_rref, record_grad):
-    """Pickle `payload`; returns (body bytes, arrays to send, tensors that need a send
-    function). Raises a TypeError naming the payload when something cannot be pickled."""
-    buffer = io.BytesIO()
-    pickler = _Pickler(buffer, fork_rref, record_grad)
+    """Encode `payload`; returns (body, arrays to send, their layouts, tensors that need a
+    send function). `fork_rref(rref)` is called once per RRef in it, after encoding
+    succeeded. Raises a TypeError naming the payload when something cannot be sent."""
+    references = _References(record_grad)
     try:
-        pickler.dump(payload)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise TypeError(f"cannot send this over RPC: {exc}. Functions travel by qualified name, "
-                        f"so they must be defined at the top level of a module both sides can "
-                        f"import (not a lambda or a local function); other values must be "
-                        f"picklable") from exc
-    return buffer.getvalue(), pickler.arrays, pickler.grad_tensors
+        body = [FAST, _Encoder(references).encode(payload)]
+    except _NotFast:
+        references = _References(record_grad)
+        buffer = io.BytesIO()
+        try:
+            _Pickler(buffer, references).dump(payload)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise TypeError(f"cannot send this over RPC: {exc}. Functions travel by qualified "
+                            f"name, so they must be defined at the top level of a module both "
+                            f"sides can import (not a lambda or a local function); other "
+                            f"values must be picklable") from exc
+        body = [PICKLED, buffer.getvalue()]
+    body.append(tuple(fork_rref(r) for r in references.rrefs))
+    return tuple(body), references.arrays, references.layouts, references.grad_tensors
 
 
-def loads(body, arrays, grad_node, load_rref):
-    return _Unpickler(io.BytesIO(body), arrays, grad_node, load_rref).load()
+def header(kind, msg_id, tag, layouts, autograd, body, inline=()):
+    """The header's bytes; `inline`: the arrays it carries (tag 0), or none."""
+    meta = marshal.dumps((kind, msg_id, tag, layouts, autograd, body))
+    parts = [_LENGTH.pack(len(meta)), meta]
+    end = _LENGTH.size + len(meta)
+    for array in inline:
+        pad = -end % _ALIGN
+        parts.append(bytes(pad))
+        parts.append(array)  # join takes any contiguous buffer: no copy before this one
+        end += pad + array.nbytes
+    return b"".join(parts)
 
 
-def layout(array):
-    return array.shape, array.dtype.str
+def parse(received):
+    """(kind, msg_id, tag, autograd, body, arrays, buffers) of a received header (a
+    bytearray). `arrays` are what the body refers to; when the tensors travel apart (tag
+    not 0) they are still to be received into `buffers`, else `buffers` is empty and the
+    arrays are views of `received`. ValueError (or another error) for a malformed header."""
+    (length,) = _LENGTH.unpack_from(received)
+    start = _LENGTH.size
+    kind, msg_id, tag, layouts, autograd, body = marshal.loads(
+        memoryview(received)[start:start + length])
+    arrays, buffers = _arrays_for(layouts, received if tag == 0 else None, start + length)
+    return kind, msg_id, tag, autograd, body, arrays, buffers
 
 
 # The most one message may declare: a header is the other side's word, and an absurd or
@@ -164,38 +328,132 @@ def layout(array):
 MAX_MESSAGE_BYTES = 1 << 34
 
 
-def empty_like_layouts(layouts):
-    """Arrays to receive a message's tensors into, after checking what the header declares:
-    supported dtypes, non-negative integer shapes, at most MAX_MESSAGE_BYTES in all."""
-    if not isinstance(layouts, (list, tuple)):
+def _arrays_for(layouts, received, offset):
+    """The arrays a header declares, checked (supported dtypes, non-negative integer shapes
+    and strides, at most MAX_MESSAGE_BYTES in all): views of `received` from `offset` on
+    when it carries them, else new ones, returned as well as the buffers to receive into."""
+    if type(layouts) is not list:
         raise ValueError(f"a message declared its tensors as {type(layouts).__name__}")
-    checked, total = [], 0
-    for shape, dtype_text in layouts:
-        dtype = np.dtype(dtype_text)
-        if dtype.newbyteorder("=") not in SUPPORTED_DTYPES:
-            raise ValueError(f"a message declared a tensor of dtype {dtype}")
-        if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)):
+    arrays, buffers, total = [], [], 0
+    for shape, dtype_text, strides in layouts:
+        dtype = _DTYPES.get(dtype_text)
+        if dtype is None:
+            raise ValueError(f"a message declared a tensor of dtype {dtype_text!r}")
+        if not (type(shape) is tuple and all(type(n) is int and n >= 0 for n in shape)):
             raise ValueError(f"a message declared a tensor of shape {shape!r}")
-        total += int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if strides is None:
+            count = math.prod(shape)
+        elif (type(strides) is tuple and len(strides) == len(shape)
+              and all(type(s) is int and s >= 0 for s in strides)):
+            count = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+        else:
+            raise ValueError(f"a message declared a tensor of strides {strides!r}")
+        size = count * dtype.itemsize
+        total += size
         if total > MAX_MESSAGE_BYTES:
             raise ValueError(f"a message declared more than {MAX_MESSAGE_BYTES} bytes of "
                              "tensors")
-        checked.append((shape, dtype))
-    return [np.empty(shape, dtype) for shape, dtype in checked]
+        if received is None:
+            flat = np.empty(count, dtype)
+            buffers.append(flat)
+        else:
+            offset += -offset % _ALIGN
+            if offset + size > len(received):
+                raise ValueError("a message declared more bytes of tensors than it carried")
+            flat = np.frombuffer(received, dtype, count, offset)
+            offset += size
+        arrays.append(flat.reshape(shape) if strides is None else np.lib.stride_tricks.as_strided(
+            flat, shape, tuple(s * dtype.itemsize for s in strides)))
+    if received is not None and offset != len(received):
+        raise ValueError(f"a message carried {len(received) - offset} bytes more than it declared")
+    return arrays, buffers
 
 
-def unpack_into(arrays, packed):
-    """Fill `arrays` (from empty_like_layouts) with the tensors a header carried inline,
-    one after another in `packed`; ValueError if their sizes do not add up."""
-    if not isinstance(packed, bytes) or len(packed) != sum(a.nbytes for a in arrays):
-        raise ValueError(f"a message carried {len(packed) if isinstance(packed, bytes) else 0} "
-                         f"bytes of tensors inline but declared "
-                         f"{sum(a.nbytes for a in arrays)}")
-    offset = 0
-    for array in arrays:
-        flat = array.reshape(-1).view(np.uint8)
-        flat[:] = np.frombuffer(packed, np.uint8, array.nbytes, offset)
-        offset += array.nbytes
+def loads(body, arrays, grad_node, load_rref):
+    """The payload `body` (from `dumps`, through `header` and `parse`) stands for, its
+    references resolved: `arrays` from `parse`, tensors that require grad coming out of
+    `grad_node` (None outside a distributed autograd context), RRefs by `load_rref`."""
+    form, tree, forks = body
+    decoder = _Decoder(arrays, grad_node, forks, load_rref)
+    if form == PICKLED:
+        return _Unpickler(io.BytesIO(tree), decoder).load()
+    if form != FAST:
+        raise ValueError(f"a message's body has the unknown form {form!r}")
+    return decoder.restore(tree)
+
+
+class _Decoder:
+    def __init__(self, arrays, grad_node, forks, load_rref):
+        self._arrays = arrays
+        self._grad_node = grad_node
+        self._forks = forks
+        self._load_rref = load_rref
+        self._loaded = {}
+
+    def restore(self, value):
+        kind = type(value)
+        if kind is tuple:
+            if value and value[0] is Ellipsis:
+                return self.reference(value[1:])
+            return tuple([self.restore(v) for v in value])
+        if kind is list:
+            return [self.restore(v) for v in value]
+        if kind is dict:
+            return {key: self.restore(v) for key, v in value.items()}
+        return value
+
+    def reference(self, ref):
+        obj = self._loaded.get(ref)
+        if obj is None:
+            obj = self._loaded[ref] = self._load(ref)
+        return obj
+
+    def _load(self, ref):
+        kind = ref[0]
+        if kind == "tensor":
+            _, index, requires_grad, grad_slot = ref
+            tensor = Tensor.wrap(self._arrays[index])
+            if grad_slot is not None and self._grad_node is not None:
+                tensor.set_history(self._grad_node, grad_slot)
+            elif requires_grad:
+                tensor.requires_grad_(True)
+            return tensor
+        if kind == "array":
+            return self._arrays[ref[1]]
+        if kind == "function":
+            return _import(ref[1], ref[2])
+        if kind == "worker":
+            return WorkerInfo(ref[1], ref[2])
+        if kind == "rref":
+            return self._load_rref(self._forks[ref[1]])
+        raise ValueError(f"a message referred to an unknown kind of object {kind!r}")
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, decoder):
+        super().__init__(file)
+        self._decoder = decoder
+
+    def persistent_load(self, pid):
+        return self._decoder.reference(pid)
+
+
+_imported = {}  # (module, qualified name) -> the function or class: the receiver's cache
+
+
+def _import(module, qualname):
+    obj = _imported.get((module, qualname))
+    if obj is None:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        _imported[(module, qualname)] = obj
+    return obj
+
+
+def layout(array):
+    """(shape, dtype) of a tensor recorded for distributed autograd."""
+    return array.shape, array.dtype.str
 
 
 # ---- errors ------------------------------------------------------------------------------

@@ -28,6 +28,16 @@ def sleep_then(seconds, value):
     return value
 
 
+def times_out_calling(to, seconds):
+    """A call from inside a request that must time out. Run on the callee's listener, only
+    the thread that receives for it meanwhile can expire the call."""
+    try:
+        rpc.rpc_sync(to, sleep_then, args=(10 * seconds, None), timeout=seconds)
+    except rpc.RpcTimeoutError:
+        return "timed out"
+    return "answered"
+
+
 def raise_value_error(message):
     raise ValueError(message)
 

@@ -96,6 +96,17 @@ def test_a_long_function_does_not_block_other_requests(workers):
         assert waiting.wait() is True
 
 
+def test_requests_run_at_once_while_the_listener_runs_one(workers):
+    """The listener runs a request itself; meanwhile other requests still arrive, run
+    concurrently, and the calls of the request it runs still time out."""
+    rank, _ = workers
+    if rank == 0:
+        waiting = [rpc.rpc_async(1, _remote.wait_for_event, args=("many", 30)) for _ in range(3)]
+        assert rpc.rpc_sync(1, _remote.times_out_calling, args=(0, 0.2)) == "timed out"
+        assert rpc.rpc_sync(1, _remote.set_event_later, args=("many",))
+        assert [f.wait() for f in waiting] == [True] * 3
+
+
 def test_every_rank_calls_every_rank_at_once(workers):
     rank, size = workers
     futures = [rpc.rpc_async(r, _remote.add, args=(rank, 100 * r)) for r in range(size)

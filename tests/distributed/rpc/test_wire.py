@@ -72,3 +72,17 @@ def test_tensors_inside_containers_and_objects(workers):
         assert back["w"][1][1] == "s" and back["n"] is None
         objects = np.array([{"a": 1}, None], dtype=object)  # no MPI type: goes by pickle
         assert rpc.rpc_sync(1, _remote.identity, args=(objects,))[0] == {"a": 1}
+
+
+def test_views_keep_their_strides_inline_and_apart(workers):
+    """As torch's RPC: a transposed, permuted or sliced tensor arrives with its strides, in
+    a small message (its bytes inside the header) and a large one (a buffer of its own)."""
+    rank, _ = workers
+    if rank != 0:
+        return
+    for base in (np.arange(60.0).reshape(3, 4, 5),
+                 np.arange(3 * 2**14, dtype=np.float64).reshape(3, 2**7, 2**7)):  # 1.5 MB
+        for view in (base.T, base[:, ::2, 1:], base.transpose(1, 0, 2)):
+            back = rpc.rpc_sync(1, _remote.identity, args=(mg.Tensor.wrap(view),))
+            assert back.data.strides == view.strides
+            np.testing.assert_array_equal(back.data, view)
