@@ -2,7 +2,7 @@
 
     cd tests/distributed/ddp
     mpiexec -n 2 python scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
-    mpiexec -n 3 python scenarios.py stop_mid_backward|kill_mid_backward
+    mpiexec -n 3 python scenarios.py stop_mid_backward|kill_mid_backward|stop_while_summing
 
 Each rank prints "OK <scenario>" when the expected outcome happened. test_errors.py runs them
 under a timeout, so a regression shows up as a failure rather than a stuck test run. The
@@ -97,9 +97,38 @@ def kill_mid_backward(rank):
     _lose_last_rank_mid_backward(rank, signal.SIGKILL)
 
 
+def stop_while_summing(rank):
+    """The last rank stops (SIGSTOP) after the end-of-backward agreement, when it is about to
+    sum its slice of a shared bucket: the others wait on its flags in shared memory, not in
+    MPI, and must still end the job through the watchdog."""
+    from mpigrad.distributed.algorithms.ddp_comm_hooks import shared_memory
+    from mpigrad.distributed.ddp.reducer import Reducer
+    model = DDP(MLP(), bucket_cap_mb=0)
+    assert model.reducer.shared is not None, "no shared buckets"
+    if rank == dist.get_world_size() - 1:
+        agree, sum_over = Reducer._agree, shared_memory._sum_over
+        agreed = []
+
+        def agree_then_arm(self, *args, **kwargs):
+            result = agree(self, *args, **kwargs)
+            agreed.append(True)
+            return result
+
+        def stop_once_agreed(*args):
+            if agreed:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return sum_over(*args)
+        Reducer._agree = agree_then_arm
+        shared_memory._sum_over = stop_once_agreed
+    print(f"READY {rank}", flush=True)
+    backward(model, rank)
+    raise AssertionError(f"rank {rank}: backward finished without rank "
+                         f"{dist.get_world_size() - 1}")
+
+
 def main():
     scenario = sys.argv[1]
-    if scenario.endswith("_mid_backward"):
+    if scenario.endswith("_mid_backward") or scenario == "stop_while_summing":
         dist.init_process_group(timeout=SHORT_TIMEOUT)
     else:
         dist.init_process_group()

@@ -273,3 +273,21 @@ def test_rank_killed_mid_backward_ends_the_job():
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert "backward finished without rank" not in output
     assert leftovers == [], f"processes left behind: {leftovers}"
+
+
+@pytest.mark.mpi_skip  # launches its own MPI job
+def test_rank_stopped_while_summing_shared_buckets_ends_the_job_through_the_watchdog():
+    """The last of 3 ranks stops (SIGSTOP) after the end-of-backward agreement, about to sum
+    its slice of a shared bucket: the others wait on its flags in shared memory, not in an
+    MPI call, and the watchdog still aborts the job at the group's timeout (5 s), naming the
+    reduction they wait for and the rank that does not answer; nothing is left running."""
+    result, leftovers = _run_job_losing_a_rank("stop_while_summing")
+    output = result.stdout + result.stderr
+    assert result.returncode not in (0, TIMEOUT_EXIT), output
+    assert all(f"READY {rank}" in result.stdout for rank in range(3)), output
+    assert any(f"[rank {rank}] mpigrad.distributed: DistributedDataParallel: waiting for the "
+               f"reduction of bucket" in output and
+               f"has been blocked on rank {rank} for longer than the group's timeout (5 s)"
+               in output for rank in (0, 1)), output
+    assert "rank 2: no answer (stopped" in output, output
+    assert leftovers == [], f"processes left behind: {leftovers}"
