@@ -138,9 +138,8 @@ class DistributedDataParallel(Module, Joinable):
         template = timeline if timeline is not None else os.environ.get(TIMELINE_ENV)
         self.timeline = Timeline(timeline_path(template, self.rank), self.rank) \
             if template else None
-        # Which ranks share a host (collectively, at the same point on every rank): the
-        # default reduction goes hierarchical where that pays.
-        # Where ranks share hosts, the buckets live in memory each host's ranks share, and
+        # Which ranks share a host, collectively, at the same point on every rank. Where ranks
+        # share hosts, the buckets live in memory each host's ranks share, and
         # the default hook sums them there (and across hosts slice by slice); otherwise it
         # goes hierarchical where that pays.
         with self._channel.blocked("finding which ranks share a host"):
