@@ -45,9 +45,13 @@ class MpigradRun(MlpStep):
     def __init__(self, rank, ddp, bucket_cap_mb, shared_memory=True):
         model = mpigrad_mlp()
         if ddp:
+            before = os.environ.get(shared_memory_hook.ENV)
             os.environ[shared_memory_hook.ENV] = "1" if shared_memory else "0"
             model = DDP(model, bucket_cap_mb=bucket_cap_mb)
-            del os.environ[shared_memory_hook.ENV]
+            if before is None:
+                del os.environ[shared_memory_hook.ENV]
+            else:
+                os.environ[shared_memory_hook.ENV] = before
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
 
 

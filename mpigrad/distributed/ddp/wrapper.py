@@ -148,7 +148,7 @@ class DistributedDataParallel(Module, Joinable):
                                       names)
         default_state = HierarchicalState(only_if_useful=True)
         if shared is None:
-            default_state.build(self._channel.comm, pg)
+            default_state.build(self._channel.comm, pg, names)
         self.reducer = Reducer([p for _, p in trainable], [n for n, _ in trainable],
                                self._channel, int(bucket_cap_mb * (1 << 20)),
                                (default_state, hierarchical_allreduce_hook),

@@ -14,10 +14,9 @@ allreduce_hook is one Iallreduce of the bucket, whatever the hosts. hierarchical
 sums inside each host, then across hosts (hierarchical.py); DDP registers it by default with
 `HierarchicalState(only_if_useful=True)`, which sums in shared memory when DDP put the
 buckets there (ranks sharing hosts, the same number on each; shared_memory.py), else takes
-the hierarchical path when
-ranks share hosts (more than one host, more than one rank on some) or the ring beat the
-library's allreduce between hosts, and otherwise makes the single Iallreduce of
-allreduce_hook.
+the hierarchical path when ranks share hosts (more than one host, more than one rank on
+some) or the ring beat the library's allreduce between hosts, and otherwise makes the single
+Iallreduce of allreduce_hook.
 ring_allreduce_hook uses mpigrad's own ring of nonblocking point-to-point messages instead.
 """
 from mpi4py import MPI
@@ -65,7 +64,7 @@ class HierarchicalState:
     communicators are made only then.
 
     The hosts are found (collectively) by `build(comm, process_group)`: DDP calls it when it
-    makes its default state; a state a user registers is built at the hook's first call."""
+    makes its default state, with the host names it already gathered; a state a user registers is built at the hook's first call."""
 
     def __init__(self, ranks_per_host=None, across_hosts=None, only_if_useful=False):
         self.ranks_per_host = ranks_per_host
@@ -73,10 +72,10 @@ class HierarchicalState:
         self.only_if_useful = only_if_useful
         self.hierarchy = None
 
-    def build(self, comm, process_group):
+    def build(self, comm, process_group, host_names=None):
         self.hierarchy = Hierarchy(comm, process_group, self.ranks_per_host,
                                    only_if_useful=self.only_if_useful,
-                                   across_hosts=self.across_hosts)
+                                   across_hosts=self.across_hosts, names=host_names)
 
     def pays(self):
         return self.hierarchy.spans_shared_hosts or self.hierarchy.ring_across_hosts

@@ -108,7 +108,7 @@ class Hierarchy:
     communicators per process."""
 
     def __init__(self, comm, process_group, ranks_per_host=None, only_if_useful=False,
-                 across_hosts=None):
+                 across_hosts=None, names=None):
         if ranks_per_host is not None and not (isinstance(ranks_per_host, int)
                                                and ranks_per_host >= 1):
             raise ValueError(f"ranks_per_host must be a positive int or None, got "
@@ -120,8 +120,8 @@ class Hierarchy:
         with blocked(process_group, "finding which ranks share a host"):
             if ranks_per_host is None:
                 # Decided from the host names, which costs no communicator: only a layout that
-                # will be used gets its communicators.
-                self.host_names = host_names(comm)
+                # will be used gets its communicators. `names`: host_names(comm) already known.
+                self.host_names = host_names(comm) if names is None else names
             else:
                 self.host_names = [f"host {r // ranks_per_host}" for r in range(size)]
             self.host_sizes = list(Counter(self.host_names).values())

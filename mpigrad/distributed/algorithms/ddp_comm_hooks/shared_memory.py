@@ -154,6 +154,7 @@ class SharedBuckets:
         self.rank, self.size = rank, size  # on this host
         self.across, self.ring_across_hosts = across, ring
         self._regions = [whole[r * stride:(r + 1) * stride] for r in range(size)]
+        self._base = self._regions[rank].__array_interface__["data"][0]
         self._flags = [region[:slots * 2 * 8].view(np.int64).reshape(slots, 2)
                        for region in self._regions]
         self._data_start = flags_bytes
@@ -179,16 +180,13 @@ class SharedBuckets:
 
     def views(self, array):
         """`array` (a bucket returned by `storage`) in every rank's region, in rank order."""
-        start = array.__array_interface__["data"][0] - \
-            self._regions[self.rank].__array_interface__["data"][0]
+        start = array.__array_interface__["data"][0] - self._base
         return [region[start:start + array.nbytes].view(array.dtype)
                 for region in self._regions]
 
     def holds(self, array):
-        base = self._regions[self.rank].__array_interface__["data"][0]
-        start = array.__array_interface__["data"][0]
-        return base + self._data_start <= start and \
-            start + array.nbytes <= base + self._data_end
+        start = array.__array_interface__["data"][0] - self._base
+        return self._data_start <= start and start + array.nbytes <= self._data_end
 
     def raise_flag(self, slot, phase):
         """Say this rank has reached `phase` of launch number (the returned count) of `slot`."""
