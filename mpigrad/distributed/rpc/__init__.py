@@ -13,8 +13,9 @@ transport and the calls that record into it):
 
 - `constants`, `functions` (`async_execution`, for functions that reply with a Future's
   result), `wire` (the message format: a marshalled header, pickle only for what it cannot
-  carry, tensors as raw MPI buffers inside or beside it), `agent` (the per-process agent: listener thread, request pool, timeouts, shutdown;
-  and the current one, `current_agent`).
+  carry, tensors as raw MPI buffers inside or beside it), `agent` (the per-process agent:
+  a listener thread that runs what it receives, a cover thread that receives meanwhile, a
+  request pool, timeouts, shutdown; and the current one, `current_agent`).
 - `mpigrad.distributed.autograd`: contexts, send/recv functions, the distributed engine.
 - `calls`: rpc_sync, rpc_async. `rref`: RRef, its reference-counting protocol, and remote.
 - `api`: init_rpc, shutdown, get_worker_info, backend options; the only module that wires

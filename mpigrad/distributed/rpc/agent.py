@@ -86,7 +86,6 @@ _SPIN = 2e-3
 # below it, a second message (and the receiver's posting and testing of it) costs more than
 # copying the bytes.
 _INLINE_BYTES = 1 << 16
-_NOT_LATE = object()
 _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 current = None  # this worker's running Agent: set by init_rpc, cleared by shutdown
 
@@ -334,6 +333,9 @@ class Agent:
                 self._covering.set()
                 try:
                     run()
+                except Exception:  # a reply that could not go: the listener must survive it
+                    sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
+                                     f"{traceback.format_exc()}")
                 finally:
                     self._covering.clear()
             if incoming is not None or sent:
@@ -522,7 +524,7 @@ class Agent:
     def _complete(self, source, msg_id, autograd, body, arrays):
         with self._lock:
             call = self._calls.pop(msg_id, None)
-            if call is None and self._late.pop(msg_id, _NOT_LATE) is _NOT_LATE:
+            if call is None and self._late.pop(msg_id, None) is None:
                 # Not a reply this agent awaits: the late answer to a call of a worker
                 # already counted as gone, or a stray from the previous agent, whose freed
                 # communicator MPI may hand to this one (an RRef collected after the last

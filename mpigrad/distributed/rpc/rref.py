@@ -240,7 +240,7 @@ def _done(value):
     return future
 
 
-# ---- forking (runs while a message is pickled) and receiving ------------------------------
+# ---- forking (runs while a message is encoded) and receiving ------------------------------
 
 def fork(rref, dest, agent):
     """The description of `rref` that travels to `dest`."""

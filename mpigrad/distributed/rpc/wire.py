@@ -147,8 +147,13 @@ def _span(array):
     elements = tuple(s // itemsize for s in strides)
     if not array.size:
         return array.reshape(-1), elements
-    count = 1 + sum((n - 1) * s for n, s in zip(array.shape, elements))
-    return np.lib.stride_tricks.as_strided(array, (count,), (itemsize,)), elements
+    return np.lib.stride_tricks.as_strided(array, (_extent(array.shape, elements),),
+                                           (itemsize,)), elements
+
+
+def _extent(shape, strides):
+    """How many elements a non-empty view of `shape` and `strides` (in elements) spans."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
 
 
 class _Encoder:
@@ -345,7 +350,7 @@ def _arrays_for(layouts, received, offset):
             count = math.prod(shape)
         elif (type(strides) is tuple and len(strides) == len(shape)
               and all(type(s) is int and s >= 0 for s in strides)):
-            count = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+            count = 0 if 0 in shape else _extent(shape, strides)
         else:
             raise ValueError(f"a message declared a tensor of strides {strides!r}")
         size = count * dtype.itemsize
