@@ -329,9 +329,9 @@ class Server:
             self.controls.pop(rank, None)
             self.gone.add(rank)
             self.lock.notify_all()
-            crashed = rank not in self.leaving or self.stranded() is not None
-        if crashed:
-            self.crashed(rank)
+            culprit = rank if rank not in self.leaving else self.stranded()
+        if culprit is not None:
+            self.crashed(culprit)
 
     def stranded(self):
         """A rank that has gone while the others wait for it in the open PMI barrier, which

@@ -241,7 +241,7 @@ def join(request, timeout=None):
     watcher = threading.Thread(target=_watch, args=(conn,), daemon=True,
                                name="mpigrad-rendezvous-watch")
     watcher.start()
-    _control.update(conn=conn, watcher=watcher)
+    _control.update(conn=conn, watcher=watcher, pid=os.getpid())
     # Registered before anything that init_process_group registers, so it runs after all of
     # that; mpi4py's MPI_Finalize comes later still, after the interpreter's own exit.
     atexit.register(say_goodbye)
@@ -265,7 +265,8 @@ def say_goodbye():
     after it (a forked multiprocessing child), which skips that exit. (PMI's `finalize` says
     the same, but MPICH sends it only from the C library's exit, which os._exit skips too.)"""
     conn = _control.get("conn")
-    if conn is None or _control.get("goodbye"):
+    # A process forked from the rank inherits the connection, but its end is not the rank's.
+    if conn is None or _control.get("goodbye") or _control.get("pid") != os.getpid():
         return
     _control["goodbye"] = True
     try:
