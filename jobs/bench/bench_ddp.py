@@ -29,12 +29,14 @@ import contextlib  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from unittest import mock  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import mpigrad.distributed as dist  # noqa: E402
-from mpigrad.distributed.algorithms.ddp_comm_hooks import shared_memory as shared_memory_hook  # noqa: E402,E501
+from mpigrad.distributed.algorithms.ddp_comm_hooks import (  # noqa: E402
+    shared_memory as shared_memory_hook)
 from mpigrad.distributed.ddp.reducer import Reducer  # noqa: E402
 from mpigrad.distributed.ddp.timeline import summarize  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
@@ -45,13 +47,9 @@ class MpigradRun(MlpStep):
     def __init__(self, rank, ddp, bucket_cap_mb, shared_memory=True):
         model = mpigrad_mlp()
         if ddp:
-            before = os.environ.get(shared_memory_hook.ENV)
-            os.environ[shared_memory_hook.ENV] = "1" if shared_memory else "0"
-            model = DDP(model, bucket_cap_mb=bucket_cap_mb)
-            if before is None:
-                del os.environ[shared_memory_hook.ENV]
-            else:
-                os.environ[shared_memory_hook.ENV] = before
+            with mock.patch.dict(os.environ,
+                                 {shared_memory_hook.ENV: "1" if shared_memory else "0"}):
+                model = DDP(model, bucket_cap_mb=bucket_cap_mb)
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
 
 

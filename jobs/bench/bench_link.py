@@ -46,6 +46,7 @@ import socket  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from unittest import mock  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
@@ -92,16 +93,8 @@ class MpigradRun(MlpStep):
     def __init__(self, rank, hook=None, environment=None):
         model = mpigrad_mlp()
         if hook is not None:
-            saved = {name: os.environ.get(name) for name in environment or {}}
-            os.environ.update(environment or {})
-            try:
+            with mock.patch.dict(os.environ, environment or {}):
                 model = DDP(model)
-            finally:
-                for name, value in saved.items():
-                    if value is None:
-                        del os.environ[name]
-                    else:
-                        os.environ[name] = value
             if hook[1] is not None:
                 model.register_comm_hook(*hook)
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))

@@ -159,8 +159,8 @@ class Cluster:
                  "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include",
                  self.subnet, "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
                  "--host", hosts, "-x", "PATH",
-                 *[arg for name in export for arg in ("-x", name)], "-n", str(ranks or 2 * per_host),
-                 *argv]
+                 *[arg for name in export for arg in ("-x", name)],
+                 "-n", str(ranks or 2 * per_host), *argv]
         return ["ip", "netns", "exec", self.hosts[0], "unshare", "--uts", "sh", "-c",
                 f'hostname {self.hosts[0]}; exec "$@"', "sh", *inner]
 

@@ -64,7 +64,8 @@ class HierarchicalState:
     communicators are made only then.
 
     The hosts are found (collectively) by `build(comm, process_group)`: DDP calls it when it
-    makes its default state, with the host names it already gathered; a state a user registers is built at the hook's first call."""
+    makes its default state, with the host names it already gathered; a state a user
+    registers is built at the hook's first call."""
 
     def __init__(self, ranks_per_host=None, across_hosts=None, only_if_useful=False):
         self.ranks_per_host = ranks_per_host

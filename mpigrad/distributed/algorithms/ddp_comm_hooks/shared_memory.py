@@ -38,15 +38,16 @@ region between that rank's `ready` and its own `summed`, when the owner is still
 and does not touch the bucket; the owner waits for every `summed` before using its `.grad`.
 
 Ordering: the data is written by ordinary stores and the flag after it. x86's memory model
-keeps stores in order and loads in order, which is all the protocol needs; other CPUs reorder
-them and Python has no portable fence, so there `SharedBuckets.create` returns None and DDP
-uses MPI. Hosts are told apart by their names, as in hierarchical.py (a host whose ranks
-cannot all map the file is an agreed fallback too). The segment is a file in /dev/shm that
-the host's first rank creates and removes as soon as every rank has mapped it (nothing is left behind if a rank dies later), reserved with
-`posix_fallocate` so that a small /dev/shm (64 MiB in a default Docker container) is an
-agreed fallback to MPI at construction, never a SIGBUS in backward. Freeing it is local (an
-munmap when the last view of it goes), so unlike an MPI window it needs no collective call,
-which the garbage collector could make at different moments on different ranks.
+keeps stores in order and loads in order, which is all the protocol needs; other CPUs
+reorder them and Python has no portable fence, so there `SharedBuckets.create` returns None
+and DDP uses MPI. Hosts are told apart by their names, as in hierarchical.py (a host whose
+ranks cannot all map the file is an agreed fallback too). The segment is a file in /dev/shm
+that the host's first rank creates and removes as soon as every rank has mapped it (nothing
+is left behind if a rank dies later), reserved with `posix_fallocate` so that a small
+/dev/shm (64 MiB in a default Docker container) is an agreed fallback to MPI at
+construction, never a SIGBUS in backward. Freeing it is local (an munmap when the last view
+of it goes), so unlike an MPI window it needs no collective call, which the garbage
+collector could make at different moments on different ranks.
 
 Waiting: a rank waiting for a flag spins with `sched_yield` (so an oversubscribed host
 still runs the rank it waits for), and sleeps between looks after the first 10 ms. The Reducer
