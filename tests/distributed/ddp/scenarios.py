@@ -100,26 +100,21 @@ def kill_mid_backward(rank):
 def stop_while_summing(rank):
     """The last rank stops (SIGSTOP) after the end-of-backward agreement, when it is about to
     sum its slice of a shared bucket: the others wait on its flags in shared memory, not in
-    MPI, and must still end the job through the watchdog."""
-    from mpigrad.distributed.algorithms.ddp_comm_hooks import shared_memory
-    from mpigrad.distributed.ddp.reducer import Reducer
+    MPI, and must still end the job through the watchdog. Its reductions make no progress
+    from the gradient hooks (where its slices could all be summed before the agreement), so
+    the first one it waits for, after the agreement, is where it stops."""
+    from mpigrad.distributed.algorithms.ddp_comm_hooks.shared_memory import _SharedReduction
     model = DDP(MLP(), bucket_cap_mb=0)
     assert model.reducer.shared is not None, "no shared buckets"
     if rank == dist.get_world_size() - 1:
-        agree, sum_over = Reducer._agree, shared_memory._sum_over
-        agreed = []
+        progress = _SharedReduction._progress
 
-        def agree_then_arm(self, *args, **kwargs):
-            result = agree(self, *args, **kwargs)
-            agreed.append(True)
-            return result
-
-        def stop_once_agreed(*args):
-            if agreed:
+        def stop_when_waited_for(self, block):
+            if block:
                 os.kill(os.getpid(), signal.SIGSTOP)
-            return sum_over(*args)
-        Reducer._agree = agree_then_arm
-        shared_memory._sum_over = stop_once_agreed
+                progress(self, block)
+
+        _SharedReduction._progress = stop_when_waited_for
     print(f"READY {rank}", flush=True)
     backward(model, rank)
     raise AssertionError(f"rank {rank}: backward finished without rank "
