@@ -9,11 +9,15 @@ with different numbers of ranks (2 + 1). Each rank reports how it reduced
 (jobs/tools/ddp_reduction.py): the ranks that sum across hosts must agree on the ring or the
 library's Iallreduce, and take the one MPIGRAD_CROSS_HOST_ALLREDUCE forces.
 
+`cluster.py up` on an existing cluster says that it reshapes the link, and refuses half a
+cluster, naming how to remove it.
+
 Needs root and `ip netns` (else skipped, with the reason), and a venv with Open MPI's wheel
 and an mpi4py bound to it, kept apart from the project's MPICH venv: MPIGRAD_CLUSTER_VENV
 (default /tmp/mpigrad-ompi-venv). Building one takes minutes, so it happens only with
 MPIGRAD_CLUSTER_BUILD_VENV=1; otherwise a missing venv skips the test, saying how to get it.
 """
+import functools
 import os
 import subprocess
 import sys
@@ -129,3 +133,50 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
     gradient_bytes = sum(p.data.nbytes for p in net.parameters())
     assert sent >= worker.STEPS * gradient_bytes, (sent, gradient_bytes)
     assert received >= worker.STEPS * gradient_bytes, (received, gradient_bytes)
+
+
+def test_up_on_an_existing_cluster_reshapes_it_aloud_and_refuses_half_of_one(monkeypatch,
+                                                                            capsys):
+    reason = cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    # Its own names, as two_hosts has: the command's default hosts are left alone.
+    make = functools.partial(cluster.Cluster, prefix="mgu", subnet="10.79.0")
+    monkeypatch.setattr(cluster, "Cluster", make)
+    monkeypatch.setattr(sys, "argv", ["cluster.py", "up", "--rate", "10gbit"])
+    hosts = make(rate="1gbit").up()
+    try:
+        assert hosts.adopted_rate is None and hosts.link_rate() == "1Gbit"
+        cluster.main()
+        assert capsys.readouterr().out == ("hosts ['mgu1', 'mgu2'] existed already: their "
+                                           "link, 1Gbit, is reshaped to 10gbit (`down` "
+                                           "removes them)\n")
+        assert hosts.exists() and hosts.link_rate() == "10Gbit"
+
+        subprocess.run(["ip", "netns", "del", "mgu2"], check=True)
+        with pytest.raises(SystemExit) as refused:
+            cluster.main()
+        assert refused.value.code == (
+            "half a cluster exists (mgu1 without mgu2): remove it first, with `python "
+            "jobs/tools/cluster.py down` for the default hosts, else `ip netns del mgu1`")
+        assert hosts.existing_hosts() == ["mgu1"]  # refused, not half-built further
+    finally:
+        hosts.down()
+    assert hosts.existing_hosts() == []
+
+
+def test_a_cluster_that_cannot_be_built_is_removed_and_the_command_named():
+    reason = cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    # The link's device name is taken, so `up` fails after making the hosts.
+    subprocess.run(["ip", "link", "add", "mguv1", "type", "veth", "peer", "name", "mguvx"],
+                   check=True)
+    try:
+        hosts = cluster.Cluster(prefix="mgu", subnet="10.79.0")
+        with pytest.raises(RuntimeError, match=r"^could not build the cluster: ip link add "
+                                               r"mguv1 type veth peer name mguv2: .*exists"):
+            hosts.up()
+        assert hosts.existing_hosts() == []
+    finally:
+        subprocess.run(["ip", "link", "del", "mguv1"], check=True)
