@@ -65,6 +65,7 @@ from mpigrad.optim import SGD  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import cost_model  # noqa: E402
 from cluster import Cluster  # noqa: E402
+from ddp_reduction import reduction  # noqa: E402
 
 WARMUP = 4
 
@@ -98,16 +99,6 @@ class MpigradRun(MlpStep):
             if hook[1] is not None:
                 model.register_comm_hook(*hook)
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
-
-    def reduction(self):
-        """How DDP's default reduction sums here: in shared buckets or MPI rounds, and whether
-        the sums across hosts go by the ring."""
-        shared = self.model.reducer.shared
-        if shared is not None:
-            return {"shared": True, "ring_across_hosts": shared.ring_across_hosts}
-        hierarchy = self.model.reducer._comm_hook[0].hierarchy
-        return {"shared": False, "hierarchical": hierarchy.spans_shared_hosts,
-                "ring_across_hosts": hierarchy.ring_across_hosts}
 
     def phases(self, steps):
         """Mean seconds of forward, backward and optimizer step."""
@@ -190,8 +181,8 @@ def main():
     phases = {k: max(comm.allgather(v)) for k, v in phases.items()}
     step_ms = {key: statistics.median(t) * 1e3 for key, t in times.items()}
     hosts = comm.allgather(MPI.Get_processor_name())
-    # Every rank's: the owners of each slice time the cross-host algorithms on their own.
-    reductions = {name: comm.allgather(run.reduction()) for (who, name), run in runs.items()
+    # Every rank's: in MPI rounds only each host's first rank sums across hosts.
+    reductions = {name: comm.allgather(reduction(run.model)) for (who, name), run in runs.items()
                   if who == "mpigrad" and name in ("default", *DEFAULT_VARIANTS)}
     if not args.no_torch:
         torch.distributed.destroy_process_group()

@@ -14,10 +14,12 @@ same set-up: only 48 KB crossed it.) Open MPI must not go into the project's ven
     python jobs/tools/cluster.py venv /tmp/mpigrad-ompi-venv       # once: Open MPI, mpi4py, numpy,
                                                         # pytest (--benchmark: and torch)
     python jobs/tools/cluster.py up --rate 1gbit              # namespaces mgh1, mgh2
+    python jobs/tools/cluster.py up --rate 10gbit             # existing: reshapes the link
     python jobs/tools/cluster.py run --venv /tmp/mpigrad-ompi-venv --per-host 2 -- python x.py
     python jobs/tools/cluster.py down
 """
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -52,10 +54,23 @@ def _sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
+@contextlib.contextmanager
+def _commands(what, undo=None):
+    """A command of `_sh` that fails inside becomes RuntimeError(`what`, the command and what
+    it said), after `undo()`."""
+    try:
+        yield
+    except subprocess.CalledProcessError as exc:
+        if undo is not None:
+            undo()
+        raise RuntimeError(f"{what}: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from None
+
+
 class Cluster:
     """Hosts `<prefix>1` and `<prefix>2` at `<subnet>.1` and `<subnet>.2`, link shaped to
-    `rate`. `up()` creates them (or adopts existing ones, reshaping their link to `rate`,
-    which `down()` then leaves alone); `down()` removes what `up()` created."""
+    `rate`. `up()` creates them, or adopts existing ones, reshaping their link to `rate`
+    (`adopted_rate` then says what it was, as `tc` writes it), which `down()` then leaves alone; `down()` removes
+    what `up()` created."""
 
     def __init__(self, prefix="mgh", subnet="10.77.0", rate="1gbit"):
         self.hosts = [f"{prefix}1", f"{prefix}2"]
@@ -63,26 +78,37 @@ class Cluster:
         self.devices = [f"{prefix}v1", f"{prefix}v2"]
         self.subnet = f"{subnet}.0/24"
         self.rate = rate
+        self.adopted_rate = None
         self._created = False
         self._dir = None
 
+    def existing_hosts(self):
+        """The hosts whose namespaces exist."""
+        namespaces = _sh("ip", "netns", "list").stdout.split()
+        return [h for h in self.hosts if h in namespaces]
+
     def exists(self):
-        return all(h in _sh("ip", "netns", "list").stdout.split() for h in self.hosts)
+        return self.existing_hosts() == self.hosts
 
     def up(self):
-        if self.exists():
+        existing = self.existing_hosts()
+        if existing == self.hosts:
             # An adopted cluster may have been made at another rate (`up --rate 10gbit`
             # earlier): measuring on it would credit the wrong link.
-            try:
+            with _commands("could not reshape the existing cluster's link"):
+                self.adopted_rate = self.link_rate() or "no rate"
                 self._shape()
-            except subprocess.CalledProcessError as exc:
-                raise RuntimeError(f"could not reshape the existing cluster's link: "
-                                   f"{' '.join(exc.cmd)}: {exc.stderr.strip()}") from None
             return self
-        for host in self.hosts:
-            _sh("ip", "netns", "add", host)
+        if existing:
+            missing = [h for h in self.hosts if h not in existing]
+            raise RuntimeError(f"half a cluster exists ({', '.join(existing)} without "
+                               f"{', '.join(missing)}): remove it first, with `python "
+                               f"jobs/tools/cluster.py down` for the default hosts, else "
+                               f"`ip netns del {' '.join(existing)}`")
         self._created = True
-        try:
+        with _commands("could not build the cluster", undo=self.down):
+            for host in self.hosts:
+                _sh("ip", "netns", "add", host)
             _sh("ip", "link", "add", self.devices[0], "type", "veth", "peer", "name",
                 self.devices[1])
             for host, address, device in zip(self.hosts, self.addresses, self.devices):
@@ -91,10 +117,6 @@ class Cluster:
                 _sh("ip", "-n", host, "link", "set", device, "up")
                 _sh("ip", "-n", host, "link", "set", "lo", "up")
             self._shape()
-        except subprocess.CalledProcessError as exc:
-            self.down()
-            raise RuntimeError(f"could not build the cluster: {' '.join(exc.cmd)}: "
-                               f"{exc.stderr.strip()}") from None
         return self
 
     def _shape(self):
@@ -102,6 +124,14 @@ class Cluster:
         for host, device in zip(self.hosts, self.devices):
             _sh("ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", device, "root",
                 "tbf", "rate", self.rate, "burst", "64kb", "latency", "50ms")
+
+    def link_rate(self):
+        """The rate host 1's end of the link is shaped to, as `tc` says it ("1Gbit"), or None
+        if it is not shaped."""
+        out = _sh("ip", "netns", "exec", self.hosts[0], "tc", "qdisc", "show", "dev",
+                  self.devices[0]).stdout
+        found = re.search(r"\btbf\b.*?\brate (\S+)", out)
+        return found.group(1) if found else None
 
     def down(self):
         if self._created:
@@ -227,8 +257,15 @@ def main():
         reason = unavailable_reason()
         if reason:
             sys.exit(reason)
-        cluster.up()
-        print(f"hosts {cluster.hosts} at {cluster.addresses}, link {args.rate}")
+        try:
+            cluster.up()
+        except RuntimeError as exc:
+            sys.exit(str(exc))
+        if cluster.adopted_rate is None:
+            print(f"hosts {cluster.hosts} at {cluster.addresses}, link {args.rate}")
+        else:
+            print(f"hosts {cluster.hosts} existed already: their link, {cluster.adopted_rate}, "
+                  f"is reshaped to {args.rate} (`down` removes them)")
     elif args.command == "down":
         cluster._created = True
         cluster.down()

@@ -83,3 +83,12 @@ def launcher_free_environment(**extra):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def job_environment(**extra):
+    """launcher_free_environment with one BLAS thread per process, and `extra`: for the MPI
+    jobs the tests start under their own mpiexec, several ranks to a small machine. Run under
+    mpiexec itself, a test would otherwise pass its launcher's variables on, and the job's
+    ranks would try to join the test's job instead of starting their own."""
+    return launcher_free_environment(**{"OMP_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1,
+                                        **extra})

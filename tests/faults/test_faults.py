@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed._helpers import job_environment
+
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
 HANG = 124  # timeout's exit status: the job hung
@@ -30,13 +32,11 @@ pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pi
 def run(scenario, ranks):
     """Run `scenario`; returns (exit status, output, seconds from the fault to the end)."""
     marker = f"mpigrad-fault-{uuid.uuid4().hex}"  # finds this job's processes afterwards
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MPIGRAD_STALL_SECONDS="1")
     try:
         result = subprocess.run(["timeout", "-k", "10", "120", MPIEXEC, "-n", str(ranks),
                                  sys.executable, str(SCENARIOS), scenario, marker],
-                                capture_output=True, text=True, env=env)
+                                capture_output=True, text=True,
+                                env=job_environment(MPIGRAD_STALL_SECONDS=1))
         ended = time.time()
     finally:
         leftovers = _survivors(marker)

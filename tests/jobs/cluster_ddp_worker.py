@@ -1,8 +1,9 @@
 """Run under MPI on the simulated cluster by test_cluster.py: a few DDP steps of an MLP in
 float64, each rank on its slice of a global batch. Rank 0 saves the parameters, the hostname
-of every rank, how DDP reduced (its shared buckets or MPI rounds) and whether every rank's
-parameters had the same bits, to the .npz named on the command line."""
+of every rank, how each rank's DDP reduced (jobs/tools/ddp_reduction.py) and whether every
+rank's parameters had the same bits, to the .npz named on the command line."""
 import sys
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
@@ -12,6 +13,9 @@ import mpigrad.distributed as dist
 from mpigrad import nn
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs" / "tools"))  # a script
+from ddp_reduction import reduction  # noqa: E402
 
 SIZES = (64, 256, 256, 8)   # about 0.6 MB of float64 gradients per step
 PER_RANK = 4
@@ -43,19 +47,6 @@ def train(net, batches, lo, hi):
     return [p.data for p in net.parameters()]
 
 
-def reduction(ddp):
-    """How this rank's DDP sums (collective): (ranks sharing its buckets or 0, how many hosts
-    the ranks summing its slice across hosts are on or 0, whether they use the ring, whether
-    MPI rounds go hierarchical)."""
-    shared = ddp.reducer.shared
-    if shared is not None:
-        across = 0 if shared.across is None else \
-            len(set(shared.across.allgather(MPI.Get_processor_name())))
-        return shared.size, across, shared.ring_across_hosts, False
-    hierarchy = ddp.reducer._comm_hook[0].hierarchy
-    return 0, 0, False, hierarchy.spans_shared_hosts
-
-
 def main(out):
     dist.init_process_group()
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -69,10 +60,9 @@ def main(out):
     same_bits = comm.allreduce(int(np.array_equal(comm.bcast(flat, root=0), flat)), MPI.MIN)
     buckets = len(ddp.reducer.buckets)
     if rank == 0:
-        shared, across, ring, hierarchical = np.array(reductions).T
         np.savez(out, hosts=np.array(hosts), local_sizes=np.array(local_sizes),
-                 library=np.array(MPI.Get_library_version()), shared=shared, across=across,
-                 ring=ring.astype(bool), hierarchical=hierarchical.astype(bool),
+                 library=np.array(MPI.Get_library_version()),
+                 **{key: np.array([r[key] for r in reductions]) for key in reductions[0]},
                  same_bits=np.array(bool(same_bits)), buckets=np.array(buckets),
                  **{f"p{i}": p for i, p in enumerate(params)})
     dist.destroy_process_group()

@@ -5,13 +5,19 @@ on every rank, the ranks must sit on two hosts, and the link's counters must sho
 gradients crossed it. On 2 x 2, DDP's default keeps each host's buckets in shared memory and
 sums their slices across hosts (by the ring, the library's Iallreduce, or as timed);
 MPIGRAD_DDP_SHARED_MEMORY=0 makes it reduce in hierarchical MPI rounds instead, as do hosts
-with different numbers of ranks (2 + 1).
+with different numbers of ranks (2 + 1). Each rank reports how it reduced
+(jobs/tools/ddp_reduction.py): the ranks that sum across hosts must agree on the ring or the
+library's Iallreduce, and take the one MPIGRAD_CROSS_HOST_ALLREDUCE forces.
+
+`cluster.py up` on an existing cluster says that it reshapes the link, and refuses half a
+cluster, naming how to remove it.
 
 Needs root and `ip netns` (else skipped, with the reason), and a venv with Open MPI's wheel
 and an mpi4py bound to it, kept apart from the project's MPICH venv: MPIGRAD_CLUSTER_VENV
 (default /tmp/mpigrad-ompi-venv). Building one takes minutes, so it happens only with
 MPIGRAD_CLUSTER_BUILD_VENV=1; otherwise a missing venv skips the test, saying how to get it.
 """
+import functools
 import os
 import subprocess
 import sys
@@ -54,14 +60,19 @@ def two_hosts():
         yield hosts
 
 
-# (ranks on each host, environment, how DDP must reduce: "shared" buckets with their slices
-# crossing hosts by the "ring"/"mpi"/either, or MPI rounds "hierarchical"/"flat").
+# (ranks on each host, environment, how DDP must reduce: in "shared" buckets, whose slices
+# cross hosts with their owners, or in MPI rounds, "hierarchical" (only each host's first rank
+# crosses) or "flat" (every rank does), and across hosts by the "ring" or "mpi" when forced).
 SETUPS = {
     "2x1": ((1, 1), {}, "flat"),
+    "2x1-ring": ((1, 1), {"MPIGRAD_CROSS_HOST_ALLREDUCE": "ring"}, "flat ring"),
     "2x2-shared": ((2, 2), {}, "shared"),
     "2x2-shared-ring": ((2, 2), {"MPIGRAD_CROSS_HOST_ALLREDUCE": "ring"}, "shared ring"),
     "2x2-shared-mpi": ((2, 2), {"MPIGRAD_CROSS_HOST_ALLREDUCE": "mpi"}, "shared mpi"),
     "2x2-hierarchical": ((2, 2), {"MPIGRAD_DDP_SHARED_MEMORY": "0"}, "hierarchical"),
+    "2x2-hierarchical-ring": ((2, 2), {"MPIGRAD_DDP_SHARED_MEMORY": "0",
+                                       "MPIGRAD_CROSS_HOST_ALLREDUCE": "ring"},
+                              "hierarchical ring"),
     # Hosts with different numbers of ranks: every rank agrees to go without shared buckets.
     "2+1": ((2, 1), {}, "hierarchical"),
 }
@@ -87,21 +98,29 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
 
     result = np.load(out)
     assert str(result["library"]).startswith("Open MPI")
-    assert list(result["hosts"]) == ["mgt1"] * layout[0] + ["mgt2"] * layout[1]
+    hosts = list(result["hosts"])
+    assert hosts == ["mgt1"] * layout[0] + ["mgt2"] * layout[1]
     assert list(result["local_sizes"]) == [layout[0]] * layout[0] + [layout[1]] * layout[1]
     assert result["buckets"] > 2
-    if how.startswith("shared"):
+    kind, _, forced = how.partition(" ")
+    if kind == "shared":
         # Each host's ranks share its buckets; each slice is summed with its owners on
         # both hosts.
         assert list(result["shared"]) == [layout[0]] * world
-        assert list(result["across"]) == [2] * world
-        # Timed ("auto"), each slice's owners choose for themselves: only a forced choice
-        # is known.
-        if how != "shared":
-            assert list(result["ring"]) == [how == "shared ring"] * world
+        crosses = [True] * world
     else:
         assert list(result["shared"]) == [0] * world
-        assert list(result["hierarchical"]) == [how == "hierarchical"] * world
+        assert list(result["hierarchical"]) == [kind == "hierarchical"] * world
+        crosses = [kind == "flat" or rank == 0 or hosts[rank] != hosts[rank - 1]
+                   for rank in range(world)]
+    assert list(result["across_hosts"]) == [2 if c else 0 for c in crosses]
+    # The ranks that cross hosts agree on the ring or the library: as forced, or as their
+    # timing decided (which the ring may win on this link); the others use neither.
+    ring = list(result["ring_across_hosts"])
+    assert not any(r for r, c in zip(ring, crosses) if not c), ring
+    assert len({r for r, c in zip(ring, crosses) if c}) == 1, ring
+    if forced:
+        assert ring == [forced == "ring" and c for c in crosses]
     assert bool(result["same_bits"]), "the ranks' parameters differ"
 
     net = worker.model()
@@ -114,3 +133,50 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
     gradient_bytes = sum(p.data.nbytes for p in net.parameters())
     assert sent >= worker.STEPS * gradient_bytes, (sent, gradient_bytes)
     assert received >= worker.STEPS * gradient_bytes, (received, gradient_bytes)
+
+
+def test_up_on_an_existing_cluster_reshapes_it_aloud_and_refuses_half_of_one(monkeypatch,
+                                                                            capsys):
+    reason = cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    # Its own names, as two_hosts has: the command's default hosts are left alone.
+    make = functools.partial(cluster.Cluster, prefix="mgu", subnet="10.79.0")
+    monkeypatch.setattr(cluster, "Cluster", make)
+    monkeypatch.setattr(sys, "argv", ["cluster.py", "up", "--rate", "10gbit"])
+    hosts = make(rate="1gbit").up()
+    try:
+        assert hosts.adopted_rate is None and hosts.link_rate() == "1Gbit"
+        cluster.main()
+        assert capsys.readouterr().out == ("hosts ['mgu1', 'mgu2'] existed already: their "
+                                           "link, 1Gbit, is reshaped to 10gbit (`down` "
+                                           "removes them)\n")
+        assert hosts.exists() and hosts.link_rate() == "10Gbit"
+
+        subprocess.run(["ip", "netns", "del", "mgu2"], check=True)
+        with pytest.raises(SystemExit) as refused:
+            cluster.main()
+        assert refused.value.code == (
+            "half a cluster exists (mgu1 without mgu2): remove it first, with `python "
+            "jobs/tools/cluster.py down` for the default hosts, else `ip netns del mgu1`")
+        assert hosts.existing_hosts() == ["mgu1"]  # refused, not half-built further
+    finally:
+        hosts.down()
+    assert hosts.existing_hosts() == []
+
+
+def test_a_cluster_that_cannot_be_built_is_removed_and_the_command_named():
+    reason = cluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    # The link's device name is taken, so `up` fails after making the hosts.
+    subprocess.run(["ip", "link", "add", "mguv1", "type", "veth", "peer", "name", "mguvx"],
+                   check=True)
+    try:
+        hosts = cluster.Cluster(prefix="mgu", subnet="10.79.0")
+        with pytest.raises(RuntimeError, match=r"^could not build the cluster: ip link add "
+                                               r"mguv1 type veth peer name mguv2: .*exists"):
+            hosts.up()
+        assert hosts.existing_hosts() == []
+    finally:
+        subprocess.run(["ip", "link", "del", "mguv1"], check=True)

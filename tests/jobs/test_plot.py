@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed._helpers import job_environment
+
 pytest.importorskip("matplotlib")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,14 +167,12 @@ def test_missing_matplotlib_is_named(tmp_path):
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec on PATH")
 def test_plots_of_a_real_training_run(tmp_path):
     """The files train.py writes, not hand-made ones: the schema plot.py reads is real."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     metrics, trace = tmp_path / "metrics.jsonl", tmp_path / "timeline.json"
     r = subprocess.run(["timeout", "240", "mpiexec", "-n", "2", sys.executable,
                         str(REPO / "jobs" / "train.py"), "--epochs", "2", "--train-samples",
                         "1000", "--metrics", str(metrics), "--timeline", str(trace)],
-                       capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+                       capture_output=True, text=True, env=job_environment(),
+                       stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
     rank0 = sorted(tmp_path.glob("timeline*0*.json"))
     assert rank0, f"no rank-0 timeline among {os.listdir(tmp_path)}"

@@ -1,6 +1,5 @@
 """The model-parallel jobs end to end: jobs/rpc_parameter_server.py, the batching one and
 jobs/rpc_rnn.py under mpiexec, and the parameter server's Slurm script on the test cluster."""
-import os
 import re
 import shutil
 import subprocess
@@ -9,23 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed._helpers import job_environment
+
 REPO = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec")
 sys.path.insert(0, str(REPO / "tests" / "jobs"))  # test_slurm is also a script's neighbour
 from test_slurm import cluster, job_log, sbatch, submit_dir  # noqa: E402,F401  (fixtures)
-
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")]
 
 
 def _run(script, *args, ranks=3, timeout=300):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(REPO)] + sys.path))
     return subprocess.run(["timeout", str(timeout), MPIEXEC, "-n", str(ranks), sys.executable,
                            str(REPO / "jobs" / script), *args], capture_output=True, text=True,
-                          env=env)
+                          env=job_environment())
 
 
 def test_parameter_server_trains_with_two_trainers():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+from tests.distributed._helpers import job_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = str(ROOT / "jobs" / "train_gpt.py")
@@ -25,19 +26,14 @@ TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16
         "--eval-batches", "1", "--sample-chars", "0", "--dtype", "float64", "--warmup", "1"]
 
 
-def _env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    return dict(env, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-
-
 def _command(ranks, *args, timeout=240):
     return ["timeout", "-k", "10", str(timeout), MPIEXEC, "-n", str(ranks), sys.executable,
             JOB, *TINY, *args]
 
 
 def run(ranks, *args):
-    result = subprocess.run(_command(ranks, *args), capture_output=True, text=True, env=_env())
+    result = subprocess.run(_command(ranks, *args), capture_output=True, text=True,
+                            env=job_environment())
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
 
@@ -76,7 +72,7 @@ def test_the_default_sized_model_learns(tmp_path, text):
     result = subprocess.run(
         ["timeout", "-k", "10", "240", MPIEXEC, "-n", "2", sys.executable, JOB, "--text", text,
          "--steps", "60", "--warmup", "10", "--eval-interval", "20", "--sample-chars", "40",
-         "--metrics", str(metrics)], capture_output=True, text=True, env=_env())
+         "--metrics", str(metrics)], capture_output=True, text=True, env=job_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1, 2, 3]
@@ -89,7 +85,8 @@ def test_a_preempted_run_resumes_bit_for_bit(tmp_path, text):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     run(2, *common, "--checkpoint", str(straight))
     job = subprocess.Popen(_command(2, *common, "--checkpoint", str(stopped)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=job_environment())
     try:
         deadline = time.time() + 120
         while not (stopped / "ckpt-000005.npz").exists() and time.time() < deadline:
@@ -117,6 +114,6 @@ def test_resuming_with_another_global_batch_is_refused(tmp_path, text):
     run(1, *common, "--batch-size", "4")
     result = subprocess.run(_command(1, *common, "--batch-size", "2", "--resume",
                                      "--steps", "4"), capture_output=True, text=True,
-                            env=_env())
+                            env=job_environment())
     assert result.returncode == 1
     assert "global batch of 4" in result.stdout

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+from tests.distributed._helpers import job_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "jobs" / "train.py")
@@ -23,25 +24,17 @@ MPIEXEC = shutil.which("mpiexec")
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")
 
 
-def _env():
-    # A launcher's variables (set when this test itself runs under mpiexec) would make the
-    # child try to join that job instead of starting its own.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    return dict(env, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-
-
 def run_train(*args, ranks=2, timeout=240):
     return subprocess.run(["timeout", "-k", "10", str(timeout), MPIEXEC, "-n", str(ranks),
                            sys.executable, TRAIN, *args], capture_output=True, text=True,
-                          env=_env())
+                          env=job_environment())
 
 
 def start_train(*args, ranks=2, timeout=240):
     """train.py under mpiexec in the background, under `timeout` so that it cannot hang."""
     return subprocess.Popen(["timeout", "-k", "10", str(timeout), MPIEXEC, "-n", str(ranks),
                              sys.executable, TRAIN, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+                            stderr=subprocess.PIPE, text=True, env=job_environment())
 
 
 def signal_launcher(job, signum):
@@ -154,17 +147,17 @@ def test_sigusr1_mid_epoch_checkpoints_exits_99_and_resumes_exactly(tmp_path):
 
 def test_bad_arguments_exit_2_with_a_message():
     result = subprocess.run([sys.executable, TRAIN, "--epochs", "-1"], capture_output=True,
-                            text=True, env=_env())
+                            text=True, env=job_environment())
     assert result.returncode == 2
     assert "--epochs: must be a positive integer" in result.stderr
     result = subprocess.run([sys.executable, TRAIN, "--resume"], capture_output=True, text=True,
-                            env=_env())
+                            env=job_environment())
     assert result.returncode == 2 and "--resume needs --checkpoint" in result.stderr
 
 
 def test_help_documents_every_option():
     result = subprocess.run([sys.executable, TRAIN, "--help"], capture_output=True, text=True,
-                            env=_env())
+                            env=job_environment())
     assert result.returncode == 0
     for option in ("--model", "--dataset", "--data-dir", "--epochs", "--batch-size", "--lr",
                    "--seed", "--checkpoint", "--resume", "--metrics", "--timeline"):

@@ -2,7 +2,6 @@
 standard library's sources: perplexity falls at 1 and 2 ranks, and without dropout 2 ranks
 train exactly as one process."""
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+from tests.distributed._helpers import job_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = str(ROOT / "jobs" / "train_lm.py")
@@ -28,16 +28,10 @@ EPOCH = re.compile(r"^\[rank 0\] epoch (\d+) \| lr \S+ \| train ppl ([0-9.]+) \|
                    r"valid ppl ([0-9.]+) \|", re.M)
 
 
-def _env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    return dict(env, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-
-
 def run(ranks, *args, timeout=240):
     return subprocess.run(["timeout", "-k", "10", str(timeout), MPIEXEC, "-n", str(ranks),
                            sys.executable, JOB, *TINY, *args], capture_output=True, text=True,
-                          env=_env())
+                          env=job_environment())
 
 
 def perplexities(stdout):
@@ -125,6 +119,6 @@ def test_batch_columns_must_split_evenly_over_the_ranks():
 
 def test_tied_weights_need_equal_sizes():
     result = subprocess.run([sys.executable, JOB, "--tied", "--emsize", "8", "--nhid", "16"],
-                            capture_output=True, text=True, env=_env())
+                            capture_output=True, text=True, env=job_environment())
     assert result.returncode == 2
     assert "--tied needs --emsize equal to --nhid" in result.stderr
