@@ -261,19 +261,12 @@ def test_children_of_a_parent_that_set_world_size_and_master_join_with_their_ran
         ["3", "6", str(i)] for i in range(3)]
 
 
-def _environment(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL",
-                                "MPIR_", "TORCHELASTIC_", "MPIGRAD_RENDEZVOUS"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 def _run_tutorial(script, size, cwd):
+    # Not at the top: children import this module by its folder alone, where the `tests`
+    # package need not be importable.
+    from tests.distributed._environment import job_environment
     return subprocess.run(["timeout", "-k", "10", "600", sys.executable, str(script), str(size)],
-                          env=_environment(DDP_TUTORIAL_PORT=_port()), cwd=cwd,
+                          env=job_environment(DDP_TUTORIAL_PORT=_port()), cwd=cwd,
                           capture_output=True, text=True)
 
 

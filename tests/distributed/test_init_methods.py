@@ -16,7 +16,8 @@ import pytest
 
 from mpigrad.distributed.launch import rendezvous
 
-from ._helpers import finish, launcher_free_environment
+from ._environment import launcher_free_environment
+from ._helpers import finish
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "tutorial" / "init_methods.py"

@@ -14,6 +14,8 @@ import pytest
 from mpigrad.autograd.profiler import profile, record_function
 from mpigrad.distributed.ddp.timeline import MEMORY_EVENTS, Timeline, summarize
 
+from ._environment import launcher_free_environment
+
 
 def record_steps(timeline, first, count, buckets=3):
     for step in range(first, first + count):
@@ -62,9 +64,8 @@ def test_without_a_file_only_the_newest_events_are_kept():
 def test_a_killed_process_leaves_a_readable_trace_of_its_finished_steps(tmp_path):
     path = tmp_path / "trace.json"
     script = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
-        from test_timeline import record_steps
+        import time
+        from tests.distributed.test_timeline import record_steps
         from mpigrad.distributed.ddp.timeline import Timeline
 
         timeline = Timeline({str(path)!r}, rank=1)
@@ -72,11 +73,10 @@ def test_a_killed_process_leaves_a_readable_trace_of_its_finished_steps(tmp_path
         print("recorded", flush=True)
         time.sleep(600)
     """)
-    # Not the launcher's variables: the child is a job of its own, not a rank of this one.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    # Not the launcher's variables: the child is a job of its own, not a rank of this one. The
+    # environment has the repository on the path, for the import of record_steps.
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                             env=env)
+                             env=launcher_free_environment())
     try:
         assert child.stdout.readline() == "recorded\n"
     finally:

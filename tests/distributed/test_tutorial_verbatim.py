@@ -19,11 +19,11 @@ import pytest
 
 import mpigrad.distributed as dist
 
+from ._environment import job_environment
 from .tutorial import dist_tuto
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "tutorial" / "dist_tuto.py"
-LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_")
 
 
 def _printed(text):
@@ -89,11 +89,8 @@ class _nothing:
 def _environment(**extra):
     # Buffered output: each process then writes its lines at once, so the ranks' prints (which
     # share one pipe) cannot interleave mid-line.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(LAUNCHER_PREFIXES) and k != "PYTHONUNBUFFERED"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parents[1]),
-                                                      env.get("PYTHONPATH")]))
-    env.update({k: str(v) for k, v in extra.items()})
+    env = job_environment(**extra)
+    env.pop("PYTHONUNBUFFERED", None)
     return env
 
 

@@ -11,17 +11,16 @@ import sys
 
 import pytest
 
+from tests.distributed._environment import job_environment
+
 HERE = pathlib.Path(__file__).parent
-LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPI_LOCAL", "MPIR_")
 
 
 def _environment(**extra):
     # Buffered output, so that ranks sharing a pipe write whole lines.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)
-           and k not in ("RANK", "WORLD_SIZE", "PYTHONUNBUFFERED")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(HERE.parents[1]),
-                                                      env.get("PYTHONPATH")]))
-    env.update({k: str(v) for k, v in extra.items()})
+    env = job_environment(**extra)
+    env.pop("PYTHONUNBUFFERED", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env["PYTHONPATH"]])
     return env
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed._helpers import job_environment
+from tests.distributed._environment import job_environment
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")

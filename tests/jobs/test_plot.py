@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed._helpers import job_environment
+from tests.distributed._environment import job_environment
 
 pytest.importorskip("matplotlib")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed._helpers import job_environment
+from tests.distributed._environment import job_environment
 
 REPO = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
-from tests.distributed._helpers import job_environment
+from tests.distributed._environment import job_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "jobs" / "train.py")
