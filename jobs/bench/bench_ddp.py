@@ -14,16 +14,14 @@ step time:
   mpigrad DDP through MPI         the same, with MPIGRAD_DDP_SHARED_MEMORY=0: one Iallreduce per
                                 bucket instead of the shared-memory buckets of one host
 
-With --bound, two more, which tell memory traffic from synchronization as what DDP's extra
-time is made of (their gradients are not DDP's: only their time means something):
+With --bound, two more, which tell what DDP's extra time is made of (their gradients are
+wrong: only their time means something):
 
-  no communication + 2 copies   the step without DDP, plus two copies of every gradient into
-                                a buffer of its own after each step: as
-                                many bytes as the shared-memory reduction moves per rank (copy
-                                in; sum this rank's slices and write them back)
   DDP without waiting           DDP with every wait taken out: no flags waited for and no
                                 end-of-backward agreement, so ranks sum whatever the others'
                                 copies hold at that moment
+  DDP without the sums          DDP whose shared reduction sums and writes nothing: what is
+                                left is the copy into the buckets, the flags and bookkeeping
 
 Then: the bucketed allreduce (DDP's bucket layout, one Iallreduce per bucket, in order, then
 Waitall) against one MPI Allreduce of the same total bytes; the cost of the end-of-backward
@@ -64,33 +62,28 @@ class MpigradRun(MlpStep):
         super().__init__(rank, model, SGD(model.parameters(), lr=0.01, momentum=0.9))
 
 
-class CopyingRun(MpigradRun):
-    """The step without communication, then `copies` passes copying every gradient into a
-    buffer of its own."""
+class PatchedDdpRun(MpigradRun):
+    """DDP whose step runs with `patches`, (owner, name, replacement) triples, in place."""
 
-    def __init__(self, rank, copies):
-        super().__init__(rank, False, None)
-        self.copies = copies
-        self.buffers = [np.empty_like(p.data) for p in self.model.parameters()]
-
-    def step(self):
-        super().step()
-        for _ in range(self.copies):
-            for param, buffer in zip(self.model.parameters(), self.buffers):
-                np.multiply(param.grad.data, 0.5, out=buffer)
-
-
-class UnsyncedDdpRun(MpigradRun):
-    """DDP whose step waits for nothing: flags count as raised, and the end-of-backward
-    agreement is skipped."""
-
-    def __init__(self, rank, bucket_cap_mb):
+    def __init__(self, rank, bucket_cap_mb, patches):
         super().__init__(rank, True, bucket_cap_mb)
+        self.patches = patches
 
     def step(self):
-        with mock.patch.object(shared_memory_hook, "_wait_for", lambda *args: True), \
-                mock.patch.object(Reducer, "_agree", lambda self, *args, **kwargs: None):
+        with contextlib.ExitStack() as patched:
+            for owner, name, replacement in self.patches:
+                patched.enter_context(mock.patch.object(owner, name, replacement))
             super().step()
+
+
+def _nothing(*args, **kwargs):
+    return None
+
+
+WITHOUT_WAITING = [(shared_memory_hook, "_wait_for", lambda *args: True),
+                   (Reducer, "_agree", _nothing)]
+WITHOUT_SUMS = [(shared_memory_hook, "_sum_over", _nothing),
+                (shared_memory_hook, "_copy_out", _nothing)]
 
 
 # The parts of DDP's step the breakdown times, by what they do.
@@ -175,8 +168,8 @@ def main():
             "mpigrad DDP through MPI": MpigradRun(rank, True, args.bucket_cap_mb,
                                                   shared_memory=False)}
     if args.bound:
-        runs["no communication + 2 copies"] = CopyingRun(rank, copies=2)
-        runs["DDP without waiting"] = UnsyncedDdpRun(rank, args.bucket_cap_mb)
+        runs["DDP without waiting"] = PatchedDdpRun(rank, args.bucket_cap_mb, WITHOUT_WAITING)
+        runs["DDP without the sums"] = PatchedDdpRun(rank, args.bucket_cap_mb, WITHOUT_SUMS)
     if torch is not None:
         runs["PyTorch DDP (gloo)"] = TorchRun(torch, rank)
     ddp = runs["mpigrad DDP"].model
