@@ -207,6 +207,7 @@ class Agent:
         self._covering = threading.Event()  # set while the listener runs a request
         self._dead = {}  # rank -> why it is gone
         self._done = set()  # ranks that finished shutting down among the survivors
+        self._fences = []  # Futures every later request waits for first (see fence)
         self.requests_sent = 0
         self.replies_received = 0  # including late ones, for calls that timed out
         self._late = {}  # msg_id -> dest, for calls that timed out and await their reply
@@ -251,6 +252,8 @@ class Agent:
         seconds (None: the agent's default; 0: none). `keep` stays referenced until the reply
         arrives (RRefs in flight)."""
         self.check_reachable(dest, what)
+        if self._fences:
+            self._await_fences()
         msg_id = next(_msg_ids)
         header, arrays, tag = self.encode(dest, kind, msg_id, payload)
         future = self._register(dest, msg_id, what, timeout, keep)
@@ -263,6 +266,32 @@ class Agent:
                 self._lock.notify_all()
             raise
         return future
+
+    def notify(self, dest, kind, payload, what):
+        """Send a request that gets no reply (message id 0) from the calling thread. Nothing
+        counts it for shutdown: the protocol using it must know by other means that it was
+        handled (distributed autograd's gradients: the receiver's pass waits for every one
+        addressed to it before it answers)."""
+        self.check_reachable(dest, what)
+        self._send(dest, *self.encode(dest, kind, 0, payload))
+
+    def fence(self, futures):
+        """Requests sent from now on, from any thread, first wait for `futures` (whose errors
+        are the business of whoever made them): work handed off without a wait still
+        happens before anything this worker asks next."""
+        with self._lock:
+            self._fences.extend(futures)
+
+    def _await_fences(self):
+        with self._lock:
+            fences = list(self._fences)
+        for future in fences:
+            try:
+                future.wait()
+            except Exception:
+                pass
+        with self._lock:
+            self._fences = [f for f in self._fences if not f.done()]
 
     def post(self, dest, kind, payload, what, on_reply=None):
         """Queue a small control request (no arrays) for the listener to send; safe from any

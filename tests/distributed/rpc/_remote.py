@@ -276,3 +276,11 @@ def shared_server(trainers):
 
 
 _server_lock = threading.Lock()
+
+
+def gradients_waiting(context_id):
+    """How many gradient messages wait, unconsumed, in this worker's context."""
+    from mpigrad.distributed.autograd import contexts
+    context = contexts.retrieve(context_id)
+    with context.cond:
+        return len(context.mailbox)
