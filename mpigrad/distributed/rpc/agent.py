@@ -48,6 +48,7 @@ calls to it then fail at once. The rounds' collective needs every worker, so onc
 the others agree among themselves instead: each, its own calls answered, tells the others it
 is done and serves until each of them has said the same, within the RPC timeout.
 """
+import contextlib
 import heapq
 import itertools
 import os
@@ -202,7 +203,7 @@ class Agent:
         self.receiving = threading.local()  # .active: this thread is handling a message
         self._in_flight = []  # (request, buffer) of Isends not known to be complete
         self._in_flight_lock = threading.Lock()
-        self._replying = 0  # replies being encoded and sent: they leave before a "bye"
+        self._replying = 0  # replies due or being sent (every path): they leave before a "bye"
         self._upkeep = threading.Lock()  # one thread at a time sends the outbox, expires calls
         self._covering = threading.Event()  # set while the listener runs a request
         self._dead = {}  # rank -> why it is gone
@@ -477,8 +478,8 @@ class Agent:
                 payload = handler.prepare(source, payload)
         except Exception as exc:
             if msg_id:
-                self.pool.submit(self._reply, source, msg_id, False, wire.describe_error(exc),
-                                 None)
+                self._reply_on_pool(self._reply, source, msg_id, False, wire.describe_error(exc),
+                                    None)
             return
         context = self.codec.context_of(autograd)
         if handler.inline:
@@ -487,7 +488,8 @@ class Agent:
             except Exception as exc:
                 result, ok = wire.describe_error(exc), False
             if msg_id:
-                self._isend(source, self.encode(source, "reply", msg_id, (ok, result))[0])
+                with self._replying_now():
+                    self._isend(source, self.encode(source, "reply", msg_id, (ok, result))[0])
         elif run_here:
             return lambda: self._serve(source, msg_id, handler, payload, context)
         else:
@@ -506,17 +508,10 @@ class Agent:
                 # (never from the thread completing it, which may be the listener), and let
                 # this thread go now.
                 result.future.add_done_callback(
-                    lambda done: self.pool.submit(self._reply_when_done, source, msg_id, done,
-                                                  context))
+                    lambda done: self._reply_on_pool(self._reply_when_done, source, msg_id,
+                                                     done, context))
             elif msg_id:
-                with self._lock:
-                    self._replying += 1
-                try:
-                    self._reply(source, msg_id, ok, result, context)
-                finally:
-                    with self._lock:
-                        self._replying -= 1
-                        self._lock.notify_all()
+                self._reply(source, msg_id, ok, result, context)
 
     def _reply_when_done(self, source, msg_id, future, context):
         try:
@@ -542,13 +537,45 @@ class Agent:
     def _reply(self, dest, msg_id, ok, result, context):
         if dest in self._dead:
             return
-        with self.codec.running_in(context):
+        with self._replying_now(), self.codec.running_in(context):
             try:
                 header, arrays, tag = self.encode(dest, "reply", msg_id, (ok, result))
             except Exception as exc:
                 header, arrays, tag = self.encode(dest, "reply", msg_id,
                                                   (False, wire.describe_error(exc)))
-        self._send(dest, header, arrays, tag)
+            self._send(dest, header, arrays, tag)
+
+    @contextlib.contextmanager
+    def _replying_now(self):
+        """Count a reply as being sent for the block: a worker leaving at once lets it go
+        before its "bye" (see stop)."""
+        with self._lock:
+            self._replying += 1
+        try:
+            yield
+        finally:
+            self._replied()
+
+    def _replied(self):
+        with self._lock:
+            self._replying -= 1
+            self._lock.notify_all()
+
+    def _reply_on_pool(self, reply, *args):
+        """`reply(*args)` on the pool, counted as being sent from now on, not only once a
+        pool thread starts it."""
+        with self._lock:
+            self._replying += 1
+
+        def run():
+            try:
+                reply(*args)
+            finally:
+                self._replied()
+        try:
+            self.pool.submit(run)
+        except RuntimeError:  # the pool has shut down: this worker is leaving at once
+            self._replied()
 
     def _complete(self, source, msg_id, autograd, body, arrays):
         with self._lock:

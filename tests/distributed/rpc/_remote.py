@@ -284,3 +284,11 @@ def gradients_waiting(context_id):
     context = contexts.retrieve(context_id)
     with context.cond:
         return len(context.mailbox)
+
+
+@rpc.functions.async_execution
+def async_answer_when_told():
+    """Answers with state["answer"], a Future the callee's main thread completes."""
+    future = state["answer"] = rpc.Future()
+    set_event_later("asked")
+    return future
