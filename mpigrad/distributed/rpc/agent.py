@@ -323,10 +323,6 @@ class Agent:
         body, arrays, layouts, grad_tensors = wire.dumps(
             payload, lambda r: self.codec.fork(r, dest), self.codec.records_grad())
         size = sum(a.nbytes for a in arrays)
-        if size > wire.MAX_MESSAGE_BYTES:
-            raise ValueError(f"an RPC message to {self.describe(dest)} would carry {size} bytes "
-                             f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
-                             "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
         if size <= _INLINE_BYTES:
             return wire.header(kind, msg_id, 0, layouts, autograd, body, arrays), [], 0

@@ -292,7 +292,8 @@ class _Pickler(pickle.Pickler):
 def dumps(payload, fork_rref, record_grad):
     """Encode `payload`; returns (body, arrays to send, their layouts, tensors that need a
     send function). `fork_rref(rref)` is called once per RRef in it, after encoding
-    succeeded. Raises a TypeError naming the payload when something cannot be sent."""
+    succeeded. Raises a TypeError naming the payload when something cannot be sent, a
+    ValueError when its tensors exceed MAX_MESSAGE_BYTES."""
     references = _References(record_grad)
     try:
         body = [FAST, _Encoder(references).encode(payload)]
@@ -307,6 +308,11 @@ def dumps(payload, fork_rref, record_grad):
                             f"sides can import (not a lambda or a local function); other "
                             f"values must be picklable") from exc
         body = [PICKLED, buffer.getvalue()]
+    size = sum(a.nbytes for a in references.arrays)
+    if size > MAX_MESSAGE_BYTES:  # before any RRef is forked: the message never leaves
+        raise ValueError(f"an RPC message would carry {size} bytes of tensors; at most "
+                         f"{MAX_MESSAGE_BYTES} go in one message (the receiver refuses more): "
+                         "send the data in parts")
     body.append(tuple(fork_rref(r) for r in references.rrefs))
     return tuple(body), references.arrays, references.layouts, references.grad_tensors
 

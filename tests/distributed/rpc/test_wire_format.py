@@ -238,3 +238,14 @@ def test_rrefs_are_forked_once_per_object_and_only_after_encoding_succeeds(pickl
     assert (rref.forks, other.forks) == (1, 1)
     assert back[0] == ("loaded", ("described", "a")) and back[0] is back[1][0]
     assert back[1][1] == ("loaded", ("described", "b"))
+
+
+def test_a_message_over_the_size_limit_is_refused_before_any_rref_is_forked(monkeypatch):
+    monkeypatch.setattr(wire, "MAX_MESSAGE_BYTES", 1000)
+    rref = FakeRRef("a")
+    for payload in ((rref, np.zeros(126)), (rref, np.zeros(126), {1})):  # fast, pickled
+        with pytest.raises(ValueError, match="would carry 1008 bytes.*at most 1000"):
+            wire.dumps(payload, fork, False)
+    assert rref.forks == 0
+    wire.dumps((rref, np.zeros(125)), fork, False)
+    assert rref.forks == 1
