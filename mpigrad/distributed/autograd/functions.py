@@ -67,8 +67,8 @@ def send_gradients(node, grads, error):
 
 
 def await_gradients(context, send_id, peer, count):
+    _wait(lambda: send_id in context.mailbox, lambda: (peer,))
     with context.cond:
-        _wait(context, lambda: send_id in context.mailbox, lambda: (peer,))
         grads, error = context.mailbox.pop(send_id)
     if error is not None:
         agent = current_agent("distributed backward")
@@ -80,21 +80,24 @@ def drain(context):
     """Wait until the gradients of every send function of the context have arrived in this
     pass (after an error, some were never awaited: each recv function answers its sender
     even then), and forget them, so none outlives the pass nor is taken for the next one's."""
-    with context.cond:
-        def missing():
+    def missing():
+        with context.cond:
             return [peer for send_id, (_, peer) in context.sends.items()
                     if send_id not in context.arrived]
-        _wait(context, lambda: not missing(), missing)
+    _wait(lambda: not missing(), missing)
+    with context.cond:
         context.mailbox.clear()
         context.arrived.clear()
 
 
-def _wait(context, ready, peers):
-    """Wait (holding context.cond) until `ready()`, in slices, so that one of `peers()`
-    leaving, or this agent stopping, ends the wait at once; within the agent's timeout."""
+def _wait(ready, peers):
+    """Wait until `ready()`, receiving messages on this thread meanwhile (the gradients it
+    waits for then need no other thread to wake up for them), in slices, so that one of
+    `peers()` leaving, or this agent stopping, ends the wait at once; within the agent's
+    timeout."""
     agent = current_agent("distributed backward")
     deadline = time.monotonic() + agent.timeout if agent.timeout else None
-    while not context.cond.wait_for(ready, _WAIT_SLICE):
+    while not agent.receive_until(ready, _WAIT_SLICE):
         waiting_for = peers()
         for peer in waiting_for:
             agent.check_reachable(peer, "distributed backward")

@@ -8,8 +8,10 @@ Threads
   while a reply is awaited or a message came in the last 50 ms, then doubling up to 2 ms,
   and up to 10 ms after a second without messages, so an idle agent costs about 1% of a
   core and a busy one answers within microseconds. A caller thread waiting for its reply
-  receives (any) messages itself meanwhile (see `receive_until`), yielding for its first
-  2 ms, and the listener slows down rather than compete with it. Receiving
+  (or distributed autograd for its gradients) receives (any) messages itself meanwhile
+  (see `receive_until`), yielding for its first 2 ms, and the listener slows down rather
+  than compete with it. Every receiving thread runs the same loop (`_receive_while`), each
+  with its own pauses. Receiving
   never blocks on a send: small control messages and their acknowledgements leave through
   the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
   replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
@@ -20,12 +22,14 @@ Threads
 - The listener runs the requests it receives itself (the user's functions), with no
   hand-over to another thread; meanwhile the cover thread does the listener's work (it
   receives, sends the outbox, fails calls that time out), sleeping between polls so that it
-  leaves the interpreter to the request. Requests the cover thread or a waiting caller
+  leaves the interpreter to the request, from 20 us doubling up to 2 ms while nothing
+  comes. Requests the cover thread or a waiting caller
   receive go to a pool of `num_worker_threads` threads. So a nested call (A calls B, which
   calls A back) or a long function never stops other requests. Callbacks of RPC Futures run
   on the pool too, never on a receiving thread.
 - A worker that stops at once (not gracefully) first lets the replies being sent leave, so
-  a caller whose function returned gets its answer before the worker's "bye".
+  a caller whose function returned (or whose async function's Future completed) gets its
+  answer before the worker's "bye"; a request the listener had not started is dropped.
 
 Blocking MPI calls (the start-up exchange of names, a caller's sends) run under the
 watchdog (fault/watchdog.py) as "RPC" calls with the agent's timeout (none when the timeout is
@@ -91,6 +95,27 @@ _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 current = None  # this worker's running Agent: set by init_rpc, cleared by shutdown
 
 
+class _Pace:
+    """When a receiving loop last received or sent anything, and its pause while nothing
+    comes (see `backoff`)."""
+
+    def __init__(self):
+        self.seen()
+
+    def seen(self):
+        self.last = time.monotonic()
+        self.pause = _MIN_PAUSE
+
+    def quiet(self):
+        return time.monotonic() - self.last
+
+    def backoff(self, most):
+        """The pause for now: _MIN_PAUSE after something was seen, doubling up to `most`."""
+        pause = self.pause
+        self.pause = min(2 * pause, most)
+        return pause
+
+
 class RpcTimeoutError(DistError, TimeoutError):
     """An RPC did not complete within its timeout."""
 
@@ -117,7 +142,7 @@ class RpcFuture(Future):
         # interpreter from it (640 us a call; Python hands its GIL over on request only
         # after 5 ms).
         if block and not self.to_self:
-            self._agent.receive_until(self)
+            self._agent.receive_until(lambda: self._completed)
 
     def add_done_callback(self, callback):
         agent = self._agent
@@ -338,69 +363,98 @@ class Agent:
     # ---- the listener ------------------------------------------------------------------------
 
     def _listen(self):
-        status = MPI.Status()
-        pause = _MIN_PAUSE
-        last_message = time.monotonic()
-        while not self._stopping.is_set():
-            run = None
-            try:
-                incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                if incoming is not None:
-                    run = self._receive(incoming, status, run_here=True)
-                sent = self._keep_up()
-            except Exception:  # the listener must survive anything one message does
-                sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
-                                 f"{traceback.format_exc()}")
-                continue
-            if run is not None:
-                # The request runs here, with no hand-over to a pool thread (16-20 us, a
-                # fifth of a small call's round trip); the cover thread receives meanwhile,
-                # so a long or nested request never stops the others.
-                self._covering.set()
-                try:
-                    run()
-                except Exception:  # a reply that could not go: the listener must survive it
-                    sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
-                                     f"{traceback.format_exc()}")
-                finally:
-                    self._covering.clear()
-            if incoming is not None or sent:
-                last_message = time.monotonic()
-                continue
-            quiet = time.monotonic() - last_message
+        def pause(pace):
+            quiet = pace.quiet()
             if self._receivers:
-                pause = _MAX_PAUSE  # a waiting caller receives; don't compete with it
-            elif quiet < _SPIN:
-                os.sched_yield()
-                continue
-            elif self._calls or quiet < _STAY_AWAKE:
-                pause = _MIN_PAUSE
-            else:
-                pause = min(2 * pause, _IDLE_PAUSE if quiet > _IDLE_AFTER else _MAX_PAUSE)
-            time.sleep(pause)
+                return _MAX_PAUSE  # a waiting caller receives; don't compete with it
+            if quiet < _SPIN:
+                return 0
+            if self._calls or quiet < _STAY_AWAKE:
+                return _MIN_PAUSE
+            return pace.backoff(_IDLE_PAUSE if quiet > _IDLE_AFTER else _MAX_PAUSE)
+        self._receive_while(lambda: not self._stopping.is_set(), pause, run_here=True)
 
     def _cover(self):
         """While the listener runs a request: receive (requests go to the pool), send the
         outbox, expire calls. Between polls it sleeps rather than yields, leaving the
-        interpreter to the request, which is most often done before the first poll."""
-        status = MPI.Status()
+        interpreter to the request, which is most often done before the first poll, and
+        sleeps longer the longer nothing comes (a waiting caller, the request's own thread
+        too, receives what it waits for itself)."""
+        def covering():
+            return self._covering.is_set() and not self._stopping.is_set()
+
+        def pause(pace):
+            return _MAX_PAUSE if self._receivers else pace.backoff(_MAX_PAUSE)
         while True:
             self._covering.wait()
             if self._stopping.is_set():
                 return
             time.sleep(_MIN_PAUSE)
-            while self._covering.is_set() and not self._stopping.is_set():
-                try:
-                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                    if incoming is not None:
-                        self._receive(incoming, status)
-                    self._keep_up()
-                except Exception:
-                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
-                                     f"{traceback.format_exc()}")
-                    continue
-                if incoming is None:
-                    time.sleep(_MIN_PAUSE)
+            self._receive_while(covering, pause)
+
+    def receive_until(self, done, seconds=None):
+        """Receive and handle messages on this thread until `done()` (or `seconds` pass, or
+        the agent stops, and the listener completes what is pending); returns `done()`."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        with self._lock:
+            self._receivers += 1
+        try:
+            self._receive_while(
+                lambda: not (done() or self._stopping.is_set()
+                             or deadline is not None and time.monotonic() > deadline),
+                lambda pace: 0 if pace.quiet() < _SPIN else _MIN_PAUSE)
+        finally:
+            with self._lock:
+                self._receivers -= 1
+        return done()
+
+    def _receive_while(self, running, pause, run_here=False):
+        """The receiving loop of the listener, the cover thread and waiting callers: while
+        `running()`, poll, handle what came (with `run_here`, a request is run on this
+        thread, the cover thread receiving meanwhile), send the outbox and expire calls;
+        after a poll that did nothing, wait `pause(pace)` seconds (0: only yield the CPU)."""
+        status = MPI.Status()
+        pace = _Pace()
+        while running():
+            run = None
+            try:
+                incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
+                if incoming is not None:
+                    # Not in a waiting caller's autograd context: the message brings its own.
+                    with self.codec.running_in(None):
+                        run = self._receive(incoming, status, run_here)
+                sent = self._keep_up()
+            except Exception:  # a receiving thread must survive anything one message does
+                sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
+                                 f"{traceback.format_exc()}")
+                continue
+            if run is not None:
+                self._run_here(run)
+            if incoming is not None or sent:
+                pace.seen()
+                continue
+            seconds = pause(pace)
+            if seconds:
+                time.sleep(seconds)
+            else:
+                os.sched_yield()
+
+    def _run_here(self, run):
+        """Run a request on the listener, with no hand-over to a pool thread (16-20 us, a
+        fifth of a small call's round trip); the cover thread receives meanwhile, so a long
+        or nested request never stops the others. Not once the agent is stopping: the
+        request is left behind, as those of the pool are."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._covering.set()
+        try:
+            run()
+        except Exception:  # a reply that could not go: the listener must survive it
+            sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
+                             f"{traceback.format_exc()}")
+        finally:
+            self._covering.clear()
 
     def _keep_up(self):
         """Send the outbox and fail calls whose timeout passed; returns whether anything was
@@ -413,33 +467,6 @@ class Agent:
             return sent
         finally:
             self._upkeep.release()
-
-    def receive_until(self, future):
-        """Receive and handle messages on this thread until `future` completes (or the
-        agent stops, and the listener completes it)."""
-        status = MPI.Status()
-        with self._lock:
-            self._receivers += 1
-        spin_until = time.monotonic() + _SPIN
-        try:
-            while not future._completed and not self._stopping.is_set():
-                try:
-                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                    if incoming is not None:
-                        # Not in the caller's autograd context: the message brings its own.
-                        with self.codec.running_in(None):
-                            self._receive(incoming, status)
-                        continue
-                except Exception:
-                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
-                                     f"{traceback.format_exc()}")
-                if time.monotonic() < spin_until:
-                    os.sched_yield()
-                else:
-                    time.sleep(_MIN_PAUSE)
-        finally:
-            with self._lock:
-                self._receivers -= 1
 
     def _receive(self, incoming, status, run_here=False):
         """Handle one message; with `run_here`, a request for the pool is returned instead,
@@ -751,8 +778,9 @@ class Agent:
 
 
     def _stop_receiving(self, graceful):
-        running = self._covering.is_set()
-        self._stopping.set()
+        with self._lock:  # against _run_here: the listener is running a request, or never will
+            self._stopping.set()
+            running = self._covering.is_set()
         self._covering.set()  # so the cover thread sees it
         self.cover.join()
         if graceful or not running:
