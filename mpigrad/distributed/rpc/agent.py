@@ -399,31 +399,35 @@ class Agent:
         with self._lock:
             self._receivers += 1
         try:
-            self._receive_while(
-                lambda: not (done() or self._stopping.is_set()
-                             or deadline is not None and time.monotonic() > deadline),
-                lambda pace: 0 if pace.quiet() < _SPIN else _MIN_PAUSE)
+            # Not in the caller's autograd context: each message brings its own.
+            with self.codec.running_in(None):
+                self._receive_while(
+                    lambda: not (done() or self._stopping.is_set()
+                                 or deadline is not None and time.monotonic() > deadline),
+                    lambda pace: 0 if pace.quiet() < _SPIN else _MIN_PAUSE, upkeep=False)
         finally:
             with self._lock:
                 self._receivers -= 1
         return done()
 
-    def _receive_while(self, running, pause, run_here=False):
+    def _receive_while(self, running, pause, run_here=False, upkeep=True):
         """The receiving loop of the listener, the cover thread and waiting callers: while
         `running()`, poll, handle what came (with `run_here`, a request is run on this
-        thread, the cover thread receiving meanwhile), send the outbox and expire calls;
-        after a poll that did nothing, wait `pause(pace)` seconds (0: only yield the CPU)."""
+        thread, the cover thread receiving meanwhile), and with `upkeep` send the outbox and
+        expire calls (a waiting caller leaves that to the listener: it is off the path of
+        its reply); after a poll that did nothing, wait `pause(pace)` seconds (0: only
+        yield the CPU)."""
         status = MPI.Status()
         pace = _Pace()
+        sent = False
         while running():
             run = None
             try:
                 incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
                 if incoming is not None:
-                    # Not in a waiting caller's autograd context: the message brings its own.
-                    with self.codec.running_in(None):
-                        run = self._receive(incoming, status, run_here)
-                sent = self._keep_up()
+                    run = self._receive(incoming, status, run_here)
+                if upkeep:
+                    sent = self._keep_up()
             except Exception:  # a receiving thread must survive anything one message does
                 sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
                                  f"{traceback.format_exc()}")
