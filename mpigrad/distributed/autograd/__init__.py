@@ -19,7 +19,8 @@ __all__ = ["context", "backward", "get_gradients"]
 
 class context:
     """`with context() as context_id:` records a distributed forward pass; on exit the
-    context is released on every worker it reached."""
+    context is released on every worker it reached (before any later request of this
+    worker is sent, without waiting here)."""
 
     def __enter__(self):
         agent = current_agent("dist_autograd.context")
@@ -34,7 +35,7 @@ class context:
 
     def __exit__(self, *exc_info):
         self._scope.__exit__(*exc_info)
-        _engine.release(self._id)
+        _engine.end(self._id)
         return False
 
 

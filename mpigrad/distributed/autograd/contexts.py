@@ -24,13 +24,13 @@ class DistAutogradContext:
     def __init__(self, context_id):
         self.id = context_id
         self.cond = threading.Condition()
-        self.sends = {}      # send_id -> the send function's node
+        self.sends = {}      # send_id -> (the send function's node, the worker it sent to)
         self.recvs = []      # recv functions' nodes, in creation order
         self.workers = set()  # ranks this context exchanged messages with
         self.grads = {}      # leaf tensor -> accumulated gradient (a Tensor)
         self.mailbox = {}    # send_id -> gradients that arrived for it (or an error)
+        self.arrived = set()  # send_ids whose gradients arrived in this pass
         self.round = 0       # the last backward pass this worker took part in
-        self.outgoing = []   # this pass's gradient messages, until acknowledged
 
     def accumulate(self, tensor, grad):
         with self.cond:

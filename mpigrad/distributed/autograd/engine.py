@@ -20,8 +20,9 @@ every send function of the context and every recv function of the context:
 
 A worker answers `dist_backward` once its own pass is done and the workers it forwarded to
 have answered, so the first worker's `backward` returns when every worker has finished.
-Gradients travel as ordinary RPC requests (`dist_grad`) that the receiver's listener files
-into the mailbox.
+Gradients travel as RPC requests without a reply (`dist_grad`) that the receiving thread
+files into the mailbox; a worker's pass ends only when every gradient addressed to it has
+arrived, so its answer to `dist_backward` acknowledges them all at once.
 """
 import numpy as np
 
@@ -32,7 +33,7 @@ from ...tensor import Tensor
 from ..rpc.agent import current_agent
 from ..rpc.wire import describe_error
 from . import contexts
-from .functions import RecvBackward, Send, send_gradients
+from .functions import RecvBackward, Send, drain, send_gradients
 
 _SEED = Tensor.wrap(np.zeros(()))  # the send functions' placeholder root gradient
 
@@ -50,7 +51,7 @@ def record_send(context_id, dest, tensors):
     send_id = contexts.new_id(current_agent("RPC").rank)
     node = Send.apply(context, send_id, dest, *tensors)[0].grad_fn
     with context.cond:
-        context.sends[send_id] = node
+        context.sends[send_id] = node, dest
     return send_id
 
 
@@ -76,12 +77,13 @@ def _file_gradients(sender, payload):
         return  # the context ended after a failed pass; nobody waits for these any more
     with context.cond:
         context.mailbox[send_id] = (grads, error)
+        context.arrived.add(send_id)
         context.cond.notify_all()
 
 
 def _run_pass(context, root_edges, root_grads, retain_graph):
     with context.cond:
-        sends = list(context.sends.values())
+        sends = [node for node, _ in context.sends.values()]
         recvs = list(context.recvs)
     edges = list(root_edges) + [(s, 0) for s in sends] + [(r, 0) for r in recvs]
     grads = list(root_grads) + [_SEED] * len(sends) + [r.placeholder for r in recvs]
@@ -113,8 +115,6 @@ def _error_text(exc):
 def _pass_here(context, peers, root_edges, root_grads, retain_graph):
     """Run this worker's pass, having started the peers'; raise the first error of any."""
     agent = current_agent("distributed backward")
-    with context.cond:
-        context.outgoing = []
     with contexts.running_in(None):
         started = [agent.request(peer, "dist_backward", (context.id, context.round, retain_graph),
                                  "distributed backward", timeout=0) for peer in sorted(peers)]
@@ -123,7 +123,11 @@ def _pass_here(context, peers, root_edges, root_grads, retain_graph):
         _run_pass(context, root_edges, root_grads, retain_graph)
     except Exception as exc:
         errors.append(exc)
-    for future in started + context.outgoing:
+    try:
+        drain(context)
+    except Exception as exc:
+        errors.append(exc)
+    for future in started:
         try:
             future.wait()
         except Exception as exc:
@@ -173,21 +177,30 @@ def backward(context_id, roots, retain_graph=False):
 # ---- ending a context ------------------------------------------------------------------------
 
 def release(context_id, sender=None):
-    """Drop the context here and on every worker it reached (each forwards once)."""
+    """Drop the context here and start dropping it on every worker it reached (each forwards
+    once, and answers once its forwards are answered); returns the Futures of those
+    answers."""
     context = contexts.pop(context_id)
     if context is None:
-        return
+        return []
     agent = current_agent("dist_autograd.context")
     peers = context.workers - {sender, agent.rank}
     with contexts.running_in(None):
-        futures = [agent.request(peer, "dist_release", context_id, "distributed autograd "
-                                 "context clean-up", timeout=0) for peer in sorted(peers)]
-    for future in futures:
-        future.wait()
+        return [agent.request(peer, "dist_release", context_id, "distributed autograd "
+                              "context clean-up", timeout=0) for peer in sorted(peers)]
+
+
+def end(context_id):
+    """The end of `with dist_autograd.context()`: as torch, the caller does not wait for the
+    other workers to drop the context, but every request this worker sends afterwards waits
+    for them first, so whatever it asks next sees the context gone everywhere (and the
+    wait overlaps with the caller's own work in between, the next step's local forward)."""
+    current_agent("dist_autograd.context").fence(release(context_id))
 
 
 def _release_request(sender, context_id):
-    release(context_id, sender)
+    for future in release(context_id, sender):
+        future.wait()
 
 
 def handlers(Handler):

@@ -55,29 +55,54 @@ class RecvBackward(Node):
 
 
 def send_gradients(node, grads, error):
-    """Answer the send function behind `node` (a recv function) for the current pass."""
+    """Answer the send function behind `node` (a recv function) for the current pass. No
+    acknowledgement: the receiver answers its `dist_backward` only once every gradient
+    addressed to it has arrived (see `drain`), which is what the sender waits for."""
     context = node.context
     agent = current_agent("distributed backward")
     node.answered = context.round
     with contexts.running_in(None):
-        future = agent.request(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
-                               "distributed backward (gradients)", timeout=0)
-    with context.cond:
-        context.outgoing.append(future)
+        agent.notify(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
+                     "distributed backward (gradients)")
 
 
 def await_gradients(context, send_id, peer, count):
-    agent = current_agent("distributed backward")
-    deadline = time.monotonic() + agent.timeout if agent.timeout else None
+    _wait(lambda: send_id in context.mailbox, lambda: (peer,))
     with context.cond:
-        # In slices, so a peer that leaves, or this agent stopping, ends the wait at once.
-        while not context.cond.wait_for(lambda: send_id in context.mailbox, _WAIT_SLICE):
-            agent.check_reachable(peer, "distributed backward")
-            if deadline is not None and time.monotonic() > deadline:
-                raise RpcTimeoutError(
-                    f"distributed backward: no gradients from {agent.describe(peer)} for a "
-                    f"tensor sent to it within {agent.timeout:g} s")
         grads, error = context.mailbox.pop(send_id)
     if error is not None:
+        agent = current_agent("distributed backward")
         raise RuntimeError(f"distributed backward failed on {agent.describe(peer)}: {error}")
     return tuple(grads) if grads is not None else (None,) * count
+
+
+def drain(context):
+    """Wait until the gradients of every send function of the context have arrived in this
+    pass (after an error, some were never awaited: each recv function answers its sender
+    even then), and forget them, so none outlives the pass nor is taken for the next one's."""
+    def missing():
+        with context.cond:
+            return [peer for send_id, (_, peer) in context.sends.items()
+                    if send_id not in context.arrived]
+    _wait(lambda: not missing(), missing)
+    with context.cond:
+        context.mailbox.clear()
+        context.arrived.clear()
+
+
+def _wait(ready, peers):
+    """Wait until `ready()`, receiving messages on this thread meanwhile (the gradients it
+    waits for then need no other thread to wake up for them), in slices, so that one of
+    `peers()` leaving, or this agent stopping, ends the wait at once; within the agent's
+    timeout."""
+    agent = current_agent("distributed backward")
+    deadline = time.monotonic() + agent.timeout if agent.timeout else None
+    while not agent.receive_until(ready, _WAIT_SLICE):
+        waiting_for = peers()
+        for peer in waiting_for:
+            agent.check_reachable(peer, "distributed backward")
+        if deadline is not None and time.monotonic() > deadline:
+            raise RpcTimeoutError(
+                f"distributed backward: no gradients from "
+                f"{', '.join(agent.describe(p) for p in sorted(set(waiting_for)))} for a "
+                f"tensor sent there within {agent.timeout:g} s")

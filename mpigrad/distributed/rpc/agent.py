@@ -8,8 +8,10 @@ Threads
   while a reply is awaited or a message came in the last 50 ms, then doubling up to 2 ms,
   and up to 10 ms after a second without messages, so an idle agent costs about 1% of a
   core and a busy one answers within microseconds. A caller thread waiting for its reply
-  receives (any) messages itself meanwhile (see `receive_until`), yielding for its first
-  2 ms, and the listener slows down rather than compete with it. Receiving
+  (or distributed autograd for its gradients) receives (any) messages itself meanwhile
+  (see `receive_until`), yielding for its first 2 ms, and the listener slows down rather
+  than compete with it. Every receiving thread runs the same loop (`_receive_while`), each
+  with its own pauses. Receiving
   never blocks on a send: small control messages and their acknowledgements leave through
   the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
   replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
@@ -20,12 +22,14 @@ Threads
 - The listener runs the requests it receives itself (the user's functions), with no
   hand-over to another thread; meanwhile the cover thread does the listener's work (it
   receives, sends the outbox, fails calls that time out), sleeping between polls so that it
-  leaves the interpreter to the request. Requests the cover thread or a waiting caller
+  leaves the interpreter to the request, from 20 us doubling up to 2 ms while nothing
+  comes. Requests the cover thread or a waiting caller
   receive go to a pool of `num_worker_threads` threads. So a nested call (A calls B, which
   calls A back) or a long function never stops other requests. Callbacks of RPC Futures run
   on the pool too, never on a receiving thread.
 - A worker that stops at once (not gracefully) first lets the replies being sent leave, so
-  a caller whose function returned gets its answer before the worker's "bye".
+  a caller whose function returned (or whose async function's Future completed) gets its
+  answer before the worker's "bye"; a request the listener had not started is dropped.
 
 Blocking MPI calls (the start-up exchange of names, a caller's sends) run under the
 watchdog (fault/watchdog.py) as "RPC" calls with the agent's timeout (none when the timeout is
@@ -48,6 +52,7 @@ calls to it then fail at once. The rounds' collective needs every worker, so onc
 the others agree among themselves instead: each, its own calls answered, tells the others it
 is done and serves until each of them has said the same, within the RPC timeout.
 """
+import contextlib
 import heapq
 import itertools
 import os
@@ -90,6 +95,27 @@ _msg_ids = itertools.count(1)  # never reused, not even by a later agent
 current = None  # this worker's running Agent: set by init_rpc, cleared by shutdown
 
 
+class _Pace:
+    """When a receiving loop last received or sent anything, and its pause while nothing
+    comes (see `backoff`)."""
+
+    def __init__(self):
+        self.seen()
+
+    def seen(self):
+        self.last = time.monotonic()
+        self.pause = _MIN_PAUSE
+
+    def quiet(self):
+        return time.monotonic() - self.last
+
+    def backoff(self, most):
+        """The pause for now: _MIN_PAUSE after something was seen, doubling up to `most`."""
+        pause = self.pause
+        self.pause = min(2 * pause, most)
+        return pause
+
+
 class RpcTimeoutError(DistError, TimeoutError):
     """An RPC did not complete within its timeout."""
 
@@ -116,7 +142,7 @@ class RpcFuture(Future):
         # interpreter from it (640 us a call; Python hands its GIL over on request only
         # after 5 ms).
         if block and not self.to_self:
-            self._agent.receive_until(self)
+            self._agent.receive_until(lambda: self._completed)
 
     def add_done_callback(self, callback):
         agent = self._agent
@@ -202,11 +228,12 @@ class Agent:
         self.receiving = threading.local()  # .active: this thread is handling a message
         self._in_flight = []  # (request, buffer) of Isends not known to be complete
         self._in_flight_lock = threading.Lock()
-        self._replying = 0  # replies being encoded and sent: they leave before a "bye"
+        self._replying = 0  # replies due or being sent (every path): they leave before a "bye"
         self._upkeep = threading.Lock()  # one thread at a time sends the outbox, expires calls
         self._covering = threading.Event()  # set while the listener runs a request
         self._dead = {}  # rank -> why it is gone
         self._done = set()  # ranks that finished shutting down among the survivors
+        self._fences = []  # Futures every later request waits for first (see fence)
         self.requests_sent = 0
         self.replies_received = 0  # including late ones, for calls that timed out
         self._late = {}  # msg_id -> dest, for calls that timed out and await their reply
@@ -251,6 +278,8 @@ class Agent:
         seconds (None: the agent's default; 0: none). `keep` stays referenced until the reply
         arrives (RRefs in flight)."""
         self.check_reachable(dest, what)
+        if self._fences:
+            self._await_fences()
         msg_id = next(_msg_ids)
         header, arrays, tag = self.encode(dest, kind, msg_id, payload)
         future = self._register(dest, msg_id, what, timeout, keep)
@@ -263,6 +292,32 @@ class Agent:
                 self._lock.notify_all()
             raise
         return future
+
+    def notify(self, dest, kind, payload, what):
+        """Send a request that gets no reply (message id 0) from the calling thread. Nothing
+        counts it for shutdown: the protocol using it must know by other means that it was
+        handled (distributed autograd's gradients: the receiver's pass waits for every one
+        addressed to it before it answers)."""
+        self.check_reachable(dest, what)
+        self._send(dest, *self.encode(dest, kind, 0, payload))
+
+    def fence(self, futures):
+        """Requests sent from now on, from any thread, first wait for `futures` (whose errors
+        are the business of whoever made them): work handed off without a wait still
+        happens before anything this worker asks next."""
+        with self._lock:
+            self._fences.extend(futures)
+
+    def _await_fences(self):
+        with self._lock:
+            fences = list(self._fences)
+        for future in fences:
+            try:
+                future.wait()
+            except Exception:
+                pass
+        with self._lock:
+            self._fences = [f for f in self._fences if not f.done()]
 
     def post(self, dest, kind, payload, what, on_reply=None):
         """Queue a small control request (no arrays) for the listener to send; safe from any
@@ -293,10 +348,6 @@ class Agent:
         body, arrays, layouts, grad_tensors = wire.dumps(
             payload, lambda r: self.codec.fork(r, dest), self.codec.records_grad())
         size = sum(a.nbytes for a in arrays)
-        if size > wire.MAX_MESSAGE_BYTES:
-            raise ValueError(f"an RPC message to {self.describe(dest)} would carry {size} bytes "
-                             f"of tensors; at most {wire.MAX_MESSAGE_BYTES} go in one message "
-                             "(the receiver refuses more): send the data in parts")
         autograd = self.codec.record_send(dest, grad_tensors)
         if size <= _INLINE_BYTES:
             return wire.header(kind, msg_id, 0, layouts, autograd, body, arrays), [], 0
@@ -312,69 +363,102 @@ class Agent:
     # ---- the listener ------------------------------------------------------------------------
 
     def _listen(self):
-        status = MPI.Status()
-        pause = _MIN_PAUSE
-        last_message = time.monotonic()
-        while not self._stopping.is_set():
-            run = None
-            try:
-                incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                if incoming is not None:
-                    run = self._receive(incoming, status, run_here=True)
-                sent = self._keep_up()
-            except Exception:  # the listener must survive anything one message does
-                sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
-                                 f"{traceback.format_exc()}")
-                continue
-            if run is not None:
-                # The request runs here, with no hand-over to a pool thread (16-20 us, a
-                # fifth of a small call's round trip); the cover thread receives meanwhile,
-                # so a long or nested request never stops the others.
-                self._covering.set()
-                try:
-                    run()
-                except Exception:  # a reply that could not go: the listener must survive it
-                    sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
-                                     f"{traceback.format_exc()}")
-                finally:
-                    self._covering.clear()
-            if incoming is not None or sent:
-                last_message = time.monotonic()
-                continue
-            quiet = time.monotonic() - last_message
+        def pause(pace):
+            quiet = pace.quiet()
             if self._receivers:
-                pause = _MAX_PAUSE  # a waiting caller receives; don't compete with it
-            elif quiet < _SPIN:
-                os.sched_yield()
-                continue
-            elif self._calls or quiet < _STAY_AWAKE:
-                pause = _MIN_PAUSE
-            else:
-                pause = min(2 * pause, _IDLE_PAUSE if quiet > _IDLE_AFTER else _MAX_PAUSE)
-            time.sleep(pause)
+                return _MAX_PAUSE  # a waiting caller receives; don't compete with it
+            if quiet < _SPIN:
+                return 0
+            if self._calls or quiet < _STAY_AWAKE:
+                return _MIN_PAUSE
+            return pace.backoff(_IDLE_PAUSE if quiet > _IDLE_AFTER else _MAX_PAUSE)
+        self._receive_while(lambda: not self._stopping.is_set(), pause, run_here=True)
 
     def _cover(self):
         """While the listener runs a request: receive (requests go to the pool), send the
         outbox, expire calls. Between polls it sleeps rather than yields, leaving the
-        interpreter to the request, which is most often done before the first poll."""
-        status = MPI.Status()
+        interpreter to the request, which is most often done before the first poll, and
+        sleeps longer the longer nothing comes (a waiting caller, the request's own thread
+        too, receives what it waits for itself)."""
+        def covering():
+            return self._covering.is_set() and not self._stopping.is_set()
+
+        def pause(pace):
+            return _MAX_PAUSE if self._receivers else pace.backoff(_MAX_PAUSE)
         while True:
             self._covering.wait()
             if self._stopping.is_set():
                 return
             time.sleep(_MIN_PAUSE)
-            while self._covering.is_set() and not self._stopping.is_set():
-                try:
-                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                    if incoming is not None:
-                        self._receive(incoming, status)
-                    self._keep_up()
-                except Exception:
-                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
-                                     f"{traceback.format_exc()}")
-                    continue
-                if incoming is None:
-                    time.sleep(_MIN_PAUSE)
+            self._receive_while(covering, pause)
+
+    def receive_until(self, done, seconds=None):
+        """Receive and handle messages on this thread until `done()` (or `seconds` pass, or
+        the agent stops, and the listener completes what is pending); returns `done()`."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        with self._lock:
+            self._receivers += 1
+        try:
+            # Not in the caller's autograd context: each message brings its own.
+            with self.codec.running_in(None):
+                self._receive_while(
+                    lambda: not (done() or self._stopping.is_set()
+                                 or deadline is not None and time.monotonic() > deadline),
+                    lambda pace: 0 if pace.quiet() < _SPIN else _MIN_PAUSE, upkeep=False)
+        finally:
+            with self._lock:
+                self._receivers -= 1
+        return done()
+
+    def _receive_while(self, running, pause, run_here=False, upkeep=True):
+        """The receiving loop of the listener, the cover thread and waiting callers: while
+        `running()`, poll, handle what came (with `run_here`, a request is run on this
+        thread, the cover thread receiving meanwhile), and with `upkeep` send the outbox and
+        expire calls (a waiting caller leaves that to the listener: it is off the path of
+        its reply); after a poll that did nothing, wait `pause(pace)` seconds (0: only
+        yield the CPU)."""
+        status = MPI.Status()
+        pace = _Pace()
+        sent = False
+        while running():
+            run = None
+            try:
+                incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
+                if incoming is not None:
+                    run = self._receive(incoming, status, run_here)
+                if upkeep:
+                    sent = self._keep_up()
+            except Exception:  # a receiving thread must survive anything one message does
+                sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
+                                 f"{traceback.format_exc()}")
+                continue
+            if run is not None:
+                self._run_here(run)
+            if incoming is not None or sent:
+                pace.seen()
+                continue
+            seconds = pause(pace)
+            if seconds:
+                time.sleep(seconds)
+            else:
+                os.sched_yield()
+
+    def _run_here(self, run):
+        """Run a request on the listener, with no hand-over to a pool thread (16-20 us, a
+        fifth of a small call's round trip); the cover thread receives meanwhile, so a long
+        or nested request never stops the others. Not once the agent is stopping: the
+        request is left behind, as those of the pool are."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._covering.set()
+        try:
+            run()
+        except Exception:  # a reply that could not go: the listener must survive it
+            sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
+                             f"{traceback.format_exc()}")
+        finally:
+            self._covering.clear()
 
     def _keep_up(self):
         """Send the outbox and fail calls whose timeout passed; returns whether anything was
@@ -387,33 +471,6 @@ class Agent:
             return sent
         finally:
             self._upkeep.release()
-
-    def receive_until(self, future):
-        """Receive and handle messages on this thread until `future` completes (or the
-        agent stops, and the listener completes it)."""
-        status = MPI.Status()
-        with self._lock:
-            self._receivers += 1
-        spin_until = time.monotonic() + _SPIN
-        try:
-            while not future._completed and not self._stopping.is_set():
-                try:
-                    incoming = self.comm.Improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-                    if incoming is not None:
-                        # Not in the caller's autograd context: the message brings its own.
-                        with self.codec.running_in(None):
-                            self._receive(incoming, status)
-                        continue
-                except Exception:
-                    sys.stderr.write(f"[{self.info.name}] RPC receive error:\n"
-                                     f"{traceback.format_exc()}")
-                if time.monotonic() < spin_until:
-                    os.sched_yield()
-                else:
-                    time.sleep(_MIN_PAUSE)
-        finally:
-            with self._lock:
-                self._receivers -= 1
 
     def _receive(self, incoming, status, run_here=False):
         """Handle one message; with `run_here`, a request for the pool is returned instead,
@@ -448,8 +505,8 @@ class Agent:
                 payload = handler.prepare(source, payload)
         except Exception as exc:
             if msg_id:
-                self.pool.submit(self._reply, source, msg_id, False, wire.describe_error(exc),
-                                 None)
+                self._reply_on_pool(self._reply, source, msg_id, False, wire.describe_error(exc),
+                                    None)
             return
         context = self.codec.context_of(autograd)
         if handler.inline:
@@ -458,7 +515,8 @@ class Agent:
             except Exception as exc:
                 result, ok = wire.describe_error(exc), False
             if msg_id:
-                self._isend(source, self.encode(source, "reply", msg_id, (ok, result))[0])
+                with self._replying_now():
+                    self._isend(source, self.encode(source, "reply", msg_id, (ok, result))[0])
         elif run_here:
             return lambda: self._serve(source, msg_id, handler, payload, context)
         else:
@@ -477,17 +535,10 @@ class Agent:
                 # (never from the thread completing it, which may be the listener), and let
                 # this thread go now.
                 result.future.add_done_callback(
-                    lambda done: self.pool.submit(self._reply_when_done, source, msg_id, done,
-                                                  context))
+                    lambda done: self._reply_on_pool(self._reply_when_done, source, msg_id,
+                                                     done, context))
             elif msg_id:
-                with self._lock:
-                    self._replying += 1
-                try:
-                    self._reply(source, msg_id, ok, result, context)
-                finally:
-                    with self._lock:
-                        self._replying -= 1
-                        self._lock.notify_all()
+                self._reply(source, msg_id, ok, result, context)
 
     def _reply_when_done(self, source, msg_id, future, context):
         try:
@@ -513,13 +564,45 @@ class Agent:
     def _reply(self, dest, msg_id, ok, result, context):
         if dest in self._dead:
             return
-        with self.codec.running_in(context):
+        with self._replying_now(), self.codec.running_in(context):
             try:
                 header, arrays, tag = self.encode(dest, "reply", msg_id, (ok, result))
             except Exception as exc:
                 header, arrays, tag = self.encode(dest, "reply", msg_id,
                                                   (False, wire.describe_error(exc)))
-        self._send(dest, header, arrays, tag)
+            self._send(dest, header, arrays, tag)
+
+    @contextlib.contextmanager
+    def _replying_now(self):
+        """Count a reply as being sent for the block: a worker leaving at once lets it go
+        before its "bye" (see stop)."""
+        with self._lock:
+            self._replying += 1
+        try:
+            yield
+        finally:
+            self._replied()
+
+    def _replied(self):
+        with self._lock:
+            self._replying -= 1
+            self._lock.notify_all()
+
+    def _reply_on_pool(self, reply, *args):
+        """`reply(*args)` on the pool, counted as being sent from now on, not only once a
+        pool thread starts it."""
+        with self._lock:
+            self._replying += 1
+
+        def run():
+            try:
+                reply(*args)
+            finally:
+                self._replied()
+        try:
+            self.pool.submit(run)
+        except RuntimeError:  # the pool has shut down: this worker is leaving at once
+            self._replied()
 
     def _complete(self, source, msg_id, autograd, body, arrays):
         with self._lock:
@@ -699,8 +782,9 @@ class Agent:
 
 
     def _stop_receiving(self, graceful):
-        running = self._covering.is_set()
-        self._stopping.set()
+        with self._lock:  # against _run_here: the listener is running a request, or never will
+            self._stopping.set()
+            running = self._covering.is_set()
         self._covering.set()  # so the cover thread sees it
         self.cover.join()
         if graceful or not running:

@@ -21,13 +21,15 @@ WorkerInfo and function replaced by a reference, in one of two forms:
 The arrays travel as MPI buffers of their own right after the header, on the header's
 `data_tag` (unique per message, so arrays of messages sent at once by several threads never
 mix), and are received into fresh arrays before the body is decoded. So a 16 MB tensor is
-one MPI message of 16 MB: no pickling, no copy unless its strides are negative. Small
+one MPI message of 16 MB: no pickling, no copy unless it is a view of the kind below. Small
 tensors (64 KiB in all, at most) go inside the header instead: one MPI message per call, and
 the received tensors are views of the received header. A tensor keeps its dtype, shape and
-strides (as torch's RPC does): a view travels as the span of memory it covers and is
-rebuilt with the same strides. RRefs in a payload go through their fork protocol (see
-rref.py); tensors that require grad inside a distributed autograd context are recorded as
-one send/recv pair per message (see mpigrad.distributed.autograd).
+requires_grad; a view that covers memory at most twice its own size, every axis stepping
+forward, travels as that span and keeps its strides (as torch's RPC does), any other one
+(a column of a large matrix, a broadcast, negative strides) as a C-contiguous copy. RRefs
+in a payload go through their fork protocol (see rref.py); tensors that require grad inside
+a distributed autograd context are recorded as one send/recv pair per message (see
+mpigrad.distributed.autograd).
 """
 import importlib
 import io
@@ -53,6 +55,7 @@ _MAX_NODES = 256  # values the fast form walks, at most; bigger payloads go by p
 _PLAIN = frozenset((type(None), bool, int, float, complex, str, bytes))
 _LENGTH = struct.Struct("<I")
 _ALIGN = 16
+_MAX_SPAN = 2  # a view's span may be at most this many times its own bytes to travel as is
 
 
 class WorkerInfo:
@@ -135,20 +138,26 @@ class _References:
 
 def _span(array):
     """(the flat, contiguous array of memory to send, its strides in elements or None when
-    C-contiguous). A view with non-negative strides sends the memory from its first to its
-    last element, so the receiver rebuilds the same strides; negative ones (numpy only) send
-    a C-contiguous copy."""
+    C-contiguous). A view sends the memory from its first to its last element, and the
+    receiver rebuilds the same strides (as torch's RPC sends a view's storage), when that
+    memory is at most _MAX_SPAN times the view's own and every axis of more than one element
+    steps forward; otherwise it sends a C-contiguous copy (as torch does for a view of a much
+    larger storage): a column of a big matrix would carry the whole matrix, and a broadcast
+    view (zero strides) would arrive as a writeable array whose elements alias each other."""
     if array.flags.c_contiguous and array.size:
         return array.reshape(-1), None
     itemsize = array.itemsize
     strides = array.strides
-    if any(s < 0 or s % itemsize for s in strides):
+    if any(s % itemsize or s < 0 or (s == 0 and n > 1 and array.size)
+           for n, s in zip(array.shape, strides)):
         return np.ascontiguousarray(array).reshape(-1), None
     elements = tuple(s // itemsize for s in strides)
     if not array.size:
         return array.reshape(-1), elements
-    return np.lib.stride_tricks.as_strided(array, (_extent(array.shape, elements),),
-                                           (itemsize,)), elements
+    extent = _extent(array.shape, elements)
+    if extent > _MAX_SPAN * array.size:
+        return np.ascontiguousarray(array).reshape(-1), None
+    return np.lib.stride_tricks.as_strided(array, (extent,), (itemsize,)), elements
 
 
 def _extent(shape, strides):
@@ -283,7 +292,8 @@ class _Pickler(pickle.Pickler):
 def dumps(payload, fork_rref, record_grad):
     """Encode `payload`; returns (body, arrays to send, their layouts, tensors that need a
     send function). `fork_rref(rref)` is called once per RRef in it, after encoding
-    succeeded. Raises a TypeError naming the payload when something cannot be sent."""
+    succeeded. Raises a TypeError naming the payload when something cannot be sent, a
+    ValueError when its tensors exceed MAX_MESSAGE_BYTES."""
     references = _References(record_grad)
     try:
         body = [FAST, _Encoder(references).encode(payload)]
@@ -298,6 +308,11 @@ def dumps(payload, fork_rref, record_grad):
                             f"sides can import (not a lambda or a local function); other "
                             f"values must be picklable") from exc
         body = [PICKLED, buffer.getvalue()]
+    size = sum(a.nbytes for a in references.arrays)
+    if size > MAX_MESSAGE_BYTES:  # before any RRef is forked: the message never leaves
+        raise ValueError(f"an RPC message would carry {size} bytes of tensors; at most "
+                         f"{MAX_MESSAGE_BYTES} go in one message (the receiver refuses more): "
+                         "send the data in parts")
     body.append(tuple(fork_rref(r) for r in references.rrefs))
     return tuple(body), references.arrays, references.layouts, references.grad_tensors
 

@@ -1,4 +1,5 @@
 """Functions the tests call remotely: defined at module level so they travel by name."""
+import os
 import threading
 import time
 import weakref
@@ -276,3 +277,31 @@ def shared_server(trainers):
 
 
 _server_lock = threading.Lock()
+
+
+def gradients_waiting(context_id):
+    """How many gradient messages wait, unconsumed, in this worker's context."""
+    from mpigrad.distributed.autograd import contexts
+    context = contexts.retrieve(context_id)
+    with context.cond:
+        return len(context.mailbox)
+
+
+@rpc.functions.async_execution
+def async_answer_when_told():
+    """Answers with state["answer"], a Future the callee's main thread completes."""
+    future = state["answer"] = rpc.Future()
+    set_event_later("asked")
+    return future
+
+
+def cover_cpu_while_sleeping(seconds):
+    """Sleep `seconds` in a request the listener runs; returns the CPU seconds the cover
+    thread (which receives meanwhile) used in that time."""
+    def cpu():
+        with open(f"/proc/self/task/{rpc.agent.current.cover.native_id}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    before = cpu()
+    time.sleep(seconds)
+    return cpu() - before

@@ -39,6 +39,17 @@ def test_remote_exception_keeps_type_message_traceback_and_worker(workers):
 
 
 @mpi
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
+def test_the_cover_thread_backs_off_while_a_long_request_runs(workers):
+    """It polled every 20 us (about 80 us with timer slack) for as long as the request ran,
+    some 10-15% of a core; now its pause doubles up to 2 ms while nothing comes."""
+    rank, _ = workers
+    if rank == 0:
+        used = rpc.rpc_sync(1, _remote.cover_cpu_while_sleeping, args=(2.0,))
+        assert used < 0.1, f"the cover thread used {used:.2f} s of CPU in 2 s"
+
+
+@mpi
 def test_timeout_names_worker_and_function(workers):
     rank, _ = workers
     if rank != 0:

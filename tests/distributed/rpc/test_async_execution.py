@@ -71,3 +71,31 @@ def test_a_callee_with_one_thread_serves_nested_async_calls(process_group):
                 assert [a.wait() for a in answers] == [2 * i + 1 for i in range(5)]
     finally:
         rpc.shutdown()
+
+
+def test_a_worker_leaving_at_once_still_sends_the_async_reply_it_just_made(process_group):
+    """worker1 completes an async function's Future and at once shuts down without the
+    agreement: the reply (slow to encode: a long list goes by pickle) is due from that
+    moment, so it leaves before worker1's "bye", and worker0 gets it rather than
+    WorkerUnavailableError."""
+    rank = dist.get_rank()
+    rpc.init_rpc(f"worker{rank}")
+    answer, got = list(range(300_000)), None
+    if rank == 0:
+        with bounded(30):
+            try:
+                got = rpc.rpc_sync(1, _remote.async_answer_when_told)
+            except rpc.WorkerUnavailableError as exc:
+                got = exc
+    elif rank == 1:
+        with bounded(30):
+            assert _remote.wait_for_event("asked", 20)
+            _remote.state.pop("asked")
+            _remote.state.pop("answer").set_result(answer)
+            rpc.shutdown(graceful=False)
+    dist.barrier()  # worker0 has its answer before anyone else shuts down
+    if rank != 1:
+        rpc.shutdown(graceful=False)
+    dist.barrier()
+    if rank == 0:
+        assert got == answer, got

@@ -105,6 +105,25 @@ def test_an_error_in_a_remote_backward_reaches_the_caller(model):
     assert rpc.rpc_sync(1, _remote.context_count) == 0
 
 
+def test_a_failed_pass_leaves_no_gradient_behind(model):
+    """worker1's pass raises before its send function for the first call takes its
+    gradients: the pass still waits for them, and forgets them, before it answers (they
+    are not acknowledged one by one), so none is left for a later pass of the context."""
+    rank, _ = model
+    if rank != 0:
+        return
+    with bounded(60), dist_autograd.context() as context_id:
+        h = _input() @ _remote.param("W0")
+        kept = rpc.rpc_sync(1, _remote.add, args=(h, h))
+        out = rpc.rpc_sync(1, _remote.explode_stage, args=(h,))
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="(?s)worker 'worker1'.*backward exploded"):
+                dist_autograd.backward(context_id, [out.sum() + kept.sum()],
+                                       retain_graph=True)
+            for r in (0, 1):
+                assert rpc.rpc_sync(r, _remote.gradients_waiting, args=(context_id,)) == 0
+
+
 def test_backward_arguments_are_checked(model):
     rank, _ = model
     with dist_autograd.context() as context_id:

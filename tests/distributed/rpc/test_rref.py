@@ -164,3 +164,29 @@ def test_many_rrefs_leave_nothing_behind(workers):
     dist.barrier()  # every rank's deletes were handled before anyone counts
     _settle(*range(size))
     assert rpc.rpc_sync(rank, _remote.owned_count) == 0
+
+
+def test_a_message_over_the_size_limit_forks_no_rref(workers, monkeypatch):
+    """The size is checked while the message is encoded, before its RRefs are forked: an
+    owner RRef left a fork in the owner's table, a user RRef a pending child, for a message
+    that never left."""
+    rank, _ = workers
+    if rank == 0:
+        from mpigrad.distributed.rpc import rref as rrefs
+        owned, user = rpc.RRef(mg.ones(3)), rpc.remote(1, mg.ones, args=(3,))
+        user.to_here()
+        monkeypatch.setattr(rpc.wire, "MAX_MESSAGE_BYTES", 1000)
+        big = np.zeros(200)  # 1600 bytes
+        for ref in (owned, user):
+            for to in (0, 1):
+                with pytest.raises(ValueError, match="would carry 1600 bytes"):
+                    rpc.rpc_sync(to, _remote.identity, args=(ref, big))
+        assert rrefs.owned_count() == 0 and not rrefs._pending_children
+        # A function whose reply is too big: the callee's error comes back instead.
+        with pytest.raises(ValueError, match="would carry 1600 bytes"):
+            rpc.rpc_sync(0, np.zeros, args=(200,))
+        monkeypatch.undo()
+        assert rpc.rpc_sync(1, _remote.identity, args=(owned,)).to_here().tolist() == [1, 1, 1]
+        del user, ref
+        _settle(1)
+        assert rpc.rpc_sync(1, _remote.owned_count) == 0
