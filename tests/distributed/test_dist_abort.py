@@ -11,6 +11,8 @@ import pytest
 import mpigrad.distributed as dist
 from mpigrad.distributed.fault import abort
 
+from ._environment import launcher_free_environment
+
 RAISE_ON_LAST_RANK = """
 import numpy as np
 import mpigrad.distributed as dist
@@ -132,7 +134,7 @@ def test_importing_installs_nothing_init_decides(arguments, env, expected, tmp_p
     script = tmp_path / "job.py"
     script.write_text(WHICH_HOOK.replace("ARGUMENTS", repr(arguments)))
     result = subprocess.run(["timeout", "120", sys.executable, str(script)], capture_output=True,
-                            text=True, env={**os.environ, **env})
+                            text=True, env=launcher_free_environment(**env))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["import: python's", f"init: {expected}"]
 

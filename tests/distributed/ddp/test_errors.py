@@ -22,6 +22,7 @@ from mpigrad.distributed.algorithms import Join
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
+from .._environment import job_environment
 from ._models import MLP, mse, params_of, regression_data
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -216,7 +217,7 @@ def test_scenarios_finish_under_timeout(scenario):
     """Each scenario would hang (or pass silently) without its feature; here it must exit 0
     within the timeout with its check printed by every rank."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = job_environment()
     try:
         result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", "2",
                                  sys.executable, os.path.join(HERE, "scenarios.py"), scenario],
@@ -233,7 +234,7 @@ def _run_job_losing_a_rank(scenario):
     processes still alive afterwards (killed here, so a failure leaves nothing behind)."""
     marker = f"mpigrad-test-{uuid.uuid4().hex}"  # finds this job's processes afterwards
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = job_environment()
     try:
         result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
                                  sys.executable, os.path.join(HERE, "scenarios.py"), scenario,

@@ -16,6 +16,7 @@ from mpigrad.distributed.algorithms.ddp_comm_hooks import shared_memory
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
+from .._environment import job_environment
 from ._models import MLP, mse, params_of, regression_data
 from .test_ddp import assert_identical_across_ranks, assert_matches_oracle, global_batches, train
 
@@ -181,8 +182,7 @@ def test_slices_summed_across_simulated_hosts(ranks, per_host, across):
     Iallreduce or mpigrad's ring; training equals one process's, bit-identical on every rank
     (fake_hosts.py)."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MPIGRAD_CROSS_HOST_ALLREDUCE=across)
+    env = job_environment(MPIGRAD_CROSS_HOST_ALLREDUCE=across)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_hosts.py")
     result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", str(ranks),
                              sys.executable, script, str(per_host)],
