@@ -245,9 +245,11 @@ class Agent:
 
     def start(self):
         """Start receiving; the caller has made this agent the current one first, since
-        messages may arrive at once (the other workers can be ahead)."""
-        self.listener.start()
+        messages may arrive at once (the other workers can be ahead). The cover thread
+        first: the listener may run a request at once, and it is covered (and has a thread
+        id to be observed by) from the start."""
         self.cover.start()
+        self.listener.start()
 
     # ---- naming --------------------------------------------------------------------------
 

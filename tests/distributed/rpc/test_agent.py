@@ -50,6 +50,23 @@ def test_the_cover_thread_backs_off_while_a_long_request_runs(workers):
 
 
 @mpi
+def test_the_cover_thread_runs_before_the_listener_can_run_a_request(process_group,
+                                                                     monkeypatch):
+    """The listener started first: a request it ran at once (another worker can be ahead)
+    found no cover thread, whose native_id was still None (1 run in 12 of the test above)."""
+    seen = []
+    listen = rpc.agent.Agent._listen
+
+    def recording(agent):
+        seen.append(agent.cover.is_alive())
+        listen(agent)
+    monkeypatch.setattr(rpc.agent.Agent, "_listen", recording)
+    rpc.init_rpc(f"worker{dist.get_rank()}")
+    rpc.shutdown()
+    assert seen == [True]
+
+
+@mpi
 def test_timeout_names_worker_and_function(workers):
     rank, _ = workers
     if rank != 0:
