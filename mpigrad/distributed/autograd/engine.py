@@ -117,7 +117,8 @@ def _pass_here(context, peers, root_edges, root_grads, retain_graph):
     agent = current_agent("distributed backward")
     with contexts.running_in(None):
         started = [agent.request(peer, "dist_backward", (context.id, context.round, retain_graph),
-                                 "distributed backward", timeout=0) for peer in sorted(peers)]
+                                 "distributed backward", timeout=0, fenced=False)
+                   for peer in sorted(peers)]
     errors = []
     try:
         _run_pass(context, root_edges, root_grads, retain_graph)
@@ -187,7 +188,8 @@ def release(context_id, sender=None):
     peers = context.workers - {sender, agent.rank}
     with contexts.running_in(None):
         return [agent.request(peer, "dist_release", context_id, "distributed autograd "
-                              "context clean-up", timeout=0) for peer in sorted(peers)]
+                              "context clean-up", timeout=0, fenced=False)
+                for peer in sorted(peers)]
 
 
 def end(context_id):

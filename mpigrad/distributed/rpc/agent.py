@@ -275,12 +275,14 @@ class Agent:
 
     # ---- sending requests ------------------------------------------------------------------
 
-    def request(self, dest, kind, payload, what, timeout=None, keep=None):
+    def request(self, dest, kind, payload, what, timeout=None, keep=None, fenced=True):
         """Send a request to rank `dest`; returns the RpcFuture of its reply. `timeout` in
         seconds (None: the agent's default; 0: none). `keep` stays referenced until the reply
-        arrives (RRefs in flight)."""
+        arrives (RRefs in flight). The user's calls are `fenced` (see fence); a protocol's
+        requests sent while serving one must not be: the fence they would wait for can
+        itself wait for this very request, through another worker's handler."""
         self.check_reachable(dest, what)
-        if self._fences:
+        if fenced and self._fences:
             self._await_fences()
         msg_id = next(_msg_ids)
         header, arrays, tag = self.encode(dest, kind, msg_id, payload)
@@ -304,9 +306,9 @@ class Agent:
         self._send(dest, *self.encode(dest, kind, 0, payload))
 
     def fence(self, futures):
-        """Requests sent from now on, from any thread, first wait for `futures` (whose errors
-        are the business of whoever made them): work handed off without a wait still
-        happens before anything this worker asks next."""
+        """Fenced requests (the user's calls) sent from now on, from any thread, first wait
+        for `futures` (whose errors are the business of whoever made them): work handed off
+        without a wait still happens before anything this worker asks next."""
         with self._lock:
             self._fences.extend(futures)
 

@@ -305,3 +305,18 @@ def cover_cpu_while_sleeping(seconds):
     before = cpu()
     time.sleep(seconds)
     return cpu() - before
+
+
+def fence_for(seconds):
+    """Make this worker's fenced requests wait up to `seconds` (until `open_fence`)."""
+    gate = state["gate"] = rpc.Future()
+    timer = threading.Timer(seconds, open_fence)
+    timer.daemon = True
+    timer.start()
+    rpc.agent.current.fence([gate])
+
+
+def open_fence():
+    gate = state.get("gate")
+    if gate is not None and not gate.done():
+        gate.set_result(None)

@@ -193,3 +193,25 @@ def test_rref_backward_equals_dist_autograd_backward(model):
         local = rpc.RRef(_remote.squared_sum(x))
         local.backward()
         np.testing.assert_allclose(x.grad.data, 2 * x.data, **TOL)
+
+
+@pytest.mark.mpi(min_size=3)
+def test_a_worker_fenced_still_forwards_passes_and_releases(workers):
+    """worker1 forwards worker0's backward pass and context release to worker2 while its own
+    requests wait for a fence (a context it left, in torch terms). Its forwards waited for
+    that fence too: two workers each releasing a context the other forwards waited for each
+    other forever."""
+    rank, _ = workers
+    if rank != 0:
+        return
+    x = mg.tensor(np.ones(3), requires_grad=True)
+    with bounded(10):
+        with dist_autograd.context() as context_id:
+            y = rpc.rpc_sync(1, _remote.call_back, args=(2, _remote.scaled, (x, 2.0)))
+            rpc.rpc_sync(1, _remote.fence_for, args=(30.0,))
+            dist_autograd.backward(context_id, [y.sum()])
+            np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+                                       np.full(3, 2.0), **TOL)
+        # Waits for the release, which went through worker1 to worker2.
+        assert rpc.rpc_sync(2, _remote.context_count) == 0
+    rpc.rpc_sync(1, _remote.open_fence)
