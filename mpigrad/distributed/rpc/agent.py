@@ -389,7 +389,9 @@ class Agent:
 
         def pause(pace):
             return _MAX_PAUSE if self._receivers else pace.backoff(_MAX_PAUSE)
-        while True:
+        while not self._stopping.is_set():
+            # Once the agent stops, _covering stays set (see _run_here): this never waits
+            # for a request that will not come.
             self._covering.wait()
             if self._stopping.is_set():
                 return
@@ -462,7 +464,9 @@ class Agent:
             sys.stderr.write(f"[{self.info.name}] RPC listener error:\n"
                              f"{traceback.format_exc()}")
         finally:
-            self._covering.clear()
+            with self._lock:  # against _stop_receiving, which sets it for good
+                if not self._stopping.is_set():
+                    self._covering.clear()
 
     def _keep_up(self):
         """Send the outbox and fail calls whose timeout passed; returns whether anything was
@@ -789,7 +793,7 @@ class Agent:
         with self._lock:  # against _run_here: the listener is running a request, or never will
             self._stopping.set()
             running = self._covering.is_set()
-        self._covering.set()  # so the cover thread sees it
+            self._covering.set()  # wakes the cover thread, and stays set
         self.cover.join()
         if graceful or not running:
             # Not stopping gracefully, a request the listener runs is left behind, as those

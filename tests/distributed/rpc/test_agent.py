@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -158,6 +159,39 @@ def test_departed_worker_fails_calls_within_seconds(process_group):
     if rank != 1:
         rpc.shutdown(graceful=False)
     dist.barrier()
+
+
+@mpi
+def test_stopping_at_once_while_a_request_ends_does_not_hang(process_group):
+    """The listener's request ends right after the cover thread stopped receiving for the
+    stop, before it looks again: it went back to waiting for the next request to cover,
+    which never comes, and the stop waited for it forever."""
+    rank = dist.get_rank()
+    rpc.init_rpc(f"worker{rank}")
+    agent = rpc.agent.current
+    receive_while = agent._receive_while
+
+    def then_let_the_request_end(*args, **kwargs):
+        receive_while(*args, **kwargs)
+        if agent._stopping.is_set():
+            _remote.set_event_later("cover stopped")
+            deadline = time.monotonic() + 1
+            while agent._covering.is_set() and time.monotonic() < deadline:
+                time.sleep(1e-3)
+    agent._receive_while = then_let_the_request_end  # the cover thread's next loop
+    running = rpc.rpc_async(rank, _remote.wait_for_event, args=("cover stopped", 10))
+    while not agent._covering.is_set():
+        time.sleep(1e-3)
+    stopper = threading.Thread(target=rpc.shutdown, kwargs=dict(graceful=False), daemon=True)
+    stopper.start()
+    stopper.join(10)
+    hung = stopper.is_alive()
+    if hung:
+        agent._covering.set()  # let it end now
+        stopper.join()
+    dist.barrier()
+    assert not hung
+    assert running.done()
 
 
 @mpi
