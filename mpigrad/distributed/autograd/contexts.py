@@ -28,8 +28,8 @@ class DistAutogradContext:
         self.recvs = []      # recv functions' nodes, in creation order
         self.workers = set()  # ranks this context exchanged messages with
         self.grads = {}      # leaf tensor -> accumulated gradient (a Tensor)
-        self.mailbox = {}    # send_id -> gradients that arrived for it (or an error)
-        self.arrived = set()  # send_ids whose gradients arrived in this pass
+        self.mailbox = {}    # (round, send_id) -> gradients that arrived for it (or an error)
+        self.arrived = set()  # (round, send_id) of the gradients that arrived
         self.round = 0       # the last backward pass this worker took part in
 
     def accumulate(self, tensor, grad):

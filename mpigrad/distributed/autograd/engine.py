@@ -71,13 +71,17 @@ def record_recv(context_id, sender, send_id, layouts):
 # ---- during a pass ---------------------------------------------------------------------------
 
 def _file_gradients(sender, payload):
-    context_id, send_id, grads, error = payload
+    context_id, round_, send_id, grads, error = payload
     context = contexts.find(context_id)
     if context is None:
         return  # the context ended after a failed pass; nobody waits for these any more
     with context.cond:
-        context.mailbox[send_id] = (grads, error)
-        context.arrived.add(send_id)
+        if round_ < context.round:
+            return  # late, for a pass that gave up on it here
+        # A later round's may come before this worker joins that pass (the flood takes
+        # another path): filed under its round, it waits for it.
+        context.mailbox[round_, send_id] = (grads, error)
+        context.arrived.add((round_, send_id))
         context.cond.notify_all()
 
 
@@ -115,8 +119,9 @@ def _error_text(exc):
 def _pass_here(context, peers, root_edges, root_grads, retain_graph):
     """Run this worker's pass, having started the peers'; raise the first error of any."""
     agent = current_agent("distributed backward")
+    round_ = context.round
     with contexts.running_in(None):
-        started = [agent.request(peer, "dist_backward", (context.id, context.round, retain_graph),
+        started = [agent.request(peer, "dist_backward", (context.id, round_, retain_graph),
                                  "distributed backward", timeout=0, fenced=False)
                    for peer in sorted(peers)]
     errors = []
@@ -125,7 +130,7 @@ def _pass_here(context, peers, root_edges, root_grads, retain_graph):
     except Exception as exc:
         errors.append(exc)
     try:
-        drain(context)
+        drain(context, round_)
     except Exception as exc:
         errors.append(exc)
     for future in started:

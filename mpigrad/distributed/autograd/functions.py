@@ -62,32 +62,40 @@ def send_gradients(node, grads, error):
     agent = current_agent("distributed backward")
     node.answered = context.round
     with contexts.running_in(None):
-        agent.notify(node.sender, "dist_grad", (context.id, node.send_id, grads, error),
+        agent.notify(node.sender, "dist_grad",
+                     (context.id, context.round, node.send_id, grads, error),
                      "distributed backward (gradients)")
 
 
 def await_gradients(context, send_id, peer, count):
-    _wait(lambda: send_id in context.mailbox, lambda: (peer,))
     with context.cond:
-        grads, error = context.mailbox.pop(send_id)
+        key = context.round, send_id
+    _wait(lambda: key in context.mailbox, lambda: (peer,))
+    with context.cond:
+        grads, error = context.mailbox.pop(key)
     if error is not None:
         agent = current_agent("distributed backward")
         raise RuntimeError(f"distributed backward failed on {agent.describe(peer)}: {error}")
     return tuple(grads) if grads is not None else (None,) * count
 
 
-def drain(context):
-    """Wait until the gradients of every send function of the context have arrived in this
-    pass (after an error, some were never awaited: each recv function answers its sender
-    even then), and forget them, so none outlives the pass nor is taken for the next one's."""
+def drain(context, round_):
+    """Wait until the gradients of every send function of the context have arrived in pass
+    `round_` (after an error, some were never awaited: each recv function answers its
+    sender even then), and forget them, even if the wait fails: none outlives the pass.
+    Gradients are filed by pass, so one arriving after a failed pass gave up on it is never
+    taken for the next pass's."""
     def missing():
         with context.cond:
             return [peer for send_id, (_, peer) in context.sends.items()
-                    if send_id not in context.arrived]
-    _wait(lambda: not missing(), missing)
-    with context.cond:
-        context.mailbox.clear()
-        context.arrived.clear()
+                    if (round_, send_id) not in context.arrived]
+    try:
+        _wait(lambda: not missing(), missing)
+    finally:
+        with context.cond:
+            for key in [k for k in context.mailbox if k[0] <= round_]:
+                del context.mailbox[key]
+            context.arrived = {k for k in context.arrived if k[0] > round_}
 
 
 def _wait(ready, peers):

@@ -203,6 +203,27 @@ def explode_stage(h):
     return Explode.apply(h @ param("W1"))
 
 
+class Slow(mg.autograd.Function):
+    """Identity whose backward sleeps state["slow"] seconds and scales by state["factor"]."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(state["slow"])
+        return grad * state["factor"]
+
+
+def slow_stage(x):
+    return Slow.apply(x)
+
+
+def set_slow(seconds, factor):
+    state["slow"], state["factor"] = seconds, factor
+
+
 class FailingSGD(mg.optim.SGD):
     def step(self, closure=None):
         raise RuntimeError("this optimizer refuses to step")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+import mpigrad.distributed as dist
 import mpigrad.distributed.autograd as dist_autograd
 import mpigrad.distributed.rpc as rpc
 
@@ -122,6 +123,29 @@ def test_a_failed_pass_leaves_no_gradient_behind(model):
                                        retain_graph=True)
             for r in (0, 1):
                 assert rpc.rpc_sync(r, _remote.gradients_waiting, args=(context_id,)) == 0
+
+
+def test_a_pass_after_a_timed_out_one_takes_only_its_own_gradients(process_group):
+    """worker1's gradients for a pass that timed out on worker0 arrive after it gave up;
+    the retried pass of the context took them as its own (the mailbox had no rounds)."""
+    rpc.init_rpc(f"worker{dist.get_rank()}",
+                 rpc_backend_options=rpc.TensorPipeRpcBackendOptions(rpc_timeout=1,
+                                                                     init_method="env://"))
+    try:
+        if dist.get_rank() == 0:
+            rpc.rpc_sync(1, _remote.set_slow, args=(3.0, 2.0))
+            x = mg.tensor(np.ones(3), requires_grad=True)
+            with bounded(30), dist_autograd.context() as context_id:
+                y = rpc.rpc_sync(1, _remote.slow_stage, args=(x,))
+                with pytest.raises(rpc.RpcTimeoutError, match="no gradients"):
+                    dist_autograd.backward(context_id, [y.sum()], retain_graph=True)
+                rpc.rpc_sync(1, _remote.set_slow, args=(0.0, 5.0))
+                dist_autograd.backward(context_id, [y.sum()])
+                np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+                                           np.full(3, 5.0), **TOL)
+                assert rpc.rpc_sync(0, _remote.gradients_waiting, args=(context_id,)) == 0
+    finally:
+        rpc.shutdown()
 
 
 def test_backward_arguments_are_checked(model):
