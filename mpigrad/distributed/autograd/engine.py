@@ -24,6 +24,8 @@ Gradients travel as RPC requests without a reply (`dist_grad`) that the receivin
 files into the mailbox; a worker's pass ends only when every gradient addressed to it has
 arrived, so its answer to `dist_backward` acknowledges them all at once.
 """
+import sys
+
 import numpy as np
 
 from ...autograd.engine import run_backward
@@ -193,7 +195,7 @@ def release(context_id, sender=None):
     peers = context.workers - {sender, agent.rank}
     with contexts.running_in(None):
         return [agent.request(peer, "dist_release", context_id, "distributed autograd "
-                              "context clean-up", timeout=0, fenced=False)
+                              "context clean-up", fenced=False)
                 for peer in sorted(peers)]
 
 
@@ -201,8 +203,20 @@ def end(context_id):
     """The end of `with dist_autograd.context()`: as torch, the caller does not wait for the
     other workers to drop the context, but every request this worker sends afterwards waits
     for them first, so whatever it asks next sees the context gone everywhere (and the
-    wait overlaps with the caller's own work in between, the next step's local forward)."""
-    current_agent("dist_autograd.context").fence(release(context_id))
+    wait overlaps with the caller's own work in between, the next step's local forward).
+    Nobody waits for the outcome: a failure is reported on stderr."""
+    agent = current_agent("dist_autograd.context")
+    futures = release(context_id)
+    for future in futures:
+        future.add_done_callback(lambda done: _report_failed_release(agent, context_id, done))
+    agent.fence(futures)
+
+
+def _report_failed_release(agent, context_id, future):
+    error = future.exception()
+    if error is not None:
+        sys.stderr.write(f"[{agent.info.name}] distributed autograd: releasing context "
+                         f"{context_id} failed: {error}\n")
 
 
 def _release_request(sender, context_id):

@@ -283,7 +283,7 @@ class Agent:
         itself wait for this very request, through another worker's handler."""
         self.check_reachable(dest, what)
         if fenced and self._fences:
-            self._await_fences()
+            self._await_fences(what, self.timeout if timeout is None else timeout)
         msg_id = next(_msg_ids)
         header, arrays, tag = self.encode(dest, kind, msg_id, payload)
         future = self._register(dest, msg_id, what, timeout, keep)
@@ -312,14 +312,20 @@ class Agent:
         with self._lock:
             self._fences.extend(futures)
 
-    def _await_fences(self):
+    def _await_fences(self, what, seconds):
+        """Wait for the fences, within the call's own timeout (`seconds`, 0: none)."""
+        deadline = time.monotonic() + seconds if seconds and seconds > 0 else None
         with self._lock:
             fences = list(self._fences)
         for future in fences:
-            try:
-                future.wait()
-            except Exception:
-                pass
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not future.done() and not self.receive_until(future.done, left):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise RpcTimeoutError(
+                        f"{what} timed out: this worker's earlier work it must wait for "
+                        f"(the clean-up of a distributed autograd context) did not finish "
+                        f"within the call's timeout of {seconds:g} s")
+                break  # the agent is stopping
         with self._lock:
             self._fences = [f for f in self._fences if not f.done()]
 

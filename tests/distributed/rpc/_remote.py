@@ -341,3 +341,25 @@ def open_fence():
     gate = state.get("gate")
     if gate is not None and not gate.done():
         gate.set_result(None)
+
+
+def call_within(to, seconds):
+    """The outcome of a call from this worker to `to` with timeout `seconds`."""
+    try:
+        return rpc.rpc_sync(to, whoami, timeout=seconds)
+    except rpc.RpcTimeoutError as exc:
+        return f"RpcTimeoutError: {exc}"
+
+
+def break_releases(broken, slow=0):
+    """Make this worker's context releases fail, after `slow` seconds (or work again)."""
+    handler = rpc.agent.current.handlers["dist_release"]
+    if broken:
+        state["release"] = handler.run
+
+        def refuse(sender, context_id):
+            time.sleep(slow)
+            raise_value_error("release refused")
+        handler.run = refuse
+    else:
+        handler.run = state.pop("release")

@@ -3,6 +3,7 @@ split across workers, with a nested call, a remote weight used twice and a retur
 the loss never uses; gradients land in the context, never in .grad; contexts end
 everywhere; errors in a remote backward reach the caller; concurrent contexts stay apart."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -239,3 +240,57 @@ def test_a_worker_fenced_still_forwards_passes_and_releases(workers):
         # Waits for the release, which went through worker1 to worker2.
         assert rpc.rpc_sync(2, _remote.context_count) == 0
     rpc.rpc_sync(1, _remote.open_fence)
+
+
+def test_a_fence_wait_is_bounded_by_the_calls_timeout(workers):
+    """worker1's requests wait for a fence that does not end: its call with a timeout fails
+    within that timeout (it waited for the fence with no bound)."""
+    rank, _ = workers
+    if rank != 0:
+        return
+    rpc.rpc_sync(1, _remote.fence_for, args=(30.0,))
+    try:
+        with bounded(10):
+            start = time.monotonic()
+            outcome = rpc.rpc_sync(1, _remote.call_within, args=(0, 0.5))
+            assert outcome.startswith("RpcTimeoutError") and "rpc_sync(" in outcome
+            assert time.monotonic() - start < 5
+    finally:
+        rpc.rpc_sync(1, _remote.open_fence)
+    assert rpc.rpc_sync(1, _remote.call_within, args=(0, 0.5)) == "worker0"
+
+
+def test_a_failed_release_is_reported(workers, capfd):
+    rank, _ = workers
+    if rank != 0:
+        return
+    rpc.rpc_sync(1, _remote.break_releases, args=(True,))
+    try:
+        with bounded(20):
+            with dist_autograd.context() as context_id:
+                rpc.rpc_sync(1, _remote.whoami)
+            rpc.rpc_sync(1, _remote.whoami)  # waits for the release
+    finally:
+        rpc.rpc_sync(1, _remote.break_releases, args=(False,))
+    err = capfd.readouterr().err
+    assert f"releasing context {context_id} failed" in err and "release refused" in err
+    assert "worker 'worker1'" in err
+
+
+def test_a_release_times_out_with_the_agents_timeout(process_group, capfd):
+    """A release had no timeout: one that never ends was waited for forever."""
+    rpc.init_rpc(f"worker{dist.get_rank()}",
+                 rpc_backend_options=rpc.TensorPipeRpcBackendOptions(rpc_timeout=0.5,
+                                                                     init_method="env://"))
+    try:
+        if dist.get_rank() == 0:
+            rpc.rpc_sync(1, _remote.break_releases, args=(True, 3.0))
+            with bounded(20):
+                with dist_autograd.context() as context_id:
+                    rpc.rpc_sync(1, _remote.whoami)
+                time.sleep(1.5)
+                err = capfd.readouterr().err
+                assert f"releasing context {context_id} failed" in err and "timed out" in err
+            rpc.rpc_sync(1, _remote.break_releases, args=(False,), timeout=10)
+    finally:
+        rpc.shutdown()
