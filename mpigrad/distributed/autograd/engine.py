@@ -98,18 +98,27 @@ def _run_pass(context, root_edges, root_grads, retain_graph):
     try:
         results = run_backward(edges, grads, retain_graph, False, captured)
     except BaseException as exc:
-        _answer_the_rest(context, recvs, _error_text(exc))
+        _answer_the_rest(context, recvs, _error_text(exc))  # its own failure comes second
         raise
-    _answer_the_rest(context, recvs, None)
+    failed = _answer_the_rest(context, recvs, None)
+    if failed is not None:
+        raise failed
     for leaf, grad in zip(leaves, results):
         if grad is not None:
             context.accumulate(leaf.variable, grad)
 
 
 def _answer_the_rest(context, recvs, error):
+    """Answer every recv function the pass did not run; returns the first error sending
+    raised (a peer gone), having still answered all the others."""
+    first = None
     for node in recvs:
         if node.answered != context.round:
-            send_gradients(node, None, error)
+            try:
+                send_gradients(node, None, error)
+            except Exception as exc:
+                first = first or exc
+    return first
 
 
 def _error_text(exc):

@@ -294,3 +294,34 @@ def test_a_release_times_out_with_the_agents_timeout(process_group, capfd):
             rpc.rpc_sync(1, _remote.break_releases, args=(False,), timeout=10)
     finally:
         rpc.shutdown()
+
+
+def test_a_failed_answer_leaves_no_other_sender_waiting(workers, monkeypatch):
+    """A pass answers every recv function it did not run even when answering one fails (its
+    sender is gone), and raises its own error first: the first failure stopped the answers,
+    leaving later senders waiting, and replaced the pass's error."""
+    from mpigrad.distributed.autograd import contexts, engine
+    from mpigrad.distributed.autograd.functions import RecvBackward
+    context = contexts.DistAutogradContext(12345)
+    context.round = 1
+    recvs = [RecvBackward(context, 1, send_id, [((3,), "<f8")]) for send_id in range(3)]
+    answered = []
+
+    def send_gradients(node, grads, error):
+        if node is recvs[0]:
+            raise rpc.WorkerUnavailableError("sender gone")
+        node.answered = context.round
+        answered.append((node.send_id, error))
+    monkeypatch.setattr(engine, "send_gradients", send_gradients)
+    failed = engine._answer_the_rest(context, recvs, "boom")
+    assert isinstance(failed, rpc.WorkerUnavailableError)
+    assert answered == [(1, "boom"), (2, "boom")]
+
+    def run_backward(*args):
+        raise ArithmeticError("the pass's own error")
+    monkeypatch.setattr(engine, "run_backward", run_backward)
+    for node in recvs:
+        node.answered = 0
+    context.recvs = recvs
+    with pytest.raises(ArithmeticError, match="own error"):
+        engine._run_pass(context, [], [], False)
