@@ -84,7 +84,6 @@ def _file_gradients(sender, payload):
         # another path): filed under its round, it waits for it.
         context.mailbox[round_, send_id] = (grads, error)
         context.arrived.add((round_, send_id))
-        context.cond.notify_all()
 
 
 def _run_pass(context, root_edges, root_grads, retain_graph):

@@ -9,10 +9,11 @@ Threads
   and up to 10 ms after a second without messages, so an idle agent costs about 1% of a
   core and a busy one answers within microseconds. A caller thread waiting for its reply
   (or distributed autograd for its gradients) receives (any) messages itself meanwhile
-  (see `receive_until`), yielding for its first 2 ms, and the listener slows down rather
-  than compete with it. Every receiving thread runs the same loop (`_receive_while`), each
-  with its own pauses. Receiving
-  never blocks on a send: small control messages and their acknowledgements leave through
+  (see `receive_until`), yielding for its first 2 ms, then sleeping 1/32 of the time
+  nothing came, 20 us to 2 ms (so a long wait, for a slow call or for gradients, costs
+  little CPU and a reply little delay), and the listener slows down rather than compete
+  with it. Every receiving thread runs the same loop (`_receive_while`), each with its own
+  pauses. Receiving never blocks on a send: small control messages and their acknowledgements leave through
   the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
   replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
   distributed autograd) at once, and hands everything else on. Messages may thus
@@ -416,7 +417,7 @@ class Agent:
                 self._receive_while(
                     lambda: not (done() or self._stopping.is_set()
                                  or deadline is not None and time.monotonic() > deadline),
-                    lambda pace: 0 if pace.quiet() < _SPIN else _MIN_PAUSE, upkeep=False)
+                    _waiting_pause, upkeep=False)
         finally:
             with self._lock:
                 self._receivers -= 1
@@ -805,6 +806,17 @@ class Agent:
             # Not stopping gracefully, a request the listener runs is left behind, as those
             # of the pool are.
             self.listener.join()
+
+
+def _waiting_pause(pace):
+    """A waiting caller's pause: only yield for _SPIN after the last message, then sleep
+    1/32 of the time since (20 us to 2 ms), so a reply waits little longer than it took
+    (a 5 ms call: 5.8 ms, against 5.5 with the 20 us pause; doubling, as the cover
+    thread's pause, made it 7.7 ms: the caller slept through its reply). A long wait, for
+    a slow call or for gradients, then costs a hundred polls, not one every 20-80 us: a
+    caller used 0.02 s of CPU waiting for a 1 s call, against 0.22 s."""
+    quiet = pace.quiet()
+    return 0 if quiet < _SPIN else min(_MAX_PAUSE, max(_MIN_PAUSE, quiet / 32))
 
 
 def current_agent(what):

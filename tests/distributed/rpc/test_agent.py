@@ -51,6 +51,18 @@ def test_the_cover_thread_backs_off_while_a_long_request_runs(workers):
 
 
 @mpi
+def test_a_caller_waiting_for_a_long_call_backs_off(workers):
+    """It polled every 20 us (about 80 us with timer slack) once its first 2 ms passed:
+    some 0.22 s of CPU while waiting 1 s."""
+    rank, _ = workers
+    if rank == 0:
+        start = time.thread_time()
+        rpc.rpc_sync(1, _remote.sleep_then, args=(1.0, None))
+        used = time.thread_time() - start
+        assert used < 0.1, f"the waiting caller used {used:.2f} s of CPU in 1 s"
+
+
+@mpi
 def test_the_cover_thread_runs_before_the_listener_can_run_a_request(process_group,
                                                                      monkeypatch):
     """The listener started first: a request it ran at once (another worker can be ahead)
