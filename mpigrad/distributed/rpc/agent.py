@@ -13,13 +13,13 @@ Threads
   nothing came, 20 us to 2 ms (so a long wait, for a slow call or for gradients, costs
   little CPU and a reply little delay), and the listener slows down rather than compete
   with it. Every receiving thread runs the same loop (`_receive_while`), each with its own
-  pauses. Receiving never blocks on a send: small control messages and their acknowledgements leave through
-  the listener's outbox as `Isend`s. The receiving thread decodes each message, completes
-  replies' Futures, runs cheap bookkeeping requests (RRef forks and deletes, gradients for
-  distributed autograd) at once, and hands everything else on. Messages may thus
-  be handled in a different order than they arrived; no protocol here depends on that
-  order (each message is sent only after the reply to the one it depends on). The listener
-  also fails calls whose timeout has passed.
+  pauses. Receiving never blocks on a send: small control messages and their
+  acknowledgements leave through the listener's outbox as `Isend`s. The receiving thread
+  decodes each message, completes replies' Futures, runs cheap bookkeeping requests (RRef
+  forks and deletes, gradients for distributed autograd) at once, and hands everything
+  else on. Messages may thus be handled in a different order than they arrived; no
+  protocol here depends on that order (each message is sent only after the reply to the
+  one it depends on). The listener also fails calls whose timeout has passed.
 - The listener runs the requests it receives itself (the user's functions), with no
   hand-over to another thread; meanwhile the cover thread does the listener's work (it
   receives, sends the outbox, fails calls that time out), sleeping between polls so that it
