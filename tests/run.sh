@@ -33,6 +33,23 @@ logfiles=()
 results=()
 failed=0
 
+# skip_reasons LOGFILE: each skip reason of the step's "-rs" report with how many tests it
+# skipped (under MPI each rank reports the same lines: identical ones are counted once), so a
+# skip for something not installed stands out among the expected ones.
+skip_reasons() {
+    grep -oE 'SKIPPED \[[0-9]+\] [^ ]+: .*$' "$1" | sort -u \
+        | sed -E 's/^SKIPPED \[([0-9]+)\] [^ ]+: (.*)$/\1\t\2/' \
+        | awk -F'\t' '{n[$2] += $1} END {for (r in n) printf "%7d  %s\n", n[r], r}' \
+        | sort -rn
+}
+
+# slowest LOGFILE: the 15 slowest test phases of pytest's --durations report (every rank's).
+slowest() {
+    # sed: under MPI another rank's banner can run on at the end of the line.
+    grep -oE '^[0-9]+\.[0-9]+s (call|setup|teardown) +.*$' "$1" | sed -E 's/ ?={3,}.*$//' \
+        | sort -rn -k1,1 | head -15
+}
+
 # counts LOGFILE: pytest's closing "N passed, M skipped ..." line, once per distinct outcome
 # (each rank prints its own under MPI; ranks that disagree show as several, "a | b").
 counts() {
@@ -76,13 +93,14 @@ step() {
 
 # --only-mpi and not --with-mpi: with pytest-mpi 0.6, --with-mpi runs every test on every
 # rank, and it wins when both are given; --only-mpi runs the MPI-marked tests, skips the rest.
-# -rfE: list only failures and errors, not the ~1000 skipped serial tests, once per rank.
+# -rfEs: failures, errors and skips (the summary below counts the skips by reason, so the
+# ~1000 serial tests that the MPI steps skip become one line).
 step "serial" "$logs/serial.log" no \
-    timeout -k 30 1800 python -m pytest "$@"
+    timeout -k 30 1800 python -m pytest --durations=15 "$@"
 step "mpi -n 2" "$logs/mpi-2.log" yes \
-    timeout -k 30 900 mpiexec -n 2 python -m pytest --only-mpi -q -rfE -p no:cacheprovider "$@"
+    timeout -k 30 900 mpiexec -n 2 python -m pytest --only-mpi -q -rfEs --durations=15 -p no:cacheprovider "$@"
 step "mpi -n 3" "$logs/mpi-3.log" yes \
-    timeout -k 30 900 mpiexec -n 3 python -m pytest --only-mpi -q -rfE -p no:cacheprovider "$@"
+    timeout -k 30 900 mpiexec -n 3 python -m pytest --only-mpi -q -rfEs --durations=15 -p no:cacheprovider "$@"
 
 echo
 echo "=== summary (logs in $logs)"
@@ -92,5 +110,9 @@ for i in "${!names[@]}"; do
         # Not anchored at the line start: another rank's output may precede it.
         grep -oE '(FAILED|ERROR) [^ ]+( - .*)?$' "${logfiles[$i]}" | sort -u | sed 's/^/      /'
     fi
+    echo "    skipped, by reason:"
+    skip_reasons "${logfiles[$i]}" | sed 's/^/    /'
+    echo "    slowest:"
+    slowest "${logfiles[$i]}" | sed 's/^/      /'
 done
 exit $failed

