@@ -1,15 +1,19 @@
-"""What the training jobs share: argument types, rank-0 logging, the agreed stop on a signal
-(preemption), the checkpoint directory check, and the parameter-server examples' options and
-roles. Import it as `common` (the jobs run from
+"""What the training jobs share: argument types and the text jobs' common options, the
+standard library's sources as training text, rank-0 logging, means over every rank, the
+agreed stop on a signal (preemption), the checkpoint directory check, the end of a run, and
+the parameter-server examples' options and roles. Import it as `common` (the jobs run from
 this folder, which Python puts first on sys.path)."""
 import argparse
+import glob
 import os
+import sysconfig
 import signal
 import tempfile
 
 import numpy as np
 from mpi4py import MPI
 
+import mpigrad as mg
 import mpigrad.distributed as dist
 import mpigrad.distributed.rpc as rpc
 from mpigrad.serialization import remove_stale_temporaries
@@ -32,9 +36,49 @@ def positive_float(text):
     return value
 
 
+def add_text_job_arguments(p, seeds):
+    """--text, --dtype and --seed, as the language-model jobs take them; `seeds` says what
+    the seed draws."""
+    p.add_argument("--text", metavar="FILE", default=None,
+                   help="train on this text file (default: the Python standard library's "
+                        "sources)")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="parameter dtype (default float32)")
+    p.add_argument("--seed", type=int, default=0, help=f"seed for {seeds}")
+
+
+def text_files(args):
+    """--text, or the running interpreter's standard library sources in name order: real
+    text on every machine, offline."""
+    if args.text:
+        return [args.text]
+    return sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))
+
+
+def use_dtype(args):
+    """Make --dtype the default dtype of the parameters the job is about to create."""
+    mg.set_default_dtype(getattr(mg, args.dtype))
+
+
 def log(rank, message):
     if rank == 0:
         print(f"[rank {rank}] {message}", flush=True)
+
+
+def mean_over_ranks(total, count):
+    """sum(total) / sum(count) over every rank: a mean over all ranks' samples, whatever
+    each rank's share."""
+    both = np.array([total, count], dtype=np.float64)
+    dist.all_reduce(both)
+    return both[0] / both[1]
+
+
+def finish(rank, summary):
+    """Every rank waits for the others (rank 0 may have saved or sampled), then rank 0 says
+    the run ended."""
+    dist.barrier()
+    log(rank, f"training finished: {summary}")
+    return 0
 
 
 class StopFlag:

@@ -30,7 +30,6 @@ import json  # noqa: E402
 import math  # noqa: E402
 import string  # noqa: E402
 import sys  # noqa: E402
-import sysconfig  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -42,16 +41,14 @@ from mpigrad import nn, optim  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel  # noqa: E402
 from mpigrad.nn.utils import clip_grad_norm_  # noqa: E402
 
-from common import (PREEMPTED_EXIT_CODE, StopFlag, check_checkpoint_directory, log,  # noqa: E402
-                    positive_float, positive_int)
+from common import (PREEMPTED_EXIT_CODE, StopFlag, add_text_job_arguments,  # noqa: E402
+                    check_checkpoint_directory, finish, log, mean_over_ranks, positive_float,
+                    positive_int, text_files, use_dtype)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Character-level GPT with DDP (launch with "
                                             "mpiexec or srun).")
-    p.add_argument("--text", metavar="FILE", default=None,
-                   help="train on this text file (default: the Python standard library's "
-                        "sources)")
     p.add_argument("--max-chars", type=positive_int, default=1_000_000,
                    help="characters of the standard library to read (default 1,000,000)")
     p.add_argument("--n-layer", type=positive_int, default=4, help="blocks (default 4)")
@@ -79,9 +76,7 @@ def parse_args(argv=None):
                    help="validation batches per rank (default 8)")
     p.add_argument("--sample-chars", type=int, default=300,
                    help="characters generated at the end (default 300; 0: none)")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
-                   help="parameter dtype (default float32)")
-    p.add_argument("--seed", type=int, default=0, help="seed for weights and batches")
+    add_text_job_arguments(p, seeds="weights and batches")
     p.add_argument("--checkpoint", metavar="DIR", default=None,
                    help="save a checkpoint here after every validation and on preemption")
     p.add_argument("--resume", action="store_true",
@@ -99,12 +94,9 @@ def parse_args(argv=None):
 
 
 def read_text(args):
-    """The training text: --text, or the standard library's .py files in name order."""
-    if args.text:
-        with open(args.text, encoding="utf-8", errors="replace") as f:
-            return f.read()
+    """The training text's first --max-chars printable characters."""
     parts, total = [], 0
-    for path in sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py"))):
+    for path in text_files(args):
         with open(path, encoding="utf-8", errors="replace") as f:
             parts.append(f.read())
         total += len(parts[-1])
@@ -245,16 +237,16 @@ def make_schedule(optimizer, args):
 def validation_loss(model, chars, args, rank, world):
     """Mean loss over the same validation windows whatever the world size."""
     model.eval()
-    total = np.zeros(2)
+    total, count = 0.0, 0
     starts = chars.starts("val", args.eval_batches * args.batch_size * world, args.seed)
     with mg.no_grad():
         for batch in range(args.eval_batches):
             mine = starts[batch * args.batch_size * world:][rank:args.batch_size * world:world]
             _, loss = model(*chars.windows("val", mine))
-            total += [loss.item() * len(mine), len(mine)]
+            total += loss.item() * len(mine)
+            count += len(mine)
     model.train()
-    dist.all_reduce(total)
-    return total[0] / total[1]
+    return mean_over_ranks(total, count)
 
 
 def newest_checkpoint(directory):
@@ -272,8 +264,7 @@ def train(args):
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     chars = CharData(read_text(args), args.block_size)
-    if args.dtype == "float64":
-        mg.set_default_dtype(mg.float64)
+    use_dtype(args)
     mg.manual_seed(args.seed)
     model = GPT(len(chars.chars), args.block_size, args.n_layer, args.n_head, args.n_embd,
                 args.dropout)
@@ -338,11 +329,10 @@ def train(args):
             progress.set_postfix(loss=f"{window_losses[-1]:.3f}")
         if step % args.eval_interval == 0 or step == args.steps:
             elapsed = time.perf_counter() - started
-            train_loss = np.array([np.mean(window_losses), 1.0])
-            dist.all_reduce(train_loss)
+            train_loss = mean_over_ranks(np.mean(window_losses), 1)
             val = validation_loss(model, chars, args, rank, world)
             metrics = {"epoch": math.ceil(step / args.eval_interval), "step": step,
-                       "loss": train_loss[0] / train_loss[1], "val_loss": val,
+                       "loss": train_loss, "val_loss": val,
                        "lr": schedule.get_last_lr()[0],
                        "samples_per_sec": len(window_losses) * per_micro / elapsed}
             log(rank, f"step {step}/{args.steps} train loss {metrics['loss']:.4f} val loss "
@@ -365,9 +355,7 @@ def train(args):
             ids = model.generate(prompt, args.sample_chars,
                                  generator=mg.Generator().manual_seed(args.seed))
             print("sample:\n" + chars.decode(ids[0].tolist()), flush=True)
-    dist.barrier()
-    log(rank, f"training finished: steps={step}")
-    return 0
+    return finish(rank, f"steps={step}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import collections  # noqa: E402
-import glob  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
@@ -42,7 +41,8 @@ from mpigrad import nn, optim  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel  # noqa: E402
 from mpigrad.nn.utils import clip_grad_norm_  # noqa: E402
 
-from common import log, positive_float, positive_int  # noqa: E402
+from common import (add_text_job_arguments, finish, log, mean_over_ranks,  # noqa: E402
+                    positive_float, positive_int, text_files, use_dtype)
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 EOS, UNK = "<eos>", "<unk>"
@@ -51,9 +51,6 @@ EOS, UNK = "<eos>", "<unk>"
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Word-level LSTM/GRU language model with DDP "
                                             "(launch with mpiexec or srun).")
-    p.add_argument("--text", metavar="FILE", default=None,
-                   help="train on this text file (default: the Python standard library's "
-                        "sources)")
     p.add_argument("--max-words", type=positive_int, default=300_000,
                    help="tokens of text to read (default 300,000)")
     p.add_argument("--vocab", type=positive_int, default=2000,
@@ -81,9 +78,7 @@ def parse_args(argv=None):
                    help="initial SGD learning rate (default 20)")
     p.add_argument("--clip", type=positive_float, default=0.25,
                    help="gradient norm clip (default 0.25)")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
-                   help="parameter dtype (default float32)")
-    p.add_argument("--seed", type=int, default=0, help="seed for weights and dropout")
+    add_text_job_arguments(p, seeds="weights and dropout")
     p.add_argument("--save", metavar="FILE", default=None,
                    help="rank 0 saves the final state dict here (.npz or .safetensors)")
     args = p.parse_args(argv)
@@ -97,10 +92,8 @@ def parse_args(argv=None):
 def read_tokens(args):
     """Words and punctuation of --text, or of the standard library's .py files in name
     order, with <eos> after every line; at most --max-words of them."""
-    paths = [args.text] if args.text else sorted(
-        glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py")))
     tokens = []
-    for path in paths:
+    for path in text_files(args):
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 tokens += TOKEN.findall(line)
@@ -173,13 +166,6 @@ def chunks(data, bptt):
                                                                 .reshape(-1))
 
 
-def mean_over_ranks(total, count):
-    """The token-weighted mean of a per-rank sum of losses, over every rank's tokens."""
-    both = np.array([total, count], dtype=np.float64)
-    dist.all_reduce(both)
-    return both[0] / both[1]
-
-
 def train_epoch(ddp, model, optimizer, data, args):
     ddp.train()
     hidden = model.init_hidden(data.shape[1])
@@ -223,8 +209,7 @@ def train(args):
         log(rank, f"error: {len(corpus.valid)} validation tokens are too few for "
                   f"--batch-size {args.batch_size}; read more text (--max-words)")
         return 2
-    if args.dtype == "float64":
-        mg.set_default_dtype(mg.float64)
+    use_dtype(args)
     mg.manual_seed(args.seed)
     model = RNNModel(args.model, len(corpus.words), args.emsize, args.nhid, args.nlayers,
                      args.dropout, args.tied)
@@ -255,9 +240,7 @@ def train(args):
                 group["lr"] /= 4.0
     if rank == 0 and args.save:
         mg.save(model.state_dict(), args.save)
-    dist.barrier()
-    log(rank, f"training finished: best valid ppl {math.exp(best):.2f}")
-    return 0
+    return finish(rank, f"best valid ppl {math.exp(best):.2f}")
 
 
 if __name__ == "__main__":
