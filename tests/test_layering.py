@@ -1,4 +1,4 @@
-"""The import layering that mpigrad/ARCHITECTURE.md describes, checked on the source.
+"""The import layering that docs/architecture.md describes, checked on the source.
 
 A module's top-level imports may reach its own layer or a lower one; the one exception is the
 last line of tensor.py, which brings in the layers that define Tensor's operators and
@@ -16,7 +16,7 @@ import mpigrad
 ROOT = pathlib.Path(mpigrad.__file__).parent
 
 # Lowest first. A module not named here belongs to its package's entry. The entries from
-# distributed's vocabulary on are mpigrad.distributed's rooms (see ARCHITECTURE.md).
+# distributed's vocabulary on are mpigrad.distributed's rooms (see docs/architecture.md).
 D = "mpigrad.distributed"
 LAYERS = [
     {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures", "mpigrad.device",
@@ -98,7 +98,7 @@ def test_top_level_imports_go_down_the_layers(module):
                 continue
             assert _layer(target) <= own, (
                 f"{module} (layer {own}) imports {target} (layer {_layer(target)}) at line "
-                f"{node.lineno}; see mpigrad/ARCHITECTURE.md for which layer may import which")
+                f"{node.lineno}; see docs/architecture.md for which layer may import which")
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

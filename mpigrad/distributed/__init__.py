@@ -9,7 +9,7 @@ Launch with `mpiexec -n 4 python train.py`, `srun --mpi=pmi2 python train.py`,
 separate processes calling `init_process_group(init_method=..., rank=r, world_size=n)`, or
 plain `python train.py` (one process). Tensors travel as MPI buffers, in place in their storage.
 
-The rooms, lowest first (mpigrad/ARCHITECTURE.md has the rules; tests/test_layering.py
+The rooms, lowest first (docs/architecture.md has the rules; tests/test_layering.py
 enforces them):
 
 - vocabulary: `errors`, `settings` (environment values, checked), `buffers` (tensors and

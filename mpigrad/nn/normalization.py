@@ -161,7 +161,7 @@ class SyncBatchNorm(_BatchNorm):
         return group if distributed.get_world_size(group) > 1 else None
 
     def _statistics_over(self, group, input):
-        # Here, not at the top: nn sits below distributed in the layers (ARCHITECTURE.md), and
+        # Here, not at the top: nn sits below distributed in the layers (docs/architecture.md), and
         # only a synchronised forward needs it, once a process group exists.
         from ..distributed.nn.functional import all_gather
         channels = input.shape[1]
