@@ -338,3 +338,18 @@ def test_the_rendezvous_file_must_belong_to_this_user(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=f"belongs to uid {real_geteuid()}, not to this "
                                            f"process's user \\(uid {real_geteuid() + 1}\\)"):
         rendezvous._rendezvous_file_content(request)
+
+
+@pytest.mark.mpi_skip
+def test_rank_0_that_cannot_replace_the_file_says_so_and_leaves_nothing(tmp_path, monkeypatch):
+    # What rename(2) answers in a sticky directory (/tmp) when another user's file has the
+    # name: rank 0 cannot put its own in place.
+    def refused(source, target):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "replace", refused)
+    path = tmp_path / "meeting"
+    with pytest.raises(RuntimeError, match=f"rank 0 cannot write the rendezvous file {path}: "
+                                           "Operation not permitted"):
+        rendezvous._write_rendezvous_file(rendezvous.Request(0, 2, path=str(path)), "", 5)
+    assert list(tmp_path.iterdir()) == [] and "server" not in rendezvous._control
