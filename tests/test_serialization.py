@@ -9,10 +9,12 @@ import math
 import os
 import re
 import subprocess
+import struct
 import sys
 import textwrap
 import tracemalloc
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -150,7 +152,7 @@ def test_a_process_killed_mid_write_keeps_the_old_checkpoint_and_the_next_save_c
     assert result.returncode == 3, result.stderr
     assert load(path) == {"epoch": 1}
     leftovers = [name for name in os.listdir(tmp_path) if name != "ckpt"]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".ckpt.")  # the hidden temporary
+    assert len(leftovers) == 1 and leftovers[0].startswith(".mpigrad-save.ckpt.")  # the temporary
     save({"epoch": 3}, tmp_path / "other")
     assert sorted(os.listdir(tmp_path)) == ["ckpt", "other"]
 
@@ -195,7 +197,7 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
 def test_without_file_locks_saves_work_and_no_temporary_is_deleted(tmp_path, monkeypatch):
     """Where flock is not implemented (some parallel file systems), liveness cannot be
     proven, so stale temporaries stay; saving must still work."""
-    stale = tmp_path / ".ckpt.0123456789ab.tmp"
+    stale = tmp_path / ".mpigrad-save.ckpt.0123456789ab.tmp"
     stale.write_bytes(b"left by a writer that may or may not be alive")
 
     def no_locks(descriptor, operation):
@@ -205,6 +207,24 @@ def test_without_file_locks_saves_work_and_no_temporary_is_deleted(tmp_path, mon
     save({"epoch": 1}, tmp_path / "ckpt")
     assert load(tmp_path / "ckpt") == {"epoch": 1}
     assert sorted(os.listdir(tmp_path)) == [stale.name, "ckpt"]
+
+
+def test_a_save_removes_only_its_own_dead_temporaries(tmp_path, monkeypatch):
+    """Files that merely look like temporaries (another program's `.x.<12 hex>.tmp`, which
+    save used to delete when unlocked) and dead temporaries of another user stay; a dead
+    temporary of save's own goes."""
+    others = [tmp_path / ".notes.0123456789ab.tmp", tmp_path / ".ckpt.ba9876543210.tmp"]
+    for other in others:
+        other.write_bytes(b"another program's work")
+    own = tmp_path / ".mpigrad-save.ckpt.00112233aabb.tmp"
+    own.write_bytes(b"left by a save that was killed")
+    real_geteuid = os.geteuid
+    monkeypatch.setattr(os, "geteuid", lambda: real_geteuid() + 1)
+    assert remove_stale_temporaries(tmp_path) == []  # to another user, `own` is not theirs
+    monkeypatch.undo()
+    save({"epoch": 1}, tmp_path / "ckpt")
+    assert sorted(os.listdir(tmp_path)) == sorted([other.name for other in others] + ["ckpt"])
+    assert all(other.read_bytes() == b"another program's work" for other in others)
 
 
 def test_kill_9_during_saves_leaves_the_last_complete_checkpoint_and_no_temporaries(tmp_path):
@@ -473,9 +493,9 @@ def test_members_are_found_without_listing_the_archive_per_member(tmp_path, monk
 def test_a_fifo_wearing_a_temporarys_name_does_not_block_a_save(tmp_path):
     """The clean-up of dead writers' temporaries must not open a FIFO for reading (that
     waits for a writer forever) nor delete anything that is not a regular file."""
-    fifo = tmp_path / ".ckpt.0123456789ab.tmp"
+    fifo = tmp_path / ".mpigrad-save.ckpt.0123456789ab.tmp"
     os.mkfifo(fifo)
-    link = tmp_path / ".ckpt.ba9876543210.tmp"
+    link = tmp_path / ".mpigrad-save.ckpt.ba9876543210.tmp"
     os.symlink(tmp_path / "target", link)
     (tmp_path / "target").write_bytes(b"keep")
     script = f"from mpigrad.serialization import save; save({{'epoch': 1}}, {str(tmp_path / 'ckpt')!r})"
@@ -540,3 +560,54 @@ def test_fuzzed_checkpoints_give_only_value_errors_in_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert outcomes["refused"] > 2000, outcomes
     assert peak < 4 * 2**20, peak
+
+
+def _stored_member(name, data, offset):
+    """A zip local header and `data` stored under `name`, and its central directory entry for
+    a local header at `offset`."""
+    name = name.encode()
+    fields = (0, 0, 0, 0x21, zlib.crc32(data), len(data), len(data), len(name))
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, *fields, 0) + name + data
+    central = (struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, *fields, 0, 0, 0, 0, 0,
+                           offset) + name)
+    return local, central
+
+
+def _overlapping_checkpoint(path, count, payload):
+    """A version 1 checkpoint whose `count` members nest: each member's data is a uint8 array
+    holding the next member whole, header and all, so the members' sizes add up to about
+    `count` times the file's (the zip bomb shape of overlapping entries)."""
+    locals_ = []  # innermost first: a{count-1}'s local header and data, then the ones holding it
+    for index in reversed(range(count)):
+        inner = locals_[-1] if locals_ else payload
+        locals_.append(_stored_member(f"a{index}.npy", _npy("|u1", (len(inner),), inner), 0)[0])
+    locals_.reverse()
+    root = json.dumps({"list": [{"ndarray": index} for index in range(count)]})
+    manifest = f'{{"format": "mpigrad.checkpoint", "version": 1, "root": {root}}}'.encode()
+    body, central = _stored_member("manifest.npy", _npy("|u1", (len(manifest),), manifest), 0)
+    offset = len(body)
+    for index, local in enumerate(locals_):
+        central += _stored_member(f"a{index}.npy", local[30 + len(f"a{index}.npy"):], offset)[1]
+        if index + 1 < count:
+            offset += len(local) - len(locals_[index + 1])
+    body += locals_[0]
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count + 1, count + 1, len(central),
+                      len(body), 0)
+    path.write_bytes(body + central + end)
+
+
+def test_members_that_overlap_are_refused_before_any_is_read(tmp_path, monkeypatch):
+    """Overlapping members made a 1 MiB checkpoint cost 141 MiB to load; members whose sizes
+    add up to more than the file are refused, naming it, before zipfile reads one."""
+    path = tmp_path / "nested.ckpt"
+    _overlapping_checkpoint(path, count=8, payload=np.arange(4096, dtype=np.uint8).tobytes())
+    with zipfile.ZipFile(path) as archive:  # a well-formed archive: each member reads whole
+        sizes = [len(archive.read(name)) for name in archive.namelist()]
+    assert sum(sizes) > 4 * path.stat().st_size
+    reads = []
+    real_read = zipfile.ZipFile.read
+    monkeypatch.setattr(zipfile.ZipFile, "read",
+                        lambda self, name, pwd=None: reads.append(name) or real_read(self, name))
+    with pytest.raises(ValueError, match="members claim .* bytes in all in a file of") as caught:
+        load(path)
+    assert str(path) in str(caught.value) and reads == []

@@ -10,8 +10,10 @@ members must be stored uncompressed and unencrypted and each is read whole (zip'
 checked) and its header compared with its size before numpy sees it, so any damage -- a
 truncation, a flipped bit in the zip structure, the manifest or the array data -- raises one
 `ValueError` naming the file instead of loading wrong numbers. Only numeric and bool arrays
-load; absurd shapes, nesting too deep for Python and dtypes with no tensor meaning are the
-same `ValueError`.
+load; absurd shapes, nesting too deep for Python, dtypes with no tensor meaning and members
+whose sizes add up to more than the file (overlapping members, which would cost memory in the
+square of the file's size) are the same `ValueError`, so what a load allocates stays a small
+multiple of the file's size.
 """
 
 import hashlib
@@ -161,9 +163,15 @@ class _Reader:
     def __init__(self, archive, checked, size):
         self.archive = archive
         self.checked = checked
-        self.size = size
         self.built = {}  # member index -> object, so shared arrays stay shared
         self.names = set(archive.namelist())  # namelist() is a fresh list per call
+        # Members of a real archive lie side by side. Forged ones can overlap, each member's
+        # data holding the next ones, so that reading them costs the square of the file's
+        # size; sizes that add up to more than the file can only be that (or a lie).
+        claimed = sum(max(info.file_size, info.compress_size) for info in archive.infolist())
+        if claimed > size:
+            raise ValueError(f"its members claim {claimed} bytes in all in a file of {size}: "
+                             "they overlap or their sizes are forged")
 
     def read(self):
         if f"{_MANIFEST}.npy" not in self.names:
@@ -221,11 +229,8 @@ class _Reader:
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
             raise ValueError(f"member {name} is compressed or encrypted; mpigrad writes "
                              "neither")
-        # zipfile allocates what the directory claims before reading: a forged size must
-        # not cost gigabytes when the whole file is a few kilobytes.
-        if max(info.file_size, info.compress_size) > self.size:
-            raise ValueError(f"member {name} claims {info.file_size} bytes in a file of "
-                             f"{self.size}")
+        # zipfile allocates what the directory claims before reading; the sizes were bounded
+        # by the file's in __init__, so a forged one costs no more than the file.
         raw = self.archive.read(info)  # checks zip's CRC-32
         header = io.BytesIO(raw)
         version = np.lib.format.read_magic(header)

@@ -104,6 +104,29 @@ def test_the_same_file_serves_one_job_after_another(tmp_path):
 
 
 @pytest.mark.mpi_skip
+def test_a_stale_file_from_a_killed_job_does_not_stop_the_next(tmp_path):
+    # A job killed during its rendezvous left its file, naming its server's port, now dead.
+    # Rank 1 of the next job reads it before rank 0 has replaced it: it must read the file
+    # again after the failed connection, not knock on the dead port until the timeout.
+    path = tmp_path / "sharedfile"
+    stale_server = socket.create_server(("127.0.0.1", 0))
+    path.write_text(f"127.0.0.1:{stale_server.getsockname()[1]}\n{'0' * 32}\n")
+    path.chmod(0o600)
+    env = launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=30)
+    late = _start([[str(SCRIPT), f"file://{path}", "1", "2"]], env)
+    try:
+        stale_server.settimeout(60)
+        stale_server.accept()[0].close()  # rank 1 has read the stale file and come
+    finally:
+        stale_server.close()  # and the port is dead from now on
+    results = finish(_start([[str(SCRIPT), f"file://{path}", "0", "2"]], env) + late,
+                     timeout=120)
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert _printed(results) == [f"Rank {rank} of 2 has data tensor(3.)" for rank in range(2)]
+    assert not path.exists()
+
+
+@pytest.mark.mpi_skip
 @pytest.mark.parametrize("missing", [0, 2])
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,

@@ -220,8 +220,8 @@ def _check_in_all(server, secret=SECRET):
 
     def check_in(rank):
         try:
-            controls[rank] = rendezvous._check_in(rendezvous.Request(rank, 2), *server.address,
-                                                  secret, _deadline(), 10)
+            controls[rank], _, _ = rendezvous._check_in(rendezvous.Request(rank, 2),
+                                                        *server.address, secret, _deadline(), 10)
         except RuntimeError as error:
             errors.append(error)
 
@@ -534,6 +534,12 @@ def test_file_rendezvous_shares_a_secret_only_its_user_can_read(tmp_path):
                                   stderr=subprocess.PIPE) for rank in range(2)]
     results = [process.communicate(timeout=60) for process in processes]
     assert [out.split() for out, _ in results] == [["0", "2", "3"], ["1", "2", "3"]], results
+    assert not meeting.exists()  # removed by rank 0 once both had read it
+    # What rank 0 writes, seen before anyone reads it.
+    host, port, secret, _ = rendezvous._write_rendezvous_file(
+        rendezvous.Request(0, 2, path=str(meeting)), "", timeout=5)
+    server = rendezvous._control.pop("server")
+    server.kill()
+    server.wait(10)
     assert meeting.stat().st_mode & 0o777 == 0o600
-    address, secret = meeting.read_text().split()
-    assert len(secret) >= 32
+    assert meeting.read_text() == f"{host}:{port}\n{secret}\n" and len(secret) >= 32

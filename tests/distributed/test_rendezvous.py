@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mpigrad.distributed.launch import rendezvous
+from mpigrad.distributed.launch import pmi_server, rendezvous
 from mpigrad.distributed.launch.pmi_server import process_mapping
 
 from ._environment import launcher_free_environment
@@ -276,3 +276,80 @@ def test_a_torchrun_job_trains_on_through_outside_connections(tmp_path):
     for rank in range(2):
         assert f"rank {rank} trained" in output and "parameters agree: True" in output, output
     assert "ended the job" not in err and "crashed" not in err and "could not form" not in err
+
+
+# A rank of a file:// rendezvous, alone: it reads the file and joins whatever world it names.
+FILE_RANK = ("import sys\n"
+             "from mpigrad.distributed.launch import rendezvous as r\n"
+             "r.join(r.Request(1, 2, path=sys.argv[1]), timeout=3)\n")
+
+
+def _plant(path, kind, content):
+    """Something other than rank 0's file at `path`, holding `content` where it can."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        return
+    target = path if kind != "symlink" else path.with_name("elsewhere")
+    target.write_text(content)
+    target.chmod(0o666 if kind == "open to others" else 0o600)
+    if kind == "another user's":
+        os.chown(target, 65534, 65534)
+    elif kind == "symlink":
+        path.symlink_to(target)
+
+
+@pytest.mark.mpi_skip
+@pytest.mark.parametrize("kind, problem", [
+    ("open to others", "may be read or written by others than its owner (mode -rw-rw-rw-)"),
+    ("another user's", "belongs to uid 65534"),
+    ("fifo", "is not a regular file (mode prw"),
+    ("symlink", "is a symbolic link"),
+])
+def test_a_rank_trusts_no_rendezvous_file_but_rank_0s(tmp_path, kind, problem):
+    # Planted before the job: it names a server that the planted secret "proves". Such a file
+    # took a rank into the planter's world, and a FIFO held it in open() past its timeout.
+    if kind == "another user's" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    listener = pmi_server.listen("127.0.0.1", 0)
+    planter = pmi_server.Server(2, 60, "planted")
+    threading.Thread(target=planter.run, args=(listener,), daemon=True).start()
+    path = tmp_path / "meeting"
+    _plant(path, kind, f"127.0.0.1:{listener.getsockname()[1]}\nplanted\n")
+    try:
+        result = subprocess.run([sys.executable, "-c", FILE_RANK, str(path)], text=True,
+                                capture_output=True, env=launcher_free_environment(),
+                                timeout=60)
+    finally:
+        planter.abort("1", -1)
+    assert result.returncode != 0
+    assert f"the rendezvous file {path} {problem}" in result.stderr, result.stderr
+    assert not planter.hosts  # it never said hello to the planter's server
+
+
+def test_the_rendezvous_file_must_belong_to_this_user(tmp_path, monkeypatch):
+    # The other half of the ownership rule, without root: to another user this file is foreign.
+    path = tmp_path / "meeting"
+    path.write_text("host:1\nsecret\n")
+    path.chmod(0o600)
+    request = rendezvous.Request(1, 2, path=str(path))
+    assert rendezvous._rendezvous_file_content(request) == (("host", 1), "secret")
+    real_geteuid = os.geteuid
+    monkeypatch.setattr(os, "geteuid", lambda: real_geteuid() + 1)
+    with pytest.raises(RuntimeError, match=f"belongs to uid {real_geteuid()}, not to this "
+                                           f"process's user \\(uid {real_geteuid() + 1}\\)"):
+        rendezvous._rendezvous_file_content(request)
+
+
+@pytest.mark.mpi_skip
+def test_rank_0_that_cannot_replace_the_file_says_so_and_leaves_nothing(tmp_path, monkeypatch):
+    # What rename(2) answers in a sticky directory (/tmp) when another user's file has the
+    # name: rank 0 cannot put its own in place.
+    def refused(source, target):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "replace", refused)
+    path = tmp_path / "meeting"
+    with pytest.raises(RuntimeError, match=f"rank 0 cannot write the rendezvous file {path}: "
+                                           "Operation not permitted"):
+        rendezvous._write_rendezvous_file(rendezvous.Request(0, 2, path=str(path)), "", 5)
+    assert list(tmp_path.iterdir()) == [] and "server" not in rendezvous._control

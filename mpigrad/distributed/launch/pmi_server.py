@@ -18,8 +18,11 @@ address for `localhost`), and every connection starts with a challenge, `cmd=mpi
 nonce=S`, which the client answers in its first line with `proof=HMAC-SHA256(secret, S, the
 line's fields, its own nonce C)`; the server's acceptance carries its own proof over C. A
 challenge rather than the secret itself: the secret never crosses the network, so watching one
-job's traffic gives nothing for the next job that shares the secret, and a rank never talks to
-an impostor that took the port first. Two kinds of first line are accepted:
+job's traffic gives nothing for the next job that shares the secret, and a rank that holds the
+job's secret never talks to an impostor that took the port first. (The proof is only as good as
+where the rank got the secret: a file:// rendezvous reads it from the rendezvous file, which the
+rank therefore trusts only as rank 0 makes it; see `rendezvous`.) Two kinds of first line are
+accepted:
 
 - `mpigrad_hello rank=R size=N host=H`, the control connection every rank opens before MPI
   starts. The server checks that the ranks agree on the world size and that no rank appears

@@ -27,6 +27,18 @@ normally says goodbye on its control connection (`say_goodbye`, at the interpret
 any rank aborts, or ends without a goodbye (killed, crashed), the server tells the others to
 exit, naming it, as mpiexec would.
 
+file:// URLs name no address: rank 0 starts the server on every interface and writes
+`host:port` and the job's secret (made up when the environment gives none) into the file,
+created by this user with no permission for group or others and renamed into place whole. The
+file says which server to trust, so the other ranks trust only such a file: they open it
+without following a symbolic link or blocking (a FIFO), and refuse at once, naming the path,
+anything that is not a regular file of their own user with no group or other permission bits
+(a file planted there by someone else would take them into the planter's world). A complete
+file that names a server nobody answers at is read again after each failed connection, until
+the timeout: it can be a stale one, left by a job killed during its rendezvous, that rank 0
+has not replaced yet. Rank 0 removes its file once every rank has checked in, or once the
+world cannot form, so jobs may use one path in turn (never at the same time).
+
 What was tried first, and why not: `MPI_Open_port` / `MPI_Comm_accept` / `MPI_Comm_connect`
 (the port name passed through a file or socket, then `Intercomm_merge`) and `MPI_Comm_join`
 over a socket. Between processes each started by its own `mpiexec -n 1` they work, but between
@@ -53,11 +65,13 @@ MPI_Init. A script that calls mpi4py itself before `init_process_group` must the
 outside a launcher: `check_world` refuses it if more were asked for).
 """
 import atexit
+import errno
 import hmac
 import ipaddress
 import os
 import secrets
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -76,6 +90,8 @@ _TIMEOUT_ENV = "MPIGRAD_RENDEZVOUS_TIMEOUT"
 _SECRET_ENV = pmi_server.SECRET_ENV
 _DEFAULT_TIMEOUT = 120.0
 _SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pmi_server.py")
+# A file:// rendezvous file holds `host:port` and a secret: far less than this.
+_MAX_FILE_BYTES = 4096
 _control = {}  # the open control connection and its watcher thread, kept for the job's life
 
 HOW_TO_LAUNCH = ("Launch the N processes with MPI: `mpiexec -n N python script.py` (or `srun "
@@ -205,13 +221,6 @@ def start_mpi(init_method=None, rank=-1, world_size=-1, timeout=None):
         request = request_from_init_method(init_method or "env://", rank, world_size)
     if request is not None and request.world_size > 1:
         join(request, timeout)
-        if request.path is not None and request.rank == 0:
-            # Every rank has read it (all checked in): gone, like torch's file, so that the next
-            # job meeting through the same path cannot read this job's address.
-            try:
-                os.remove(request.path)
-            except FileNotFoundError:
-                pass
     if mpi4py.rc.threads:
         levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
                   "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
@@ -230,13 +239,27 @@ def join(request, timeout=None):
         raise ValueError(f"rank {request.rank} is outside a world of size {request.world_size}")
     deadline = time.monotonic() + timeout
     secret = job_secret()
-    if request.path is not None:
-        host, port, secret = _address_through_file(request, secret, deadline, timeout)
-    else:
+    if request.path is None:
         host, port = request.host, request.port
         if request.rank == 0:
             _start_server(host, port, request.world_size, timeout, secret)
-    conn = _check_in(request, host, port, secret, deadline, timeout)
+        conn, _, _ = _check_in(request, host, port, secret, deadline, timeout)
+    elif request.rank == 0:
+        host, port, secret, written = _write_rendezvous_file(request, secret, timeout)
+        try:
+            conn, _, _ = _check_in(request, host, port, secret, deadline, timeout)
+        finally:
+            # Gone once every rank has read it (all checked in), or once the world cannot
+            # form, like torch's file: the next job meeting through the same path must not
+            # read this job's address.
+            _remove_rendezvous_file(request.path, written)
+    else:
+        (host, port), secret = _read_rendezvous_file(request, deadline, timeout)
+        # The file may be a stale one, left by a job killed during its rendezvous, until
+        # rank 0 replaces it: read again after each failed connection.
+        conn, (host, port), secret = _check_in(
+            request, host, port, secret, deadline, timeout,
+            reread=lambda: _rendezvous_file_content(request))
     pmi = _open_pmi_connection(request, host, port, secret, deadline, timeout)
     watcher = threading.Thread(target=_watch, args=(conn,), daemon=True,
                                name="mpigrad-rendezvous-watch")
@@ -339,61 +362,158 @@ def _loopback_address(host):
     return address if ipaddress.ip_address(address).is_loopback else None
 
 
-def _address_through_file(request, secret, deadline, timeout):
-    """file:// URLs: rank 0 writes where its server listens and a secret for this job (made up
-    unless the environment gave one) into a file only its user can read; the others read it.
-    The server listens on every interface: nothing says which one the others reach."""
-    if request.rank == 0:
-        secret = secret or secrets.token_hex(16)
-        port = _start_server("0.0.0.0", 0, request.world_size, timeout, secret)
-        host = socket.gethostname()
-        staging = f"{request.path}.{os.getpid()}.tmp"
-        descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o600)
-        with open(descriptor, "w") as file:
-            file.write(f"{host}:{port}\n{secret}\n")
+def _write_rendezvous_file(request, secret, timeout):
+    """file:// URLs, rank 0: start the server and write where it listens and a secret for this
+    job (made up unless the environment gave one) into the file, which only this user can read
+    or write. The server listens on every interface: nothing says which one the others reach.
+    Returns the host, port, secret and the file's identity (`_remove_rendezvous_file`)."""
+    secret = secret or secrets.token_hex(16)
+    port = _start_server("0.0.0.0", 0, request.world_size, timeout, secret)
+    host = socket.gethostname()
+    staging = f"{request.path}.{os.getpid()}.tmp"
+    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(descriptor, "w") as file:
+        file.write(f"{host}:{port}\n{secret}\n")
+        status = os.fstat(descriptor)
+    try:
         os.replace(staging, request.path)
-        return host, port, secret
+    except OSError as error:
+        os.remove(staging)
+        server = _control.pop("server")
+        server.kill()
+        server.wait()
+        raise RuntimeError(f"rank 0 cannot write the rendezvous file {request.path}: "
+                           f"{error.strerror} (in a directory with the sticky bit, such as "
+                           "/tmp, another user's file of that name cannot be replaced). Choose "
+                           "a path in a directory only you can write.") from None
+    return host, port, secret, (status.st_dev, status.st_ino)
+
+
+def _remove_rendezvous_file(path, written):
+    """Remove the rendezvous file rank 0 wrote, unless the path names another file by now."""
+    try:
+        status = os.stat(path, follow_symlinks=False)
+        if (status.st_dev, status.st_ino) == written:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _read_rendezvous_file(request, deadline, timeout):
+    """file:// URLs, the other ranks: what rank 0 wrote, `((host, port), secret)`, waiting
+    until the file is there and complete."""
     while time.monotonic() < deadline:
-        try:
-            with open(request.path) as file:
-                address, _, written = file.read().partition("\n")
-            host, _, port = address.rpartition(":")
-            if host and port.isdigit() and written.endswith("\n"):
-                return host, int(port), written.strip()
-        except FileNotFoundError:
-            pass
+        found = _rendezvous_file_content(request)
+        if found is not None:
+            return found
         time.sleep(0.05)
     raise RuntimeError(f"rank {request.rank}: rank 0 did not write {request.path} within "
                        f"{timeout:g} seconds. {HOW_TO_LAUNCH}")
 
 
-def _handshake(request, address, secret, deadline, timeout, command, **fields):
+def _rendezvous_file_content(request):
+    """What the rendezvous file says now, `((host, port), secret)`, or None while it is absent
+    or incomplete. The file names the server and the secret that proves it, so it is trusted
+    only as rank 0 makes it: a regular file of this user that nobody else may read or write.
+    Anything else at the path (another user's file, a file others may write, a FIFO, a symbolic
+    link) is a RuntimeError naming it, opened without following links or blocking, never read."""
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+        descriptor = os.open(request.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        problem = ("is a symbolic link" if error.errno == errno.ELOOP
+                   else f"cannot be opened ({error.strerror})")
+        raise RuntimeError(_untrusted_file_message(request, problem)) from None
+    try:
+        problem = _untrusted_file_problem(os.fstat(descriptor))
+        if problem is not None:
+            raise RuntimeError(_untrusted_file_message(request, problem))
+        text = os.read(descriptor, _MAX_FILE_BYTES).decode("ascii", "replace")
+    finally:
+        os.close(descriptor)
+    address, _, written = text.partition("\n")
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit() and written.endswith("\n"):
+        return (host, int(port)), written.strip()
+    return None
+
+
+def _untrusted_file_problem(status):
+    """What makes a file with this `os.stat_result` one that rank 0 did not make, or None."""
+    mode = stat.filemode(status.st_mode)
+    if not stat.S_ISREG(status.st_mode):
+        return f"is not a regular file (mode {mode})"
+    if status.st_uid != os.geteuid():
+        return (f"belongs to uid {status.st_uid}, not to this process's user "
+                f"(uid {os.geteuid()})")
+    if status.st_mode & 0o077:
+        return f"may be read or written by others than its owner (mode {mode})"
+    return None
+
+
+def _untrusted_file_message(request, problem):
+    return (f"rank {request.rank} of {request.world_size}: the rendezvous file "
+            f"{request.path} {problem}. Rank 0 creates it as a regular file that only its user "
+            "may read or write, and the ranks trust nothing else at that path: a file planted "
+            "there could send them to another job's server. Remove it, or choose a path in a "
+            "directory only you can write, and run every rank as the same user.")
+
+
+def _handshake(request, address, secret, deadline, timeout, command, reread=None, **fields):
     """A connection to the server on which this rank answered the challenge with `command` and
-    `fields`, proven with `secret`, and the server accepted, proving itself in turn;
-    RuntimeError when it refuses or does not know the secret."""
-    host, port = address
+    `fields`, proven with `secret`, and the server accepted, proving itself in turn, with the
+    address and secret that it took; RuntimeError when it refuses or does not know the secret.
+    `reread` (file:// rendezvous) gives the address and secret that the rendezvous file names
+    now, or None: tried after each failed connection, and after a refusal if they changed."""
     last_error = None
-    while time.monotonic() < deadline:
-        try:
-            conn = socket.create_connection(address,
-                                            timeout=max(deadline - time.monotonic(), 0.1))
-        except OSError as error:
-            last_error = error
+    while True:
+        host, port = address
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"rank {request.rank} of {request.world_size}: no rendezvous "
+                               f"server at {host}:{port} within {timeout:g} seconds "
+                               f"({last_error}); rank 0 starts it on MASTER_ADDR, which must "
+                               f"name an address of rank 0's host that this one reaches. "
+                               f"{HOW_TO_LAUNCH}")
+        conn, challenge = _challenged_connection(address, deadline)
+        if conn is None:
+            last_error = challenge
             time.sleep(0.1)
+            address, secret = (reread and reread()) or (address, secret)
             continue
-        challenge = _read_line(conn, deadline)
-        if challenge is not None and challenge.startswith("cmd=mpigrad_challenge "):
-            break
-        # Closed unanswered: the server is busy with too many connections at once.
+        failure = _prove(request, conn, challenge, address, secret, deadline, command, fields)
+        if failure is None:
+            conn.settimeout(None)
+            return conn, address, secret
         conn.close()
-        last_error = "the server closed the connection"
-        time.sleep(0.1)
-    else:
-        raise RuntimeError(f"rank {request.rank} of {request.world_size}: no rendezvous server "
-                           f"at {host}:{port} within {timeout:g} seconds ({last_error}); rank 0 "
-                           f"starts it on MASTER_ADDR, which must name an address of rank 0's "
-                           f"host that this one reaches. {HOW_TO_LAUNCH}")
+        current = reread and reread()
+        if current in (None, (address, secret)):
+            raise RuntimeError(f"rank {request.rank} of {request.world_size}: {failure}")
+        address, secret = current  # a stale file's server: rank 0 has written anew since
+
+
+def _challenged_connection(address, deadline):
+    """A connection to `address` on which the server's challenge has arrived and the
+    challenge, or None and why not."""
+    try:
+        conn = socket.create_connection(address, timeout=max(deadline - time.monotonic(), 0.1))
+    except OSError as error:
+        return None, error
+    # Bounded as the server bounds a client's first line: a port that accepts and stays
+    # silent (a stale file's port, now another program's) must not hold this rank.
+    challenge = _read_line(conn, min(deadline, time.monotonic()
+                                     + pmi_server.FIRST_LINE_SECONDS))
+    if challenge is not None and challenge.startswith("cmd=mpigrad_challenge "):
+        return conn, challenge
+    # Closed unanswered: the server is busy with too many connections at once.
+    conn.close()
+    return None, "the server closed the connection"
+
+
+def _prove(request, conn, challenge, address, secret, deadline, command, fields):
+    """Answer `challenge` on `conn` (to `address`) with `command` and `fields`, proven with
+    `secret`, and check the server's proof; None when both hold, else what failed."""
     nonce = pmi_server.new_nonce()
     words = [command, request.rank, fields.get("size", ""), fields.get("host", ""), nonce]
     server_nonce = _fields(challenge).get("nonce", "")
@@ -405,30 +525,26 @@ def _handshake(request, address, secret, deadline, timeout, command, **fields):
     reply = _read_line(conn, deadline + 5)
     accepted = {"mpigrad_hello": "mpigrad_welcome", "mpigrad_pmi": "mpigrad_pmi_ok"}[command]
     if reply is None or _fields(reply).get("cmd") != accepted:
-        conn.close()
-        raise RuntimeError(f"rank {request.rank} of {request.world_size}: the rendezvous at "
-                           f"{host}:{port} refused to form the world: {_reason(reply)}. "
-                           f"{HOW_TO_LAUNCH}")
+        return (f"the rendezvous at {address[0]}:{address[1]} refused to form the world: "
+                f"{_reason(reply)}. {HOW_TO_LAUNCH}")
     if not hmac.compare_digest(_fields(reply).get("proof", ""),
                                pmi_server.proof(secret, nonce, accepted, request.rank)):
-        conn.close()
-        raise RuntimeError(f"rank {request.rank} of {request.world_size}: the server at "
-                           f"{host}:{port} does not know this job's rendezvous secret: another "
-                           f"process holds the port, or rank 0 was given another secret "
-                           f"({_SECRET_ENV}, TORCHELASTIC_RUN_ID)")
-    conn.settimeout(None)
-    return conn
+        return (f"the server at {address[0]}:{address[1]} does not know this job's rendezvous "
+                f"secret: another process holds the port, or rank 0 was given another secret "
+                f"({_SECRET_ENV}, TORCHELASTIC_RUN_ID)")
+    return None
 
 
-def _check_in(request, host, port, secret, deadline, timeout):
-    """The control connection: held open for the job's life, it carries aborts both ways."""
+def _check_in(request, host, port, secret, deadline, timeout, reread=None):
+    """The control connection, held open for the job's life (it carries aborts both ways),
+    with the server's address and the secret it took (see `_handshake` for `reread`)."""
     return _handshake(request, (host, port), secret, deadline, timeout, "mpigrad_hello",
-                      size=request.world_size, host=socket.gethostname())
+                      reread, size=request.world_size, host=socket.gethostname())
 
 
 def _open_pmi_connection(request, host, port, secret, deadline, timeout):
     """This rank's PMI connection, accepted once the world has formed, for MPI as PMI_FD."""
-    return _handshake(request, (host, port), secret, deadline, timeout, "mpigrad_pmi")
+    return _handshake(request, (host, port), secret, deadline, timeout, "mpigrad_pmi")[0]
 
 
 def _read_line(conn, deadline):
