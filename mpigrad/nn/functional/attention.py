@@ -171,7 +171,11 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                                  static_v=None, average_attn_weights=True, is_causal=False):
     """Multi-head attention on sequence-first input (L, N, E), or unbatched (L, E); returns
     (output, weights), weights None unless need_weights (averaged over heads if
-    average_attn_weights). Masks as torch's: bool True means "do not attend"."""
+    average_attn_weights). Masks as torch's: bool True means "do not attend".
+
+    In torch's steps, each a function below: the masks made additive, the input projections,
+    the split into heads (with bias_k, bias_v and add_zero_attn's extra key, and the masks
+    merged), the attention itself, and the output projection."""
     if static_k is not None or static_v is not None:
         raise NotImplementedError("multi_head_attention_forward: static_k and static_v are not "
                                   "supported")
@@ -182,8 +186,22 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.unsqueeze(0)
-    tgt_len, bsz, embed_dim = query.shape
-    src_len = key.shape[0]
+    key_padding_mask, attn_mask, is_causal = _mha_masks(query, key_padding_mask, attn_mask,
+                                                        is_causal, need_weights)
+    q, k, v = _mha_projections(query, key, value, embed_dim_to_check, num_heads,
+                               in_proj_weight, in_proj_bias, use_separate_proj_weight,
+                               (q_proj_weight, k_proj_weight, v_proj_weight))
+    q, k, v, attn_mask = _mha_heads(q, k, v, attn_mask, key_padding_mask, bias_k, bias_v,
+                                    add_zero_attn, num_heads, query.shape, key.shape[0])
+    out, weights = _mha_attention(q, k, v, attn_mask, dropout_p if training else 0.0,
+                                  need_weights, is_causal, query.shape[1], num_heads)
+    return _mha_output(out, weights, query.shape, num_heads, out_proj_weight, out_proj_bias,
+                       average_attn_weights, batched)
+
+
+def _mha_masks(query, key_padding_mask, attn_mask, is_causal, need_weights):
+    """Both masks as torch's additive masks of query's dtype, and whether attention may apply
+    causality itself (is_causal, then without attn_mask)."""
     key_padding_mask = _additive_mask(key_padding_mask, "key_padding_mask", query.dtype)
     if is_causal and attn_mask is None:
         raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
@@ -196,23 +214,36 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         attn_mask = _additive_mask(attn_mask, "attn_mask", query.dtype)
         if key_padding_mask is not None:
             is_causal = False
+    return key_padding_mask, attn_mask, is_causal
+
+
+def _mha_projections(query, key, value, embed_dim_to_check, num_heads, in_proj_weight,
+                     in_proj_bias, use_separate_proj_weight, separate_weights):
+    """q, k, v (L or S, N, E) from the packed in-projection or the three separate ones."""
+    embed_dim = query.shape[2]
     if embed_dim != embed_dim_to_check:
         raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "
                              f"got {embed_dim}")
-    head_dim = embed_dim // num_heads
-    if head_dim * num_heads != embed_dim:
+    if (embed_dim // num_heads) * num_heads != embed_dim:
         raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
     if use_separate_proj_weight:
         if key.shape[:2] != value.shape[:2]:
             raise AssertionError(f"key's sequence and batch dims {tuple(key.shape[:2])} do not "
                                  f"match value's {tuple(value.shape[:2])}")
-        q, k, v = _in_projection(query, key, value, None, in_proj_bias,
-                                 (q_proj_weight, k_proj_weight, v_proj_weight))
-    else:
-        if key.shape != value.shape:
-            raise AssertionError(f"key shape {tuple(key.shape)} does not match value shape "
-                                 f"{tuple(value.shape)}")
-        q, k, v = _in_projection(query, key, value, in_proj_weight, in_proj_bias, None)
+        return _in_projection(query, key, value, None, in_proj_bias, separate_weights)
+    if key.shape != value.shape:
+        raise AssertionError(f"key shape {tuple(key.shape)} does not match value shape "
+                             f"{tuple(value.shape)}")
+    return _in_projection(query, key, value, in_proj_weight, in_proj_bias, None)
+
+
+def _mha_heads(q, k, v, attn_mask, key_padding_mask, bias_k, bias_v, add_zero_attn, num_heads,
+               query_shape, src_len):
+    """q, k, v split into heads, (L, N, E) -> (N * heads, L, head_dim), torch's layout for the
+    batched products, with bias_k, bias_v and add_zero_attn's extra key; and attn_mask checked
+    against (L, S) and merged with the key padding mask, as (1 or N * heads, L, S)."""
+    tgt_len, bsz, embed_dim = query_shape
+    head_dim = embed_dim // num_heads
     if attn_mask is not None:
         if attn_mask.ndim == 2:
             if tuple(attn_mask.shape) != (tgt_len, src_len):
@@ -229,7 +260,6 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         key_padding_mask = None if key_padding_mask is None else pad(key_padding_mask, (0, 1))
     elif bias_k is not None or bias_v is not None:
         raise AssertionError("bias_k and bias_v must both be given or both be None")
-    # (L, N, E) -> (N * heads, L, head_dim), torch's layout for the batched products.
     q = q.reshape((tgt_len, bsz * num_heads, head_dim)).transpose(0, 1)
     k = k.reshape((k.shape[0], bsz * num_heads, head_dim)).transpose(0, 1)
     v = v.reshape((v.shape[0], bsz * num_heads, head_dim)).transpose(0, 1)
@@ -247,30 +277,41 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         padding = (key_padding_mask.reshape((bsz, 1, 1, src_len))
                    .expand((bsz, num_heads, 1, src_len)).reshape((bsz * num_heads, 1, src_len)))
         attn_mask = padding if attn_mask is None else attn_mask + padding
-    if not training:
-        dropout_p = 0.0
+    return q, k, v, attn_mask
+
+
+def _mha_attention(q, k, v, attn_mask, dropout_p, need_weights, is_causal, bsz, num_heads):
+    """Every head's attention, (N * heads, L, head_dim) or (N, heads, L, head_dim), and its
+    weights (N * heads, L, S) if need_weights (else None)."""
     if need_weights:
-        scores = (q * (1.0 / float(np.sqrt(head_dim)))) @ k.transpose(-2, -1)
+        scores = (q * (1.0 / float(np.sqrt(q.shape[-1])))) @ k.transpose(-2, -1)
         if attn_mask is not None:
             scores = scores + attn_mask
         # A plain softmax, as torch's weights path: fully masked rows come out NaN there too.
         weights = ops.softmax(scores, -1)
         if dropout_p > 0:
             weights = dropout(weights, p=dropout_p)
-        out = weights @ v
-    else:
-        if attn_mask is not None:
-            attn_mask = (attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1
-                         else attn_mask.reshape((bsz, num_heads, -1, src_len)))
-        q, k, v = (x.reshape((bsz, num_heads, x.shape[1], head_dim)) for x in (q, k, v))
-        out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
-        weights = None
-    # (N * heads, L, head_dim) -> (L, N, E)
+        return weights @ v, weights
+    src_len = k.shape[1]
+    if attn_mask is not None:
+        attn_mask = (attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1
+                     else attn_mask.reshape((bsz, num_heads, -1, src_len)))
+    q, k, v = (x.reshape((bsz, num_heads, x.shape[1], x.shape[2])) for x in (q, k, v))
+    return scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal), None
+
+
+def _mha_output(out, weights, query_shape, num_heads, out_proj_weight, out_proj_bias,
+                average_attn_weights, batched):
+    """The heads joined back, (L, N, E), through the output projection; the weights per
+    sample (N, heads, L, S), averaged over the heads if asked; the batch dimension dropped
+    again for unbatched input."""
+    tgt_len, bsz, embed_dim = query_shape
+    head_dim = embed_dim // num_heads
     out = out.reshape((bsz, num_heads, tgt_len, head_dim)).permute((2, 0, 1, 3)) \
         .reshape((tgt_len, bsz, embed_dim))
     out = linear(out, out_proj_weight, out_proj_bias)
     if weights is not None:
-        weights = weights.reshape((bsz, num_heads, tgt_len, src_len))
+        weights = weights.reshape((bsz, num_heads, tgt_len, weights.shape[-1]))
         if average_attn_weights:
             weights = weights.mean(1)
     if not batched:
