@@ -1,7 +1,12 @@
-"""Argument checks shared by the layers and nn.functional, so every one words its errors alike.
+"""Argument checks shared by the layers and nn.functional, one per kind of mistake, so every one
+words its errors alike and raises the exception type torch 2.13 raises for that kind: a
+tensor that does not fit, or a size option out of range, RuntimeError; a dtype a kernel does
+not take, NotImplementedError; an option torch checks in Python, ValueError (the whole rule
+is in ARCHITECTURE.md, "An argument error"; tests/nn/test_functional_errors.py compares the
+types with torch's).
 
-Like data/_checks.py, each check takes the argument's name (or the caller's) first, then its
-value.
+A check that belongs to one function stays beside it, raising by the same rule. Like
+data/_checks.py, each check takes the argument's name (or the caller's) first, then its value.
 """
 import numbers
 import warnings
@@ -28,7 +33,7 @@ def ntuple(name, value, length, minimum):
         noun = "a pair of ints" if length == 2 else f"a {length}-tuple of ints"
         raise TypeError(f"{name} must be an int or {noun}, got {value!r}")
     if any(v < minimum for v in values):
-        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+        raise RuntimeError(f"{name} must be at least {minimum}, got {value!r}")
     return tuple(int(v) for v in values)
 
 
@@ -45,23 +50,30 @@ def kernel_fits(what, extent, size, padding):
     """The (dilated) kernel `extent` must fit in the input `size` padded on both sides."""
     padded = tuple(n + 2 * p for n, p in zip(size, padding))
     if any(e > p for e, p in zip(extent, padded)):
-        raise ValueError(f"{what}: the (dilated) kernel of size {extent} is larger than the "
-                         f"padded input of size {padded}")
+        raise RuntimeError(f"{what}: the (dilated) kernel of size {extent} is larger than the "
+                           f"padded input of size {padded}")
 
 
 def pool_padding(what, padding, kernel_size):
     if any(2 * p > k for p, k in zip(padding, kernel_size)):
-        raise ValueError(f"{what}: padding {padding} should be at most half of the kernel "
-                         f"size {kernel_size}")
+        raise RuntimeError(f"{what}: padding {padding} should be at most half of the kernel "
+                           f"size {kernel_size}")
 
 
 def divisor_override(what, divisor):
     if divisor is not None and (not isinstance(divisor, numbers.Integral) or divisor <= 0):
-        raise ValueError(f"{what}: divisor_override must be a positive integer, got "
-                         f"{divisor!r}")
+        raise RuntimeError(f"{what}: divisor_override must be a positive integer, got "
+                           f"{divisor!r}")
 
 
 # ----------------------------------------------------------------------------- tensors
+def input_rank(what, input, ranks):
+    """`input` must have one of the two `ranks`, unbatched or batched."""
+    if input.ndim not in ranks:
+        raise RuntimeError(f"Expected {ranks[0]}D (unbatched) or {ranks[-1]}D (batched) input to "
+                           f"{what}, but got input of size: {list(input.shape)}")
+
+
 def broadcastable(a, b):
     """torch's RuntimeError for shapes that do not broadcast, naming the last dimension where
     they clash (numpy's would be a ValueError)."""
@@ -74,11 +86,10 @@ def broadcastable(a, b):
                                f"tensor b ({shape_b[i]}) at non-singleton dimension {i}")
 
 
-def floating(what, input):
-    """A kernel `what` that takes floating point input only, as torch's dispatch says so."""
+def floating(kernel, input):
+    """torch's dispatch error of a `kernel` that takes floating point input only."""
     if input.dtype.kind != "f":
-        raise NotImplementedError(f'"{what}_cpu" not implemented for '
-                                  f'{torch_name(input.dtype)!r}')
+        raise NotImplementedError(f'"{kernel}" not implemented for {torch_name(input.dtype)!r}')
 
 
 # ----------------------------------------------------------------------------- options
@@ -114,6 +125,6 @@ def embedding_padding_idx(what, num_embeddings, padding_idx, sparse):
     if padding_idx is None:
         return None
     if not -num_embeddings <= padding_idx < num_embeddings:
-        raise ValueError(f"{what}: padding_idx must be within num_embeddings "
-                         f"({num_embeddings}), got {padding_idx}")
+        raise AssertionError(f"{what}: padding_idx must be within num_embeddings "
+                             f"({num_embeddings}), got {padding_idx}")
     return padding_idx % num_embeddings

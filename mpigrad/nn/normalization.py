@@ -76,9 +76,9 @@ class _BatchNorm(Module):
 
     def _check_channels(self, input):
         if input.shape[1] != self.num_features:
-            raise ValueError(f"{type(self).__name__}: expected input with {self.num_features} "
-                             f"channels, got {input.shape[1]} (input shape "
-                             f"{tuple(input.shape)})")
+            raise RuntimeError(f"{type(self).__name__}: expected input with {self.num_features} "
+                               f"channels, got {input.shape[1]} (input shape "
+                               f"{tuple(input.shape)})")
 
     def _step_running_stats(self):
         """Count this training batch; the momentum its statistics enter the running ones with."""

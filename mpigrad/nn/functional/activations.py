@@ -34,13 +34,16 @@ def sigmoid(input):
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     """Softmax along `dim`. Without `dim`, torch's deprecated guess (with its warning): dim 0
     for 0-, 1- and 3-d input, else 1. `dtype` casts the input first."""
-    return ops.softmax(_cast(input, dtype), _softmax_dim("softmax", input, dim, _stacklevel))
+    input, dim = _cast(input, dtype), _softmax_dim("softmax", input, dim, _stacklevel)
+    _check_softmax_input("softmax", input, dim)
+    return ops.softmax(input, dim)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     """Log-softmax along `dim`; `dim` and `dtype` as in `softmax`."""
-    return ops.log_softmax(_cast(input, dtype),
-                           _softmax_dim("log_softmax", input, dim, _stacklevel))
+    input, dim = _cast(input, dtype), _softmax_dim("log_softmax", input, dim, _stacklevel)
+    _check_softmax_input("log_softmax", input, dim)
+    return ops.log_softmax(input, dim)
 
 
 def _softmax_dim(name, input, dim, stacklevel):
@@ -51,19 +54,23 @@ def _softmax_dim(name, input, dim, stacklevel):
     return 0 if input.ndim in (0, 1, 3) else 1
 
 
+def _check_softmax_input(name, input, dim):
+    """Floating point only, as torch's kernels (named by whether dim is the last)."""
+    last = input.ndim == 0 or dim % input.ndim == input.ndim - 1
+    _checks.floating(f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl", input)
+
+
 def _cast(input, dtype):
     return input if dtype is None else input.to(dtype)
 
 
 # SELU's constants (Klambauer et al., 2017), to the digits torch uses.
 _SELU_ALPHA = 1.6732632423543772848170429916717
-
-
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _pointwise(op, input, inplace, what, **params):
-    _checks.floating(what, input)
+    _checks.floating(f"{what}_cpu", input)
     return ops.inplace(op, input, **params) if inplace else op(input, **params)
 
 

@@ -11,19 +11,15 @@ from .. import _checks
 
 def _batched_image(input, what):
     """`input` as (N, C, H, W), and whether it came in unbatched as (C, H, W)."""
-    if input.ndim == 4:
-        return input, False
-    if input.ndim == 3:
-        return input.unsqueeze(0), True
-    raise ValueError(f"{what}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape "
-                     f"{tuple(input.shape)}")
+    _checks.input_rank(what, input, (3, 4))
+    return (input.unsqueeze(0), True) if input.ndim == 3 else (input, False)
 
 
 def _same_padding(kernel_size, dilation, stride):
     """torch's padding='same': (before, after) per axis; odd totals put the extra at the end."""
     if stride != (1, 1):
-        raise ValueError(f"padding='same' is not supported for strided convolutions "
-                         f"(stride={stride})")
+        raise RuntimeError(f"padding='same' is not supported for strided convolutions "
+                           f"(stride={stride})")
     totals = [d * (k - 1) for k, d in zip(kernel_size, dilation)]
     return [(t // 2, t - t // 2) for t in totals]
 
@@ -35,8 +31,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     dilation = _checks.pair("dilation", dilation, 1)
     padding, stride = _checks.pair("padding", padding, 0), _checks.pair("stride", stride, 1)
     if input.ndim != 4:
-        raise ValueError(f"unfold: expected a 4-D (N, C, H, W) input, got shape "
-                         f"{tuple(input.shape)}")
+        raise RuntimeError(f"unfold: expected a 4-D (N, C, H, W) input, got shape "
+                           f"{tuple(input.shape)}")
     _checks.kernel_fits("unfold", kernel_extent(kernel_size, dilation), input.shape[2:],
                         padding)
     return conv_ops.unfold(input, kernel_size=kernel_size, dilation=dilation, padding=padding,
@@ -54,11 +50,19 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     _checks.kernel_fits("fold", kernel_extent(kernel_size, dilation), output_size, padding)
     oh, ow = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
     if input.ndim != 3 or input.shape[1] % taps or input.shape[2] != oh * ow:
-        raise ValueError(f"fold: expected an input of shape (N, C * {taps}, {oh * ow}) for "
-                         f"kernel {kernel_size} and output size {output_size}, got shape "
-                         f"{tuple(input.shape)}")
+        raise RuntimeError(f"fold: expected an input of shape (N, C * {taps}, {oh * ow}) for "
+                           f"kernel {kernel_size} and output size {output_size}, got shape "
+                           f"{tuple(input.shape)}")
     return conv_ops.fold(input, output_size=output_size, kernel_size=kernel_size,
                          dilation=dilation, padding=padding, stride=stride)
+
+
+def _check_groups(groups, weight):
+    """groups must be a positive integer dividing the weight's first dimension (out_channels
+    of a convolution, in_channels of a transposed one)."""
+    if not isinstance(groups, numbers.Integral) or groups < 1 or weight.shape[0] % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} "
+                           f"at dimension 0, but got weight of size {list(weight.shape)} instead")
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -70,15 +74,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """
     x, unbatched = _batched_image(input, "conv2d")
     if weight.ndim != 4:
-        raise ValueError(f"conv2d: expected a 4-D weight (out_channels, in_channels / groups, "
-                         f"kh, kw), got shape {tuple(weight.shape)}")
+        raise RuntimeError(f"conv2d: expected a 4-D weight (out_channels, in_channels / groups, "
+                           f"kh, kw), got size {list(weight.shape)}")
     out_channels, group_channels, kh, kw = weight.shape
-    if not isinstance(groups, numbers.Integral) or groups < 1 or out_channels % groups:
-        raise ValueError(f"conv2d: groups must be a positive integer dividing out_channels "
-                         f"({out_channels}), got {groups!r}")
+    _check_groups(groups, weight)
     if x.shape[1] != group_channels * groups:
-        raise ValueError(f"conv2d: expected input with {group_channels * groups} channels, got "
-                         f"{x.shape[1]} (input shape {tuple(input.shape)})")
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, expected "
+                           f"input{list(x.shape)} to have {group_channels * groups} channels, but "
+                           f"got {x.shape[1]} channels instead")
     stride, dilation = _checks.pair("stride", stride, 1), _checks.pair("dilation", dilation, 1)
     if padding == "valid":
         padding = (0, 0)
@@ -105,12 +108,10 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     weight is (out_channels, in_channels // groups, k); padding is an int, a 1-tuple, 'valid'
     or 'same'.
     """
-    if input.ndim not in (2, 3):
-        raise ValueError(f"conv1d: expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
-                         f"{tuple(input.shape)}")
+    _checks.input_rank("conv1d", input, (2, 3))
     if weight.ndim != 3:
-        raise ValueError(f"conv1d: expected a 3-D weight (out_channels, in_channels / groups, "
-                         f"k), got shape {tuple(weight.shape)}")
+        raise RuntimeError(f"conv1d: expected a 3-D weight (out_channels, in_channels / groups, "
+                           f"k), got size {list(weight.shape)}")
     if not isinstance(padding, str):
         padding = (0,) + _checks.single("padding", padding, 0)
     out = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
@@ -128,17 +129,12 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     weight is (in_channels, out_channels // groups, kh, kw), torch's layout, which is the
     layout of the conv2d whose input gradient this is.
     """
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, "
-                           f"but got input of size: {list(input.shape)}")
     x, unbatched = _batched_image(input, "conv_transpose2d")
     if weight.ndim != 4:
         raise RuntimeError(f"conv_transpose2d: expected a 4-D weight (in_channels, "
                            f"out_channels / groups, kh, kw), got size {list(weight.shape)}")
     in_channels, group_channels, kh, kw = weight.shape
-    if not isinstance(groups, numbers.Integral) or groups < 1 or in_channels % groups:
-        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} "
-                           f"at dimension 0, but got weight of size {list(weight.shape)} instead")
+    _check_groups(groups, weight)
     if x.shape[1] != in_channels:
         raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected "
                            f"input{list(x.shape)} to have {in_channels} channels, but got "
@@ -174,9 +170,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                      dilation=1):
     """conv_transpose2d over (N, C, L) or (C, L) input, on a height-1 image; weight is
     (in_channels, out_channels // groups, k)."""
-    if input.ndim not in (2, 3):
-        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, "
-                           f"but got input of size: {list(input.shape)}")
+    _checks.input_rank("conv_transpose1d", input, (2, 3))
     if weight.ndim != 3:
         raise RuntimeError(f"conv_transpose1d: expected a 3-D weight (in_channels, "
                            f"out_channels / groups, k), got size {list(weight.shape)}")

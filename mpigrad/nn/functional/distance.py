@@ -30,6 +30,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """Cosine of the angle between x1 and x2 (broadcast together) along `dim`; each norm is
     clamped below at eps. As in torch, the clamp changes the value only: the gradient is the
     one of the unclamped norm."""
+    _checks.broadcastable(x1.shape, x2.shape)
     shape = np.broadcast_shapes(x1.shape, x2.shape)
     unit = []
     for x in (x1, x2):

@@ -5,8 +5,8 @@ from ... import ops
 def linear(input, weight, bias=None):
     """y = x W^T + b with W of shape (out_features, in_features), as one fused node."""
     if input.shape[-1:] != weight.shape[1:]:
-        raise ValueError(f"linear: expected input with last dimension {weight.shape[1]}, got "
-                         f"shape {tuple(input.shape)}")
+        raise RuntimeError(f"linear: expected input with last dimension {weight.shape[1]}, got "
+                           f"shape {tuple(input.shape)}")
     return ops.linear(input, weight, bias)
 
 

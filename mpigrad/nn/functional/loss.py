@@ -62,7 +62,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error, elementwise."""
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
-    _checks.floating("mse", input)
+    _checks.floating("mse_cpu", input)
     diff = _difference(input, target)
     return _weighted_reduce(diff * diff, weight, input, reduction, True)
 
@@ -77,7 +77,7 @@ def _huber(diff, delta):
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """Huber's loss divided by beta: slope one outside |d| < beta; beta = 0 is l1_loss."""
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
-    _checks.floating("smooth_l1", input)
+    _checks.floating("smooth_l1_cpu", input)
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     diff = _difference(input, target)
@@ -89,7 +89,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """Quadratic for |input - target| < delta, linear with slope delta beyond."""
     _checks.reduction(reduction)
-    _checks.floating("huber", input)
+    _checks.floating("huber_cpu", input)
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     return _weighted_reduce(_huber(_difference(input, target), delta), weight, input, reduction,

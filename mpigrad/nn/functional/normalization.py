@@ -18,11 +18,7 @@ _MIXED_DTYPES = "mixed dtype (CPU): all inputs must share same datatype ({} and 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the trailing dimensions `normalized_shape` (biased variance)."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) \
-        else tuple(normalized_shape)
-    if not shape or tuple(input.shape[input.ndim - len(shape):]) != shape:
-        raise ValueError(f"layer_norm: expected input with trailing shape {shape}, got shape "
-                         f"{tuple(input.shape)}")
+    shape = _trailing_shape(input, normalized_shape)
     check_same_dtype(_MIXED_DTYPES, input, weight, bias)
     dims = tuple(range(input.ndim - len(shape), input.ndim))
     out = _normalize(input, input.mean(dims, keepdim=True),
@@ -63,15 +59,15 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     the unbiased variance. Otherwise the running estimates are used.
     """
     if input.ndim < 2:
-        raise ValueError(f"batch_norm: expected an input of shape (N, C, ...), got shape "
-                         f"{tuple(input.shape)}")
+        raise RuntimeError(f"batch_norm: expected an input of shape (N, C, ...), got shape "
+                           f"{tuple(input.shape)}")
     channels = input.shape[1]
     shape = (1, channels) + (1,) * (input.ndim - 2)
     for name, t in (("running_mean", running_mean), ("running_var", running_var),
                     ("weight", weight), ("bias", bias)):
         if t is not None and tuple(t.shape) != (channels,):
-            raise ValueError(f"batch_norm: expected {name} of shape ({channels},) for an input "
-                             f"with {channels} channels, got shape {tuple(t.shape)}")
+            raise RuntimeError(f"batch_norm: expected {name} of shape ({channels},) for an "
+                               f"input with {channels} channels, got shape {tuple(t.shape)}")
     check_same_dtype(_MIXED_DTYPES, input, running_mean, running_var, weight, bias)
     if training:
         count = input.numel() // channels
@@ -84,8 +80,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         _update_running_stats(running_mean, running_var, mean, var, count, momentum)
     else:
         if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: running_mean and running_var are required when not "
-                             "training")
+            raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
     return _normalize_per_channel(input, mean, var, weight, bias, eps)
 
@@ -154,14 +149,20 @@ def _normalized_shape(normalized_shape):
             else tuple(normalized_shape))
 
 
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """input / sqrt(mean(input^2) + eps) over the trailing `normalized_shape` dimensions,
-    times weight; eps=None means the machine epsilon of input's dtype, as torch."""
+def _trailing_shape(input, normalized_shape):
+    """normalized_shape as a tuple, which must be input's trailing shape."""
     shape = _normalized_shape(normalized_shape)
     if not shape or tuple(input.shape[input.ndim - len(shape):]) != shape:
         raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
                            f"[*{', '.join(map(str, shape))}], but got input of size"
                            f"{list(input.shape)}")
+    return shape
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """input / sqrt(mean(input^2) + eps) over the trailing `normalized_shape` dimensions,
+    times weight; eps=None means the machine epsilon of input's dtype, as torch."""
+    shape = _trailing_shape(input, normalized_shape)
     check_same_dtype(_MIXED_DTYPES, input, weight)
     if eps is None:
         eps = float(np.finfo(input.dtype).eps)

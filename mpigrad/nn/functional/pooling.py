@@ -183,7 +183,8 @@ def _adaptive_mean_matrix(size, out_size, dtype):
 
 def _adaptive_sizes(what, input, output_size, dims):
     if input.ndim < dims + 1:
-        raise ValueError("Input dimension should be at least " + str(dims + 1))
+        raise RuntimeError(f"{what}(): Expected {dims + 1}D or {dims + 2}D tensor, but got "
+                           f"{list(input.shape)}")
     sizes = (output_size,) * dims if isinstance(output_size, numbers.Integral) or \
         output_size is None else tuple(output_size)
     if len(sizes) != dims:

@@ -8,13 +8,15 @@ from ...tensor import Tensor
 from .. import _checks
 
 
-def _check_indices(indices, size, what, name):
+def _check_indices(indices, size, what, name, out_of_range):
+    """Integer indices in [0, size); torch raises `out_of_range` (IndexError for embedding,
+    RuntimeError for one_hot) for one outside."""
     if indices.dtype.kind not in "iu":
-        raise TypeError(f"{what}: expected indices of an integer dtype, got {indices.dtype}")
+        raise RuntimeError(f"{what}: expected indices of an integer dtype, got {indices.dtype}")
     bad = (indices < 0) | (indices >= size)
     if bad.any():
-        raise IndexError(f"{what}: index {indices[bad].flat[0]} is out of range for "
-                         f"{name}={size} (expected 0 <= index < {size})")
+        raise out_of_range(f"{what}: index {indices[bad].flat[0]} is out of range for "
+                           f"{name}={size} (expected 0 <= index < {size})")
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
@@ -25,7 +27,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     row's gradient is divided by its index's count in input."""
     padding_idx = _checks.embedding_padding_idx("embedding", weight.shape[0], padding_idx, sparse)
     input = as_tensor(input)
-    _check_indices(input.data, weight.shape[0], "embedding", "num_embeddings")
+    _check_indices(input.data, weight.shape[0], "embedding", "num_embeddings", IndexError)
     if max_norm is not None:
         _renorm_rows(weight, np.unique(input.data), max_norm, norm_type)
     rows = weight[input]
@@ -56,10 +58,10 @@ def one_hot(tensor, num_classes=-1):
     """int64 one-hot encoding along a new last dimension; num_classes=-1 means max + 1."""
     tensor = as_tensor(tensor)
     if tensor.dtype.kind not in "iu":
-        raise TypeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
+        raise RuntimeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
     if num_classes == -1:
         num_classes = int(tensor.data.max()) + 1 if tensor.data.size else 0
-    _check_indices(tensor.data, num_classes, "one_hot", "num_classes")
+    _check_indices(tensor.data, num_classes, "one_hot", "num_classes", RuntimeError)
     return Tensor.wrap((tensor.data[..., None] == np.arange(num_classes)).astype(np.int64))
 
 
