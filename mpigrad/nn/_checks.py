@@ -2,7 +2,7 @@
 words its errors alike and raises the exception type torch 2.13 raises for that kind: a
 tensor that does not fit, or a size option out of range, RuntimeError; a dtype a kernel does
 not take, NotImplementedError; an option torch checks in Python, ValueError (the whole rule
-is in ARCHITECTURE.md, "An argument error"; tests/nn/test_functional_errors.py compares the
+is in docs/architecture.md, "An argument error"; tests/nn/test_functional_errors.py compares the
 types with torch's).
 
 A check that belongs to one function stays beside it, raising by the same rule. Like

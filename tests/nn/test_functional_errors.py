@@ -1,6 +1,6 @@
 """mpigrad.nn.functional's public names, pinned; and its argument errors against torch's.
 
-The rule (ARCHITECTURE.md, nn/_checks.py): for each kind of mistake, the exception type torch
+The rule (docs/architecture.md, nn/_checks.py): for each kind of mistake, the exception type torch
 2.13 raises. Each case below makes one representative mistake of a kind on both libraries
 (the layers too: built and called, as torch checks some options only when called) and
 compares the types; torch must raise, so a case cannot pass by raising nothing.
