@@ -23,7 +23,7 @@ def _float(dtype):
 def tensor(data, dtype=None, requires_grad=False):
     """A new tensor holding a copy of `data` (arrays keep their dtype, Python floats become
     the default dtype, Python ints int64)."""
-    return _finish(np.array(Tensor(data, dtype=dtype).data, copy=True), requires_grad)
+    return _finish(np.array(Tensor(data, dtype=dtype)._array, copy=True), requires_grad)
 
 
 def as_tensor(data, dtype=None):
@@ -112,5 +112,5 @@ def randperm(n, generator=None):
 def multinomial(input, num_samples, replacement=False, *, generator=None):
     """torch.multinomial: `num_samples` category indices per row of `input` (1-D or 2-D
     non-negative weights, not necessarily summing to one), int64."""
-    weights = input.data if isinstance(input, Tensor) else np.asarray(input)
+    weights = input._array if isinstance(input, Tensor) else np.asarray(input)
     return Tensor.wrap(random.multinomial_array(weights, num_samples, replacement, generator))

@@ -54,7 +54,7 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
     def _update(self, param, grad, group):
-        p = param.data
+        p = param._array
         lr, weight_decay = group["lr"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         state = self.state[param]
@@ -66,9 +66,9 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = Tensor(np.zeros_like(p))
         state["step"] += 1
         step = state["step"]
-        arrays = [p, grad, state["exp_avg"].data, state["exp_avg_sq"].data]
+        arrays = [p, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array]
         if group["amsgrad"]:
-            arrays.append(state["max_exp_avg_sq"].data)
+            arrays.append(state["max_exp_avg_sq"]._array)
         decoupled = group["decoupled_weight_decay"]
         step_size = lr / (1 - beta1 ** step)
         bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5

@@ -46,16 +46,16 @@ class SGD(Optimizer):
         lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
         weight_decay, maximize, nesterov = (group["weight_decay"], group["maximize"],
                                             group["nesterov"])
-        arrays = (param.data, grad)
+        arrays = (param._array, grad)
         first = False
         if momentum != 0:
             state = self.state[param]
             buffer = state.get("momentum_buffer")
             if buffer is None:
                 # torch starts the buffer at the first gradient, not at zero.
-                buffer = state["momentum_buffer"] = Tensor(np.empty_like(param.data))
+                buffer = state["momentum_buffer"] = Tensor(np.empty_like(param._array))
                 first = True
-            arrays += (buffer.data,)
+            arrays += (buffer._array,)
         for p, g, *b in blocks(*arrays):
             g = regularized_grad(p, g, weight_decay, maximize, out=self._work.like(p, 0))
             step = self._work.like(p, 1)
