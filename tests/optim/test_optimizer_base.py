@@ -99,9 +99,9 @@ def test_parameters_without_grad_are_skipped():
 
 def test_step_updates_storage_in_place_and_bumps_the_version():
     a = with_grad(leaf([1.0, 2.0]), [1.0, 1.0])
-    storage, version = a.data, a._version
+    storage, version = a._array, a._version
     optim.SGD([a], lr=0.5, momentum=0.9).step()
-    assert a.data is storage
+    assert a._array is storage
     np.testing.assert_array_equal(storage, [0.5, 1.5])
     assert a._version > version
 
@@ -109,12 +109,12 @@ def test_step_updates_storage_in_place_and_bumps_the_version():
 @pytest.mark.parametrize("set_to_none", [True, False])
 def test_zero_grad(set_to_none):
     a = with_grad(leaf([1.0, 2.0]), [3.0, 4.0])
-    grad_storage = a.grad.data
+    grad_storage = a.grad._array
     optim.SGD([a]).zero_grad(set_to_none=set_to_none)
     if set_to_none:
         assert a.grad is None
     else:
-        assert a.grad.data is grad_storage
+        assert a.grad._array is grad_storage
         np.testing.assert_array_equal(a.grad.data, [0.0, 0.0])
 
 
@@ -201,7 +201,7 @@ def test_load_state_dict_restores_hyperparameters_and_casts_buffers_to_the_param
     assert fresh.param_groups[0]["params"] == [b]
     buffer = fresh.state[b]["momentum_buffer"]
     assert buffer.dtype == np.float32
-    assert buffer.data is not state["state"][0]["momentum_buffer"].data
+    assert buffer._array is not state["state"][0]["momentum_buffer"]._array
 
 
 def _sgd_state(*shapes):
