@@ -77,15 +77,19 @@ class Inbox:
         self.header_works = [irecv(header, peer, group, self._tag(mb, _HEADER))
                              for mb, header in enumerate(self.headers)]
         self.data = [None] * self.n  # (array, Work) once its header is in; () for no tensor
+        self.next_header = 0  # every schedule sends in micro-batch order: poll from here
 
     def _tag(self, microbatch, part):
         return tag(self.kind, self.stage, microbatch, self.n, part)
 
     def poll(self):
         """Post the data receives whose headers have arrived, without blocking."""
-        for mb, work in enumerate(self.header_works):
-            if self.data[mb] is None and work.is_completed():
-                self._post(mb)
+        while self.next_header < self.n and (
+                self.data[self.next_header] is not None
+                or self.header_works[self.next_header].is_completed()):
+            if self.data[self.next_header] is None:
+                self._post(self.next_header)
+            self.next_header += 1
 
     def take(self, microbatch):
         """The tensor for `microbatch` (None if the sender had none), waiting for it."""
