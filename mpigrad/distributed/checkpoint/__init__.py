@@ -13,10 +13,11 @@ atomically, SHA-256 checksummed, never unpickled; a missing, damaged or foreign 
 `ValueError` naming it, on every rank. An error on one rank is raised on all of them.
 
 The contract for what a state dict may hold (nested dicts, and lists or tuples, walked into
-as torch does; their leaves are):
+as torch does). Ranks may hold different entries (each pipeline stage its own); an entry
+held by several ranks is one tensor or value. The leaves are:
 
-- a plain `Tensor`: replicated, the same on every rank; written once, by rank 0; loaded
-  whole.
+- a plain `Tensor`: replicated, the same on every rank holding it; written once, by the
+  lowest such rank; loaded whole.
 - a `FlatShard(local, global_shape, offset)`: this rank's contiguous slice of a sharded
   tensor. `local` is a 1-D Tensor holding elements [offset, offset + len(local)) of the
   tensor of shape `global_shape` flattened in row-major order; elements past the tensor's end
@@ -25,8 +26,8 @@ as torch does; their leaves are):
   plain Tensor) with the saved global shape is filled from the saved slices, however the
   saving ranks split them: this is the resharding.
 - any other value (numbers, strings, None, numpy arrays, lists of them: optimizer
-  hyper-parameters, step counters) is replicated: rank 0 writes it and load replaces the
-  state dict's value with it. An empty dict or list in the state dict where the checkpoint
+  hyper-parameters, step counters) is replicated: the lowest rank holding it writes it, and
+  load replaces the state dict's value with it. An empty dict or list in the state dict where the checkpoint
   has entries (a fresh optimizer's `state`) is filled with them, tensors whole and plain.
 
 Differences from torch: no custom planners or storage layers (`FileSystemWriter` and

@@ -74,49 +74,41 @@ def local_plan(leaves):
 
 
 def global_entries(plans):
-    """The checkpoint's entries from every rank's `local_plan` (a list by rank): each tensor
-    with its chunks `[rank, offset, length]` (a replicated tensor is written by rank 0), each
-    other value stored by rank 0. Raises ValueError, the same on every rank, if the plans do
-    not fit together."""
-    reference = [key_of(item["path"]) for item in plans[0]]
-    for rank, plan in enumerate(plans[1:], start=1):
-        keys = [key_of(item["path"]) for item in plan]
-        if set(keys) != set(reference):
-            only_here = sorted(map(text, set(keys) - set(reference)))
-            only_there = sorted(map(text, set(reference) - set(keys)))
-            raise ValueError(f"the ranks' state dicts hold different entries: rank {rank} has "
-                             f"{only_here or 'nothing'} that rank 0 lacks and lacks "
-                             f"{only_there or 'nothing'} that rank 0 has")
-    by_key = [{key_of(item["path"]): item for item in plan} for plan in plans]
-    entries = []
-    for key in reference:
-        items = [plan[key] for plan in by_key]
-        entries.append(_entry(key, items))
-    return entries
+    """The checkpoint's entries from every rank's `local_plan` (a list by rank). Ranks may hold
+    different entries (pipeline stages each hold their own); an entry several ranks hold is
+    one tensor or value: a tensor's chunks are `[rank, offset, length]` (a plain, replicated
+    tensor is written by the lowest rank holding it, as is any other value). Raises
+    ValueError, the same on every rank, if the ranks' entries do not fit together."""
+    holders = {}  # key -> [(rank, item)], keys in the order ranks list them
+    for rank, plan in enumerate(plans):
+        for item in plan:
+            holders.setdefault(key_of(item["path"]), []).append((rank, item))
+    return [_entry(key, held) for key, held in holders.items()]
 
 
-def _entry(key, items):
-    first = items[0]
-    kinds = {(item["kind"], item.get("sharded")) for item in items}
+def _entry(key, held):
+    first_rank, first = held[0]
+    kinds = {(item["kind"], item.get("sharded")) for _, item in held}
     if len(kinds) > 1:
         raise ValueError(f"{text(key)} is a FlatShard on some ranks and a plain tensor or "
-                         f"another value on others: ranks "
-                         f"{[_kind_text(item) for item in items]}")
+                         "another value on others: "
+                         f"{', '.join(f'rank {r}: {_kind_text(item)}' for r, item in held)}")
     if first["kind"] == OBJECT:
-        return {"path": first["path"], "kind": OBJECT}
-    for rank, item in enumerate(items):
+        return {"path": first["path"], "kind": OBJECT, "rank": first_rank}
+    for rank, item in held:
         if (item["shape"], item["dtype"]) != (first["shape"], first["dtype"]):
             raise ValueError(f"{text(key)} has shape {tuple(item['shape'])} and dtype "
                              f"{np.dtype(item['dtype'])} on rank {rank} but "
-                             f"{tuple(first['shape'])} and {np.dtype(first['dtype'])} on rank 0")
+                             f"{tuple(first['shape'])} and {np.dtype(first['dtype'])} on rank "
+                             f"{first_rank}")
     numel = int(np.prod(first["shape"], dtype=np.int64))
     if first["sharded"]:
         chunks = sorted([item["offset"], rank, item["length"]]
-                        for rank, item in enumerate(items) if item["length"] > 0)
+                        for rank, item in held if item["length"] > 0)
         _check_tiling(key, chunks, numel)
         chunks = [[rank, offset, length] for offset, rank, length in chunks]
     else:
-        chunks = [[0, 0, numel]] if numel else []
+        chunks = [[first_rank, 0, numel]] if numel else []
     return {"path": first["path"], "kind": TENSOR, "shape": first["shape"],
             "dtype": first["dtype"], "chunks": chunks}
 

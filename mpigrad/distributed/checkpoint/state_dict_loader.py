@@ -99,10 +99,12 @@ class _Reading:
         return array
 
     def _object(self, index):
-        _, objects = self._shard(0)
+        rank = self.metadata["entries"][index]["rank"]
+        _, objects = self._shard(rank)
         if index not in objects:
-            raise ValueError(f"{filesystem.shard_path(self.directory, 0)} lacks entry {index} "
-                             "that its metadata lists: the files do not belong together")
+            raise ValueError(f"{filesystem.shard_path(self.directory, rank)} lacks entry "
+                             f"{index} that its metadata lists: the files do not belong "
+                             "together")
         return objects[index]
 
     def _shard(self, rank):

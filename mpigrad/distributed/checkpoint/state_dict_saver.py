@@ -13,10 +13,10 @@ def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
          process_group=None, no_dist=False):
     """Save `state_dict` as a distributed checkpoint in the directory `checkpoint_id`, as
     torch.distributed.checkpoint.save: called by every rank of `process_group` (the default
-    group; a world of one when none is initialised or with `no_dist`) with state dicts of the
-    same entries. Plain Tensors and other values are replicated (written once, by rank 0);
-    FlatShards are written by the rank holding them. Returns when the whole checkpoint is on
-    disk; an error on any rank (a state dict that does not fit the others', a failed write) is
+    group; a world of one when none is initialised or with `no_dist`). Ranks may hold
+    different entries (each pipeline stage its own). Plain Tensors and other values are
+    replicated (written once, by the lowest rank holding them); FlatShards are written by the
+    rank holding them. Returns when the whole checkpoint is on disk; an error on any rank (a state dict that does not fit the others', a failed write) is
     raised on every rank, and then the directory holds no new metadata."""
     if planner is not None:
         raise NotImplementedError("save(planner=...): mpigrad's DCP has one planner (the "
@@ -44,21 +44,16 @@ def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
 
 
 def _write_shard(directory, rank, save_id, leaves, entries):
+    held = {leaf[0]: leaf[1] for leaf in leaves}
     arrays, objects = {}, {}
-    for index, ((_, leaf, _, _), entry) in enumerate(zip(_in_entry_order(leaves, entries),
-                                                         entries)):
+    for index, entry in enumerate(entries):
+        leaf = held.get(plans.key_of(entry["path"]))
         if entry["kind"] == plans.OBJECT:
-            if rank == 0:
+            if entry["rank"] == rank:
                 objects[index] = leaf
         elif isinstance(leaf, FlatShard):
             if leaf.length:
                 arrays[index] = leaf.local.data[:leaf.length]
-        elif rank == 0 and leaf.numel():
+        elif any(chunk[0] == rank for chunk in entry["chunks"]):
             arrays[index] = leaf.data.reshape(-1)
     filesystem.write_shard(directory, rank, save_id, arrays, objects)
-
-
-def _in_entry_order(leaves, entries):
-    """This rank's leaves in the order of the entries (rank 0's order)."""
-    by_key = {leaf[0]: leaf for leaf in leaves}
-    return [by_key[plans.key_of(entry["path"])] for entry in entries]

@@ -138,6 +138,26 @@ def test_a_shard_from_another_save_is_refused(shared_dir, rank, size):
         dcp.load({"s": mg.zeros(4, dtype=mg.float64)}, checkpoint_id=shared_dir)
 
 
+def test_ranks_holding_different_entries_as_pipeline_stages_do(shared_dir, rank, size):
+    """Each rank its own layer and counter, a shared value and a tensor only the last two
+    ranks hold; loaded at this world size by other ranks (reversed) and whole in each."""
+    def own(r):
+        return {f"layer{r}": mg.tensor(np.full((2, r + 1), float(r))), f"count{r}": 10 * r}
+
+    shared = {"lr": 0.5, "pair": mg.tensor(np.arange(3.0))}
+    dcp.save({**own(rank), **({"lr": 0.5} if rank == 0 else {}),
+              **({"pair": shared["pair"]} if rank >= size - 2 else {})},
+             checkpoint_id=shared_dir)
+    other = size - 1 - rank
+    target = {**{k: (mg.zeros(*v.shape, dtype=mg.float64) if isinstance(v, mg.Tensor) else None)
+                 for k, v in own(other).items()},
+              "lr": None, "pair": mg.zeros(3, dtype=mg.float64)}
+    dcp.load(target, checkpoint_id=shared_dir)
+    np.testing.assert_array_equal(target[f"layer{other}"].data, own(other)[f"layer{other}"].data)
+    assert target[f"count{other}"] == 10 * other and target["lr"] == 0.5
+    np.testing.assert_array_equal(target["pair"].data, shared["pair"].data)
+
+
 def test_state_dicts_that_do_not_fit_together_fail_on_every_rank(shared_dir, rank, size):
     with pytest.raises(ValueError, match="no rank holds elements"):
         # Every rank claims the first slice: the rest of the tensor has no owner (at size 1
@@ -146,8 +166,9 @@ def test_state_dicts_that_do_not_fit_together_fail_on_every_rank(shared_dir, ran
         dcp.save({"s": dcp.FlatShard(local, (4,), 0) if rank == 0 else
                   dcp.FlatShard(local, (4,), 4)}, checkpoint_id=shared_dir)
     if size > 1:
-        with pytest.raises(ValueError, match="rank 1 has"):
-            dcp.save({"a" if rank == 0 else "b": 1}, checkpoint_id=shared_dir)
+        with pytest.raises(ValueError, match="rank 0: Tensor, rank 1: FlatShard"):
+            dcp.save({"s": mg.zeros(4) if rank == 0 else
+                      dcp.FlatShard(mg.zeros(4), (4,), 0)}, checkpoint_id=shared_dir)
         with pytest.raises(ValueError, match="inside another rank's slice"):
             dcp.save({"s": dcp.FlatShard(mg.tensor(np.zeros(3)), (3 * size,), 2 * rank)},
                      checkpoint_id=shared_dir)
