@@ -27,8 +27,9 @@ held by several ranks is one tensor or value. The leaves are:
   saving ranks split them: this is the resharding.
 - any other value (numbers, strings, None, numpy arrays, lists of them: optimizer
   hyper-parameters, step counters) is replicated: the lowest rank holding it writes it, and
-  load replaces the state dict's value with it. An empty dict or list in the state dict where the checkpoint
-  has entries (a fresh optimizer's `state`) is filled with them, tensors whole and plain.
+  load replaces the state dict's value with it. An empty dict or list in the state dict
+  where the checkpoint has entries (a fresh optimizer's `state`) is filled with them,
+  tensors whole and plain.
 
 Differences from torch: no custom planners or storage layers (`FileSystemWriter` and
 `FileSystemReader` name a directory, nothing more); a rank reads each shard file it needs

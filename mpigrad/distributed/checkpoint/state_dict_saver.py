@@ -16,8 +16,9 @@ def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
     group; a world of one when none is initialised or with `no_dist`). Ranks may hold
     different entries (each pipeline stage its own). Plain Tensors and other values are
     replicated (written once, by the lowest rank holding them); FlatShards are written by the
-    rank holding them. Returns when the whole checkpoint is on disk; an error on any rank (a state dict that does not fit the others', a failed write) is
-    raised on every rank, and then the directory holds no new metadata."""
+    rank holding them. Returns when the whole checkpoint is on disk; an error on any rank (a
+    state dict that does not fit the others', a failed write) is raised on every rank, and
+    then the directory holds no new metadata."""
     if planner is not None:
         raise NotImplementedError("save(planner=...): mpigrad's DCP has one planner (the "
                                   "default one's behaviour); leave planner=None")
