@@ -29,6 +29,15 @@ def write_metadata(directory, save_id, world_size, entries):
                        os.path.join(os.fspath(directory), METADATA))
 
 
+def remove_other_shards(directory, world_size):
+    """Delete the shard files of ranks >= `world_size`: left by an earlier save of more ranks
+    into the same directory, they belong to no checkpoint once the new metadata is written."""
+    rank = world_size
+    while os.path.exists(shard_path(directory, rank)):
+        os.remove(shard_path(directory, rank))
+        rank += 1
+
+
 def read_metadata(directory):
     path = os.path.join(os.fspath(directory), METADATA)
     if not os.path.isfile(path):

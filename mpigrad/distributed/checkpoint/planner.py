@@ -13,7 +13,6 @@ from ...tensor import Tensor
 from .flat_shard import FlatShard
 
 TENSOR, OBJECT = "tensor", "object"
-_KIND_OF = {dict: "d", list: "l", tuple: "t"}
 
 
 def flatten(state_dict):
@@ -27,7 +26,7 @@ def flatten(state_dict):
 
 def _walk(container, path, leaves):
     items = container.items() if isinstance(container, dict) else enumerate(container)
-    kind = _KIND_OF[type(container)] if type(container) in _KIND_OF else "d"
+    kind = "d" if isinstance(container, dict) else "t" if isinstance(container, tuple) else "l"
     for key, value in items:
         if isinstance(container, dict) and not isinstance(key, (str, int)):
             raise TypeError(f"state dict keys must be str or int, but {text(path)} has "

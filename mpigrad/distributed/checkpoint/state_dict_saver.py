@@ -39,6 +39,7 @@ def save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
     def finish():
         if ranks.rank == 0:
             filesystem.write_metadata(directory, save_id, ranks.size, entries)
+            filesystem.remove_other_shards(directory, ranks.size)
 
     ranks.agree(finish)
 

@@ -82,6 +82,15 @@ def test_saved_shards_load_into_other_splits_and_whole_tensors(shared_dir, rank,
         np.testing.assert_array_equal(mine.data, theirs.data, err_msg=name)
 
 
+def test_a_save_by_fewer_ranks_removes_the_shards_of_the_others(shared_dir, rank, size):
+    if rank == 0:
+        for extra in (size, size + 1):
+            open(os.path.join(shared_dir, f"__{extra}_0.distcp"), "wb").close()
+    dcp.save({"n": 1}, checkpoint_id=shared_dir)
+    assert sorted(os.listdir(shared_dir)) == [".metadata"] + [
+        f"__{r}_0.distcp" for r in range(size)]
+
+
 def test_replicated_tensors_and_values_round_trip(shared_dir, rank, size):
     weights = mg.tensor(np.arange(12.0).reshape(3, 4))
     state = {"w": weights, "empty": [], "nested": {"k": [1, 2.5, "x", None]},
