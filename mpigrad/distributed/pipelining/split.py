@@ -120,14 +120,15 @@ class _StageModule(Module):
 
 
 def _check_chain(module, stages, args, kwargs):
-    # Both runs must leave no trace: buffers (BatchNorm's running statistics) are restored.
-    buffers = [(buffer, buffer.data.copy()) for buffer in module.buffers()]
+    # In eval mode, so that dropout draws nothing (both runs must agree) and normalisation
+    # updates no statistics; every module's own mode is restored after.
+    modes = [(each, each.training) for each in module.modules()]
+    module.eval()
     try:
         _compare_chain(module, stages, args, kwargs)
     finally:
-        for buffer, saved in buffers:
-            with buffer.writing() as array:
-                array[...] = saved
+        for each, training in modes:
+            each.training = training
 
 
 def _compare_chain(module, stages, args, kwargs):

@@ -216,3 +216,16 @@ def test_pipeline_times_ddp_on_two_by_two_equals_one_process():
                             text=True, env=job_environment())
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert result.stdout.count("equals one process") == 4, result.stdout
+
+
+def test_pipeline_checks_the_cut_in_eval_mode_and_restores_each_mode():
+    mg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 5), nn.Dropout(0.5), nn.BatchNorm1d(5),
+                          nn.Linear(5, 2)).double()
+    model[2].eval()
+    x, _ = batch(0)
+    before = model[2].running_mean.data.copy()
+    pipe = pipeline(model, (x[:4],), split_spec={"2": SplitPoint.BEGINNING})
+    assert pipe.num_stages == 2
+    assert [m.training for m in model] == [True, True, False, True]
+    np.testing.assert_array_equal(model[2].running_mean.data, before)
