@@ -10,9 +10,12 @@ needs a tensor that has not arrived. Sends never block until the end of the step
 import numpy as np
 
 from ...tensor import Tensor
+from ..fault.watchdog import blocked
 from ..p2p import irecv, isend
+from ..process_group import member_group
 
 ACTIVATION, GRADIENT = 0, 1
+_WHAT = {ACTIVATION: "activation", GRADIENT: "gradient"}
 _HEADER, _DATA = 0, 1
 _MAX_DIMS = 8
 _NO_TENSOR = -1
@@ -49,11 +52,13 @@ class Outbox:
     def __init__(self, group):
         self.group = group
         self.works = []
+        self.peers = set()
 
     def send(self, tensor, peer, kind, receiver_stage, microbatch, n_microbatches):
         """Send `tensor` (or "no tensor", for None) to global rank `peer`."""
         array = None if tensor is None else np.ascontiguousarray(tensor.data)
         header = _header(array)
+        self.peers.add(peer)
         self.works.append(isend(header, peer, self.group,
                                 tag(kind, receiver_stage, microbatch, n_microbatches, _HEADER)))
         if array is not None:
@@ -61,9 +66,11 @@ class Outbox:
                                     tag(kind, receiver_stage, microbatch, n_microbatches, _DATA)))
 
     def finish(self):
-        for work in self.works:
-            work.wait()
-        self.works = []
+        with blocked(member_group(self.group, "pipeline"), "pipeline: the step's last sends",
+                     collective=False, peers=tuple(self.peers)):
+            for work in self.works:
+                work.wait()
+        self.works, self.peers = [], set()
 
 
 class Inbox:
@@ -92,14 +99,19 @@ class Inbox:
             self.next_header += 1
 
     def take(self, microbatch):
-        """The tensor for `microbatch` (None if the sender had none), waiting for it."""
-        if self.data[microbatch] is None:
-            self.header_works[microbatch].wait()
-            self._post(microbatch)
-        if not self.data[microbatch]:
-            return None
-        array, work = self.data[microbatch]
-        work.wait()
+        """The tensor for `microbatch` (None if the sender had none), waiting for it. A wait
+        is reported (stall reports, timeouts) as what the stage waits for."""
+        what = (f"pipeline stage {self.stage} waiting for the {_WHAT[self.kind]} of "
+                f"micro-batch {microbatch} from rank {self.peer}")
+        with blocked(member_group(self.group, "pipeline"), what, collective=False,
+                     peers=(self.peer,)):
+            if self.data[microbatch] is None:
+                self.header_works[microbatch].wait()
+                self._post(microbatch)
+            if not self.data[microbatch]:
+                return None
+            array, work = self.data[microbatch]
+            work.wait()
         return Tensor.wrap(array)
 
     def _post(self, mb):

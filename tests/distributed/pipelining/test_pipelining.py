@@ -229,3 +229,19 @@ def test_pipeline_checks_the_cut_in_eval_mode_and_restores_each_mode():
     assert pipe.num_stages == 2
     assert [m.training for m in model] == [True, True, False, True]
     np.testing.assert_array_equal(model[2].running_mean.data, before)
+
+
+@pytest.mark.mpi_skip  # launches its own jobs of 2 ranks
+@pytest.mark.parametrize("mode", ["raise", "stall"])
+def test_a_stage_that_fails_or_stalls_ends_the_job(mode):
+    job = [sys.executable, str(Path(__file__).with_name("stuck_job.py")), mode]
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    result = subprocess.run(["timeout", "120", mpiexec, "-n", "2", *job], capture_output=True,
+                            text=True, env=job_environment())
+    assert result.returncode not in (0, 124), result.stderr
+    if mode == "raise":
+        assert "[rank 1] RuntimeError: loss failed on purpose" in result.stderr
+    else:
+        assert ("pipeline stage 0 waiting for the gradient of micro-batch 0 from rank 1 on the "
+                "default group has been blocked on rank 0 for longer than the group's timeout "
+                "(1 s)") in result.stderr, result.stderr[-3000:]
