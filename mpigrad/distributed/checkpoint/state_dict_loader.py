@@ -1,5 +1,13 @@
 """`load`: every rank reads the slices its state dict asks for from whichever shard files hold
-them, so a checkpoint saved by any number of ranks loads into any other (resharding)."""
+them, so a checkpoint saved by any number of ranks loads into any other (resharding).
+
+A rank first plans: for each entry of its state dict, a buffer for the elements it needs and,
+per shard file, the copies that fill it. Then it reads the files one at a time, each dropped
+once its copies are done, so a load holds this rank's share plus one file, not the whole
+checkpoint. Only when every rank has read and checked everything are the state dicts written.
+"""
+from collections import defaultdict
+
 import numpy as np
 
 from ...tensor import Tensor
@@ -40,7 +48,7 @@ class _Reading:
         self.metadata = filesystem.read_metadata(directory)
         self.index = {plans.key_of(entry["path"]): (i, entry)
                       for i, entry in enumerate(self.metadata["entries"])}
-        self.shards = {}  # rank -> (arrays, objects), each file read once
+        self.copies = defaultdict(list)  # rank -> [copy(arrays, objects)] from its file
 
     def plan(self, state_dict):
         writes = []
@@ -52,6 +60,11 @@ class _Reading:
                 raise RuntimeError(f"Missing key in checkpoint state_dict: {plans.text(path)}.")
             else:
                 writes.append(self._write(path, leaf, container, key, *found))
+        for rank in sorted(self.copies):
+            arrays, objects = filesystem.read_shard(self.directory, rank,
+                                                    self.metadata["save_id"])
+            for copy in self.copies.pop(rank):
+                copy(arrays, objects)
         return writes
 
     def _write(self, path, leaf, container, key, index, entry):
@@ -79,18 +92,20 @@ class _Reading:
                          "FlatShard to load it into")
 
     def _slice(self, index, entry, start, stop):
-        """Elements [start, stop) of entry `index`'s flattened tensor, from the chunks that
-        hold them."""
+        """A buffer for elements [start, stop) of entry `index`'s flattened tensor, filled
+        from the chunks that hold them when their files are read."""
         values = np.empty(stop - start, dtype=np.dtype(entry["dtype"]))
         for rank, offset, length in entry["chunks"]:
             low, high = max(start, offset), min(stop, offset + length)
             if low < high:
-                chunk = self._array(rank, index, length, values.dtype)
-                values[low - start:high - start] = chunk[low - offset:high - offset]
+                def copy(arrays, objects, rank=rank, offset=offset, length=length, low=low,
+                         high=high):
+                    chunk = self._array(arrays, rank, index, length, values.dtype)
+                    values[low - start:high - start] = chunk[low - offset:high - offset]
+                self.copies[rank].append(copy)
         return values
 
-    def _array(self, rank, index, length, dtype):
-        arrays, _ = self._shard(rank)
+    def _array(self, arrays, rank, index, length, dtype):
         array = arrays.get(index)
         if array is None or array.shape != (length,) or array.dtype != dtype:
             raise ValueError(f"{filesystem.shard_path(self.directory, rank)} does not hold "
@@ -99,19 +114,17 @@ class _Reading:
         return array
 
     def _object(self, index):
-        rank = self.metadata["entries"][index]["rank"]
-        _, objects = self._shard(rank)
-        if index not in objects:
-            raise ValueError(f"{filesystem.shard_path(self.directory, rank)} lacks entry "
-                             f"{index} that its metadata lists: the files do not belong "
-                             "together")
-        return objects[index]
+        """A box the saved value of entry `index` is put in when its file is read."""
+        rank, box = self.metadata["entries"][index]["rank"], _Box()
 
-    def _shard(self, rank):
-        if rank not in self.shards:
-            self.shards[rank] = filesystem.read_shard(self.directory, rank,
-                                                      self.metadata["save_id"])
-        return self.shards[rank]
+        def copy(arrays, objects):
+            if index not in objects:
+                raise ValueError(f"{filesystem.shard_path(self.directory, rank)} lacks entry "
+                                 f"{index} that its metadata lists: the files do not belong "
+                                 "together")
+            box.value = objects[index]
+        self.copies[rank].append(copy)
+        return box
 
     def _under(self, prefix):
         return [(i, entry) for i, entry in enumerate(self.metadata["entries"])
@@ -119,8 +132,8 @@ class _Reading:
                 and len(entry["path"]) > len(prefix)]
 
     def _subtree(self, prefix):
-        """The saved values below `prefix`, rebuilt as nested dicts, lists and tuples with
-        whole tensors."""
+        """The saved values below `prefix` as nested {(kind, key): value} (see `_rebuild`),
+        with whole tensors."""
         root = {}
         for index, entry in self._under(prefix):
             steps = plans.key_of(entry["path"])[len(prefix):]
@@ -134,11 +147,18 @@ class _Reading:
             for step in steps[:-1]:
                 node = node.setdefault(step, {})
             node[steps[-1]] = value
-        return _rebuild(root)
+        return root
+
+
+class _Box:
+    """A value read later: the writes unbox it."""
+    __slots__ = ("value",)
 
 
 def _rebuild(tree):
     """Nested {(kind, key): value} as the dicts, lists and tuples the kinds name."""
+    if isinstance(tree, _Box):
+        return tree.value
     if not isinstance(tree, dict):
         return tree
     kinds = {kind for kind, _ in tree}
@@ -157,11 +177,12 @@ def _is_empty_container(value):
 
 
 def _replacing(container, key, value, path):
-    """The write putting `value` at `container[key]`, checked now so that it cannot fail."""
+    """The write putting `value` (a box, or a tree of them) at `container[key]`, checked now
+    so that it cannot fail."""
     if isinstance(container, tuple):
         raise TypeError(f"load() cannot replace {plans.text(path)}: it is in a tuple; make the "
                         "container a list")
-    return lambda: _put(container, key, value)
+    return lambda: _put(container, key, _rebuild(value))
 
 
 def _put(container, key, value):
