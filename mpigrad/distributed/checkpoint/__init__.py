@@ -33,7 +33,8 @@ held by several ranks is one tensor or value. The leaves are:
 
 Differences from torch: no custom planners or storage layers (`FileSystemWriter` and
 `FileSystemReader` name a directory, nothing more); a rank reads each shard file it needs
-whole; `save` returns None, not torch's `Metadata`.
+whole (one at a time: a load holds its share and one file); `save` returns None, not
+torch's `Metadata`.
 """
 from .filesystem import FileSystemReader, FileSystemWriter
 from .flat_shard import FlatShard
