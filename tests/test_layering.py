@@ -36,6 +36,7 @@ LAYERS = [
     {f"{D}.autograd"},
     {f"{D}.rpc"},
     {f"{D}.optim"},
+    {f"{D}.checkpoint", f"{D}.pipelining"},
     {D, "mpigrad"},
 ]
 UPWARD_IMPORTS_ALLOWED = {("mpigrad.tensor", "mpigrad.autograd"), ("mpigrad.tensor", "mpigrad.ops")}

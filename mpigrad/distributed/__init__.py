@@ -33,6 +33,8 @@ enforces them):
   Reducer, Channel, GradBucket and timeline.
 - `rpc/` and `autograd/`: RPC, RRef and distributed autograd; `optim/`: DistributedOptimizer
   and ZeroRedundancyOptimizer.
+- `checkpoint/` (sharded checkpoints, torch's DCP) and `pipelining/` (pipeline parallelism):
+  import them explicitly, as in torch.
 
 After init_process_group an uncaught exception on any rank aborts the whole job (with the
 rank's traceback) instead of leaving the others waiting (init_process_group(
