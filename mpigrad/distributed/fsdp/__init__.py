@@ -14,7 +14,8 @@ view and the memory per rank.
 from .api import (BackwardPrefetch, CPUOffload, CPUOffloadPolicy, MixedPrecision,
                   MixedPrecisionPolicy, OffloadPolicy, ShardingStrategy)
 from .fully_shard import FSDPModule, clip_grad_norm_, fully_shard
+from .fully_sharded_data_parallel import FullyShardedDataParallel
 
 __all__ = ["fully_shard", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy",
            "CPUOffloadPolicy", "ShardingStrategy", "BackwardPrefetch", "CPUOffload",
-           "MixedPrecision", "clip_grad_norm_"]
+           "MixedPrecision", "clip_grad_norm_", "FullyShardedDataParallel"]

@@ -135,8 +135,13 @@ class Root:
 
     def __init__(self, state):
         self.state = state
-        self.states = [m._fsdp_state for m in state.module.modules()
-                       if getattr(m, "_fsdp_state", None) is not None]
+        self.states = []
+        for path, module in state.module.named_modules():
+            sub = getattr(module, "_fsdp_state", None)
+            if sub is not None:
+                self.states.append(sub)
+                if sub.unit is not None:  # named where the watchdog and errors show it
+                    sub.unit.name = f"unit '{path}'" if path else "the root unit"
         for s in self.states:
             if s.root is not None:
                 raise RuntimeError(

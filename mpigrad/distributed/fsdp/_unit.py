@@ -133,12 +133,10 @@ class Unit:
         already in flight."""
         if self.unsharded or self._gather is not None:
             return
-        send = np.zeros(self.columns, self.param_dtype)
-        for p in self.params:
-            send[p.column:p.column + p.length] = p.shard.data
+        send = self._row([p.shard.data for p in self.params], self.param_dtype)
         rows = np.empty((self.size, self.columns), self.param_dtype)
-        self._gather = (self.comm.all_gather(send, rows, f"all-gather of {self.name}'s "
-                                             f"parameters"), rows)
+        self._gather = (self.comm.all_gather(send, rows, "all-gather of the parameters of "
+                                             f"{self.name}"), rows)
 
     def wait_unshard(self):
         """Finish the all-gather (started now if it was not) and give the unsharded
@@ -149,11 +147,26 @@ class Unit:
         work, rows = self._gather
         work.wait()
         self._gather = None
-        for p in self.params:
-            full = np.empty(p.numel, self.param_dtype)
-            unpack_rows(rows[:, p.column:p.column + p.chunk], full, p.numel, p.chunk)
-            p.full.data = full.reshape(p.shape)
+        for p, full in zip(self.params, self._cut(rows)):
+            p.full.data = full
         self.unsharded = True
+
+    def _row(self, pieces, dtype):
+        """This rank's row of a gather: its pieces (one per parameter) at their columns, the
+        padding zero."""
+        row = np.zeros(self.columns, dtype)
+        for p, piece in zip(self.params, pieces):
+            row[p.column:p.column + p.length] = piece.reshape(-1)
+        return row
+
+    def _cut(self, rows):
+        """Each parameter's full array, cut from gathered rows (size x columns)."""
+        fulls = []
+        for p in self.params:
+            full = np.empty(p.numel, rows.dtype)
+            unpack_rows(rows[:, p.column:p.column + p.chunk], full, p.numel, p.chunk)
+            fulls.append(full.reshape(p.shape))
+        return fulls
 
     def unshard(self):
         self.start_unshard()
@@ -176,6 +189,15 @@ class Unit:
         for p in self.params:
             p.use(p.shard)
 
+    def gather_full(self, pieces, dtype, what):
+        """The full arrays of which `pieces` (one per parameter, in order) are this rank's
+        shards, laid out like the parameters (the optimizer's state is): blocking, for the
+        full state dicts."""
+        send = self._row(pieces, dtype)
+        rows = np.empty((self.size, self.columns), dtype)
+        self.comm.all_gather(send, rows, f"{what} of {self.name}").wait()
+        return self._cut(rows)
+
     # ------------------------------------------------------------------ gradients
     def all_grads_ready(self):
         return all(p.grad_ready for p in self.trainable)
@@ -193,8 +215,8 @@ class Unit:
                 pack_rows(grad.data.reshape(-1), block, p.numel, p.chunk)
             p.full.grad = None
         result = np.empty(self.columns, self.reduce_dtype)
-        self._reduce = [self.comm.reduce_scatter(send, result, f"reduce-scatter of "
-                                                 f"{self.name}'s gradients"), result, False]
+        self._reduce = [self.comm.reduce_scatter(send, result, "reduce-scatter of the "
+                                                 f"gradients of {self.name}"), result, False]
 
     @property
     def reducing(self):
@@ -210,8 +232,8 @@ class Unit:
     def _start_replicate(self):
         work, result, _ = self._reduce
         work.wait()
-        self._reduce = [self.replicate.all_reduce(result, f"all-reduce of {self.name}'s "
-                                                  f"gradient shards across replicas"),
+        self._reduce = [self.replicate.all_reduce(result, "all-reduce across replicas of "
+                                                  f"the gradient shards of {self.name}"),
                         result, True]
 
     def finish_reduce(self):
