@@ -23,7 +23,10 @@ the unit), and from then on drives the iteration:
                       trainable parameter of a unit has its gradient, the units ready so far
                       start their reduce-scatters in reverse forward order (the same order on
                       every rank, whatever order their gradients finished in) and free
-                      their full parameters; reductions in flight are progressed.
+                      their full parameters. One reduction is in flight at a time: it moves
+                      while the next unit's backward computes, and is finished (added into
+                      the shards' `.grad`, its full-size buffer freed) before the next
+                      starts, which bounds the memory to about one unit's gradients.
   end of backward     units whose gradients never all came (unused parameters) reduce zeros
                       for the missing ones, in order; every reduction is waited for (under
                       the watchdog, named after its unit) and added into the shards' `.grad`;
@@ -208,12 +211,15 @@ class Root:
             if not (s.ready or force):
                 break
             if s.requires_gradient_sync:
+                # One reduction in flight at a time (it overlaps the next unit's backward):
+                # each holds a full unit's gradients, so more would undo the sharding.
+                while self.in_flight:
+                    self.in_flight.pop(0).unit.finish_reduce()
                 s.unit.start_reduce()
                 self.in_flight.append(s)
             s.unit.reshard()
             self.next_reduce += 1
-        for s in self.in_flight:
-            s.unit.progress()
+        self.in_flight = [s for s in self.in_flight if not s.unit.progress()]
 
     def finalize(self):
         try:

@@ -218,16 +218,18 @@ class Unit:
         self._reduce = [self.comm.reduce_scatter(send, result, "reduce-scatter of the "
                                                  f"gradients of {self.name}"), result, False]
 
-    @property
-    def reducing(self):
-        return self._reduce is not None
-
     def progress(self):
-        """Let MPI move the reduction; over HSDP start the replicate all-reduce once the
-        reduce-scatter is done."""
-        if self._reduce is not None and self.replicate is not None and not self._reduce[2]:
-            if self._reduce[0].done():
-                self._start_replicate()
+        """Let MPI move the reduction (over HSDP, start the replicate all-reduce once the
+        reduce-scatter is done); once it is complete, add it into `.grad` and return True."""
+        if self._reduce is None:
+            return True
+        if not self._reduce[0].done():
+            return False
+        if self.replicate is not None and not self._reduce[2]:
+            self._start_replicate()
+            return False
+        self.finish_reduce()
+        return True
 
     def _start_replicate(self):
         work, result, _ = self._reduce
@@ -238,6 +240,8 @@ class Unit:
 
     def finish_reduce(self):
         """Wait for the reduction and add the averaged shard gradients into `.grad`."""
+        if self._reduce is None:
+            return
         if self.replicate is not None and not self._reduce[2]:
             self._start_replicate()
         work, result, _ = self._reduce
