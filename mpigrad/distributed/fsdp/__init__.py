@@ -4,7 +4,8 @@
   at the root; `FSDPModule`; `MixedPrecisionPolicy`, `OffloadPolicy`, `CPUOffloadPolicy`.
 - `FullyShardedDataParallel` (FSDP1; fully_sharded_data_parallel.py) with `ShardingStrategy`
   and the auto-wrap policies of `fsdp.wrap`, on the same machinery.
-- `clip_grad_norm_`: the global norm over sharded gradients.
+- shards are `ShardParameter`s (_norm.py), for which mpigrad.nn.utils.clip_grad_norm_ gives
+  the full model's gradient norm.
 
 The machinery: `_unit.py` (one unit's flat shards, all-gather and reduce-scatter), `_state.py`
 (the hooks and the iteration the root drives), `_comm.py` (FSDP's communicators, under the
@@ -13,9 +14,9 @@ view and the memory per rank.
 """
 from .api import (BackwardPrefetch, CPUOffload, CPUOffloadPolicy, MixedPrecision,
                   MixedPrecisionPolicy, OffloadPolicy, ShardingStrategy)
-from .fully_shard import FSDPModule, clip_grad_norm_, fully_shard
+from .fully_shard import FSDPModule, fully_shard
 from .fully_sharded_data_parallel import FullyShardedDataParallel
 
 __all__ = ["fully_shard", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy",
            "CPUOffloadPolicy", "ShardingStrategy", "BackwardPrefetch", "CPUOffload",
-           "MixedPrecision", "clip_grad_norm_", "FullyShardedDataParallel"]
+           "MixedPrecision", "FullyShardedDataParallel"]

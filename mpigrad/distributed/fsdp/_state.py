@@ -36,11 +36,14 @@ With `set_requires_gradient_sync(False)` a unit skips the reduction: its unshard
 stay on the unsharded parameters and accumulate until a backward with synchronization
 reduces their sum (gradient accumulation, as in torch).
 
-A backward that raises after it started leaves reductions in flight that the other ranks'
-callbacks also wait for; the exception, uncaught, aborts the job (init_process_group's
-abort_on_exception) and a rank left waiting is ended by the watchdog at the group's timeout,
-naming the unit it waited for. The in-flight buffers are kept until then, so MPI never writes
-into freed memory.
+A backward that raises after it started drops the iteration on that rank: every shard's
+`.grad` becomes None and the gathered parameters are freed, without waiting for anything
+(the collectives in flight are kept, with their buffers, until MPI completes them, so MPI
+never writes into freed memory). Raised on every rank alike (a bad batch seen by all), the
+ranks stay in step and training can go on. Raised on some ranks only, the others wait in
+collectives those ranks will not join: the exception, uncaught, aborts the job
+(init_process_group's abort_on_exception), and otherwise the watchdog ends it at the group's
+timeout, naming the unit waited for.
 """
 import weakref
 import zlib
@@ -79,6 +82,13 @@ class FSDPState:
         if self.root is None:
             Root(self)
         root = self.root
+        if root.backward_running:
+            # A forward run again inside backward (activation checkpointing's recomputation):
+            # the unit is needed as it is, the iteration's order and hooks stay as they are.
+            if self.unit is not None:
+                self.unit.unshard()
+                self.unit.use_full()
+            return None
         if self.is_root:
             root.begin_forward()
         if self.unit is not None:
@@ -94,6 +104,10 @@ class FSDPState:
 
     def post_forward(self, output):
         root = self.root
+        if root.backward_running:
+            if self.unit is not None:
+                self.unit.use_shards()
+            return None
         if self.unit is not None:
             self.unit.use_shards()
             if self.reshard_after_forward and not self.is_root:
@@ -160,13 +174,17 @@ class Root:
         self.next_reduce = 0
         self.in_flight = []
         self.backward_running = False
-        self.abandoned = []       # reductions of a failed backward, kept for MPI
+        self.abandoned = []       # Works of a failed backward, kept while MPI uses them
 
     # forward ---------------------------------------------------------------------------
     def begin_forward(self):
         if self.order:
             self.last_order = self.order
         self.order = []
+        for s in self.states:  # a forward with no backward left these gathered: refresh
+            if s.unit is not None and s.unit.unsharded:
+                s.unit.reshard()
+        self.abandoned = [work for work in self.abandoned if not work.done()]
 
     def prefetch_forward(self, position):
         last = self.last_order
@@ -234,7 +252,14 @@ class Root:
             self._reset()
 
     def fail(self, error):
-        self.abandoned += [s.unit._reduce for s in self.in_flight]
+        """The backward raised after it started: drop the iteration (every shard's `.grad`
+        becomes None, as DistributedDataParallel does, since some units were reduced and
+        others not), without waiting for anything, and let the error propagate."""
+        for s in self.states:
+            if s.unit is not None:
+                self.abandoned += s.unit.abandon()
+                for p in s.unit.params:
+                    p.shard.grad = None
         self.in_flight = []
         self._reset()
 

@@ -24,16 +24,14 @@ Mixed precision: the shards are packed in `param_dtype` (the gather and the forw
 it), gradients are reduced in `reduce_dtype` and stored in the shards' dtype.
 """
 import math
-import weakref
 
 import numpy as np
 
 from ...nn.parameter import Parameter
 from ...tensor import Tensor
+from ._norm import ShardParameter
 
-__all__ = ["Unit", "ManagedParam", "LIVE_UNITS"]
-
-LIVE_UNITS = weakref.WeakSet()  # for clip_grad_norm_, which is given parameters only
+__all__ = ["Unit", "ManagedParam"]
 
 
 class ManagedParam:
@@ -42,7 +40,8 @@ class ManagedParam:
     __slots__ = ("fqn", "slots", "shape", "numel", "chunk", "column", "offset", "length",
                  "requires_grad", "shard", "full", "grad_ready")
 
-    def __init__(self, fqn, slots, param, rank, size, column, full_dtype):
+    def __init__(self, fqn, slots, param, comm, column, full_dtype):
+        rank, size = comm.rank, comm.size
         self.fqn = fqn
         self.slots = slots               # [(module, attribute name)], several when tied
         self.shape = tuple(param.shape)
@@ -53,8 +52,8 @@ class ManagedParam:
         self.length = min(self.chunk, self.numel - self.offset)
         self.requires_grad = param.requires_grad
         flat = param.data.reshape(-1)
-        self.shard = Parameter(flat[self.offset:self.offset + self.length].copy(),
-                               requires_grad=param.requires_grad)
+        self.shard = ShardParameter(flat[self.offset:self.offset + self.length].copy(),
+                                    param.requires_grad, comm)
         self.full = Parameter(_placeholder(self.shape, full_dtype),
                               requires_grad=param.requires_grad)
         self.grad_ready = False
@@ -112,8 +111,7 @@ class Unit:
         self.params = []
         column = 0
         for fqn, slots, param in params:
-            managed = ManagedParam(fqn, slots, param, comm.rank, self.size, column,
-                                   self.param_dtype)
+            managed = ManagedParam(fqn, slots, param, comm, column, self.param_dtype)
             column += managed.chunk
             self.params.append(managed)
             managed.use(managed.shard)
@@ -122,7 +120,6 @@ class Unit:
         self.unsharded = False
         self._gather = None      # the all-gather in flight: (Work, rows)
         self._reduce = None      # the reduce-scatter in flight: (Work, result, stage)
-        LIVE_UNITS.add(self)
 
     def __repr__(self):
         return f"<FSDP unit {self.name}: {len(self.params)} parameters>"
@@ -180,6 +177,19 @@ class Unit:
         for p in self.params:
             p.full.data = _placeholder(p.shape, self.param_dtype)
         self.unsharded = False
+
+    def abandon(self):
+        """Forget the gather and reduction in flight and the gathered parameters and
+        unsharded gradients, waiting for nothing; returns the Works still in flight (the
+        caller keeps them, and their buffers, until MPI completes them)."""
+        works = [w for w in (self._gather and self._gather[0], self._reduce and self._reduce[0])
+                 if w is not None]
+        self._gather = self._reduce = None
+        for p in self.params:
+            p.full.data = _placeholder(p.shape, self.param_dtype)
+            p.full.grad = None
+        self.unsharded = False
+        return works
 
     def use_full(self):
         for p in self.params:

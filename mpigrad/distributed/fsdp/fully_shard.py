@@ -15,25 +15,22 @@ manages the parameters of its module that no sharded submodule already manages.
 The module's class becomes `FSDP<Class>`, a subclass of its class and of `FSDPModule` (as in
 torch), which adds `reshard`, `unshard`, `set_requires_gradient_sync` and
 `set_reshard_after_forward`. Differences from torch: parameters are plain 1-d Parameters
-holding this rank's flat piece (torch: DTensors sharded on dim 0), so `clip_grad_norm_` of
-this package (which knows the shards) replaces torch.nn.utils' for a global norm, and the
+holding this rank's flat piece (torch: DTensors sharded on dim 0): `ShardParameter`s, for
+which mpigrad.nn.utils.clip_grad_norm_ gives the full model's norm (as torch's does through
+DTensor), and the
 state-dict functions of `mpigrad.distributed.checkpoint.state_dict` give full or sharded
 views. A `mesh` of two dimensions shards along the last and replicates along the first
 (HSDP), as torch does.
 """
-import numpy as np
-
 from ...nn.module import Module
-from ...nn.utils.clip_grad import clip_grads_with_norm_
-from ...tensor import Tensor
 from ..device_mesh import DeviceMesh
 from ..process_group import _get_default_group
 from . import _comm
 from ._state import FSDPState
-from ._unit import LIVE_UNITS, Unit
+from ._unit import Unit
 from .api import MixedPrecisionPolicy, OffloadPolicy
 
-__all__ = ["fully_shard", "FSDPModule", "clip_grad_norm_", "sharded_states"]
+__all__ = ["fully_shard", "FSDPModule", "sharded_states"]
 
 
 class FSDPModule:
@@ -176,43 +173,3 @@ def _comms_of(mesh):
         return _comm.for_group(mesh.get_group(1)), _comm.for_group(mesh.get_group(0))
     raise ValueError(f"fully_shard needs a 1-d mesh (shard) or a 2-d one (replicate, shard), "
                      f"got {mesh.ndim} dimensions")
-
-
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
-                    foreach=None):
-    """torch.nn.utils.clip_grad_norm_ for a model with sharded parameters: the total norm is
-    that of the full gradients (each shard group sums its shards' contributions), the same on
-    every rank; every gradient is scaled by max_norm / (norm + 1e-6), at most 1. Parameters
-    that are not shards (replicated) count once. Collective over the shard groups of the
-    units whose shards are passed: every rank calls it alike. Returns the total norm (a 0-dim
-    Tensor)."""
-    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
-    norm_type = float(norm_type)
-    infinite = norm_type == np.inf
-    comm_of = {id(p.shard): unit.comm for unit in LIVE_UNITS for p in unit.params}
-    grads = [(comm_of.get(id(p)), p.grad.data) for p in params if p.grad is not None]
-    if not grads:
-        return Tensor(np.array(0.0, dtype=np.float32))
-    dtype = np.result_type(*[g.dtype for _, g in grads])
-    comms = {id(comm): comm for comm, _ in grads if comm is not None}
-    partial = {key: 0.0 for key in [None, *comms]}
-    for comm, grad in grads:
-        magnitude = np.abs(grad.reshape(-1).astype(np.float64, copy=False))
-        key = id(comm) if comm is not None else None
-        partial[key] = max(partial[key], magnitude.max(initial=0.0)) if infinite else \
-            partial[key] + float(np.sum(magnitude ** norm_type))
-    # Each group reduces its shards' part; groups in one order on every rank.
-    for key in sorted(comms, key=lambda k: comms[k].process_group.ranks):
-        value = np.array([partial[key]])
-        (comms[key].allreduce_max if infinite else comms[key].allreduce_sum)(
-            value, "the total norm of the sharded gradients")
-        partial[key] = float(value[0])
-    total = max(partial.values()) if infinite else sum(partial.values()) ** (1.0 / norm_type)
-    total = Tensor(np.array(total, dtype=dtype))
-    if error_if_nonfinite and not np.isfinite(total.data):
-        raise RuntimeError(
-            f"The total norm of order {norm_type} for gradients from `parameters` is "
-            "non-finite, so it cannot be clipped. To disable this error and scale the gradients "
-            "by the non-finite norm anyway, set `error_if_nonfinite=False`")
-    clip_grads_with_norm_(params, max_norm, total)
-    return total

@@ -24,11 +24,12 @@ CPU memory; the next unit's gather is always issued ahead).
 import contextlib
 
 from ...nn.module import Module
+from ...nn.utils.clip_grad import clip_grad_norm_
 from ..collectives import broadcast
 from ..device_mesh import DeviceMesh, init_device_mesh
 from ..process_group import _get_default_group, get_local_world_size
 from .api import MixedPrecision, MixedPrecisionPolicy, ShardingStrategy
-from .fully_shard import clip_grad_norm_, shard_module, sharded_states
+from .fully_shard import shard_module, sharded_states
 from .wrap import apply_auto_wrap
 
 __all__ = ["FullyShardedDataParallel"]

@@ -9,9 +9,8 @@ import mpigrad as mg
 import mpigrad.distributed as dist
 from mpigrad import nn
 from mpigrad.distributed.device_mesh import init_device_mesh
-from mpigrad.distributed.fsdp import (FSDPModule, MixedPrecisionPolicy, clip_grad_norm_,
-                                      fully_shard)
-from mpigrad.nn.utils import clip_grad_norm_ as local_clip_grad_norm_
+from mpigrad.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from mpigrad.nn.utils import clip_grad_norm_
 
 from ._gpt import BATCH, batches, build, full_params, train
 
@@ -23,7 +22,7 @@ def oracle(data, **kwargs):
     model = build(**kwargs)
     params = list(model.parameters())
     _, losses, norms = train(model, data, 0, 1, clip_norm=MAX_NORM,
-                             clip=lambda m: local_clip_grad_norm_(params, m))
+                             clip=lambda m: clip_grad_norm_(params, m))
     return {n: p.data for n, p in model.state_dict().items()}, losses, norms
 
 
@@ -166,3 +165,70 @@ def test_unshard_and_reshard_by_hand(rank, size):
     block.reshard()
     assert all(q.full.data.strides == (0,) * q.full.ndim or q.full.ndim == 0
                for q in block._fsdp_state.unit.params)
+
+
+@pytest.mark.parametrize("norm_type", [1.0, float("inf")])
+def test_other_norms_over_shards_equal_one_process(rank, size, norm_type):
+    data = batches(1, 1)
+    model = shard_gpt(build())
+    _, _, norms = train(model, data, rank, size, clip_norm=1e-3,
+                        clip=lambda m: clip_grad_norm_(model.parameters(), m, norm_type))
+    reference = build()
+    params = list(reference.parameters())
+    _, _, want = train(reference, data, 0, 1, clip_norm=1e-3,
+                       clip=lambda m: clip_grad_norm_(params, m, norm_type))
+    np.testing.assert_allclose(norms, want, rtol=1e-12)
+
+
+def test_training_goes_on_after_evaluation_and_a_failed_backward(rank, size):
+    """A no_grad forward, a forward whose loss is dropped, and a backward that raises on
+    every rank (its batch then skipped) leave the model training like one process that ran
+    only the other batches."""
+    data = batches(4, 1)
+    kept = [data[0], data[2], data[3]]
+    model = shard_gpt(build())
+    opt = mg.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    per = BATCH // size
+    rows = slice(rank * per, (rank + 1) * per)
+
+    def fail(module, grad_output):
+        raise ValueError("a bad batch")
+
+    for k, ((idx, targets),) in enumerate(data):
+        opt.zero_grad()
+        _, loss = model(mg.tensor(idx[rows]), mg.tensor(targets[rows]))
+        if k == 1:
+            handle = model.h[0].register_full_backward_pre_hook(fail)
+            _, loss = model(mg.tensor(idx[rows]), mg.tensor(targets[rows]))
+            with pytest.raises(ValueError, match="a bad batch"):
+                loss.backward()
+            handle.remove()
+            assert all(p.grad is None for p in model.parameters())
+            continue
+        loss.backward()
+        opt.step()
+        with mg.no_grad():
+            model(mg.tensor(idx[rows]), mg.tensor(targets[rows]))
+    reference = build()
+    train(reference, kept, 0, 1)
+    got = full_params(model)
+    for name, p in reference.named_parameters():
+        np.testing.assert_allclose(got[name], p.data, rtol=0, atol=1e-10, err_msg=name)
+
+
+def test_next_units_gather_and_reduction_overlap_compute(rank, size):
+    """From the second step on, block 1's all-gather is issued before block 0 computes its
+    forward; block 1's reduce-scatter is issued before block 0's backward computes (MPI may
+    finish it at once: what matters is that it does not wait for the end of backward)."""
+    model = shard_gpt(build())
+    seen = []
+
+    def forward_hook(module, args, output):
+        seen.append(("forward", model.h[1]._fsdp_state.unit._gather is not None))
+        output.register_hook(lambda grad: seen.append(
+            ("backward", model._fsdp_state.root.reduce_order[:model._fsdp_state.root.next_reduce]
+             == [model.h[1]._fsdp_state])))
+
+    model.h[0].register_forward_hook(forward_hook)
+    train(model, batches(2, 1), rank, size)
+    assert seen[2:] == [("forward", True), ("backward", True)], seen
