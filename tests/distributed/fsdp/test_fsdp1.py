@@ -8,13 +8,15 @@ import functools
 import numpy as np
 import pytest
 
+import mpigrad as mg
+
 from mpigrad.distributed.device_mesh import init_device_mesh
 from mpigrad.distributed.fsdp import FullyShardedDataParallel as FSDP
 from mpigrad.distributed.fsdp import ShardingStrategy
 from mpigrad.distributed.fsdp.wrap import (size_based_auto_wrap_policy,
                                            transformer_auto_wrap_policy)
 
-from ._gpt import Block, batches, build
+from ._gpt import Block, batches, build, full_params
 from .test_fully_shard import MAX_NORM, MICRO, STEPS, assert_like_oracle, oracle
 
 BY_BLOCK = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
@@ -23,7 +25,6 @@ BY_SIZE = functools.partial(size_based_auto_wrap_policy, min_num_params=100)
 
 def train_fsdp1(model, data, rank, size):
     """train() of _gpt, with FSDP1's no_sync() around every micro-batch but the last."""
-    import mpigrad as mg
     opt = mg.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     per = 6 // size
     losses, norms = [], []
@@ -77,3 +78,10 @@ def test_bad_arguments_are_errors(rank, size):
         FSDP(build(), device_id=0)
     with pytest.raises(NotImplementedError, match="meta device"):
         FSDP(build(), param_init_fn=lambda m: None)
+
+
+def test_sync_module_states_takes_rank0s_values(rank, size):
+    model = FSDP(build(seed=rank), auto_wrap_policy=BY_BLOCK, sync_module_states=True)
+    got = full_params(model)
+    for name, p in build(seed=0).named_parameters():
+        np.testing.assert_array_equal(got[name], p.data, err_msg=name)
