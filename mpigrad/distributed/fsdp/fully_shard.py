@@ -119,8 +119,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
     return module
 
 
-def shard_module(module, mesh, reshard_after_forward, mp_policy, ignored_params=None,
-                 prefix_to_strip=""):
+def shard_module(module, mesh, reshard_after_forward, mp_policy, ignored_params=None):
     """Make `module` an FSDP unit (the machinery shared by fully_shard and
     FullyShardedDataParallel); returns its FSDPState."""
     if not isinstance(module, Module):
@@ -140,25 +139,15 @@ def shard_module(module, mesh, reshard_after_forward, mp_policy, ignored_params=
         for name, param in sub._parameters.items():
             if param is None or id(param) in managed or id(param) in ignored:
                 continue
-            fqn = _clean(f"{path}.{name}" if path else name, prefix_to_strip)
-            entry = params.setdefault(id(param), (fqn, [], param))
+            entry = params.setdefault(id(param), (f"{path}.{name}" if path else name, [], param))
             if (sub, name) not in entry[1]:
                 entry[1].append((sub, name))
     unit = None
     if params:
         policy = mp_policy or MixedPrecisionPolicy()
-        unit = Unit(type(module).__name__ if not _name_of(module) else _name_of(module),
-                    list(params.values()), shard_comm, replicate_comm, policy.param_dtype,
-                    policy.reduce_dtype)
+        unit = Unit(type(module).__name__, list(params.values()), shard_comm, replicate_comm,
+                    policy.param_dtype, policy.reduce_dtype)
     return FSDPState(module, unit, shard_comm, bool(reshard_after_forward), mp_policy)
-
-
-def _name_of(module):
-    return getattr(module, "_fsdp_name", None)
-
-
-def _clean(fqn, prefix):
-    return fqn.replace(prefix, "") if prefix else fqn
 
 
 def _comms_of(mesh):

@@ -84,11 +84,15 @@ class FullyShardedDataParallel(Module):
         reshard = _RESHARD[strategy]
         self._fsdp_wrapped_module = module
 
+        shards = set()  # ids of the shards made so far: the policies count what is left
+
         def wrap(sub):
-            shard_module(sub, mesh, reshard, policy, ignored)
+            state = shard_module(sub, mesh, reshard, policy, ignored)
+            if state.unit is not None:
+                shards.update(id(p.shard) for p in state.unit.params)
 
         if auto_wrap_policy is not None:
-            apply_auto_wrap(module, auto_wrap_policy, wrap, _is_sharded(module))
+            apply_auto_wrap(module, auto_wrap_policy, wrap, lambda p: id(p) in shards)
         root_policy = policy
         if mixed_precision is not None:  # FSDP1 casts the root's inputs, and only those
             root_policy = MixedPrecisionPolicy(policy.param_dtype, policy.reduce_dtype,
@@ -96,7 +100,7 @@ class FullyShardedDataParallel(Module):
             for state in sharded_states(module):
                 state.mp_policy = MixedPrecisionPolicy(policy.param_dtype, policy.reduce_dtype,
                                                        cast_forward_inputs=False)
-        shard_module(self, mesh, reshard, root_policy, ignored, prefix_to_strip=WRAPPED + ".")
+        shard_module(self, mesh, reshard, root_policy, ignored)
 
     @property
     def module(self):
@@ -128,13 +132,6 @@ class FullyShardedDataParallel(Module):
         """The sharded modules in `module` (with root_only, the outermost)."""
         states = sharded_states(module)
         return [s.module for s in (states[:1] if root_only else states)]
-
-
-def _is_sharded(module):
-    def is_wrapped(param):
-        return any(id(param) == id(p.shard) for s in sharded_states(module)
-                   if s.unit is not None for p in s.unit.params)
-    return is_wrapped
 
 
 def _mesh_for(strategy, process_group, device_mesh):
