@@ -29,6 +29,7 @@ import numpy as np
 
 from ...nn.parameter import Parameter
 from ...tensor import Tensor
+from ..buffers import float16_sum_supported
 from ._norm import ShardParameter
 
 __all__ = ["Unit", "ManagedParam"]
@@ -108,6 +109,9 @@ class Unit:
         self.param_dtype = np.dtype(param_dtype) if param_dtype is not None else self.dtype
         self.reduce_dtype = np.dtype(reduce_dtype) if reduce_dtype is not None \
             else self.param_dtype
+        if self.reduce_dtype == np.float16 and not float16_sum_supported():
+            raise TypeError(f"fully_shard({name}): this MPI cannot sum float16 gradients; "
+                            f"pass MixedPrecisionPolicy(reduce_dtype=float32)")
         self.params = []
         column = 0
         for fqn, slots, param in params:

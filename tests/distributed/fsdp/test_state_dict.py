@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mpigrad as mg
+import mpigrad.distributed as dist
 from mpigrad.distributed.checkpoint.state_dict import (FlatShard, StateDictOptions,
                                                        get_model_state_dict,
                                                        get_optimizer_state_dict,
@@ -145,3 +146,28 @@ def test_bad_state_dicts_are_errors(rank, size):
     optim["param_groups"][0]["params"] = list(reversed(optim["param_groups"][0]["params"]))
     with pytest.raises(ValueError, match="parameter group"):
         set_optimizer_state_dict(model, opt, optim)
+
+
+def test_one_process_full_state_loads_into_any_world_size(rank, size):
+    """A full state dict of an unsharded model (one process) loads into the sharded model on N
+    ranks, which then trains on exactly like the one process."""
+    reference = build()
+    ref_opt, _, _ = train(reference, batches(2, 1), 0, 1)
+    model_sd, optim_sd = get_state_dict(reference, ref_opt, options=FULL)
+    model = shard_gpt(build(seed=9))
+    opt = mg.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd,
+                   options=FULL)
+    later = batches(4, 1)[2:]
+    _, got, _ = continue_training(model, opt, later, rank, size)
+    _, want, _ = continue_training(reference, ref_opt, later, 0, 1)
+    np.testing.assert_allclose(np.mean(all_ranks(got), axis=0), want, rtol=1e-10)
+    after = full_params(model)
+    for name, p in reference.named_parameters():
+        np.testing.assert_allclose(after[name], p.data, rtol=0, atol=1e-10, err_msg=name)
+
+
+def all_ranks(values):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, list(values))
+    return np.array(out)
