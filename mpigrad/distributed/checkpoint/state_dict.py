@@ -25,7 +25,8 @@ The forms (the contract checkpoint.save/load rely on):
   that replicate it (HSDP's replicate dimension) hold equal pieces at equal offsets, so a
   writer keeps one of each (offset, length). `local` is the model's (the optimizer's)
   own memory, as torch's DTensors are, so a loader that fills each FlatShard's `local` in
-  place with the elements it names from whatever layout was saved, then calls
+  place (`with shard.local.writing() as array:`) with the elements it names, from whatever
+  layout was saved, then calls
   set_model_state_dict / set_optimizer_state_dict, reshards to any world size. Every other
   value (buffers, parameters no unit shards, the optimizer's `step`) is a plain Tensor,
   the same on every rank: a writer keeps one copy.

@@ -66,8 +66,10 @@ def test_sharded_state_dict_is_this_ranks_pieces(rank, size):
     assert isinstance(first["exp_avg"], FlatShard)
     # The values are the model's own memory, as torch's DTensors are: a loader fills them.
     name = "h.0.attn.c_attn.weight"
-    sharded[name].local.data[...] = 7.0
-    set_model_state_dict(model, sharded)
+    with sharded[name].local.writing() as local:
+        local[...] = 7.0
+    assert (model.get_parameter(name).data == 7.0).all()
+    set_model_state_dict(model, sharded)  # loading a dict onto itself changes nothing
     assert (model.get_parameter(name).data == 7.0).all()
 
 
