@@ -31,7 +31,7 @@ def test_different_modules_are_an_error_on_every_rank(rank, size):
     # Rank 0's root unit took h.1's parameters too: that is the first difference.
     assert "The first difference is unit 0" in message
     others = "ranks [1]" if size == 2 else "ranks [1, 2]"
-    assert f"ranks [0]: unit 0 'the root unit' with 16 parameters" in message
+    assert "ranks [0]: unit 0 'the root unit' with 16 parameters" in message
     assert f"{others}: unit 0 'the root unit' with 4 parameters" in message
 
 
