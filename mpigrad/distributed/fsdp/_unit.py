@@ -182,6 +182,13 @@ class Unit:
             p.full.data = _placeholder(p.shape, self.param_dtype)
         self.unsharded = False
 
+    def write_back(self):
+        """Copy this rank's piece of each full parameter into its shard (after the user
+        changed the full values)."""
+        for p in self.params:
+            with p.shard.writing() as shard:
+                shard[...] = p.full.data.reshape(-1)[p.offset:p.offset + p.length]
+
     def abandon(self):
         """Forget the gather and reduction in flight and the gathered parameters and
         unsharded gradients, waiting for nothing; returns the Works still in flight (the

@@ -128,6 +128,30 @@ class FullyShardedDataParallel(Module):
         return clip_grad_norm_(self.parameters(), max_norm, norm_type)
 
     @staticmethod
+    @contextlib.contextmanager
+    def summon_full_params(module, recurse=True, writeback=True, rank0_only=False,
+                           offload_to_cpu=False, with_grads=False):
+        """Inside, `module`'s sharded modules hold their full parameters (gathered:
+        collective); with `writeback`, changes made to them go back into the shards on
+        leaving. `offload_to_cpu` changes nothing (all is in CPU memory)."""
+        if rank0_only or with_grads:
+            raise NotImplementedError("summon_full_params(rank0_only=True or with_grads=True) "
+                                      "is not supported")
+        units = [s.unit for s in (sharded_states(module) if recurse
+                                  else sharded_states(module)[:1]) if s.unit is not None]
+        for unit in units:
+            unit.unshard()
+            unit.use_full()
+        try:
+            yield
+        finally:
+            for unit in units:
+                if writeback:
+                    unit.write_back()
+                unit.use_shards()
+                unit.reshard()
+
+    @staticmethod
     def fsdp_modules(module, root_only=False):
         """The sharded modules in `module` (with root_only, the outermost)."""
         states = sharded_states(module)

@@ -85,3 +85,17 @@ def test_sync_module_states_takes_rank0s_values(rank, size):
     got = full_params(model)
     for name, p in build(seed=0).named_parameters():
         np.testing.assert_array_equal(got[name], p.data, err_msg=name)
+
+
+def test_summon_full_params_shows_and_writes_back_full_values(rank, size):
+    model = FSDP(build(), auto_wrap_policy=BY_BLOCK)
+    reference = build()
+    with FSDP.summon_full_params(model):
+        params = dict(model.named_parameters())
+        for name, p in reference.named_parameters():
+            np.testing.assert_array_equal(params["_fsdp_wrapped_module." + name].data, p.data)
+        with mg.no_grad():
+            params["_fsdp_wrapped_module.ln_f.bias"].add_(1.0)
+    assert model.module.ln_f.bias.ndim == 1
+    np.testing.assert_array_equal(full_params(model)["ln_f.bias"],
+                                  reference.ln_f.bias.data + 1.0)
