@@ -277,7 +277,8 @@ def _check_same_units(comm, states):
     forward, before the first all-gather, with the same error on every rank."""
     layout = [(s.unit.name if s.unit else None,
                [(p.shape, str(p.shard.dtype), p.requires_grad) for p in s.unit.params]
-               if s.unit else [], comm.size if s.comm is comm else s.comm.size)
+               if s.unit else [],
+               (s.comm.size, s.unit.replicate.size if s.unit and s.unit.replicate else 1))
               for s in states]
     # Names are described but not compared: only what the collectives move must agree.
     shapes = repr([(units, size) for _, units, size in layout]).encode()

@@ -232,3 +232,23 @@ def test_next_units_gather_and_reduction_overlap_compute(rank, size):
     model.h[0].register_forward_hook(forward_hook)
     train(model, batches(2, 1), rank, size)
     assert seen[2:] == [("forward", True), ("backward", True)], seen
+
+
+def test_frozen_block_trains_like_one_process(rank, size):
+    """A unit with no trainable parameter is still gathered for its backward (the gradient
+    flows through it) and reduces nothing; the others train as in one process."""
+    data = batches(2, 1)
+
+    def frozen():
+        model = build()
+        model.h[0].requires_grad_(False)
+        return model
+
+    model = shard_gpt(frozen())
+    train(model, data, rank, size)
+    reference = frozen()
+    train(reference, data, 0, 1)
+    got = full_params(model)
+    assert all(p.grad is None for p in model.h[0].parameters())
+    for name, p in reference.named_parameters():
+        np.testing.assert_allclose(got[name], p.data, rtol=0, atol=1e-10, err_msg=name)
