@@ -308,7 +308,8 @@ def _mismatch_message(layouts, ranks):
                     shapes = [shape for shape, _, _ in entry[1]]
                     lines.append(f"  ranks {where}: unit {k} '{entry[0]}' with {len(shapes)} "
                                  f"parameters of shapes {shapes[:6]}"
-                                 f"{' ...' if len(shapes) > 6 else ''}")
+                                 f"{' ...' if len(shapes) > 6 else ''}, sharded over "
+                                 f"{entry[2][0]} ranks x {entry[2][1]} replicas")
             return head + f"The first difference is unit {k}:\n" + "\n".join(lines)
     return head + f"The units' layouts differ (number of units per rank: " \
                   f"{[len(x) for x in layouts]})"
