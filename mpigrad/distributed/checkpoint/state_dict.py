@@ -29,7 +29,9 @@ The forms (the contract checkpoint.save/load rely on):
   layout was saved, then calls
   set_model_state_dict / set_optimizer_state_dict, reshards to any world size. Every other
   value (buffers, parameters no unit shards, the optimizer's `step`) is a plain Tensor,
-  the same on every rank: a writer keeps one copy.
+  the same on every rank: a writer keeps one copy. A name may be a FlatShard on one side and
+  a plain Tensor on the other (a sharded model saved, an unsharded one loading, or the
+  reverse): a plain Tensor is the FlatShard of offset 0 covering the whole tensor.
 """
 import dataclasses
 
