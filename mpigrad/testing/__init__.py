@@ -1,0 +1,1 @@
+"""Testing helpers for code built on mpigrad, and its pytest plugin (`plugin`)."""
