@@ -15,6 +15,7 @@ the next test's.
 A test that every rank skips at collection (pytest-mpi's marks, an `mpi(min_size=k)` larger
 than the world) runs no scope and no agreement.
 """
+import os
 import zlib
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..distributed import process_group
 from ..distributed.fault import watchdog
 
 DEFAULT_TIMEOUT = 300.0
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # mpigrad/
 _PASSED, _FAILED, _SKIPPED = 0, 1, 2
 
 
@@ -170,11 +172,14 @@ def _where(exc):
 
 def _first_line(report):
     if report.skipped and isinstance(report.longrepr, tuple):
-        return f"skipped: {report.longrepr[2]}"
+        return f"skipped: {report.longrepr[2].removeprefix('Skipped: ')}"
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
         message = crash.message.strip().splitlines()
-        return f"{message[0] if message else '?'} ({crash.path}:{crash.lineno})"
+        first = message[0] if message else "?"
+        if crash.path.startswith(_PACKAGE):  # raised by mpigrad for a reason the line names
+            return first
+        return f"{first} ({crash.path}:{crash.lineno})"
     text = str(report.longrepr or report.outcome).strip().splitlines()
     return text[0] if text else report.outcome
 

@@ -62,16 +62,17 @@ def _world_size():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under a launcher, a world(n) test is an MPI test of n ranks (for pytest-mpi's
-    --only-mpi), skipped in a world of another size."""
+    """Under a launcher, a world(n) test runs in a world of n ranks, and is skipped in one of
+    another size; under pytest-mpi's --only-mpi it counts as an MPI test."""
     if mpi_launcher() is None:
         return
     size = _world_size()
+    only_mpi = config.getoption("--only-mpi", default=False)
     for item in items:
         n = world.ranks_of(item)
         if n is None:
             continue
-        if item.get_closest_marker("mpi") is None:
+        if only_mpi and item.get_closest_marker("mpi") is None:
             item.add_marker(pytest.mark.mpi(min_size=n))
         if n != size:
             item.add_marker(pytest.mark.skip(reason=f"@pytest.mark.world({n}) runs in {n} ranks; "
@@ -137,7 +138,7 @@ class _Hooks:
             self.log.close()
 
     def pytest_terminal_summary(self, terminalreporter):
-        if self.by_rank is None:
+        if self.by_rank is None or not any(self.by_rank):
             return
         write = terminalreporter.write_line
         terminalreporter.section("mpigrad: outcomes on every rank")

@@ -77,8 +77,11 @@ def _launch(item, n, seconds):
             reason = next((line for line in output.splitlines() if "SKIP" in line), "skipped")
             return "skipped", (str(item.path), item.location[1] or 0, reason), output
         return "passed", None, ""
-    return "failed", (f"@pytest.mark.world({n}): `{' '.join(command)}` exited with "
-                      f"{process.returncode}. The ranks' output:\n{_tail(output)}"), ""
+    verdicts = sorted({line for line in output.splitlines()
+                       if line.startswith(("FAILED ", "ERROR "))})
+    return "failed", "\n".join(verdicts + [
+        f"@pytest.mark.world({n}): `{' '.join(command)}` exited with {process.returncode}. "
+        f"The ranks' output:", _tail(output)]), ""
 
 
 def _installed_as_entry_point():
