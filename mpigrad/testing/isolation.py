@@ -2,8 +2,9 @@
 
 Every rank runs the same tests in the same order (checked at the start: `check_collection`).
 Each phase of a test (setup, call, teardown) runs in a watchdog test scope: a rank that
-leaves the phase (it passed, failed or skipped) tells the others, whose waiting and later
-collectives and messages in the phase then raise at once, naming the rank and where it left;
+leaves the phase early (it failed or skipped) tells the others, whose waiting and later
+collectives and messages in the phase then raise at once, naming the rank and where it left
+(a rank that finished tells no one: the others may still need its RPC agent);
 past the test's timeout every rank raises, naming where each rank was (see
 `mpigrad.distributed.fault.watchdog`, "Test scopes"). Then the ranks agree on the phase's
 outcome (`agree`): one Allreduce of two integers when every rank passed; when not, they
@@ -80,7 +81,7 @@ class Isolation:
             return (yield)
         self.scope_number += 1
         watchdog.enter_scope(f"{item.nodeid} ({when})", self.scope_number, _timeout(item))
-        where = "at its end"
+        where = None
         try:
             return (yield)
         except BaseException as exc:
@@ -120,7 +121,7 @@ class Isolation:
     def _renew_groups(self):
         for pg in list(process_group._live_groups):
             pg._renew(self.comm)
-        watchdog.forget_numbers()
+        watchdog.forget_abandoned_calls()
 
     # ------------------------------------------------------------------ summary
     def note(self, report):

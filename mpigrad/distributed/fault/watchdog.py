@@ -29,10 +29,10 @@ of one process, reports show this rank only and departures are not announced.
 
 Test scopes (mpigrad's pytest plugin, `mpigrad.testing.plugin`): while a test runs, the
 plugin opens a scope on the ranks' own communicator (`open_scopes`). A rank that leaves the
-test tells the others (`leave_scope`); from then on their watched calls in that test raise
-`TestLeftError` at once, and those already waiting end too, because inside a scope the
-waits that `interruptible` and `wait_all` make poll their nonblocking form instead of
-blocking in MPI. At the scope's deadline this thread collects where every rank is and raises
+test early (it failed or skipped) tells the others (`leave_scope`); from then on their
+watched calls in that test raise `RankLeftTestError` at once, and those already waiting end
+too, because inside a scope the waits that `interruptible` and `wait_all` make poll their
+nonblocking form instead of blocking in MPI. At the scope's deadline this thread collects where every rank is and raises
 `TestTimeoutError` in the main thread, wherever it is (in a wait, or computing).
 """
 import atexit
@@ -457,16 +457,17 @@ def enter_scope(name, number, seconds):
     _dog.scope = _Scope(name, number, seconds)
 
 
-def leave_scope(where):
-    """End the scope on this rank and tell the others, `where` saying how it ended ("at its
-    end", "at test_x.py:12: ValueError: ..."), so their waits in it end."""
+def leave_scope(where=None):
+    """End the scope on this rank. `where` (how it ended early: "at test_x.py:12: ValueError:
+    ...") also tells the others, so that their waits in it end. A rank that simply finished
+    tells no one: the others may still have work without it (calls to its RPC agent)."""
     with _dog.lock:
         scope, _dog.scope = _dog.scope, None
         if scope is not None and scope.injected:
             # The timeout's exception, if not yet raised, must not land in the plugin.
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(scope.thread), None)
         comm = _dog.scopes
-        if scope is None or comm is None:
+        if scope is None or comm is None or where is None:
             return
         me = comm.Get_rank()
         requests = [comm.isend((scope.number, where), dest=r, tag=_LEFT_SCOPE)
@@ -508,10 +509,12 @@ def wait_all(requests, statuses):
         scope.polling = False
 
 
-def forget_numbers():
-    """Restart the numbering of watched calls (after a failed test, when ranks made different
-    numbers of calls, for numbers to match across ranks again)."""
+def forget_abandoned_calls():
+    """After a test that failed on some rank, between tests: restart the numbering of watched
+    calls (the ranks made different numbers of them) and drop any watch of the calling thread
+    that the timeout's exception, raised into it anywhere, may have left open."""
     _dog.counts.clear()
+    _dog.waiting.pop(threading.get_ident(), None)
 
 
 def _watch_scope(scope, now):
