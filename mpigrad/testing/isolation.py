@@ -17,6 +17,10 @@ A test that every rank skips at collection (pytest-mpi's marks, an `mpi(min_size
 than the world) runs no scope and no agreement.
 """
 import os
+import pathlib
+import re
+import shutil
+import tempfile
 import zlib
 
 import numpy as np
@@ -34,17 +38,20 @@ _PASSED, _FAILED, _SKIPPED = 0, 1, 2
 class Isolation:
     """The plugin's state on one rank of a run of several (registered by `plugin`)."""
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self):
         # The plugin's own communicators: `comm` for agreements (and, carrying nothing else
         # between them, the parent of renewed groups); `scopes` for the scopes' messages.
         self.comm = MPI.COMM_WORLD.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         watchdog.open_scopes(MPI.COMM_WORLD.Dup())
+        # Shared temporary directories go under one that rank 0 makes now and removes at the
+        # end: the tests' are then named without communicating (see shared_directory).
+        self.shared_root = pathlib.Path(self.comm.bcast(
+            tempfile.mkdtemp(prefix="mpigrad-shared-") if self.rank == 0 else None))
         self.scope_number = 0
         self.skipped_everywhere = set()
         self.outcomes = {}     # nodeid -> this rank's worst outcome ("failed" over the others)
-        self.disagreements = []  # (nodeid, when, text) of phases the ranks did not agree on
+        self.failed_phases = []  # (nodeid, when, every rank's outcome) of phases failed anywhere
 
     # ------------------------------------------------------------------ collection
     def check_collection(self, items):
@@ -90,6 +97,14 @@ class Isolation:
         finally:
             watchdog.leave_scope(where)
 
+    def shared_directory(self, item):
+        """A new directory for `item`, the same on every rank (named by the scope number,
+        which every rank has counted alike)."""
+        name = re.sub(r"[^\w.-]", "_", item.name)[:40]
+        path = self.shared_root / f"{self.scope_number}-{name}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     # ------------------------------------------------------------------ agreement
     def agree(self, item, report):
         """Make `report` (this rank's, for one phase) the ranks' common outcome."""
@@ -109,7 +124,7 @@ class Isolation:
                     f"{_ranks([r for r in range(self.size) if r not in skipped])}: a test must "
                     f"be skipped on every rank or on none\n"
                     + "\n".join(f"  rank {r}: {lines[r][1]}" for r in skipped))
-        self.disagreements.append((item.nodeid, report.when, text))
+        self.failed_phases.append((item.nodeid, report.when, text))
         if report.failed:
             report.sections.append(("mpigrad: every rank's outcome", text))
         else:
@@ -130,8 +145,12 @@ class Isolation:
             self.outcomes[report.nodeid] = "failed" if report.failed else report.outcome
 
     def gather_outcomes(self):
-        """Every rank's {nodeid: outcome}, on rank 0 (None elsewhere); collective."""
-        return self.comm.gather(self.outcomes, root=0)
+        """Every rank's {nodeid: outcome}, on rank 0 (None elsewhere); collective, at the end:
+        the shared temporary directories go too."""
+        by_rank = self.comm.gather(self.outcomes, root=0)
+        if self.rank == 0:
+            shutil.rmtree(self.shared_root, ignore_errors=True)
+        return by_rank
 
 
 def _skipped_at_collection(item, size):

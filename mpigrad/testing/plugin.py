@@ -48,7 +48,7 @@ def pytest_configure(config):
         config.option.mpi_timeout = DEFAULT_TIMEOUT
     if _world_size() > 1 and not config.getoption("no_mpi_isolation"):
         from .isolation import Isolation  # not at the top: it starts MPI
-        config.pluginmanager.register(_Hooks(Isolation(config)), _ISOLATION)
+        config.pluginmanager.register(_Hooks(Isolation()), _ISOLATION)
 
 
 def _world_size():
@@ -148,7 +148,7 @@ class _Hooks:
                 counts[outcome] = counts.get(outcome, 0) + 1
             write(f"rank {r}: " + (", ".join(f"{count} {outcome}" for outcome, count
                                              in sorted(counts.items())) or "no tests run"))
-        for nodeid, when, text in self.isolation.disagreements:
+        for nodeid, when, text in self.isolation.failed_phases:
             write(f"{nodeid}: {text}")
         logs = terminalreporter.config.getoption("mpi_logs")
         if logs:
@@ -170,9 +170,9 @@ def process_group():
 
 @pytest.fixture
 def shared_tmp_path(tmp_path_factory, request):
-    """A new temporary directory, the same one on every rank (rank 0 makes it)."""
-    if _world_size() == 1:
+    """A new temporary directory, the same one on every rank (under rank 0's temporary
+    directory: on one node, or on a file system the nodes share)."""
+    hooks = request.config.pluginmanager.get_plugin(_ISOLATION)
+    if hooks is None:
         return tmp_path_factory.mktemp(request.node.name[:30])
-    from mpi4py import MPI  # not at the top: it starts MPI
-    path = tmp_path_factory.mktemp(request.node.name[:30]) if MPI.COMM_WORLD.rank == 0 else None
-    return MPI.COMM_WORLD.bcast(path, root=0)
+    return hooks.isolation.shared_directory(request.node)

@@ -56,6 +56,8 @@ _DEPARTED_GRACE_SECONDS = 2.0  # a call still blocked this long after its peer l
 # A test whose main thread is still inside its scope this long after the scope's timeout
 # raised there is stuck in a call that cannot be interrupted: the job is aborted.
 _STUCK_AFTER_TIMEOUT_SECONDS = 10.0
+# How a wait inside a test scope polls (see _poll).
+_SPIN_SECONDS, _MAX_PAUSE_SECONDS = 1e-3, 1e-3
 _LEFT, _QUERY, _ANSWER = 1, 2, 3  # message tags on the watchdog's communicator
 _LEFT_SCOPE = 4  # on the scopes' communicator: (scope number, where this rank left)
 # mpigrad/ itself: frames inside it are not the caller's line a report shows.
@@ -483,13 +485,7 @@ def interruptible(call, start, status=None):
     if scope is None or not scope.mine():
         return call()
     request = start()
-    scope.polling = True
-    try:
-        while not request.Test(status):
-            if scope.reason is not None:
-                raise scope.error()
-    finally:
-        scope.polling = False
+    _poll(scope, lambda: request.Test(status))
     return None
 
 
@@ -500,11 +496,22 @@ def wait_all(requests, statuses):
     if scope is None or not scope.mine():
         MPI.Request.Waitall(requests, statuses)
         return
+    _poll(scope, lambda: MPI.Request.Testall(requests, statuses))
+
+
+def _poll(scope, done):
+    """Call `done()` (an MPI test) until it is true, raising the scope's error once it has
+    one. Between tries the other threads get the GIL (an RPC agent may serve the others
+    meanwhile, as it does while the thread blocks in MPI), and past the first
+    _SPIN_SECONDS the thread pauses for 1/32 of the time it has waited, up to _MAX_PAUSE."""
     scope.polling = True
+    started = time.monotonic()
     try:
-        while not MPI.Request.Testall(requests, statuses):
+        while not done():
             if scope.reason is not None:
                 raise scope.error()
+            waited = time.monotonic() - started
+            time.sleep(0 if waited < _SPIN_SECONDS else min(waited / 32, _MAX_PAUSE_SECONDS))
     finally:
         scope.polling = False
 
