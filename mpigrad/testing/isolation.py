@@ -30,7 +30,6 @@ from mpi4py import MPI
 from ..distributed import process_group
 from ..distributed.fault import watchdog
 
-DEFAULT_TIMEOUT = 300.0
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # mpigrad/
 _PASSED, _FAILED, _SKIPPED = 0, 1, 2
 

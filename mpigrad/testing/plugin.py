@@ -23,6 +23,7 @@ from ..launchers import mpi_launcher
 from . import world
 
 _ISOLATION = "mpigrad-isolation"
+DEFAULT_TIMEOUT = 300.0  # seconds a test may run under mpiexec (--mpi-timeout)
 
 
 def pytest_addoption(parser):
@@ -30,7 +31,7 @@ def pytest_addoption(parser):
     group.addoption("--no-mpi-isolation", action="store_true",
                     help="under mpiexec, run each rank's tests on its own, without mpigrad's "
                          "test isolation, outcome agreement and per-test timeout")
-    group.addoption("--mpi-timeout", type=float, default=None, metavar="SECONDS",
+    group.addoption("--mpi-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                     help="fail a test on every rank once it has run this long (default 300; "
                          "@pytest.mark.mpi_timeout(seconds) sets one test's)")
     group.addoption("--mpi-logs", metavar="DIR",
@@ -43,9 +44,6 @@ def pytest_configure(config):
                                        "they are spawned with mpiexec")
     config.addinivalue_line("markers", "mpi_timeout(seconds): fail the test on every rank "
                                        "once it has run this long under mpiexec")
-    if config.getoption("mpi_timeout") is None:
-        from .isolation import DEFAULT_TIMEOUT  # not at the top: it starts MPI
-        config.option.mpi_timeout = DEFAULT_TIMEOUT
     if _world_size() > 1 and not config.getoption("no_mpi_isolation"):
         from .isolation import Isolation  # not at the top: it starts MPI
         config.pluginmanager.register(_Hooks(Isolation()), _ISOLATION)
