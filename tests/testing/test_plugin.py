@@ -111,6 +111,9 @@ def test_different_collections_are_an_error_at_the_start(tmp_path):
             and "rank 1 collected 2 tests, rank 0 3; test #2 is test_example.py::test_after "
                 "on rank 1, test_example.py::test_only_on_rank_0 on rank 0") in output, output
     assert " passed" not in output
+    # --no-mpi-isolation: each rank runs what it collected, unchecked.
+    status, output, _ = run(tmp_path, examples.COLLECTION, 2, "--no-mpi-isolation")
+    assert status == 0 and "3 passed" in output and "2 passed" in output, output
 
 
 @pytest.mark.parametrize("ranks", [None, 3])
