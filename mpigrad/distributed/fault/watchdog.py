@@ -403,7 +403,7 @@ def _abort_on_departure(watch, left):
 
 # ---------------------------------------------------------------------- test scopes
 class RankLeftTestError(DistError):
-    """Another rank left the test this rank is running (it failed, was skipped or finished),
+    """Another rank left the test this rank is running early (it failed or was skipped),
     so this rank's collectives and messages in the test cannot be answered."""
     __test__ = False  # not a test class, for pytest, in modules that import it
 
