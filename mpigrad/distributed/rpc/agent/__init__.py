@@ -67,12 +67,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from mpi4py import MPI
 
-from ...futures import Future
-from ..buffers import message
-from ..errors import DistError
-from ..fault.watchdog import blocked
-from . import functions, wire
-from .wire import WorkerInfo
+from ....futures import Future
+from ...buffers import message
+from ...errors import DistError
+from ...fault.watchdog import blocked
+from .. import functions, wire
+from ..wire import WorkerInfo
 
 HEADER_TAG = 1
 # Seconds the tensors of a message may take to follow its header (at least; the agent's
