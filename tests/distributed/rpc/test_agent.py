@@ -68,12 +68,12 @@ def test_the_cover_thread_runs_before_the_listener_can_run_a_request(process_gro
     """The listener started first: a request it ran at once (another worker can be ahead)
     found no cover thread, whose native_id was still None (1 run in 12 of the test above)."""
     seen = []
-    listen = rpc.agent.Agent._listen
+    listen = rpc.agent.Listener._listen
 
-    def recording(agent):
-        seen.append(agent.cover.is_alive())
-        listen(agent)
-    monkeypatch.setattr(rpc.agent.Agent, "_listen", recording)
+    def recording(listener):
+        seen.append(listener.cover.is_alive())
+        listen(listener)
+    monkeypatch.setattr(rpc.agent.Listener, "_listen", recording)
     rpc.init_rpc(f"worker{dist.get_rank()}")
     rpc.shutdown()
     assert seen == [True]
@@ -180,26 +180,26 @@ def test_stopping_at_once_while_a_request_ends_does_not_hang(process_group):
     which never comes, and the stop waited for it forever."""
     rank = dist.get_rank()
     rpc.init_rpc(f"worker{rank}")
-    agent = rpc.agent.current
-    receive_while = agent._receive_while
+    listener = rpc.agent.current.listener
+    receive_while = listener._receive_while
 
     def then_let_the_request_end(*args, **kwargs):
         receive_while(*args, **kwargs)
-        if agent._stopping.is_set():
+        if listener._stopping.is_set():
             _remote.set_event_later("cover stopped")
             deadline = time.monotonic() + 1
-            while agent._covering.is_set() and time.monotonic() < deadline:
+            while listener._covering.is_set() and time.monotonic() < deadline:
                 time.sleep(1e-3)
-    agent._receive_while = then_let_the_request_end  # the cover thread's next loop
+    listener._receive_while = then_let_the_request_end  # the cover thread's next loop
     running = rpc.rpc_async(rank, _remote.wait_for_event, args=("cover stopped", 10))
-    while not agent._covering.is_set():
+    while not listener._covering.is_set():
         time.sleep(1e-3)
     stopper = threading.Thread(target=rpc.shutdown, kwargs=dict(graceful=False), daemon=True)
     stopper.start()
     stopper.join(10)
     hung = stopper.is_alive()
     if hung:
-        agent._covering.set()  # let it end now
+        listener._covering.set()  # let it end now
         stopper.join()
     dist.barrier()
     assert not hung
@@ -344,7 +344,7 @@ def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd
     all, is dropped with a message, and the agent goes on serving."""
     rank, _ = workers
     agent = rpc.agent.current
-    agent.arrays_deadline = 1.0  # the truncated message is dropped after a second
+    agent.transport.arrays_deadline = 1.0  # the truncated message is dropped after a second
     dist.barrier()
     body = wire.dumps((_remote.add, (2, 3), {}), None, False)[0]
     if rank == 1:
@@ -393,5 +393,5 @@ def test_a_reply_nobody_awaits_is_not_counted(workers):
             assert rpc.rpc_sync(1, _remote.add, args=(1, 2)) == 3  # received after the stray
             time.sleep(0.2)  # the stray's handling, if another thread received it
             agent.wait_until_idle()
-            assert agent.replies_received == agent.requests_sent
+            assert agent.replies.replies_received == agent.replies.requests_sent
     dist.barrier()
