@@ -341,7 +341,8 @@ def test_backend_options_take_torchs_arguments_and_refuse_what_cannot_be_honoure
 def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd):
     """Headers are the sender's word: one declaring a huge tensor, a bad dtype, a shape or
     strides that are not one, or whose tensors never arrive, or that is not a header at
-    all, is dropped with a message, and the agent goes on serving."""
+    all, or whose body would unfold into more values than any sender makes, is dropped with
+    a message naming the sender, and the agent goes on serving."""
     rank, _ = workers
     agent = rpc.agent.current
     agent.transport.arrays_deadline = 1.0  # the truncated message is dropped after a second
@@ -356,18 +357,24 @@ def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd
         headers = [wire.header("call", 0, tag, layouts, None, body, inline)
                    for tag, layouts, inline in forged]
         headers.append(b"\x05\x00\x00\x00junk")
+        reused = (1,)
+        for _ in range(20):  # 2**20 values in under 200 bytes
+            reused = (reused, reused)
+        headers.append(wire.header("call", 0, 0, [], None, (wire.FAST, reused, ())))
         for header in headers:
             agent.comm.Send([header, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
     dist.barrier()
     if rank == 0:
         errors = ""
         deadline = time.monotonic() + 20
-        while errors.count("dropped a message") < 8 and time.monotonic() < deadline:
+        while errors.count("dropped a message") < 9 and time.monotonic() < deadline:
             time.sleep(0.1)
             errors += capfd.readouterr().err
         for reason in ("more than", "dtype '|O'", "shape (-1,)", "shape ('x',)",
                        "strides (-1,)", "did not arrive within 1 s",
-                       "declared more bytes of tensors than it carried", "marshal"):
+                       "declared more bytes of tensors than it carried", "marshal",
+                       "dropped a message from worker 'worker1' (rank 1): its body holds "
+                       "more than 256 values"):
             assert reason in errors, errors
     dist.barrier()
     with bounded(30):  # and rank 0's agent, the target, still answers
@@ -395,3 +402,42 @@ def test_a_reply_nobody_awaits_is_not_counted(workers):
             agent.wait_until_idle()
             assert agent.replies.replies_received == agent.replies.requests_sent
     dist.barrier()
+
+
+@mpi
+def test_a_reply_from_another_worker_than_the_callee_is_dropped(workers, capfd):
+    """Replies were matched by message id alone, and ids count up: any worker could answer
+    another's calls (a call to the last worker returned what another one forged). Now only
+    the callee's reply completes a call; another's is dropped with a message naming both."""
+    rank, size = workers
+    agent = rpc.agent.current
+    callee, forger = size - 1, (1 if size > 2 else 0)
+    pending = None
+    if rank == 0:
+        pending = rpc.rpc_async(callee, _remote.wait_for_event, args=("answer now", 20))
+        (msg_id,) = agent.replies._calls
+    else:
+        msg_id = None
+    ids = [msg_id]
+    dist.broadcast_object_list(ids, src=0)
+    if rank == forger:
+        forged = wire.header("reply", ids[0], 0, [], None,
+                             wire.dumps((True, "forged"), None, False)[0])
+        agent.comm.Send([forged, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
+    dist.barrier()
+    try:
+        if rank == 0:
+            with bounded(30):
+                errors = ""
+                deadline = time.monotonic() + 20
+                while "dropped a reply" not in errors and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    errors += capfd.readouterr().err
+                assert (f"dropped a reply from worker 'worker{forger}' (rank {forger}) to a "
+                        f"call made to worker 'worker{callee}' (rank {callee})") in errors
+                assert not pending.done()
+                rpc.rpc_sync(callee, _remote.set_event_later, args=("answer now",))
+                assert pending.wait() is True
+    finally:  # a failure on rank 0 must not leave the others in a different test
+        dist.barrier()
+        _remote.state.pop("answer now", None)

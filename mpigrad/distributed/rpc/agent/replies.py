@@ -5,6 +5,7 @@ deadline, and the outbox of small control requests that the listener sends.
 import heapq
 import itertools
 import queue
+import sys
 import time
 
 from ....futures import Future
@@ -135,20 +136,30 @@ class Replies:
 
     def complete(self, source, msg_id, autograd, body, arrays):
         """Complete the call a reply from `source` answers."""
+        agent = self._agent
         with self._lock:
-            call = self._calls.pop(msg_id, None)
-            if call is None and self._late.pop(msg_id, None) is None:
+            call = self._calls.get(msg_id)
+            dest = self._late.get(msg_id) if call is None else call.dest
+            if dest is None:
                 # Not a reply this agent awaits: the late answer to a call of a worker
                 # already counted as gone, or a stray from the previous agent, whose freed
                 # communicator MPI may hand to this one (an RRef collected after the last
                 # shutdown round sends its delete, and the ack arrives here). Counted, it
                 # made replies outnumber requests and the next shutdown wait forever.
                 return
-            self.replies_received += 1
-            self._lock.notify_all()
+            if dest == source:
+                del (self._late if call is None else self._calls)[msg_id]
+                self.replies_received += 1
+                self._lock.notify_all()
+        if dest != source:
+            # Message ids are no secret (they count up): were any worker's reply taken, it
+            # could complete another worker's calls with whatever it likes.
+            sys.stderr.write(f"[{agent.info.name}] RPC: dropped a reply from "
+                             f"{agent.describe(source)} to a call made to "
+                             f"{agent.describe(dest)}\n")
+            return
         if call is None:
             return  # timed out: the caller was told already
-        agent = self._agent
         try:
             ok, value = agent.codec.decode(source, autograd, body, arrays)
         except Exception as exc:
