@@ -287,6 +287,31 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
     assert "GONE" in result.stdout and "exited without calling rpc.shutdown()" in result.stdout
 
 
+@pytest.mark.skipif(os.environ.get("MPIGRAD_SKIP_MPIEXEC_SUBPROCESS") == "1",
+                    reason="no nested mpiexec here")
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc")
+def test_rpc_alone_leaves_no_mpi_segment_named_in_dev_shm():
+    """Only init_process_group unlinked MPI's shared-memory segments: a job using RPC alone
+    kept MPICH's named while it ran, and a rank killed with -9 left it behind (2 MB each)."""
+    result = _run("""
+        from mpi4py import MPI
+        import mpigrad.distributed.rpc as rpc
+        from mpigrad.distributed.fault import segments
+        rank = MPI.COMM_WORLD.Get_rank()
+        rpc.init_rpc(f"w{rank}")
+        with open("/proc/self/maps") as maps:  # named or not
+            mapped = {line.split(maxsplit=5)[5] for line in maps if "/dev/shm/mpich_shm_" in line}
+        print(f"{rank}: maps {len(mapped)}, named {sorted(segments.mapped_mpi_segments())}",
+              flush=True)
+        rpc.shutdown()
+    """, 2)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for rank in range(2):
+        line = next(line for line in result.stdout.splitlines() if line.startswith(f"{rank}:"))
+        assert "maps 0," not in line  # MPICH's shared memory was really in use
+        assert line.endswith("named []"), line
+
+
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_graceful_shutdown_completes_among_the_workers_left_after_one_exits(ranks):

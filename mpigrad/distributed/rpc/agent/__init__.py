@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from mpi4py import MPI
 
+from ...fault import segments
 from ...fault.watchdog import blocked
 from ..wire import WorkerInfo
 from .listener import Listener
@@ -63,6 +64,10 @@ class Agent:
             self.comm.Free()
             self.collective_comm.Free()
             raise
+        # Every rank is past MPI_Init (the exchange completed), so every local rank has
+        # mapped MPI's shared memory: its name can go, as init_process_group lets it go, and
+        # a job that only uses RPC leaves nothing in /dev/shm however it ends.
+        segments.release()
         names = [n for n, _ in reports]
         self.workers = tuple(WorkerInfo(n, r) for r, n in enumerate(names))
         self.info = self.workers[self.rank]
