@@ -84,9 +84,8 @@ class Agent:
         self.replies = Replies(self, self._lock, self.shutdown.dead)
         self.server = Server(self, self._lock, handlers, self.pool)
         self.handlers = handlers
-        self.listener = Listener(name, self._lock, self.transport, self.server.handle,
-                                 self._keep_up, self.replies.awaiting,
-                                 lambda: codec.running_in(None))
+        self.listener = Listener(name, self._lock, self.server.poll, self._keep_up,
+                                 self.replies.awaiting, lambda: codec.running_in(None))
 
     def start(self):
         """Start receiving; the caller has made this agent the current one first, since
@@ -221,6 +220,7 @@ class Agent:
                                             if r != self.rank and r not in self.shutdown.dead])
         else:
             self.listener.stop(graceful)
+        self.transport.cancel_arrivals()
         self.pool.shutdown(wait=graceful)
         self.replies.fail_all()
         if graceful and not self.shutdown.dead:

@@ -15,7 +15,7 @@
   rather than compete with it.
 
 Every receiving thread runs the same loop (`_receive_while`), each with its own pauses; what
-a message means is the agent's business (its `handle`), and the outbox and the calls'
+a message means is the agent's business (serving.py), and the outbox and the calls'
 deadlines are kept by whichever thread does the upkeep (`upkeep`).
 """
 import os
@@ -70,17 +70,16 @@ def _waiting_pause(pace):
 
 class Listener:
     """The receiving threads of one agent, worker `name`: the listener and its cover thread,
-    and callers that wait. `lock` is the agent's condition; `transport` probes for messages;
-    `handle(incoming, status, run_here)` handles one (returning, with `run_here`, a request
-    for this thread to run); `upkeep()` sends the outbox and expires calls, returning
-    whether it sent anything; `awaiting()` says whether a reply is awaited; a waiting caller
-    receives in the context `quiet_context()` makes (not in its own autograd context)."""
+    and callers that wait. `lock` is the agent's condition; `poll(status, run_here)` takes
+    and handles a message if there is one (see Server.poll); `upkeep()` sends the outbox and
+    expires calls, returning whether it sent anything; `awaiting()` says whether a reply is
+    awaited; a waiting caller receives in the context `quiet_context()` makes (not in its
+    own autograd context)."""
 
-    def __init__(self, name, lock, transport, handle, upkeep, awaiting, quiet_context):
+    def __init__(self, name, lock, poll, upkeep, awaiting, quiet_context):
         self._name = name
         self._lock = lock
-        self._transport = transport
-        self._handle = handle
+        self._poll = poll
         self._upkeep_work = upkeep
         self._awaiting = awaiting
         self._quiet_context = quiet_context
@@ -165,9 +164,7 @@ class Listener:
         while running():
             run = None
             try:
-                incoming = self._transport.probe(status)
-                if incoming is not None:
-                    run = self._receive(incoming, status, run_here)
+                took, run = self._receive(status, run_here)
                 if upkeep:
                     sent = self._keep_up()
             except Exception:  # a receiving thread must survive anything one message does
@@ -176,7 +173,7 @@ class Listener:
                 continue
             if run is not None:
                 self._run_here(run)
-            if incoming is not None or sent:
+            if took or sent:
                 pace.seen()
                 continue
             seconds = pause(pace)
@@ -185,10 +182,10 @@ class Listener:
             else:
                 os.sched_yield()
 
-    def _receive(self, incoming, status, run_here):
+    def _receive(self, status, run_here):
         self.receiving.active = True
         try:
-            return self._handle(incoming, status, run_here)
+            return self._poll(status, run_here)
         finally:
             self.receiving.active = False
 

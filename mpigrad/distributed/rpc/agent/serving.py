@@ -38,22 +38,44 @@ class Server:
         self._pool = pool
         self.replying = 0  # replies due or being sent (every path): they leave before a "bye"
 
-    def handle(self, incoming, status, run_here):
-        """Handle one probed message; with `run_here`, a request for the pool is returned
-        instead, as a function for this thread to call once it is no longer receiving."""
-        agent = self._agent
-        transport = agent.transport
+    def poll(self, status, run_here):
+        """Take one message, if any: a message whose tensors have arrived, or else a new
+        header. Returns (whether one was taken, with `run_here` a request for this thread to
+        run once it is no longer receiving, else None)."""
+        transport = self._agent.transport
+        arrived = transport.arrived()
+        if arrived is not None:
+            source, parsed, error = arrived
+            if error is not None:
+                self._drop(source, error)
+                return True, None
+            return True, self._dispatch(source, parsed, run_here)
+        incoming = transport.probe(status)
+        if incoming is None:
+            return False, None
         source, header = transport.receive_header(incoming, status)
         try:
-            kind, msg_id, tag, autograd, body, arrays, buffers = wire.parse(header)
+            parsed = wire.parse(header)
+            buffers = parsed[-1]
             if buffers:
-                transport.receive_arrays(buffers, source, tag)
+                transport.expect_arrays(source, parsed[2], buffers, parsed)
+                return True, None
         except Exception as exc:
-            # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id
-            # cannot be trusted enough to answer. The agent goes on serving.
-            sys.stderr.write(f"[{agent.info.name}] RPC: dropped a message from "
-                             f"{agent.describe(source)}: {exc}\n")
-            return None
+            self._drop(source, exc)
+            return True, None
+        return True, self._dispatch(source, parsed, run_here)
+
+    def _drop(self, source, why):
+        # A malformed, forged or truncated message: dropped, whoever sent it; its msg_id
+        # cannot be trusted enough to answer. The agent goes on serving.
+        agent = self._agent
+        sys.stderr.write(f"[{agent.info.name}] RPC: dropped a message from "
+                         f"{agent.describe(source)}: {why}\n")
+
+    def _dispatch(self, source, parsed, run_here):
+        """Handle a message whose tensors are all in."""
+        agent = self._agent
+        kind, msg_id, _, autograd, body, arrays, _ = parsed
         if kind == "reply":
             agent.replies.complete(source, msg_id, autograd, body, arrays)
             return None
@@ -74,6 +96,7 @@ class Server:
             except Exception as exc:
                 result, ok = wire.describe_error(exc), False
             if msg_id:
+                transport = agent.transport
                 with self._replying_now():
                     transport.isend(source,
                                     transport.encode(source, "reply", msg_id, (ok, result))[0])

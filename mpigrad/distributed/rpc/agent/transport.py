@@ -6,10 +6,11 @@ A header goes on HEADER_TAG; a message's separate tensors follow on a tag of the
 unique per message (so arrays of messages sent at once by several threads never mix).
 Requests and replies leave by blocking sends from the thread that makes them, under the
 watchdog; small control messages and acknowledgements leave as `Isend`s, kept until
-complete, since a receiving thread must never block on a send.
+complete, since a receiving thread must never block on a send. Nor on a receive: a message's
+tensors are received by requests that stay pending, tested by the receiving threads between
+other messages, so one whose tensors are slow, or never come, holds up no other.
 """
 import itertools
-import os
 import threading
 import time
 
@@ -46,6 +47,15 @@ def watched(size, rpc_timeout):
     return Watched(size, max(ARRAYS_DEADLINE, rpc_timeout) if rpc_timeout > 0 else 0)
 
 
+class _Arriving:
+    """A message whose header has come, and whose tensors are being received."""
+    __slots__ = ("source", "parsed", "requests", "seconds", "deadline")
+
+    def __init__(self, source, parsed, requests, seconds):
+        self.source, self.parsed, self.requests = source, parsed, requests
+        self.seconds, self.deadline = seconds, time.monotonic() + seconds
+
+
 class Transport:
     """Sending and receiving one agent's messages on `comm`; `codec` holds the encode hooks
     of RRefs and distributed autograd, `descriptions` what each rank is called in reports."""
@@ -62,6 +72,8 @@ class Transport:
         self._tag_span = comm.Get_attr(MPI.TAG_UB) - _FIRST_DATA_TAG
         self._in_flight = []  # (request, buffer) of Isends not known to be complete
         self._in_flight_lock = threading.Lock()
+        self._arriving = []  # messages whose tensors are on their way
+        self._arriving_lock = threading.Lock()
 
     def encode(self, dest, kind, msg_id, payload):
         """(header, separate arrays, their tag) of a message to `dest`."""
@@ -104,18 +116,45 @@ class Transport:
         incoming.Recv([header, MPI.BYTE])
         return status.Get_source(), header
 
-    def receive_arrays(self, buffers, source, tag):
-        """The tensors that follow a header; they are sent right after it, so one that does
-        not arrive within `arrays_deadline` seconds never will (a truncated message)."""
+    def expect_arrays(self, source, tag, buffers, parsed):
+        """Start receiving the tensors that follow a header from `source` into `buffers`;
+        `parsed` (the header's message) comes back from `arrived` once they are all in."""
         requests = [self.comm.Irecv(message(a), source, tag) for a in buffers]
-        deadline = time.monotonic() + self.arrays_deadline
-        while not MPI.Request.Testall(requests):
-            if time.monotonic() > deadline:
-                for request in requests:
+        arriving = _Arriving(source, parsed, requests, self.arrays_deadline)
+        with self._arriving_lock:
+            self._arriving.append(arriving)
+
+    def arrived(self):
+        """(source, parsed, None) of a message whose tensors have all arrived, or (source,
+        None, TimeoutError) of one whose tensors did not arrive within `arrays_deadline`
+        seconds: they are sent right after the header, so they never will (a truncated
+        message; its receives are cancelled). None when no message is due, or while another
+        thread looks (requests are tested by one thread at a time)."""
+        if not self._arriving or not self._arriving_lock.acquire(blocking=False):
+            return None
+        try:
+            now = time.monotonic()
+            for i, arriving in enumerate(self._arriving):
+                if MPI.Request.Testall(arriving.requests):
+                    del self._arriving[i]
+                    return arriving.source, arriving.parsed, None
+                if now > arriving.deadline:
+                    for request in arriving.requests:
+                        request.Cancel()
+                    del self._arriving[i]
+                    return arriving.source, None, TimeoutError(
+                        f"its tensors did not arrive within {arriving.seconds:g} s")
+            return None
+        finally:
+            self._arriving_lock.release()
+
+    def cancel_arrivals(self):
+        """Stop receiving tensors that have not arrived: the agent is stopping."""
+        with self._arriving_lock:
+            for arriving in self._arriving:
+                for request in arriving.requests:
                     request.Cancel()
-                raise TimeoutError(f"its tensors did not arrive within "
-                                   f"{self.arrays_deadline:g} s")
-            os.sched_yield()  # they were sent right after the header
+            self._arriving = []
 
     def say_bye(self, header, ranks):
         """Send `header` to `ranks` at once, waiting briefly: small eager sends complete at
