@@ -10,10 +10,11 @@ WorkerInfo and function replaced by a reference, in one of two forms:
 
 - fast (FAST, tree, rrefs): the payload itself when it is made of None, bools, ints, floats,
   complex numbers, strings, bytes, and tuples, lists and dicts of those (at most _MAX_NODES
-  values, no list or dict twice), plus the referenced kinds above. References are tuples
-  that start with Ellipsis (a user tuple that does too goes the other way). marshal writes
-  and reads it in C: encoding and decoding a small call costs a few microseconds, where a
-  pickler calling back into Python for every object cost five times that.
+  values, no list or dict twice, and a receiver refuses more), plus the referenced kinds
+  above. References are tuples that start with Ellipsis (a user tuple that does too goes the
+  other way). marshal writes and reads it in C: encoding and decoding a small call costs a
+  few microseconds, where a pickler calling back into Python for every object cost five
+  times that.
 - pickled (PICKLED, bytes): anything else, by pickle, with the same references as
   persistent ids. The fast form is tried first and has no side effect until it succeeds
   (RRefs are forked after), so falling back never forks twice.
