@@ -37,7 +37,7 @@ from ...fault.watchdog import blocked
 from ..wire import WorkerInfo
 from .listener import Listener
 # Also the agent's API, imported from here: its errors, Handler, HEADER_TAG.
-from .replies import Replies, RpcFuture, RpcTimeoutError, WorkerUnavailableError, new_msg_id
+from .replies import Replies, RpcTimeoutError, WorkerUnavailableError, new_msg_id
 from .serving import Handler, Server
 from .shutdown import Shutdown
 from .transport import HEADER_TAG, Transport, watched
@@ -47,6 +47,12 @@ current = None  # this worker's running Agent: set by init_rpc, cleared by shutd
 
 
 class Agent:
+    """This worker's agent: the rooms above, tied together. Its methods are what calls,
+    RRefs, distributed autograd and api.py use; `handlers` maps each request kind to its
+    Handler, `codec` holds the encode/decode hooks of RRefs and distributed autograd, and
+    `problem` is this rank's mistake in its init_rpc arguments (None if none), raised on every
+    rank."""
+
     def __init__(self, name, options, handlers, codec, problem):
         world = MPI.COMM_WORLD
         self.comm = world.Dup()

@@ -56,9 +56,9 @@ class Server:
         source, header = transport.receive_header(incoming, status)
         try:
             parsed = wire.parse(header)
-            buffers = parsed[-1]
+            _, _, tag, _, _, _, buffers = parsed
             if buffers:
-                transport.expect_arrays(source, parsed[2], buffers, parsed)
+                transport.expect_arrays(source, tag, buffers, parsed)
                 return True, None
         except Exception as exc:
             self._drop(source, exc)
