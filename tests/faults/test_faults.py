@@ -3,7 +3,7 @@
 Every fault must end in a clear message or a clean finish, within 10 s of the fault (the
 group's timeout there is 4 s, stall reports come after 1 s), never in a hang (each job runs
 under `timeout`), and leave no process behind. The checkpoint faults (every truncation and
-bit flip of a file, kill -9 during saves) are in tests/test_serialization.py and
+bit flip of a file, kill -9 during saves) are in tests/serialization/test_serialization.py and
 tests/jobs/test_train_job.py.
 """
 import os

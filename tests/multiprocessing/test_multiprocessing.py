@@ -21,7 +21,7 @@ import pytest
 import mpigrad.multiprocessing as mp
 
 HERE = pathlib.Path(__file__).parent
-DDP_TUTORIAL = HERE / "distributed" / "tutorial" / "ddp_tutorial.py"
+DDP_TUTORIAL = HERE.parent / "distributed" / "tutorial" / "ddp_tutorial.py"
 
 
 def _write_index(index, folder, text):
