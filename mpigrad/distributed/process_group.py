@@ -2,12 +2,12 @@
 sub-groups backed by MPI sub-communicators. Rank arguments everywhere are ranks of the
 default group ("global" ranks), as in torch.distributed.
 """
+import collections
 import datetime
 import itertools
 import numbers
 import os
 import re
-import threading
 import warnings
 import zlib
 
@@ -126,17 +126,15 @@ class Communicators:
         group._owned[self.key] = self
 
     def release(self):
-        """Queue them for the group's next agreement; for the owner's finalizer, on any thread
-        at any moment, so it calls no MPI."""
-        with _released_lock:
-            if self.key in self.group._owned:
-                self.group._released[self.key] = self
+        """Queue them for the group's next agreement. For the owner's finalizer, which runs on
+        any thread at any moment (inside this module's own code too): no MPI, no lock, only
+        an append, which is atomic."""
+        _released.append(self)
 
     def free(self):
         """Free them now; every member of the group must do the same at the same point."""
-        with _released_lock:
-            self.group._owned.pop(self.key, None)
-            self.group._released.pop(self.key, None)
+        self.group._owned.pop(self.key, None)
+        self.group._released.pop(self.key, None)
         if not MPI.Is_finalized():
             for comm in self.comms:
                 if comm != MPI.COMM_NULL:
@@ -144,31 +142,31 @@ class Communicators:
         self.comms.clear()
 
 
-_released_lock = threading.Lock()
+# Sets released by their owners' finalizers, not yet sorted into their groups' `_released`.
+_released = collections.deque()
 
 
 def free_released(group):
     """The agreement, collective over `group`: free the communicators that every member of
     the group that made them has released (see `Communicators`), here on each, in one order.
-    Sets made on groups inside `group` count too. DDP and ZeRO construction, `new_group` and
-    `destroy_process_group` call it, so dropped owners' communicators never pile up."""
+    Sets made on groups inside `group` count too. DDP and ZeRO construction and `new_group`
+    call it, so dropped owners' communicators never pile up (`destroy_process_group` frees
+    its group's sets, released or not)."""
+    while _released:
+        owned = _released.popleft()
+        if owned.key in owned.group._owned:  # else freed already, with its group
+            owned.group._released[owned.key] = owned
     mine = set(group.ranks)
-    with _released_lock:
-        released = [(key, len(owned.group.ranks)) for pg in _live_groups
-                    if mine.issuperset(pg.ranks) for key, owned in pg._released.items()]
+    candidates = {key: owned for pg in _live_groups if mine.issuperset(pg.ranks)
+                  for key, owned in pg._released.items()}
     # A few small tuples, at points that are collective and rare already (construction).
     with watchdog.blocked(group, "agreeing which released communicators to free"):
-        everyone = group._internal_comm.allgather(released)
-    reports = {}
-    for rank_released in everyone:
-        for key, members in rank_released:
-            reports[key] = reports.get(key, 0) + 1
-    agreed = {key for rank_released in everyone for key, members in rank_released
-              if reports[key] == members}
-    by_key = {key: owned for pg in _live_groups for key, owned in pg._released.items()
-              if key in agreed}
-    for key in sorted(by_key):
-        by_key[key].free()
+        everyone = group._internal_comm.allgather(
+            [(key, len(owned.group.ranks)) for key, owned in candidates.items()])
+    reports = collections.Counter(key for released in everyone for key, _ in released)
+    members = {key: size for released in everyone for key, size in released}
+    for key in sorted(key for key in candidates if reports[key] == members[key]):
+        candidates[key].free()
 
 
 class _NonGroupMember:

@@ -107,3 +107,20 @@ def test_wrappers_in_reference_cycles_collected_at_different_moments_on_each_ran
         assert world._released == {}
     finally:
         gc.enable()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_subgroups_dropped_wrapper_is_freed_at_the_next_agreement_of_the_world(rank):
+    """A wrapper on the group of ranks 0 and 1, dropped on both: the next new_group (an
+    agreement over every rank, members of that group or not) frees its communicators."""
+    pair = dist.new_group([0, 1])
+    held = []
+    if rank in (0, 1):
+        model = DDP(nn.Linear(2, 2), process_group=pair)
+        held = list(model._channel._comms)
+        del model
+        assert MPI.COMM_NULL not in held  # released only: the agreement has not run
+    other = dist.new_group()
+    assert all(comm == MPI.COMM_NULL for comm in held)
+    dist.destroy_process_group(other)
+    dist.destroy_process_group(pair)
