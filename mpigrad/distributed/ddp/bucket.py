@@ -13,9 +13,12 @@ directly; either way a hook must not keep the buffer once its Future has finishe
 Hooks work on numpy arrays and run their MPI operations on `bucket.comm`, DDP's own
 communicator, with nonblocking calls, and return `bucket.future(what, requests,
 on_complete)`: the `Work` of those requests (an `mpigrad.futures.Future`), made there
-directly, whose `wait()` runs under the process group's watchdog. The Reducer calls `future.done()` from later gradient hooks, which is what
-lets MPI progress the reduction while backward continues. Any other Future (`then()` of a
-Work, or one completed by hand) works too; the Reducer waits for it under the watchdog.
+directly, whose `wait()` runs under the process group's watchdog. The Reducer calls
+`future.done()` from later gradient hooks, which is what lets MPI progress the reduction
+while backward continues. Any other Future (`then()` of a Work, or one completed by hand)
+works too; the Reducer waits for it under the watchdog. The hook is given the same
+GradBucket for a bucket at every iteration (until the layout is rebuilt), its buffer and
+gradients read anew at each call.
 
 The hooks themselves are in `algorithms.ddp_comm_hooks`, at PyTorch's module paths; DDP's
 default is `default_hooks.hierarchical_allreduce_hook` with a state DDP makes (one Iallreduce
