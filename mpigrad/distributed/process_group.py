@@ -344,6 +344,7 @@ def destroy_process_group(group=None):
         for pg in reversed(_live_groups):
             pg._free()
         _live_groups.clear()
+        _released.clear()  # every set in it was freed with its group
         GroupMember.WORLD = None
         _local.update(rank=None, size=None)
         return

@@ -187,8 +187,9 @@ def run_one(ranks, event, rng, log):
         _check_outcome(event, ranks, status, len(job_.reported("END")), output)
         _check_nothing_left(marker, job_.reported("SHM"), output)
         checkpoints = _check_checkpoints(directory, job_.reported("SAVED"), output)
-        summary = (f"{ranks} ranks, {event} of rank {victim}: ended {seconds:.1f} s later "
-                   f"(exit {status}), {checkpoints} checkpoints loadable, nothing left")
+        what = "no fault" if event == "none" else f"{event} of rank {victim}"
+        summary = (f"{ranks} ranks, {what}: ended {seconds:.1f} s later (exit {status}), "
+                   f"{checkpoints} checkpoints loadable, nothing left")
         log(summary)
         return summary
     finally:
