@@ -30,8 +30,8 @@ class Channel:
 
     def __init__(self, process_group):
         self.process_group = process_group
-        free_released(process_group)  # earlier wrappers' communicators, dropped on every rank
         with self.blocked("duplicating the group's communicator"):  # Dup is collective
+            free_released(process_group)  # earlier wrappers' ones, dropped on every rank
             comm = duplicate(process_group.comm, "DistributedDataParallel")
             try:
                 control = duplicate(process_group.comm, "DistributedDataParallel")

@@ -64,8 +64,8 @@ class ZeroRedundancyOptimizer(Optimizer):
         self.process_group = pg
         # A communicator of its own, so the broadcasts never match DDP's or the user's traffic;
         # released when the optimizer is collected, freed at an agreement of the group's.
-        free_released(pg)
         with blocked(pg, "ZeroRedundancyOptimizer: duplicating the group's communicator"):
+            free_released(pg)
             self._comm = duplicate(pg.comm, "ZeroRedundancyOptimizer")
         weakref.finalize(self, Communicators(pg, [self._comm]).release)
         self.rank = self._comm.Get_rank()
