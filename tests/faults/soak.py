@@ -35,6 +35,11 @@ import time
 import uuid
 from pathlib import Path
 
+if __name__ == "__main__":  # run as a script (the driver, or a job's rank): tests.* importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.faults._processes import kill, survivors  # noqa: E402
+
 EVENTS = ("kill", "stop", "stop-resume", "none")
 TIMEOUT = 5        # seconds: the group's (and RPC's) timeout in the jobs
 MARGIN = 20        # seconds beyond TIMEOUT for the launcher to tear the job down, on a busy machine
@@ -216,28 +221,12 @@ def _check_outcome(event, ranks, status, ended, output):
         raise InvariantBroken(f"{event}: the job hung until `timeout` ended it:\n{output}")
 
 
-def _survivors(marker, grace_seconds=5):
-    """The job's processes still alive `grace_seconds` after it ended (the launcher may
-    return while the ranks it killed are still exiting)."""
-    deadline = time.monotonic() + grace_seconds
-    while True:
-        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-        pids = [int(pid) for pid in found.stdout.split()]
-        if not pids or time.monotonic() > deadline:
-            return pids
-        time.sleep(0.1)
-
-
 def _kill_survivors(marker):
-    for pid in _survivors(marker, grace_seconds=0):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill(survivors(marker, grace_seconds=0))
 
 
 def _check_nothing_left(marker, segments, output):
-    left = _survivors(marker)
+    left = survivors(marker)
     if left:
         raise InvariantBroken(f"processes left behind: {left}\n{output}")
     if not segments:  # MPI's own, at least: a report that went missing would check nothing
@@ -293,7 +282,6 @@ def main():
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.distributed
     for ranks in args.ranks:
         seconds = args.minutes * 60 / len(args.ranks)
         summaries = soak(ranks, seconds, seed=args.seed + ranks, log=print)
