@@ -98,8 +98,8 @@ def test_wrappers_in_reference_cycles_collected_at_different_moments_on_each_ran
                 gc.collect()
                 assert MPI.COMM_NULL not in dropped[-3:], "the cycle collector freed them"
             _train(live, live_optimizer, rank, steps=1)
-            gathered = np.empty((size,) + live.module.w0.data.shape)
-            world.comm.Allgather(np.ascontiguousarray(live.module.w0.data), gathered)
+            gathered = np.empty((size,) + live.module.w0._array.shape)
+            world.comm.Allgather(np.ascontiguousarray(live.module.w0._array), gathered)
             assert all(np.array_equal(gathered[0], g) for g in gathered)
         gc.collect()
         free_released(world)
