@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 
 from ..autograd import Function, grad_mode
+from ..device import require_cpu
 from ..hooks import add_hook
 from ..tensor import Tensor, to_arguments, zero_grads
 from .parameter import Buffer, Parameter
@@ -256,6 +257,9 @@ class Module:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None):
+        require_cpu("Module.cuda", "cuda")
 
     # ------------------------------------------------------------- state
     def state_dict(self, destination=None, prefix="", keep_vars=False):

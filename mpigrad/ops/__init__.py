@@ -2,7 +2,7 @@
 from .core import Op, apply, inplace  # noqa: F401
 from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clone,  # noqa: F401
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
-                         isnan, isfinite, allclose, lerp)
+                         isnan, isfinite, allclose, lerp, remainder, fmod)
 from .elementwise import (exp, log, sqrt, sin, cos, tanh, abs, sign, sigmoid, relu, erf,  # noqa: F401
                           gelu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
                           ceil, round, rsqrt, tril, triu, nan_to_num)
