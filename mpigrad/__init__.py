@@ -17,7 +17,7 @@ from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full, 
 from .random import (Generator, manual_seed, seed, initial_seed, get_rng_state,  # noqa: F401
                      set_rng_state, default_generator)
 from .autograd import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,  # noqa: F401
-                       inference_mode, is_inference_mode_enabled)
+                       inference_mode, is_inference_mode_enabled, is_anomaly_enabled)
 from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos, tanh,  # noqa: F401
                   abs, sign, sigmoid, relu, erf, clamp, maximum, minimum, where, sum, mean,
                   var, std, norm, amax, amin, max, min, argmax, argmin, softmax, log_softmax,

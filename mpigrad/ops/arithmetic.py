@@ -141,7 +141,9 @@ linear = Op("linear", _linear_forward,
             (lambda t, ans, x, weight, bias: linear(t, weight, None),
              lambda t, ans, x, weight, bias: linear(x, t, None),
              lambda t, ans, x, weight, bias: t),
-            saves="x weight", grad_fn_name="AddmmBackward0")
+            saves="x weight",
+            grad_fn_name=lambda params, args: "MmBackward0" if args[2] is None
+            else "AddmmBackward0")
 
 
 _cast = Op("cast", lambda x, dtype: x.astype(dtype),

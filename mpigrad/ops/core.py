@@ -66,8 +66,10 @@ class Op:
     recorded (the optimizer path); without it, the result is computed and copied in.
     `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
     function of the op's keyword parameters when torch names the variants apart
-    (`SumBackward0` for a full sum, `SumBackward1` along dims); by default the op's name in
-    CamelCase with `Backward0`.
+    (`SumBackward0` for a full sum, `SumBackward1` along dims), or of the parameters and the
+    positional inputs (`lambda params, args: ...`) when an input decides; by default the
+    op's name in CamelCase with `Backward0`. The node's class has that name too, as torch's
+    (`type(t.grad_fn).__name__`).
 
     `jvps` holds the tangent rules, shaped like `vjps` (a tuple, or one callable taking the
     position first). `elementwise=True` says the Jacobian is diagonal: then J t and J^T g are
@@ -85,6 +87,8 @@ class Op:
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
+        self.name_reads_inputs = (callable(grad_fn_name)
+                                  and len(inspect.signature(grad_fn_name).parameters) == 2)
         self.forward = forward
         self.vjps = vjps
         if elementwise and jvps is not None:
@@ -155,7 +159,8 @@ def _apply(op, args, params):
     if grad_mode._State.enabled:
         needs = _needs(args)
         if needs is not None:
-            result.set_history(OpNode(op, args, params or _NO_PARAMS, needs, result))
+            params = params or _NO_PARAMS
+            result.set_history(_node_class(op, args, params)(op, args, params, needs, result))
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
         _push_tangent(op, args, params, result)
@@ -226,6 +231,20 @@ def _needs(args):
     return _NEEDS.setdefault(needs, needs)
 
 
+_NODE_CLASSES = {}
+
+
+def _node_class(op, args, params):
+    """The node's class: an OpNode subclass named as torch names the node (AddBackward0)."""
+    name = op.node_name
+    if not isinstance(name, str):
+        name = name(params, args) if op.name_reads_inputs else name(params)
+    node_class = _NODE_CLASSES.get(name)
+    if node_class is None:
+        node_class = _NODE_CLASSES[name] = type(name, (OpNode,), {"__slots__": ()})
+    return node_class
+
+
 class OpNode(Node):
     __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed")
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
@@ -261,8 +280,7 @@ class OpNode(Node):
             self.rebind_output(result)
 
     def name(self):
-        name = self.op.node_name
-        return name if isinstance(name, str) else name(self.params)
+        return type(self).__name__
 
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""
