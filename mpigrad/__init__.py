@@ -32,7 +32,8 @@ from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
-from . import accelerator, backends, cuda, hub, multiprocessing, onnx, serialization  # noqa: F401
+from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler  # noqa: F401
+from . import serialization  # noqa: F401
 # mpigrad.distributed is imported explicitly: under an MPI launcher or torchrun, importing it
 # initialises MPI.
 
