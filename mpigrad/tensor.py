@@ -21,7 +21,7 @@ from .hooks import add_hook
 class Tensor:
     __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
                  "_hooks", "_post_accumulate_hooks", "_accumulator", "_retains_grad",
-                 "__weakref__")
+                 "_inference", "__weakref__")
     # Make numpy defer to Tensor's reflected operators (ndarray * Tensor -> Tensor).
     __array_priority__ = 1000
 
@@ -96,6 +96,10 @@ class Tensor:
     @property
     def _version(self):
         return self._vc[0]
+
+    def is_inference(self):
+        """Whether this tensor was made under `inference_mode()` (see ops.core's checks)."""
+        return self._inference
 
     @property
     def T(self):
@@ -887,6 +891,7 @@ def _init(t, array):
     t._post_accumulate_hooks = None
     t._accumulator = None
     t._retains_grad = False
+    t._inference = autograd.grad_mode._State.inference
 
 
 def _as_array(data, dtype):

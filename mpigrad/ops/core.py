@@ -232,6 +232,12 @@ def _needs(args):
 
 
 _NODE_CLASSES = {}
+# torch's words for the two things an inference tensor may not do outside inference mode.
+_INFERENCE_SAVED = ("Inference tensors cannot be saved for backward. To work around you can "
+                    "make a clone to get a normal tensor and use it in autograd.")
+_INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode is not "
+                      "allowed. You can make a clone to get a normal tensor before doing "
+                      "inplace update.")
 
 
 def _node_class(op, args, params):
@@ -264,6 +270,8 @@ class OpNode(Node):
             if not isinstance(a, Tensor):
                 inputs.append(a)
             elif i in saved:
+                if a._inference and not grad_mode._State.inference:
+                    raise RuntimeError(_INFERENCE_SAVED)
                 inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
@@ -400,6 +408,8 @@ def inplace(op, target, *others, **params):
     the rule needs target's old value, that value is kept in a copy first. Under a dual level,
     the new tangent is written into target's tangent (see `_give_tangent`).
     """
+    if target._inference and not grad_mode._State.inference:
+        raise RuntimeError(_INFERENCE_INPLACE)
     record = grad_mode._State.enabled and (
         target.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))
     level = forward_ad.active_level() if _dual.level is not None else None

@@ -43,3 +43,25 @@ def test_set_detect_anomaly_restores_the_previous_mode_after_a_block():
         assert lib.is_anomaly_enabled()
         lib.autograd.set_detect_anomaly(False)
         assert not lib.is_anomaly_enabled()
+
+
+def test_inference_tensors_and_their_errors_are_torchs():
+    results = []
+    for lib in (mg, torch):
+        w = lib.ones(3, requires_grad=True)
+        with lib.inference_mode():
+            x = lib.ones(3) * 2
+            x.add_(1)  # in place inside inference mode: allowed
+        outcome = [x.is_inference(), lib.ones(1).is_inference(), (x + 1).is_inference()]
+        normal = x.clone()  # (torch writes before refusing an in-place update: clone first)
+        for attempt in (lambda: w * x, lambda: x.add_(1), lambda: x.mul_(2)):
+            with pytest.raises(RuntimeError) as error:
+                attempt()
+            outcome.append(str(error.value).split(".")[0])
+        outcome += [normal.is_inference(), float((w * normal).sum())]
+        with lib.no_grad():
+            with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+                x.zero_()
+        results.append(outcome)
+    assert results[0] == results[1]
+    assert results[0][:3] == [True, False, False]
