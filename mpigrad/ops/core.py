@@ -183,7 +183,7 @@ def _push_tangent(op, args, params, result):
     if tangent is not None:
         level.set(result, tangent)
         node = result.grad_fn
-        if type(node) is OpNode and node.ans is not None and type(node.ans[0]) is Tensor:
+        if isinstance(node, OpNode) and node.ans is not None and type(node.ans[0]) is Tensor:
             # Backward through this node then sees a dual output (forward-over-reverse).
             level.set(node.ans[0], tangent)
 
