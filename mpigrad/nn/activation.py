@@ -1,7 +1,6 @@
 """Activation layers: thin wrappers over mpigrad.nn.functional; and MultiheadAttention, which
 torch files among them."""
-from .. import creation, ops
-from ..autograd import grad_mode
+from .. import creation
 from . import functional as F, init
 from ._checks import check_device, positive_int
 from .linear import NonDynamicallyQuantizableLinear
@@ -28,14 +27,7 @@ class LeakyReLU(Module):
         self.inplace = inplace
 
     def forward(self, input):
-        if not self.inplace:
-            return F.leaky_relu(input, self.negative_slope)
-        if self.negative_slope < 0 and input.requires_grad and grad_mode.is_grad_enabled():
-            raise RuntimeError("In-place leakyReLu backward calculation is triggered with a "
-                               "negative slope which is not supported. Call the out-of-place "
-                               "version (inplace=False) instead.")
-        # The op whose gradient reads only the output, so overwriting the input is safe.
-        return ops.inplace(ops.leaky_relu, input, negative_slope=self.negative_slope)
+        return F.leaky_relu(input, self.negative_slope, self.inplace)
 
     def extra_repr(self):
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")

@@ -32,6 +32,18 @@ def test_backward_through_an_inplace_leaky_relu_matches_torch(slope, rng):
     assert our_name == their_name == "LeakyReluBackward1"
 
 
+def test_the_functional_inplace_leaky_relu_backward_matches_torch(rng):
+    """F.leaky_relu(inplace=True), as GAN discriminators call it between convolutions."""
+    x, w = rng.standard_normal((5, 3)), rng.standard_normal((3, 3))
+    grads = []
+    for lib in (mg, torch):
+        weight = lib.tensor(w, requires_grad=True)
+        hidden = lib.tensor(x) @ weight
+        lib.nn.functional.leaky_relu(hidden, 0.2, inplace=True).pow(2).sum().backward()
+        grads.append(weight.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12)
+
+
 def test_an_inplace_leaky_relu_with_a_negative_slope_is_refused_as_torch():
     with pytest.raises(RuntimeError, match="negative slope"):
         x = torch.randn(3, requires_grad=True) * 1
