@@ -4,7 +4,7 @@ The public names mirror torch's: tensors and their factories here, `mpigrad.auto
 `mpigrad.nn`, `mpigrad.optim`, `mpigrad.data` (torch.utils.data's role) and
 `mpigrad.distributed`.
 """
-from .dtypes import (float16, half, float32, float64, double, int8, uint8, int16, short,  # noqa: F401
+from .dtypes import (float16, half, bfloat16, float32, float64, double, int8, uint8, int16, short,  # noqa: F401
                      int32, int64, long, bool, get_default_dtype, set_default_dtype,
                      is_floating_point)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
@@ -30,6 +30,10 @@ from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, multiprocessing  # noqa: F401
+from . import amp, cpu  # noqa: F401
+from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401
+                                set_autocast_dtype, is_autocast_cpu_enabled,
+                                get_autocast_cpu_dtype)
 # mpigrad.distributed is imported explicitly: under an MPI launcher or torchrun, importing it
 # initialises MPI.
 

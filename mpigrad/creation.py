@@ -17,7 +17,7 @@ def _finish(array, requires_grad):
 
 
 def _float(dtype):
-    return dtypes.get_default_dtype() if dtype is None else np.dtype(dtype)
+    return dtypes.get_default_dtype() if dtype is None else dtypes.to_dtype(dtype)
 
 
 def tensor(data, dtype=None, requires_grad=False):

@@ -25,7 +25,7 @@ LAYERS = [
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization"},
     {"mpigrad.nn", "mpigrad.optim", "mpigrad.data", "mpigrad.utils", "mpigrad.func",
-     "mpigrad.multiprocessing"},
+     "mpigrad.multiprocessing", "mpigrad.amp", "mpigrad.cpu"},
     {f"{D}.errors", f"{D}.settings", f"{D}.buffers", f"{D}.reduce_ops", f"{D}.launch"},
     {f"{D}.fault"},
     {f"{D}.process_group", f"{D}.work", f"{D}.ring", f"{D}.collectives", f"{D}.p2p",

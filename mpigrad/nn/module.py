@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 
+from .. import dtypes
 from ..autograd import Function, grad_mode
 from ..hooks import add_hook
 from ..tensor import Tensor, to_arguments, zero_grads
@@ -230,7 +231,7 @@ class Module:
         dtype = np.dtype(dtype)
         with grad_mode.no_grad():
             for t in itertools.chain(self.parameters(), self.buffers()):
-                if t.dtype.kind == "f" and t.dtype != dtype:
+                if dtypes.is_floating_point(t.dtype) and t.dtype != dtype:
                     t.data = t.data.astype(dtype)
                     if t.grad is not None:
                         t.grad.data = t.grad.data.astype(dtype)
@@ -243,7 +244,7 @@ class Module:
         dtype, _ = to_arguments("Module.to", args, kwargs)
         if dtype is None:
             return self
-        if np.dtype(dtype).kind != "f":
+        if not dtypes.is_floating_point(dtype):
             raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but got "
                             f"desired dtype={np.dtype(dtype)}")
         return self._convert(dtype)

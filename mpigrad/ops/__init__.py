@@ -21,3 +21,4 @@ from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add, 
 from .activations import hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish, threshold  # noqa: F401
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401
                         gru_cell, lstm_cell)
+from . import autocast  # noqa: F401  (installs its first-use hook in dtypes)

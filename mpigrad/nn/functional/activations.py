@@ -3,6 +3,7 @@ glu)."""
 import warnings
 
 from ... import ops
+from ...ops.autocast import fused
 from .. import _checks
 
 
@@ -15,10 +16,12 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
     return input.copy_(out) if inplace else out
 
 
+@fused()
 def gelu(input, approximate="none"):
     return ops.gelu(input, approximate=approximate)
 
 
+@fused()
 def silu(input):
     return input * ops.sigmoid(input)
 

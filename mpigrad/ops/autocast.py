@@ -1,0 +1,173 @@
+"""Autocast and 16-bit arithmetic as torch's CPU path does them, at the one place ops run.
+
+Two rules, applied by `_handle` at every op's entry once it is installed (ops pay nothing
+before: core.py checks one attribute):
+
+- **Autocast** (while `mpigrad.autocast` is on, in the forward only): the op's inputs are cast
+  by the op's policy in torch 2.13's AutocastCPU lists: matrix products and convolutions run in
+  the autocast dtype, losses in float32, `cat`/`stack` in the widest input dtype; every other
+  op runs in the dtypes it is given.
+- **16-bit compute**: an op with a float16 or bfloat16 input runs on float32 copies of those
+  inputs and its floating result is rounded once to torch's result dtype, as torch's CPU
+  kernels do (so a bf16 matmul is the float32 product of bf16 values, rounded to bf16). The
+  casts are ops, so gradients are rounded the same way on the way back. Ops that only move
+  data run on the 16-bit arrays themselves.
+"""
+import functools
+import threading
+
+from .. import dtypes
+from ..autograd import engine
+from ..tensor import Tensor
+from . import core
+from .arithmetic import cast
+
+# Op names of mpigrad's rules. torch's list names aten ops: mm, bmm, addmm, baddbmm and
+# linalg_vecdot are mpigrad's matmul and einsum; conv1d/3d run through conv2d; LSTM and the
+# plain RNNs run in the lower dtype on torch's CPU (GRU does not).
+LOWER_PRECISION = frozenset({"matmul", "linear", "einsum", "conv2d", "conv_transpose2d",
+                             "lstm", "rnn_tanh", "rnn_relu"})
+# The losses in torch's fp32 list are composites here; nn/functional/loss.py marks their entry
+# with `float32_policy`. These are the ones that are single ops.
+FLOAT32 = frozenset({"binary_cross_entropy"})
+PROMOTE = frozenset({"cat", "stack"})
+# Ops whose forward refuses operands of different dtypes (as torch's do): run as given, so
+# that it does, rather than on float32 copies that would agree.
+SAME_DTYPE = frozenset({"linear"})
+# Exact in any dtype, and numpy runs them on ml_dtypes' arrays.
+MOVES_DATA = frozenset({"cast", "clone", "copy", "fill", "getitem", "index_put", "pad", "flip",
+                        "roll", "tril", "triu", "masked_fill", "take_along_dim"})
+
+
+class _State(threading.local):
+    # The autocast dtype while autocast is enabled on this thread, else None (torch's autocast
+    # state is per thread too).
+    dtype = None
+
+
+state = _State()
+
+
+def _install():
+    core.precision.handler = _handle
+
+
+def enable(dtype):
+    """Enter an autocast region (dtype, or None for one with autocast off); returns what to
+    hand `restore` on leaving."""
+    previous = state.dtype
+    state.dtype = dtype
+    if dtype is not None:
+        _install()
+    return previous
+
+
+def restore(previous):
+    state.dtype = previous
+
+
+dtypes._on_first_half_precision.append(_install)
+
+
+def _handle(op, args, params):
+    target = state.dtype
+    if target is not None and engine.current_task() is None:
+        name = op.name
+        if name in LOWER_PRECISION:
+            args = _cast_eligible(args, target)
+        elif name in FLOAT32:
+            args = _cast_eligible(args, dtypes.float32)
+        elif name in PROMOTE:
+            args = _cast_eligible(args, _widest(args, target))
+    if op.view or op.name in MOVES_DATA:
+        return core.run(op, args, params)
+    found = {a.data.dtype for a in args if isinstance(a, Tensor)}
+    if found.isdisjoint(dtypes.HALF_PRECISION) or (op.name in SAME_DTYPE and len(found) > 1):
+        return core.run(op, args, params)
+    return _in_float32(op, args, params)
+
+
+def _eligible(a):
+    # torch's autocast leaves float64 alone, as it does integer tensors.
+    return (isinstance(a, Tensor) and dtypes.is_floating_point(a.data.dtype)
+            and a.data.dtype != dtypes.float64)
+
+
+def _cast_eligible(args, dtype):
+    return tuple(cast(a, dtype) if _eligible(a) and a.data.dtype != dtype else a for a in args)
+
+
+def _widest(args, target):
+    found = {a.data.dtype for a in args if _eligible(a)}
+    return target if found <= {target} else dtypes.float32
+
+
+def _in_float32(op, args, params):
+    result_dtype = _result_dtype(args)
+    widened = tuple(cast(a, dtypes.float32)
+                    if isinstance(a, Tensor) and a.data.dtype in dtypes.HALF_PRECISION else a
+                    for a in args)
+    out = core.run(op, widened, params)
+    if (result_dtype is not None and out.data.dtype != result_dtype
+            and dtypes.is_floating_point(out.data.dtype)):
+        out = cast(out, result_dtype)
+    return out
+
+
+def _result_dtype(args):
+    """torch's floating result dtype when it is a 16-bit one, else None (numpy's promotion of
+    the float32 copies then gives torch's answer). As in torch, a 0-dim tensor takes part only
+    when no tensor with dimensions is floating."""
+    tensors = [a for a in args if isinstance(a, Tensor) and dtypes.is_floating_point(a.data.dtype)]
+    found = {a.data.dtype for a in tensors if a.ndim > 0} or {a.data.dtype for a in tensors}
+    if len(found) == 1:
+        (only,) = found
+        return only if only in dtypes.HALF_PRECISION else None
+    return None
+
+
+def _map_tensors(change, args, kwargs):
+    return (tuple(change(a) if isinstance(a, Tensor) else a for a in args),
+            {k: change(v) if isinstance(v, Tensor) else v for k, v in kwargs.items()})
+
+
+def _to_float32(a):
+    return cast(a, dtypes.float32) if a.data.dtype in dtypes.HALF_PRECISION else a
+
+
+def float32_policy(*tensors):
+    """The start of a composite on torch's fp32 autocast list (the losses): under autocast,
+    its 16-bit tensor arguments in float32 (a call, not a decorator, so that the warnings
+    the loss gives still point at its caller)."""
+    if state.dtype is None:
+        return tensors
+    return tuple(_to_float32(t) if isinstance(t, Tensor) else t for t in tensors)
+
+
+def fused(lower_precision=False):
+    """Marks a composite that torch runs as one kernel (layer norm, attention, gelu): on a
+    16-bit input it runs on float32 copies, with autocast off inside, and its result is
+    rounded once to the input's dtype, rather than after each op inside. With
+    `lower_precision`, it is on torch's lower-precision autocast list too."""
+    def decorate(function):
+        @functools.wraps(function)
+        def run(*args, **kwargs):
+            if core.precision.handler is None:
+                return function(*args, **kwargs)
+            if lower_precision and state.dtype is not None and engine.current_task() is None:
+                target = state.dtype
+                args, kwargs = _map_tensors(
+                    lambda a: cast(a, target) if _eligible(a) and a.data.dtype != target else a,
+                    args, kwargs)
+            dtype = args[0].data.dtype if args and isinstance(args[0], Tensor) else None
+            if dtype not in dtypes.HALF_PRECISION:
+                return function(*args, **kwargs)
+            args, kwargs = _map_tensors(_to_float32, args, kwargs)
+            previous = enable(None)
+            try:
+                out = function(*args, **kwargs)
+            finally:
+                restore(previous)
+            return cast(out, dtype) if isinstance(out, Tensor) and out.dtype != dtype else out
+        return run
+    return decorate
