@@ -11,7 +11,10 @@ so a multi-rank check cannot silently become a world-of-one check again.
 """
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import mpigrad as mg
 
 MPI_FOLDER = Path(__file__).parent / "distributed"
 
@@ -69,3 +72,18 @@ def rank(process_group):
 def size(process_group):
     import mpigrad.distributed as dist  # not at the top: see process_group
     return dist.get_world_size()
+
+
+@pytest.fixture
+def float64():
+    """Run a test with float64 as the default dtype (gradient checks need it)."""
+    previous = mg.get_default_dtype()
+    mg.set_default_dtype(mg.float64)
+    yield
+    mg.set_default_dtype(previous)
+
+
+@pytest.fixture
+def rng():
+    """A seeded numpy generator for a test's inputs (tests/nn's conftest seeds its own)."""
+    return np.random.default_rng(1234)

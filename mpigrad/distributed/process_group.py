@@ -2,12 +2,13 @@
 sub-groups backed by MPI sub-communicators. Rank arguments everywhere are ranks of the
 default group ("global" ranks), as in torch.distributed.
 """
+import collections
 import datetime
+import itertools
 import numbers
 import os
 import re
 import warnings
-import weakref
 import zlib
 
 import numpy as np
@@ -32,9 +33,13 @@ class ProcessGroup:
     (DistributedDataParallel) may run MPI operations on it directly. `ranks[i]` is the global
     rank of this group's rank i. `timeout` (seconds) bounds how long a rank may stay blocked
     in one of this group's calls (see `watchdog`).
+
+    Code built on the group (DDP, ZeRO, the comm hooks) registers the communicators it makes
+    from it as `Communicators`, which the group frees when it is destroyed. `serial` names the
+    group the same way on every rank (groups are made collectively over the whole world).
     """
 
-    def __init__(self, comm, ranks, check_collectives, timeout, name):
+    def __init__(self, comm, ranks, check_collectives, timeout, name, serial):
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.comm = comm
         self.ranks = tuple(ranks)
@@ -47,8 +52,12 @@ class ProcessGroup:
         self._internal_comm = duplicate(comm, f"creating {name}")
         self._autograd_comm = duplicate(comm, f"creating {name}")
         self._collective_count = 0
-        # Communicators of code built on this group (DDP's Channel), freed with the group.
-        self._dependents = weakref.WeakSet()
+        self.serial = serial
+        # Communicators of code built on this group, by key: every set not yet freed, those
+        # its owner let go of waiting in `_released` for a point where all members agree.
+        self._owned = {}
+        self._released = {}
+        self._owned_count = 0
 
     def rank(self):
         return self.comm.Get_rank()
@@ -59,9 +68,27 @@ class ProcessGroup:
     def __repr__(self):
         return f"<ProcessGroup: {self.name}, rank {self.rank()} of {self.size()}>"
 
+    def _renew(self, parent):
+        """Move this group to new communicators made from `parent` (a communicator over a
+        superset of its ranks that carries no other traffic; collective over the members).
+        The test plugin does this after a failed test: requests its ranks left unmatched on
+        the old communicators stay there, where MPI completes or drops them, and cannot
+        match the next test's. Code built on the group (DDP's Channel) keeps its own."""
+        members = self.comm.Get_group()
+        fresh = duplicate(parent, f"renewing {self.name}", lambda: parent.Create_group(members))
+        members.Free()
+        for comm in (self._autograd_comm, self._internal_comm, self.comm):
+            comm.Free()  # legal with requests pending: MPI frees it once they are gone
+        fresh.Set_errhandler(MPI.ERRORS_RETURN)
+        self.comm = fresh
+        self._internal_comm = duplicate(fresh, f"renewing {self.name}")
+        self._autograd_comm = duplicate(fresh, f"renewing {self.name}")
+        self._collective_count = 0
+
     def _free(self):
-        for dependent in list(self._dependents):
-            dependent.close()
+        # Every member frees every set it owns here, live or released, in one order.
+        for key in sorted(self._owned):
+            self._owned[key].free()
         for comm in (self._autograd_comm, self._internal_comm, self.comm):
             comm.Free()
         self.comm = None
@@ -87,17 +114,76 @@ def duplicate(comm, what, make=None):
             f"process group holds 3 ({len(_live_groups)} are live) and each live "
             f"DistributedDataParallel 2. Free what is no longer needed: "
             f"destroy_process_group(group) for groups, and drop DistributedDataParallel "
-            f"wrappers (del model; their communicators are freed when they are collected)."
+            f"wrappers (del model; once every rank has dropped one, its communicators are "
+            f"freed at the next wrapper, new_group or destroy_process_group)."
         ) from err
 
 
-def free_communicators(comms):
-    """Free the communicators in the list `comms` and empty it, unless MPI was finalized: the
-    finalizer of an object that owns communicators (DDP's channel, a hierarchy, ZeRO)."""
-    if not MPI.Is_finalized():
-        for comm in comms:
-            comm.Free()
-    comms.clear()
+class Communicators:
+    """The communicators an object built on `group` (DDP's channel, a hierarchy, ZeRO) made
+    from it, collectively, in the same order on every member: the list `comms`, which may
+    grow (a hook's round communicators) and may hold MPI.COMM_NULL (a Split that left this
+    rank out).
+
+    MPI_Comm_free is collective in effect (some MPIs synchronise in it, and the next
+    communicator's creation needs every member to agree on what is free), so communicators
+    are freed only where every member frees the same ones in the same order: `free()`, at a
+    point every member reaches (closing the object explicitly, destroying the group), or
+    `release()` from the owner's finalizer, which only queues them. A collected owner's
+    finalizer runs whenever the cycle collector gets to it, at a different moment on each
+    rank; the queued sets are freed at the group's next agreement (`free_released`), once
+    every member has released them."""
+
+    def __init__(self, group, comms):
+        self.group = group
+        self.comms = comms
+        # The same on every member: sets are registered in the same order on all of them.
+        self.key = (group.serial, group._owned_count)
+        group._owned_count += 1
+        group._owned[self.key] = self
+
+    def release(self):
+        """Queue them for the group's next agreement. For the owner's finalizer, which runs on
+        any thread at any moment (inside this module's own code too): no MPI, no lock, only
+        an append, which is atomic."""
+        _released.append(self)
+
+    def free(self):
+        """Free them now; every member of the group must do the same at the same point."""
+        self.group._owned.pop(self.key, None)
+        self.group._released.pop(self.key, None)
+        if not MPI.Is_finalized():
+            for comm in self.comms:
+                if comm != MPI.COMM_NULL:
+                    comm.Free()
+        self.comms.clear()
+
+
+# Sets released by their owners' finalizers, not yet sorted into their groups' `_released`.
+_released = collections.deque()
+
+
+def free_released(group):
+    """The agreement, collective over `group`: free the communicators that every member of
+    the group that made them has released (see `Communicators`), here on each, in one order.
+    Sets made on groups inside `group` count too. DDP and ZeRO construction and `new_group`
+    call it, so dropped owners' communicators never pile up (`destroy_process_group` frees
+    its group's sets, released or not)."""
+    while _released:
+        owned = _released.popleft()
+        if owned.key in owned.group._owned:  # else freed already, with its group
+            owned.group._released[owned.key] = owned
+    mine = set(group.ranks)
+    candidates = {key: owned for pg in _live_groups if mine.issuperset(pg.ranks)
+                  for key, owned in pg._released.items()}
+    # A few small tuples, at points that are collective and rare already (construction).
+    with watchdog.blocked(group, "agreeing which released communicators to free"):
+        everyone = group._internal_comm.allgather(
+            [(key, len(owned.group.ranks)) for key, owned in candidates.items()])
+    reports = collections.Counter(key for released in everyone for key, _ in released)
+    members = {key: size for released in everyone for key, size in released}
+    for key in sorted(key for key in candidates if reports[key] == members[key]):
+        candidates[key].free()
 
 
 class _NonGroupMember:
@@ -115,6 +201,7 @@ class GroupMember:
 group = GroupMember  # torch.distributed spells it both ways: `group.WORLD`
 
 _live_groups = []
+_group_serials = itertools.count()
 _local = {"rank": None, "size": None}
 
 
@@ -233,7 +320,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     abort_setting = abort.setting(abort_on_exception)
     check = _agreed_check_setting(comm)
     world = ProcessGroup(duplicate(comm, "init_process_group"), range(comm.Get_size()), check,
-                         seconds, "the default group")
+                         seconds, "the default group", next(_group_serials))
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     _local.update(rank=node.Get_rank(), size=node.Get_size())
     node.Free()
@@ -274,6 +361,7 @@ def destroy_process_group(group=None):
         for pg in reversed(_live_groups):
             pg._free()
         _live_groups.clear()
+        _released.clear()  # every set in it was freed with its group
         GroupMember.WORLD = None
         _local.update(rank=None, size=None)
         return
@@ -289,6 +377,7 @@ def new_group(ranks=None, timeout=None):
     sorted: group rank i is the i-th smallest global rank. `timeout` defaults to the default
     group's."""
     world = _get_default_group("new_group")
+    free_released(world)
     with checks.collective(world, "new_group") as check:
         members = _validated_ranks(ranks, world.size())
         seconds = world.timeout if timeout is None else _seconds(timeout)
@@ -300,10 +389,11 @@ def new_group(ranks=None, timeout=None):
     comm = duplicate(world.comm, "new_group", lambda: world.comm.Create(subset))
     subset.Free()
     mpi_group.Free()
+    serial = next(_group_serials)  # taken on every rank, members or not, to stay in step
     if comm == MPI.COMM_NULL:
         return GroupMember.NON_GROUP_MEMBER
     pg = ProcessGroup(comm, members, world.check_collectives, seconds,
-                      f"the group of global ranks {members}")
+                      f"the group of global ranks {members}", serial)
     _live_groups.append(pg)
     return pg
 

@@ -14,7 +14,7 @@ from mpigrad.autograd.gradcheck import GradcheckError
 from mpigrad.autograd.graph import reachable
 from mpigrad.ops.core import REGISTRY, OpNode
 
-from .test_gradcheck_ops import CASES, _normal
+from tests.ops.test_gradcheck_ops import CASES, _normal
 
 torch = pytest.importorskip("torch")
 

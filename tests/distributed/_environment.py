@@ -1,5 +1,5 @@
 """The environment for processes the tests start as jobs or ranks of their own. Apart from
-_helpers so that it imports no MPI: tests/test_multiprocessing.py, whose process stays free
+_helpers so that it imports no MPI: tests/multiprocessing/test_multiprocessing.py, whose process stays free
 of MPI, uses it too."""
 import os
 import pathlib

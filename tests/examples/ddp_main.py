@@ -3,8 +3,15 @@
 # here, the GPU placement written for the CPU as PyTorch's DDP tutorial says to: the model and
 # labels stay where they are (`.to(rank)` dropped), DDP gets `device_ids=None`, and the
 # checkpoint is loaded with map_location="cpu". Each such line is marked `# cpu:` with the
-# original. The processes come from the launcher (mpiexec, or torchrun: RANK and WORLD_SIZE)
-# instead of mp.spawn; demo_model_parallel needs two GPUs per process and is left out.
+# original. demo_basic is also the DDP tutorial's ("Getting Started with Distributed Data
+# Parallel"), so this one file serves both launches:
+#
+#     mpiexec -n N python ddp_main.py      # or torchrun: the processes come from the launcher
+#     python ddp_main.py N                 # the tutorial's: mp.spawn(demo_basic, nprocs=N)
+#
+# Each process prints its parameters' checksum after each demo (not in the originals): equal
+# on every rank only if the ranks formed one world. demo_model_parallel needs two GPUs per
+# process and is left out.
 import os
 import sys
 import tempfile
@@ -12,6 +19,7 @@ import mpigrad as torch  # torch: import torch
 import mpigrad.distributed as dist  # torch: import torch.distributed as dist
 import mpigrad.nn as nn  # torch: import torch.nn as nn
 import mpigrad.optim as optim  # torch: import torch.optim as optim
+import mpigrad.multiprocessing as mp  # torch: import torch.multiprocessing as mp
 
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # torch: from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -102,13 +110,23 @@ def demo_checkpoint(rank, world_size):
     return ddp_model
 
 
+def print_checksum(rank, demo, model):
+    weights = [p.detach().numpy().copy() for p in model.parameters()]
+    print(f"rank {rank} {demo.__name__} checksum {sum(float(w.sum()) for w in weights):.10f}",
+          flush=True)
+
+
+def spawned_demo_basic(rank, world_size):
+    print_checksum(rank, demo_basic, demo_basic(rank, world_size))
+
+
 if __name__ == "__main__":
-    # The launcher's place for this process: mpiexec's, or torchrun's.
-    rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", 0)))
-    world_size = int(os.environ.get("PMI_SIZE", os.environ.get("WORLD_SIZE", 1)))
-    for demo in (demo_basic, demo_checkpoint):
-        model = demo(rank, world_size)
-        weights = [p.detach().numpy().copy() for p in model.parameters()]
-        print(f"rank {rank} {demo.__name__} checksum "
-              f"{sum(float(w.sum()) for w in weights):.10f}")
-    sys.stdout.flush()
+    if len(sys.argv) > 1:
+        world_size = int(sys.argv[1])
+        mp.spawn(spawned_demo_basic, args=(world_size,), nprocs=world_size, join=True)
+    else:
+        # The launcher's place for this process: mpiexec's, or torchrun's.
+        rank = int(os.environ.get("PMI_RANK", os.environ.get("RANK", 0)))
+        world_size = int(os.environ.get("PMI_SIZE", os.environ.get("WORLD_SIZE", 1)))
+        for demo in (demo_basic, demo_checkpoint):
+            print_checksum(rank, demo, demo(rank, world_size))

@@ -3,13 +3,11 @@
 Every fault must end in a clear message or a clean finish, within 10 s of the fault (the
 group's timeout there is 4 s, stall reports come after 1 s), never in a hang (each job runs
 under `timeout`), and leave no process behind. The checkpoint faults (every truncation and
-bit flip of a file, kill -9 during saves) are in tests/test_serialization.py and
+bit flip of a file, kill -9 during saves) are in tests/serialization/test_serialization.py and
 tests/jobs/test_train_job.py.
 """
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed._environment import job_environment
+from tests.faults._processes import kill, survivors
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
@@ -39,27 +38,14 @@ def run(scenario, ranks):
                                 env=job_environment(MPIGRAD_STALL_SECONDS=1))
         ended = time.time()
     finally:
-        leftovers = _survivors(marker)
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
+        leftovers = survivors(marker)
+        kill(leftovers)
     output = result.stdout + result.stderr
     assert result.returncode != HANG, f"{scenario} hung:\n{output}"
     assert leftovers == [], f"{scenario} left processes behind: {leftovers}\n{output}"
     fault = re.search(r"^FAULT ([0-9.]+)", result.stdout, re.MULTILINE)
     assert fault, output
     return result.returncode, output, ended - float(fault.group(1))
-
-
-def _survivors(marker, grace_seconds=5):
-    """The job's processes still alive `grace_seconds` after it ended (the launcher may
-    return while the ranks it killed are still exiting)."""
-    deadline = time.time() + grace_seconds
-    while True:
-        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-        pids = [int(pid) for pid in found.stdout.split()]
-        if not pids or time.time() > deadline:
-            return pids
-        time.sleep(0.1)
 
 
 def test_exception_inside_backward_caught_then_step_keeps_every_rank_in_line(ranks):

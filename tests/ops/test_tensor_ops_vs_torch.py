@@ -1,6 +1,6 @@
 """The tensor ops transformer code reaches for (issue 20), against torch in float64: values,
 gradients of every input, result dtypes and torch's errors. Second derivatives and tangents
-are in tests/autograd (CASES)."""
+are in tests/ops/test_gradcheck_ops.py (CASES)."""
 import re
 import warnings
 

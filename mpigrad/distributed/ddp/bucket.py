@@ -12,57 +12,64 @@ directly; either way a hook must not keep the buffer once its Future has finishe
 
 Hooks work on numpy arrays and run their MPI operations on `bucket.comm`, DDP's own
 communicator, with nonblocking calls, and return `bucket.future(what, requests,
-on_complete)`: a `Work` (an `mpigrad.futures.Future`) whose `wait()` runs under the process
-group's watchdog. The Reducer calls `future.done()` from later gradient hooks, which is what
-lets MPI progress the reduction while backward continues. Any other Future (`then()` of a
-Work, or one completed by hand) works too; the Reducer waits for it under the watchdog.
+on_complete)`: the `Work` of those requests (an `mpigrad.futures.Future`), made there
+directly, whose `wait()` runs under the process group's watchdog. The Reducer calls
+`future.done()` from later gradient hooks, which is what lets MPI progress the reduction
+while backward continues. Any other Future (`then()` of a Work, or one completed by hand)
+works too; the Reducer waits for it under the watchdog. The hook is given the same
+GradBucket for a bucket at every iteration (until the layout is rebuilt), its buffer and
+gradients read anew at each call.
 
 The hooks themselves are in `algorithms.ddp_comm_hooks`, at PyTorch's module paths; DDP's
 default is `default_hooks.hierarchical_allreduce_hook` with a state DDP makes (one Iallreduce
 unless ranks share hosts).
 """
 
+from ..work import Work
+
 __all__ = ["GradBucket"]
 
 
 class GradBucket:
-    """What a comm hook is given: one bucket of gradients.
+    """What a comm hook is given: one bucket of gradients, the same object every iteration
+    (made when the Reducer lays its buckets out, read through at each call).
 
     `index()` its position in the launch order, `buffer()` the flat array (this rank's
     gradients divided by the world size), `parameters()` the Parameters it holds,
     `gradients()` views of the buffer shaped like them, `is_last()` whether it is the last
     bucket. `comm` is the communicator to run the reduction on, `world_size` its size,
-    `process_group` the group DDP runs on; `future()` wraps the reduction's requests, and
-    `rounds_in_flight` is where a hook reducing in several rounds keeps them in launch order
-    (rounds.py; the Reducer owns the list). `shared` is the `SharedBuckets` the buffer lives
-    in where ranks share hosts (see algorithms/ddp_comm_hooks/shared_memory.py), else None.
+    `process_group` the group DDP runs on; `future()` makes the Work of the reduction's
+    requests, and `rounds_in_flight` is where a hook reducing in several rounds keeps them in
+    launch order (rounds.py; the Reducer owns the list). `shared` is the `SharedBuckets` the
+    buffer lives in where ranks share hosts (see algorithms/ddp_comm_hooks/shared_memory.py),
+    else None.
     """
 
-    def __init__(self, index, buffer, parameters, gradients, is_last, channel, rounds_in_flight,
-                 shared=None):
-        self._index = index
-        self._buffer = buffer
-        self._parameters = parameters
-        self._gradients = gradients
-        self._is_last = is_last
-        self._channel = channel
-        self.comm = channel.comm
-        self.world_size = channel.world_size
-        self.process_group = channel.process_group
-        self.rounds_in_flight = rounds_in_flight
-        self.shared = shared
+    def __init__(self, bucket, reducer):
+        self._bucket = bucket  # the Reducer's: its buffer may change between iterations
+        self._parameters = [reducer.params[i] for i in bucket.members]
+        self._is_last = bucket.index == len(reducer.buckets) - 1
+        self._channel = reducer.channel
+        self.world_size = reducer.world_size
+        self.process_group = reducer.channel.process_group
+        self.rounds_in_flight = reducer.rounds_in_flight
+        self.shared = reducer.shared
+
+    @property
+    def comm(self):
+        return self._channel.comm  # looked up per call: it raises once the group is destroyed
 
     def index(self):
-        return self._index
+        return self._bucket.index
 
     def buffer(self):
-        return self._buffer
+        return self._bucket.buffer
 
     def parameters(self):
         return list(self._parameters)
 
     def gradients(self):
-        return list(self._gradients)
+        return list(self._bucket.views)
 
     def is_last(self):
         return self._is_last
@@ -73,9 +80,9 @@ class GradBucket:
         return self._channel.round_comms(n)
 
     def future(self, what, requests, on_complete, keep_alive=()):
-        """The Future a hook returns for `requests` started on `comm`: once they finish,
+        """The Work a hook returns for `requests` started on `comm`: once they finish,
         `on_complete()` runs and returns the reduced array. `keep_alive` holds arrays MPI
         still reads or writes. `what` names the reduction in the watchdog's message."""
-        return self._channel.work(f"{what} of bucket {self._index}", requests,
-                                  on_complete=lambda statuses: on_complete(),
-                                  keep_alive=keep_alive)
+        return Work(self.process_group,
+                    f"DistributedDataParallel: {what} of bucket {self._bucket.index}", requests,
+                    on_complete=lambda statuses: on_complete(), keep_alive=keep_alive)

@@ -4,13 +4,15 @@ DDP talks on communicators of its own, duplicates of the process group's, so its
 never match the user's collectives: `comm` carries the gradient reductions (the comm hooks'
 nonblocking calls), `control` the small blocking messages (the construction check, the
 end-of-backward agreement, the bucket rebuild, buffer broadcasts). Every blocking call here
-runs inside `watchdog.blocked` with the group's timeout, and `work()` wraps a hook's requests
-in a `Work` that does the same, so a dead or stopped peer ends the job with a message saying
-what this rank was waiting for instead of a hang.
+runs inside `watchdog.blocked` with the group's timeout (a hook's `Work` waits the same way),
+so a dead or stopped peer ends the job with a message saying what this rank was waiting for
+instead of a hang.
 
-The two communicators are freed when the Channel is (its DDP wrapper was dropped) or when its
-process group is destroyed, whichever comes first: MPI has a fixed number of them per process
-(2048 in MPICH), which a sweep creating DDP wrappers in a loop would otherwise exhaust.
+The communicators are the group's `Communicators`: when the Channel is collected (its DDP
+wrapper was dropped) they are released, and freed at the group's next agreement (the next
+wrapper's construction, `new_group`), or when the group is destroyed: MPI has a fixed number
+of them per process (2048 in MPICH), which a sweep creating DDP wrappers in a loop would
+otherwise exhaust. Never freed by the collector itself, whose timing differs between ranks.
 """
 import weakref
 
@@ -19,8 +21,7 @@ from mpi4py import MPI
 
 from ..buffers import mpi_type
 from ..fault.watchdog import blocked
-from ..process_group import duplicate, free_communicators
-from ..work import Work
+from ..process_group import Communicators, duplicate, free_released
 
 
 class Channel:
@@ -30,18 +31,18 @@ class Channel:
     def __init__(self, process_group):
         self.process_group = process_group
         with self.blocked("duplicating the group's communicator"):  # Dup is collective
+            free_released(process_group)  # earlier wrappers' ones, dropped on every rank
             comm = duplicate(process_group.comm, "DistributedDataParallel")
             try:
                 control = duplicate(process_group.comm, "DistributedDataParallel")
             except BaseException:
                 comm.Free()
                 raise
-        self._comms = [comm, control]
+        self._communicators = Communicators(process_group, [comm, control])
+        self._comms = self._communicators.comms
         self.rank = comm.Get_rank()
         self.world_size = comm.Get_size()
-        # `close()` frees them, once: when the Channel is collected, or its group destroyed.
-        self.close = weakref.finalize(self, free_communicators, self._comms)
-        process_group._dependents.add(self)
+        weakref.finalize(self, self._communicators.release)
         # For hooks reducing in several rounds (rounds.py): a communicator per round after
         # the first.
         self._round_comms = []
@@ -73,11 +74,6 @@ class Channel:
     def blocked(self, what):
         """A watch (see watchdog) for a blocking wait of DDP's on this group."""
         return blocked(self.process_group, f"DistributedDataParallel: {what}")
-
-    def work(self, what, requests, on_complete=None, keep_alive=()):
-        """A Work over requests started on `comm` (a comm hook's reduction)."""
-        return Work(self.process_group, f"DistributedDataParallel: {what}", requests,
-                    on_complete=on_complete, keep_alive=keep_alive)
 
     def allreduce_max(self, array, what):
         """The elementwise maximum over the ranks of `array` (a small int64 vector of control

@@ -6,6 +6,9 @@ Lifecycle, once per synchronized iteration:
                                  outputs so the end-of-backward callback is queued as soon as
                                  backward starts, and, with find_unused_parameters, walks the
                                  graph from the outputs to find parameters it cannot reach.
+  _enter_backward()              (the outputs' gradient hook, or the first parameter's,
+                                 whichever runs first) starts the backward, once:
+                                 queues `_finalize` with the engine.
   _mark_ready(i)                 (parameter i's post-accumulate hook) divides the gradient by
                                  the world size into its bucket (in place, for a large
                                  parameter: see below); when a bucket is full, launches it,
@@ -226,6 +229,9 @@ class Reducer:
             for slot, i in enumerate(members):
                 self._bucket_of[i] = bucket
                 self._slot_of[i] = slot
+        # What the hook gets, the same object at every launch. Kept here, not on the buckets,
+        # which it points to: no cycle keeps a dropped wrapper's channel alive.
+        self._grad_buckets = [GradBucket(bucket, self) for bucket in self.buckets]
         if self.shared is not None:
             arrays = self.shared.storage([(b.dtype, b.size) for b in self.buckets])
             for bucket, array in zip(self.buckets, arrays):
@@ -289,23 +295,29 @@ class Reducer:
             self._unused = [i for i, p in enumerate(self.params) if id(p) not in reached]
 
     def _on_backward_start(self, grad):
-        if self._armed and not self._finalize_queued:
-            self._start()
-        return None
-
-    def _start(self):
-        self._finalize_queued = True
-        self._backward_start = time.perf_counter()
-        engine.queue_callback(self._finalize, on_error=self._fail)
-        for i in self._unused:
-            if not self._ready[i]:
-                self._mark_ready(i, used=False)
+        self._enter_backward()
+        return None  # the output's gradient goes on unchanged
 
     def _on_gradient(self, i):
-        if self._armed:
-            if not self._finalize_queued:
-                self._start()
+        if self._enter_backward():
             self._mark_ready(i)
+
+    def _enter_backward(self):
+        """The one door into an iteration's backward, from whichever hook runs first (the
+        outputs' gradient hook, or a parameter's gradient when backward did not pass the
+        outputs): queues `_finalize` with the engine and marks the parameters found unused,
+        once per armed iteration. Returns whether an iteration is running (DDP's forward
+        armed the reducer; not under no_sync)."""
+        if not self._armed:
+            return False
+        if not self._finalize_queued:
+            self._finalize_queued = True
+            self._backward_start = time.perf_counter()
+            engine.queue_callback(self._finalize, on_error=self._fail)
+            for i in self._unused:
+                if not self._ready[i]:
+                    self._mark_ready(i, used=False)
+        return True
 
     def _mark_ready(self, i, used=True):
         if self._ready[i]:
@@ -372,12 +384,8 @@ class Reducer:
 
     def _launch(self, bucket):
         state, hook = self._comm_hook
-        grad_bucket = GradBucket(bucket.index, bucket.buffer,
-                                 [self.params[i] for i in bucket.members], bucket.views,
-                                 bucket.index == len(self.buckets) - 1, self.channel,
-                                 self.rounds_in_flight, self.shared)
         bucket.launched = time.perf_counter()
-        bucket.future = hook(state, grad_bucket)
+        bucket.future = hook(state, self._grad_buckets[bucket.index])
         self._in_flight.append(bucket)
         self._next_launch += 1
 

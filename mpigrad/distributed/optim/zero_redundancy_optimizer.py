@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 from ...optim.optimizer import Optimizer
 from ...tensor import Tensor
-from ..process_group import _get_default_group, _live, duplicate, free_communicators
+from ..process_group import Communicators, _get_default_group, _live, duplicate, free_released
 from ..fault.watchdog import blocked
 
 __all__ = ["ZeroRedundancyOptimizer"]
@@ -62,10 +62,12 @@ class ZeroRedundancyOptimizer(Optimizer):
         pg = _get_default_group("ZeroRedundancyOptimizer") if process_group is None \
             else _live(process_group, "ZeroRedundancyOptimizer")
         self.process_group = pg
-        # A communicator of its own, so the broadcasts never match DDP's or the user's traffic.
+        # A communicator of its own, so the broadcasts never match DDP's or the user's traffic;
+        # released when the optimizer is collected, freed at an agreement of the group's.
         with blocked(pg, "ZeroRedundancyOptimizer: duplicating the group's communicator"):
+            free_released(pg)
             self._comm = duplicate(pg.comm, "ZeroRedundancyOptimizer")
-        weakref.finalize(self, free_communicators, [self._comm])
+        weakref.finalize(self, Communicators(pg, [self._comm]).release)
         self.rank = self._comm.Get_rank()
         self.world_size = self._comm.Get_size()
         self.optimizer_class = optimizer_class

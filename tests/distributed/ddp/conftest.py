@@ -9,7 +9,6 @@ watchdog dumps the stacks and exits the rank if a test runs longer than WATCHDOG
 regression that hangs fails the run instead of blocking it.
 """
 import faulthandler
-import gc
 
 import pytest
 
@@ -23,18 +22,6 @@ def watchdog():
     faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(autouse=True)
-def collected_between_tests():
-    """A wrapper kept alive by a reference cycle (pytest.raises holds a traceback, which holds
-    the test's frame) frees its communicators when the cycle collector runs, at a moment that
-    differs between ranks. Inside a later test's collective, a rank freeing one while the
-    others wait deadlocked them at 3 ranks; collected here, every rank does it at the same
-    point."""
-    yield
-    gc.collect()
-
 
 
 @pytest.fixture(params=["shared-memory", "mpi"])

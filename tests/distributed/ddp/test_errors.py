@@ -7,7 +7,6 @@ watchdog in conftest; `test_scenarios_finish_under_timeout` (serial run) also ru
 situations as separate 2-rank jobs under a hard timeout.
 """
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,8 @@ from mpigrad import nn
 from mpigrad.distributed.algorithms import Join
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
+
+from tests.faults._processes import kill, survivors
 
 from .._environment import job_environment
 from ._models import MLP, mse, params_of, regression_data
@@ -240,10 +241,9 @@ def _run_job_losing_a_rank(scenario):
                                  sys.executable, os.path.join(HERE, "scenarios.py"), scenario,
                                  marker], capture_output=True, text=True, env=env)
     finally:
-        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-        leftovers = [int(pid) for pid in found.stdout.split()]
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
+        # After a grace period: the launcher may return while the ranks it killed still exit.
+        leftovers = survivors(marker)
+        kill(leftovers)
     return result, leftovers
 
 

@@ -8,7 +8,7 @@ network the tutorial trains (from its companion repository).
     python dist_tuto.py BLOCK spawn N                      # the tutorial's own launcher
 
 The same file runs on PyTorch when the import lines marked `# torch:` are swapped in
-(tests/distributed/test_tutorial_verbatim.py does that, for the oracle).
+(tests/distributed/tutorial/test_tutorial_verbatim.py does that, for the oracle).
 """
 import os
 import sys

@@ -38,7 +38,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...buffers import mpi_float_type
-from ...process_group import duplicate, free_communicators
+from ...process_group import Communicators, duplicate
 from ...ring import ring_all_reduce, ring_rounds
 from .rounds import rounds
 from ...fault.watchdog import blocked
@@ -141,14 +141,14 @@ class Hierarchy:
             self.host_broadcast = duplicate(host, what)
             self.across = duplicate(comm, what,
                                     lambda: comm.Split(0 if first else MPI.UNDEFINED, rank))
-            # Freed when this hierarchy is collected (with its DDP channel or hook state), or
-            # at once if the choice below raises.
-            weakref.finalize(self, free_communicators, self.communicators())
+            # Released when this hierarchy is collected (with its DDP channel or hook state, or
+            # at once if the choice below raises), freed at an agreement of the group's.
+            weakref.finalize(self, Communicators(process_group, self.communicators()).release)
             if first and self.across.Get_size() > 1:
                 self.ring_across_hosts = cross_host_algorithm(self.across, across_hosts) == "ring"
 
     def communicators(self):
-        """The communicators this hierarchy made (it frees them when collected)."""
+        """The communicators this hierarchy made (released when it is collected)."""
         comms = [self.host_reduce, self.host_broadcast, self.across]
         return [c for c in comms if c is not None and c != MPI.COMM_NULL]
 

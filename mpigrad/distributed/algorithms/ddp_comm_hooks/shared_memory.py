@@ -70,7 +70,7 @@ from mpi4py import MPI
 
 from ....futures import Future
 from ...fault.watchdog import blocked
-from ...process_group import duplicate, free_communicators
+from ...process_group import Communicators, duplicate
 from .hierarchical import across_hosts, cross_host_algorithm
 
 __all__ = ["SharedBuckets", "shared_memory_allreduce", "ENV"]
@@ -148,9 +148,10 @@ class SharedBuckets:
         if not ok[0]:
             return None
         return cls(memory, local.index(rank), len(local), slots, flags_bytes, stride, across,
-                   ring)
+                   ring, process_group)
 
-    def __init__(self, memory, rank, size, slots, flags_bytes, stride, across, ring):
+    def __init__(self, memory, rank, size, slots, flags_bytes, stride, across, ring,
+                 process_group):
         whole = np.frombuffer(memory, np.uint8)
         self.rank, self.size = rank, size  # on this host
         self.across, self.ring_across_hosts = across, ring
@@ -162,8 +163,11 @@ class SharedBuckets:
         self._data_end = stride
         self._launches = {}
         self._turns_taken = self._turns_started = 0
-        self.close = weakref.finalize(self, free_communicators,
-                                      [across] if across is not None else [])
+        # `close()` frees `across` at a point every rank reaches; dropped without it, the
+        # buckets only release it, for an agreement of the group's (see Communicators).
+        communicators = Communicators(process_group, [across] if across is not None else [])
+        self.close = communicators.free
+        weakref.finalize(self, communicators.release)
 
     def storage(self, layout):
         """Arrays for buckets of `layout`, a list of (dtype, element count), laid out one

@@ -7,7 +7,7 @@ import pytest
 import mpigrad as mg
 import mpigrad.distributed as dist
 
-from ._helpers import assert_matches, rank_input
+from .._helpers import assert_matches, rank_input
 
 pytestmark = pytest.mark.mpi(min_size=2)
 

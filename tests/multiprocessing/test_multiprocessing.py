@@ -21,7 +21,8 @@ import pytest
 import mpigrad.multiprocessing as mp
 
 HERE = pathlib.Path(__file__).parent
-DDP_TUTORIAL = HERE / "distributed" / "tutorial" / "ddp_tutorial.py"
+# The DDP tutorial's demo_basic, launched as the tutorial launches it (mp.spawn).
+DDP_TUTORIAL = HERE.parent / "examples" / "ddp_main.py"
 
 
 def _write_index(index, folder, text):
@@ -266,14 +267,14 @@ def _run_tutorial(script, size, cwd):
     # package need not be importable.
     from tests.distributed._environment import job_environment
     return subprocess.run(["timeout", "-k", "10", "600", sys.executable, str(script), str(size)],
-                          env=job_environment(DDP_TUTORIAL_PORT=_port()), cwd=cwd,
+                          env=job_environment(EXAMPLE_PORT=_port()), cwd=cwd,
                           capture_output=True, text=True)
 
 
 def _messages(output):
     """What the ranks printed, in any order (they share one pipe), numbers masked."""
-    found = re.findall(r"(Running basic DDP example on rank \d+\.|Finished running basic DDP "
-                       r"example on rank \d+\.|rank \d+ checksum -?\d+\.\d+)", output)
+    found = re.findall(r"(Running basic DDP example on rank \d+\.|"
+                       r"rank \d+ demo_basic checksum -?\d+\.\d+)", output)
     return sorted(re.sub(r"checksum -?\d+\.\d+", "checksum #", line) for line in found)
 
 
@@ -283,8 +284,7 @@ def test_the_ddp_tutorials_spawn_forms_one_world_and_prints_what_torch_prints(si
     assert result.returncode == 0, result.stderr[-3000:]
     ours = result.stdout
     expected = sorted([f"Running basic DDP example on rank {r}." for r in range(size)]
-                      + [f"Finished running basic DDP example on rank {r}." for r in range(size)]
-                      + [f"rank {r} checksum #" for r in range(size)])
+                      + [f"rank {r} demo_basic checksum #" for r in range(size)])
     assert _messages(ours) == expected
     # DDP made every rank's parameters rank 0's and averaged the gradients: one world.
     assert len(set(re.findall(r"checksum (-?\d+\.\d+)", ours))) == 1

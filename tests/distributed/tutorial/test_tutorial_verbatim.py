@@ -19,11 +19,11 @@ import pytest
 
 import mpigrad.distributed as dist
 
-from ._environment import job_environment
-from .tutorial import dist_tuto
+from .._environment import job_environment
+from . import dist_tuto
 
 HERE = pathlib.Path(__file__).parent
-SCRIPT = HERE / "tutorial" / "dist_tuto.py"
+SCRIPT = HERE / "dist_tuto.py"
 
 
 def _printed(text):

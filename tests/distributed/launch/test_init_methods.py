@@ -16,11 +16,11 @@ import pytest
 
 from mpigrad.distributed.launch import rendezvous
 
-from ._environment import launcher_free_environment
-from ._helpers import finish
+from .._environment import launcher_free_environment
+from .._helpers import finish
 
 HERE = pathlib.Path(__file__).parent
-SCRIPT = HERE / "tutorial" / "init_methods.py"
+SCRIPT = HERE.parent / "tutorial" / "init_methods.py"
 
 
 def test_env_init_method_takes_rank_and_world_size_from_the_arguments():

@@ -11,7 +11,7 @@ import pytest
 import mpigrad.distributed as dist
 from mpigrad.distributed.fault import abort
 
-from ._environment import launcher_free_environment
+from .._environment import launcher_free_environment
 
 RAISE_ON_LAST_RANK = """
 import numpy as np

@@ -15,7 +15,7 @@ import pytest
 from mpigrad.distributed.launch import pmi_server, rendezvous
 from mpigrad.distributed.launch.pmi_server import MAX_LINE, ProtocolError, Server, parse, proof
 
-from ._environment import launcher_free_environment
+from .._environment import launcher_free_environment
 
 SECRET = "the job's secret"
 # Addresses as /proc/net/tcp and tcp6 write them.

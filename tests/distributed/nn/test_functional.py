@@ -13,7 +13,7 @@ import mpigrad.distributed.nn as dnn
 import mpigrad.distributed.nn.functional as functional
 from mpigrad.distributed import ReduceOp
 
-from ._helpers import assert_matches, rank_input
+from .._helpers import assert_matches, rank_input
 
 
 def _leaves(r, shapes):

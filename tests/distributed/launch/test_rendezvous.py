@@ -17,8 +17,8 @@ import pytest
 from mpigrad.distributed.launch import pmi_server, rendezvous
 from mpigrad.distributed.launch.pmi_server import process_mapping
 
-from ._environment import launcher_free_environment
-from ._helpers import finish
+from .._environment import launcher_free_environment
+from .._helpers import finish
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "launch_check.py"

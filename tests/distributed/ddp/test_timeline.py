@@ -14,7 +14,7 @@ import pytest
 from mpigrad.autograd.profiler import profile, record_function
 from mpigrad.distributed.ddp.timeline import MEMORY_EVENTS, Timeline, summarize
 
-from ._environment import launcher_free_environment
+from .._environment import launcher_free_environment
 
 
 def record_steps(timeline, first, count, buckets=3):
@@ -65,7 +65,7 @@ def test_a_killed_process_leaves_a_readable_trace_of_its_finished_steps(tmp_path
     path = tmp_path / "trace.json"
     script = textwrap.dedent(f"""
         import time
-        from tests.distributed.test_timeline import record_steps
+        from tests.distributed.ddp.test_timeline import record_steps
         from mpigrad.distributed.ddp.timeline import Timeline
 
         timeline = Timeline({str(path)!r}, rank=1)
