@@ -30,7 +30,8 @@ from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, multiprocessing  # noqa: F401
-from . import amp, cpu  # noqa: F401
+from . import amp, cpu, _dynamo  # noqa: F401
+from ._compile import compile  # noqa: F401
 from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401
                                 set_autocast_dtype, is_autocast_cpu_enabled,
                                 get_autocast_cpu_dtype)
