@@ -40,7 +40,7 @@ LAYERS = [
     {f"{D}.optim"},
     {f"{D}.fsdp"},
     {f"{D}.checkpoint", f"{D}.pipelining"},
-    {D, "mpigrad"},
+    {D, "mpigrad", "mpigrad.compat"},
 ]
 UPWARD_IMPORTS_ALLOWED = {("mpigrad.tensor", "mpigrad.autograd"), ("mpigrad.tensor", "mpigrad.ops")}
 
