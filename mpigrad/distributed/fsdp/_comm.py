@@ -7,8 +7,10 @@ user's collectives: `data` carries the parameter all-gathers and gradient reduce
 collectives in the same order on `data` (units run in the same order everywhere), which is
 all MPI asks of nonblocking collectives on one communicator.
 
-Communicators are freed when the ShardComm is collected or its group destroyed. One ShardComm
-serves every unit sharded over the same group (`for_group` keeps them).
+The communicators are the group's `Communicators`: when the ShardComm is collected they are
+only released, and freed at the group's next point that every rank reaches (see
+process_group.Communicators), or with the group. One ShardComm serves every unit sharded over
+the same group (`for_group` keeps them).
 """
 import weakref
 
@@ -17,7 +19,7 @@ from mpi4py import MPI
 
 from ..buffers import mpi_float_type, mpi_type
 from ..fault.watchdog import blocked
-from ..process_group import duplicate, free_communicators
+from ..process_group import Communicators, duplicate, free_released
 from ..work import Work
 
 _by_group = weakref.WeakKeyDictionary()
@@ -35,18 +37,19 @@ def for_group(pg):
 class ShardComm:
     def __init__(self, pg):
         self.process_group = pg
-        with self.blocked("duplicating the group's communicator"):
+        with self.blocked("duplicating the group's communicator"):  # Dup is collective
+            free_released(pg)  # dropped wrappers' ones, released on every rank
             data = duplicate(pg.comm, "FSDP")
             try:
                 control = duplicate(pg.comm, "FSDP")
             except BaseException:
                 data.Free()
                 raise
-        self._comms = [data, control]
+        communicators = Communicators(pg, [data, control])
+        self._comms = communicators.comms  # emptied when the group is destroyed
         self.rank = data.Get_rank()
         self.size = data.Get_size()
-        self.close = weakref.finalize(self, free_communicators, self._comms)
-        pg._dependents.add(self)
+        weakref.finalize(self, communicators.release)
 
     @property
     def live(self):
