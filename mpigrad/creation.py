@@ -36,6 +36,7 @@ def as_tensor(data, dtype=None):
 def from_numpy(array):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects an np.ndarray, got {type(array).__name__}")
+    dtypes.note_half_precision(array.dtype)
     return Tensor.wrap(array)
 
 

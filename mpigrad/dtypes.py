@@ -25,8 +25,8 @@ def get_default_dtype():
 
 
 def set_default_dtype(dtype):
-    dtype = np.dtype(dtype)
-    if dtype.kind != "f":
+    dtype = to_dtype(dtype)
+    if not is_floating_point(dtype):
         raise TypeError(f"the default dtype must be a floating point type, got {dtype}")
     _default[0] = dtype
 
@@ -48,13 +48,18 @@ def is_differentiable(dtype):
     return is_floating_point(dtype) or np.dtype(dtype).kind == "c"
 
 
+def note_half_precision(dtype):
+    """Called where dtypes enter (dtype arguments, arrays made into tensors)."""
+    if _on_first_half_precision and dtype in HALF_PRECISION:
+        while _on_first_half_precision:
+            _on_first_half_precision.pop()()
+
+
 def to_dtype(dtype):
     if dtype is None:
         return None
     dtype = np.dtype(dtype)
-    if dtype in HALF_PRECISION and _on_first_half_precision:
-        while _on_first_half_precision:
-            _on_first_half_precision.pop()()
+    note_half_precision(dtype)
     return dtype
 
 

@@ -207,6 +207,9 @@ class Tensor:
     def half(self):
         return self.to(dtypes.float16)
 
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
+
     def long(self):
         return self.to(dtypes.int64)
 
@@ -824,6 +827,7 @@ def _as_array(data, dtype):
     if isinstance(data, Tensor):
         data = data.data
     if isinstance(data, np.ndarray):
+        dtypes.note_half_precision(data.dtype)
         return data if dtype is None or data.dtype == dtype else data.astype(dtype)
     if isinstance(data, np.generic):
         return np.asarray(data, dtype=dtype)

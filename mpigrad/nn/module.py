@@ -255,6 +255,12 @@ class Module:
     def float(self):
         return self._convert(np.float32)
 
+    def half(self):
+        return self._convert(dtypes.float16)
+
+    def bfloat16(self):
+        return self._convert(dtypes.bfloat16)
+
     def cpu(self):
         return self
 

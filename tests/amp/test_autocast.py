@@ -172,3 +172,43 @@ def test_backward_inside_the_block_runs_in_the_forward_dtypes():
         assert w.grad.dtype == mg.float32
         grads.append(w.grad.numpy())
     np.testing.assert_array_equal(*grads)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_16_bit_module_computes_as_torchs(dtype):
+    torch.manual_seed(0)
+    theirs = torch.nn.Linear(24, 6)
+    ours = mg.nn.Linear(24, 6)
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    convert = "bfloat16" if dtype == "bfloat16" else "half"
+    theirs, ours = getattr(theirs, convert)(), getattr(ours, convert)()
+    x = np.random.default_rng(4).standard_normal((3, 24)).astype(np.float32)
+    got = ours(getattr(mg.tensor(x), convert)())
+    expected = theirs(getattr(torch.tensor(x), convert)())
+    assert ours.weight.dtype == got.dtype == getattr(mg, dtype)
+    torch.testing.assert_close(torch.from_numpy(got.detach().numpy().astype(np.float32))
+                               .to(expected.dtype), expected.detach())
+
+
+def test_a_16_bit_array_handed_in_first_starts_the_16_bit_arithmetic():
+    """In a fresh interpreter, from_numpy of a float16 array is the first 16-bit use: its
+    softmax is still computed in float32 and rounded once (numpy's float16 arithmetic rounds
+    the exponentials, their sum and the quotient each)."""
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, mpigrad as mg\n"
+        "a = np.random.default_rng(0).standard_normal((6, 200)).astype(np.float16)\n"
+        "got = mg.softmax(mg.from_numpy(a), -1).numpy()\n"
+        "want = mg.softmax(mg.from_numpy(a.astype(np.float32)), -1).numpy().astype(np.float16)\n"
+        "assert got.dtype == np.float16 and (got == want).all(), abs(got - want).max()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_bfloat16_default_dtype_as_torch():
+    previous = mg.get_default_dtype()
+    try:
+        mg.set_default_dtype(mg.bfloat16)
+        assert mg.tensor([1.5]).dtype == mg.ones(2).dtype == mg.bfloat16
+    finally:
+        mg.set_default_dtype(previous)
