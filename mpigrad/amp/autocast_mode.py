@@ -39,7 +39,8 @@ class autocast:
         self._previous = []
 
     def __enter__(self):
-        self._previous.append(_rules.enable(self.fast_dtype if self._enabled else None))
+        self._previous.append(_rules.enable(self.fast_dtype if self._enabled else None,
+                                            self._cache_enabled))
         return self
 
     def __exit__(self, *exc):

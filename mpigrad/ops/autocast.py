@@ -17,7 +17,7 @@ import functools
 import threading
 
 from .. import dtypes
-from ..autograd import engine
+from ..autograd import engine, grad_mode
 from ..tensor import Tensor
 from . import core
 from .arithmetic import cast
@@ -43,6 +43,14 @@ class _State(threading.local):
     # The autocast dtype while autocast is enabled on this thread, else None (torch's autocast
     # state is per thread too).
     dtype = None
+    # Autocast regions entered and not left, and whether they cache casts.
+    nesting = 0
+    cache_enabled = True
+    # As torch: inside autocast, a float32 leaf that requires grad (a weight) is cast to the
+    # autocast dtype once, and every use shares that cast (so their gradients meet in the
+    # 16-bit dtype before reaching the weight, as in torch). id -> (weight, its cast); emptied
+    # when the outermost region is left.
+    cache = None
 
 
 state = _State()
@@ -52,18 +60,24 @@ def _install():
     core.precision.handler = _handle
 
 
-def enable(dtype):
+def enable(dtype, cache_enabled=None):
     """Enter an autocast region (dtype, or None for one with autocast off); returns what to
     hand `restore` on leaving."""
-    previous = state.dtype
+    previous = (state.dtype, state.cache_enabled)
     state.dtype = dtype
+    if cache_enabled is not None:
+        state.cache_enabled = cache_enabled
+    state.nesting += 1
     if dtype is not None:
         _install()
     return previous
 
 
 def restore(previous):
-    state.dtype = previous
+    state.dtype, state.cache_enabled = previous
+    state.nesting -= 1
+    if state.nesting == 0:
+        state.cache = None
 
 
 dtypes._on_first_half_precision.append(_install)
@@ -94,7 +108,22 @@ def _eligible(a):
 
 
 def _cast_eligible(args, dtype):
-    return tuple(cast(a, dtype) if _eligible(a) and a.data.dtype != dtype else a for a in args)
+    return tuple(_autocast_cast(a, dtype) if _eligible(a) and a.data.dtype != dtype else a
+                 for a in args)
+
+
+def _autocast_cast(a, dtype):
+    cacheable = (state.cache_enabled and dtype == state.dtype and a.data.dtype == dtypes.float32
+                 and a.requires_grad and a.grad_fn is None and a._base is None
+                 and grad_mode._State.enabled)
+    if not cacheable:
+        return cast(a, dtype)
+    if state.cache is None:
+        state.cache = {}
+    hit = state.cache.get(id(a))
+    if hit is None or hit[0] is not a:
+        hit = state.cache[id(a)] = (a, cast(a, dtype))
+    return hit[1]
 
 
 def _widest(args, target):
@@ -157,8 +186,8 @@ def fused(lower_precision=False):
             if lower_precision and state.dtype is not None and engine.current_task() is None:
                 target = state.dtype
                 args, kwargs = _map_tensors(
-                    lambda a: cast(a, target) if _eligible(a) and a.data.dtype != target else a,
-                    args, kwargs)
+                    lambda a: (_autocast_cast(a, target) if _eligible(a) and a.data.dtype != target
+                               else a), args, kwargs)
             dtype = args[0].data.dtype if args and isinstance(args[0], Tensor) else None
             if dtype not in dtypes.HALF_PRECISION:
                 return function(*args, **kwargs)

@@ -212,3 +212,22 @@ def test_bfloat16_default_dtype_as_torch():
         assert mg.tensor([1.5]).dtype == mg.ones(2).dtype == mg.bfloat16
     finally:
         mg.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("cache_enabled", [True, False])
+def test_a_weight_used_twice_is_cast_once_as_in_torch(cache_enabled):
+    """Inside autocast torch casts a float32 weight once and every use shares the cast, so the
+    uses' gradients add up in bf16 before reaching the weight; without the cache they add in
+    float32. The weight's gradient equals torch's either way, bit for bit."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    w0 = rng.standard_normal((8, 8)).astype(np.float32)
+    grads = []
+    for lib in (mg, torch):
+        w = lib.tensor(w0).requires_grad_()
+        with lib.autocast("cpu", dtype=lib.bfloat16, cache_enabled=cache_enabled):
+            h = lib.nn.functional.linear(lib.tensor(x), w)
+            out = lib.nn.functional.linear(h, w).float().sum()
+        out.backward()
+        grads.append(w.grad.numpy())
+    np.testing.assert_array_equal(*grads)
