@@ -9,12 +9,15 @@ before: core.py checks one attribute):
   op runs in the dtypes it is given.
 - **16-bit compute**: an op with a float16 or bfloat16 input runs on float32 copies of those
   inputs and its floating result is rounded once to torch's result dtype, as torch's CPU
-  kernels do (so a bf16 matmul is the float32 product of bf16 values, rounded to bf16). The
-  casts are ops, so gradients are rounded the same way on the way back. Ops that only move
-  data run on the 16-bit arrays themselves.
+  kernels do (so a bf16 matmul is the float32 product of bf16 values, rounded to bf16). Its
+  gradient rules likewise run in float32 on the saved 16-bit values and round once (see
+  `_float32_twin`). Ops that only move data run on the 16-bit arrays themselves.
 """
+import copy
 import functools
 import threading
+
+import numpy as np
 
 from .. import dtypes
 from ..autograd import engine, grad_mode
@@ -132,23 +135,63 @@ def _widest(args, target):
 
 
 def _in_float32(op, args, params):
-    result_dtype = _result_dtype(args)
-    widened = tuple(cast(a, dtypes.float32)
-                    if isinstance(a, Tensor) and a.data.dtype in dtypes.HALF_PRECISION else a
-                    for a in args)
-    out = core.run(op, widened, params)
-    if (result_dtype is not None and out.data.dtype != result_dtype
-            and dtypes.is_floating_point(out.data.dtype)):
-        out = cast(out, result_dtype)
-    return out
+    return core.run(_float32_twin(op), args, params)
 
 
-def _result_dtype(args):
+_twins = {}
+
+
+def _float32_twin(op):
+    """`op` as torch's CPU kernels run it on 16-bit tensors: the forward on float32 copies,
+    its result rounded once to torch's result dtype; the gradient and tangent rules on float32
+    copies of what they read, their results rounded once where the engine brings a gradient
+    to its input's dtype. The node records the 16-bit inputs and output, as torch saves them,
+    and keeps the op's name (MmBackward0)."""
+    twin = _twins.get(op)
+    if twin is None:
+        twin = _twins[op] = copy.copy(op)
+        twin.forward = _forward_in_float32(op.forward)
+        twin.vjps = _rules_in_float32(op.vjps)
+        twin.jvps = _rules_in_float32(op.jvps)
+    return twin
+
+
+def _forward_in_float32(forward):
+    @functools.wraps(forward)
+    def run(*arrays, **params):
+        result_dtype = _result_dtype(arrays)
+        out = forward(*[a.astype(np.float32)
+                        if isinstance(a, np.ndarray) and a.dtype in dtypes.HALF_PRECISION else a
+                        for a in arrays], **params)
+        if (result_dtype is not None and isinstance(out, (np.ndarray, np.generic))
+                and dtypes.is_floating_point(out.dtype) and out.dtype != result_dtype):
+            out = np.asarray(out).astype(result_dtype)
+        return out
+    return run
+
+
+def _rules_in_float32(rules):
+    if rules is None:
+        return None
+    if isinstance(rules, tuple):
+        return tuple(None if rule is None else _rule_in_float32(rule) for rule in rules)
+    return _rule_in_float32(rules)
+
+
+def _rule_in_float32(rule):
+    @functools.wraps(rule)
+    def run(*args, **params):
+        return rule(*[_to_float32(a) if isinstance(a, Tensor) else a for a in args], **params)
+    return run
+
+
+def _result_dtype(arrays):
     """torch's floating result dtype when it is a 16-bit one, else None (numpy's promotion of
     the float32 copies then gives torch's answer). As in torch, a 0-dim tensor takes part only
     when no tensor with dimensions is floating."""
-    tensors = [a for a in args if isinstance(a, Tensor) and dtypes.is_floating_point(a.data.dtype)]
-    found = {a.data.dtype for a in tensors if a.ndim > 0} or {a.data.dtype for a in tensors}
+    floating = [a for a in arrays
+                if isinstance(a, np.ndarray) and dtypes.is_floating_point(a.dtype)]
+    found = {a.dtype for a in floating if a.ndim > 0} or {a.dtype for a in floating}
     if len(found) == 1:
         (only,) = found
         return only if only in dtypes.HALF_PRECISION else None

@@ -25,8 +25,9 @@ def test_a_16_bit_matmul_is_the_float32_product_rounded_once(dtype):
     a, b = rng.standard_normal((7, 33)), rng.standard_normal((33, 5))
     a16, b16 = _round(a, dtype), _round(b, dtype)
     expected = _round(a16.astype(np.float32) @ b16.astype(np.float32), dtype)
-    got = mg.tensor(a).to(getattr(mg, dtype)) @ mg.tensor(b).to(getattr(mg, dtype))
-    assert got.dtype == getattr(mg, dtype)
+    got = mg.tensor(a).to(getattr(mg, dtype)).requires_grad_() @ mg.tensor(b).to(getattr(mg, dtype))
+    assert got.dtype == getattr(mg, dtype) and got.grad_fn.name() == "MmBackward0"
+    got = got.detach()
     np.testing.assert_array_equal(got.numpy().astype(np.float32), expected.astype(np.float32))
     # torch's CPU kernels block the inner dimension, which may move a result by a rounding.
     theirs = torch.tensor(a).to(getattr(torch, dtype)) @ torch.tensor(b).to(getattr(torch, dtype))
@@ -38,17 +39,18 @@ def test_a_16_bit_matmul_is_the_float32_product_rounded_once(dtype):
 def test_16_bit_ops_and_their_gradients_equal_torch(dtype):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 6)).astype(np.float32)
-    results = []
+    results, names = [], []
     for lib in (mg, torch):
         t = lib.tensor(x).to(getattr(lib, dtype)).requires_grad_()
         y = (t.exp() * 3 + t.sin()).sum(-1).mean() + lib.nn.functional.gelu(t).sum()
         y.backward()
+        names.append(y.grad_fn.name())
         results.append((str(y.dtype).removeprefix("torch."), float(y), t.grad.float().numpy()
                         if lib is torch else t.grad.numpy().astype(np.float32)))
     (d1, v1, g1), (d2, v2, g2) = results
-    assert d1 == d2 == dtype
-    # Each op rounds once, as torch's kernels do; torch's reductions and fused backward
-    # kernels may round at other places, so values agree to torch's tolerance for the dtype.
+    assert d1 == d2 == dtype and names[0] == names[1]
+    # Each op and each gradient rule rounds once, as torch's kernels do; a few of torch's
+    # kernels round at other places, so values agree to torch's tolerance for the dtype.
     tol = {"bfloat16": dict(rtol=1.6e-2, atol=1e-5), "float16": dict(rtol=1e-3, atol=1e-5)}[dtype]
     np.testing.assert_allclose(v1, v2, **tol)
     np.testing.assert_allclose(g1, g2, **tol)

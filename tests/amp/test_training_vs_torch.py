@@ -67,10 +67,11 @@ def _train(lib, model, dtype, xs, ys):
                                                      (_block, (4, 3, 16), False)],
                          ids=["mlp", "transformer_block"])
 def test_autocast_and_grad_scaler_steps_equal_torch(build, shape, elementwise, dtype):
-    """The MLP's parameters equal torch's element by element. In the block, torch's softmax
-    and log_softmax backward kernels read their saved 16-bit output where mpigrad's rules read
-    the float32 one, so a gradient may differ by a rounding; the block's parameters are held
-    to two roundings (2 rtol) of how far training moved each tensor."""
+    """The MLP's parameters equal torch's element by element. In the block, torch's fused
+    attention and mixed-dtype layer-norm backward kernels sum in their own order, and a few of
+    its float16 kernels (log_softmax) round at other places, so a gradient may differ by a
+    rounding; the block's parameters are held to two roundings (2 rtol) of how far training
+    moved each tensor."""
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
     theirs = build(torch)
