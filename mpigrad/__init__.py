@@ -4,9 +4,9 @@ The public names mirror torch's: tensors and their factories here, `mpigrad.auto
 `mpigrad.nn`, `mpigrad.optim`, `mpigrad.data` (torch.utils.data's role) and
 `mpigrad.distributed`.
 """
-from .dtypes import (float16, half, bfloat16, float32, float64, double, int8, uint8, int16, short,  # noqa: F401
-                     int32, int64, long, bool, get_default_dtype, set_default_dtype,
-                     is_floating_point)
+from .dtypes import (float16, half, bfloat16, float32, float64, double, int8,  # noqa: F401
+                     uint8, int16, short, int32, int64, long, bool, get_default_dtype,
+                     set_default_dtype, is_floating_point)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
 from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401
                        zeros_like, ones_like, empty_like, full_like, arange, linspace, eye,

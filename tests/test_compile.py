@@ -30,7 +30,8 @@ def test_compiled_module_is_torchs_wrapper_and_computes_the_same():
     np.testing.assert_array_equal(compiled(mg.tensor(x)).detach().numpy(),
                                   ours(mg.tensor(x)).detach().numpy())
     np.testing.assert_allclose(compiled(mg.tensor(x)).detach().numpy(),
-                               t_compiled.eval()(torch.tensor(x)).detach().numpy(), rtol=1.3e-6, atol=1e-5)
+                               t_compiled.eval()(torch.tensor(x)).detach().numpy(),
+                               rtol=1.3e-6, atol=1e-5)
     # A state dict saved from the compiled model loads back into a compiled one.
     again = mg.compile(_net(mg))
     again.load_state_dict(compiled.state_dict())

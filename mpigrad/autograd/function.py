@@ -170,7 +170,8 @@ class Function:
                 results.append(out)
                 metas_out.append(((), np.float64))
                 continue
-            differentiable = id(out) not in ctx._non_differentiable and dtypes.is_differentiable(out.dtype)
+            differentiable = (id(out) not in ctx._non_differentiable
+                              and dtypes.is_differentiable(out.dtype))
             if any(out is d for d in ctx._dirty):
                 if record:  # modified in place: it keeps its identity and gets new history
                     _check_dirty(cls, out)

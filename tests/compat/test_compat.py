@@ -39,7 +39,8 @@ TRAINING = textwrap.dedent('''
     model = Net()
     with torch.no_grad():  # weights both libraries can make: no random numbers
         for i, p in enumerate(model.parameters()):
-            p.copy_(torch.cos(torch.arange(p.numel(), dtype=torch.float64) + i).reshape(p.shape) / 2)
+            values = torch.cos(torch.arange(p.numel(), dtype=torch.float64) + i)
+            p.copy_(values.reshape(p.shape) / 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
     for epoch in range(3):
