@@ -4,17 +4,20 @@ The public names mirror torch's: tensors and their factories here, `mpigrad.auto
 `mpigrad.nn`, `mpigrad.optim`, `mpigrad.data` (torch.utils.data's role) and
 `mpigrad.distributed`.
 """
-from .dtypes import (float16, half, bfloat16, float32, float64, double, int8,  # noqa: F401
-                     uint8, int16, short, int32, int64, long, bool, get_default_dtype,
-                     set_default_dtype, is_floating_point)
+from .dtypes import (float16, half, bfloat16, float32, float, float64, double, int8,  # noqa: F401
+                     uint8, int16, short, int32, int, int64, long, bool, complex64, cfloat,
+                     complex128, cdouble, get_default_dtype, set_default_dtype,
+                     is_floating_point)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
 from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401
-                       zeros_like, ones_like, empty_like, full_like, arange, linspace, eye,
-                       randn, rand, randint, randperm, multinomial)
+                       zeros_like, ones_like, empty_like, full_like, randn_like, rand_like,
+                       randint_like, arange, linspace, eye, randn, rand, randint, randperm,
+                       multinomial, FloatTensor, DoubleTensor, HalfTensor, LongTensor,
+                       IntTensor, ShortTensor, CharTensor, ByteTensor, BoolTensor)
 from .random import (Generator, manual_seed, seed, initial_seed, get_rng_state,  # noqa: F401
                      set_rng_state, default_generator)
 from .autograd import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,  # noqa: F401
-                       inference_mode, is_inference_mode_enabled)
+                       inference_mode, is_inference_mode_enabled, is_anomaly_enabled)
 from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos, tanh,  # noqa: F401
                   abs, sign, sigmoid, relu, erf, clamp, maximum, minimum, where, sum, mean,
                   var, std, norm, amax, amin, max, min, argmax, argmin, softmax, log_softmax,
@@ -23,13 +26,14 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   isnan, isfinite, clone, masked_fill, floor, ceil, round, cumsum, prod, sort,
                   topk, index_select, gather, unbind, tril, triu, einsum, bmm, baddbmm, addmm,
                   outer, ger, scatter, scatter_add, index_add, repeat_interleave, roll, flip,
-                  rsqrt, lerp, nan_to_num, broadcast_to, meshgrid, allclose)
+                  rsqrt, lerp, nan_to_num, broadcast_to, meshgrid, allclose, remainder, fmod)
 from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softmax)
 from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
-from . import accelerator, backends, cuda, multiprocessing  # noqa: F401
+from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler  # noqa: F401
+from . import serialization  # noqa: F401
 from . import amp, cpu, _dynamo  # noqa: F401
 from ._compile import compile  # noqa: F401
 from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401

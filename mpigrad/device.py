@@ -75,10 +75,12 @@ def require_cpu(where, target):
     resolved = target if isinstance(target, device) else device(target)
     if resolved.type != "cpu":
         # torch without CUDA raises AssertionError for "cuda"; the same type, our words.
+        # torch's CPU build says "Torch not compiled with CUDA enabled"; scripts look for it.
         error = AssertionError if resolved.type == "cuda" else RuntimeError
-        raise error(f"{where}: mpigrad runs on the CPU only and cannot move to "
-                           f"'{resolved}' (torch.cuda.is_available() is False here too); "
-                           "use 'cpu', or pick the device with "
-                           "'cuda' if mpigrad.cuda.is_available() else 'cpu'")
+        prefix = "Torch not compiled with CUDA enabled: " if resolved.type == "cuda" else ""
+        raise error(f"{where}: {prefix}mpigrad runs on the CPU only and cannot move to "
+                    f"'{resolved}' (torch.cuda.is_available() is False here too); "
+                    "use 'cpu', or pick the device with "
+                    "'cuda' if mpigrad.cuda.is_available() else 'cpu'")
     return resolved
 

@@ -21,7 +21,7 @@ from .hooks import add_hook
 class Tensor:
     __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
                  "_hooks", "_post_accumulate_hooks", "_accumulator", "_retains_grad",
-                 "__weakref__")
+                 "_inference", "__weakref__")
     # Make numpy defer to Tensor's reflected operators (ndarray * Tensor -> Tensor).
     __array_priority__ = 1000
 
@@ -86,6 +86,9 @@ class Tensor:
     def device(self):
         return CPU
 
+    is_cuda = False
+    is_meta = False
+
     @property
     def is_leaf(self):
         return self.grad_fn is None
@@ -93,6 +96,10 @@ class Tensor:
     @property
     def _version(self):
         return self._vc[0]
+
+    def is_inference(self):
+        """Whether this tensor was made under `inference_mode()` (see ops.core's checks)."""
+        return self._inference
 
     @property
     def T(self):
@@ -134,6 +141,13 @@ class Tensor:
 
     def __hash__(self):
         return id(self)
+
+    def __format__(self, spec):
+        """As torch: a 0-d tensor formats as its number (`f"{loss:.4f}"`); any other tensor
+        only with an empty spec."""
+        if self.data.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
 
     def __repr__(self):
         body = np.array2string(self.data, separator=", ", prefix="tensor(")
@@ -197,6 +211,18 @@ class Tensor:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None, non_blocking=False, memory_format=None):
+        require_cpu("Tensor.cuda", "cuda")
+
+    def type(self, dtype=None, non_blocking=False):
+        """With no argument, torch's legacy type name ('torch.FloatTensor'); otherwise this
+        tensor as the given dtype, legacy type name or legacy type (`mpigrad.LongTensor`)."""
+        if dtype is None:
+            return dtypes.legacy_type_name(self.dtype)
+        if isinstance(dtype, str):
+            dtype = dtypes.from_legacy_type_name(dtype)
+        return self.to(getattr(dtype, "dtype", dtype))
 
     def float(self):
         return self.to(dtypes.float32)
@@ -315,6 +341,21 @@ class Tensor:
 
     def __rpow__(self, base):
         return ops.pow(base, self)
+
+    def __mod__(self, other):
+        return ops.remainder(self, other)
+
+    def __rmod__(self, other):
+        return ops.remainder(other, self)
+
+    def __imod__(self, other):
+        return ops.inplace(ops.remainder, self, other)
+
+    def remainder(self, other):
+        return ops.remainder(self, other)
+
+    def fmod(self, other):
+        return ops.fmod(self, other)
 
     def __neg__(self):
         return ops.neg(self)
@@ -439,6 +480,26 @@ class Tensor:
 
     def uniform_(self, a=0.0, b=1.0, generator=None):
         return self.copy_(random.uniform_array(self.shape, a, b, self.dtype, generator))
+
+    def random_(self, from_=None, to=None, *, generator=None, **kwargs):
+        """torch's random_: `random_()` draws integers from [0, 2**mantissa bits] for a
+        floating tensor (every one exact) or [0, max] for an integer one; `random_(to)` from
+        [0, to); `random_(from, to)` from [from, to). `from` may be given as a keyword, as
+        in torch."""
+        if "from" in kwargs:
+            from_ = kwargs.pop("from")
+        if kwargs:
+            raise TypeError(f"random_() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        if to is None and from_ is not None:
+            from_, to = 0, from_
+        if to is None:
+            to = _random_bound(self.dtype) + 1
+        from_ = 0 if from_ is None else from_
+        if from_ >= to:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got "
+                               f"from={from_} >= to={to}")
+        drawn = random.integers_array(from_, to, self.shape, np.int64, generator)
+        return self.copy_(drawn.astype(self.dtype))
 
     # ----------------------------------------------------------------- torch's method forms
     def add(self, other, alpha=1):
@@ -771,6 +832,21 @@ class Tensor:
     def split(self, split_size_or_sections, dim=0):
         return ops.split(self, split_size_or_sections, dim)
 
+    def narrow(self, dim, start, length):
+        """A view of `length` entries of dimension `dim` from `start` (negative counts from
+        the end), as torch.narrow."""
+        dim = _wrap_dim(dim, self.ndim)
+        size = self.shape[dim]
+        start = int(start)
+        if not -size <= start <= size:
+            raise IndexError(f"start out of range (expected to be in range of [{-size}, "
+                             f"{size}], but got {start})")
+        start = start + size if start < 0 else start
+        if length < 0 or start + length > size:
+            raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
+                               f"({size}).")
+        return self[(slice(None),) * dim + (slice(start, start + length),)]
+
     def chunk(self, chunks, dim=0):
         return ops.chunk(self, chunks, dim)
 
@@ -819,6 +895,7 @@ def _init(t, array):
     t._post_accumulate_hooks = None
     t._accumulator = None
     t._retains_grad = False
+    t._inference = autograd.grad_mode._State.inference
 
 
 def _as_array(data, dtype):
@@ -846,6 +923,22 @@ def _unwrap_nested(data):
     if isinstance(data, (list, tuple)):
         return [_unwrap_nested(d) for d in data]
     return data
+
+
+def _random_bound(dtype):
+    """random_()'s largest draw: every integer up to it is exact in `dtype`."""
+    if dtype.kind == "f":
+        return 2 ** (np.finfo(dtype).nmant + 1)
+    if dtype.kind == "b":
+        return 1
+    return int(np.iinfo(dtype).max)
+
+
+def _wrap_dim(dim, ndim):
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {dim})")
+    return dim + ndim if dim < 0 else dim
 
 
 def _shape_arg(shape):

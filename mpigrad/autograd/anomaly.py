@@ -27,9 +27,16 @@ class detect_anomaly:
 
 
 class set_detect_anomaly(detect_anomaly):
+    """Sets the mode when called; used as a context manager, restores the mode from before
+    the call on leaving (as torch's)."""
+
     def __init__(self, mode):
         super().__init__(check_nan=mode)
-        self.__enter__()
+        super().__enter__()
+
+    def __enter__(self):
+        # The mode was set when this was made; entering again would record that as "before".
+        return self
 
 
 def creation_stack():

@@ -94,8 +94,9 @@ class inference_mode(_ModeContext):
 
     mpigrad's no_grad already skips all autograd bookkeeping, so the two cost the same;
     `inference_mode(False)` inside it re-enables recording, as torch's does.
-    `is_inference_mode_enabled()` tells which one is active. Unlike torch, tensors made here
-    are not marked: using them later in a recorded op is allowed.
+    `is_inference_mode_enabled()` tells which one is active. Tensors made inside are
+    inference tensors (`is_inference()`), as torch's: outside inference mode they may not be
+    saved for backward nor updated in place (clone one to get a normal tensor).
     """
 
     def __new__(cls, mode=True):

@@ -38,12 +38,14 @@ class DataLoader:
             workers' base seed.
         num_workers: load batches in this many worker processes (0: in this
             process). See `mpigrad.data.worker` for their seeding, start method
-            (spawn, safe after MPI_Init) and shutdown.
+            (torch's default, fork on Linux, until MPI is initialised; then spawn)
+            and shutdown.
         pin_memory: accepted; with no accelerator it does nothing and warns, as
             PyTorch on a CPU-only machine.
         timeout: seconds to wait for a batch from the workers (0: no limit).
         worker_init_fn: called in each worker with its id, after seeding.
-        multiprocessing_context: `"spawn"` (default), `"forkserver"` or a context.
+        multiprocessing_context: a start method name or a context (`"fork"` only
+            while MPI is not initialised).
         prefetch_factor: batches queued per worker (default 2 with workers).
         persistent_workers: keep the workers between passes.
         in_order: accepted; batches always come in the sampler's order.

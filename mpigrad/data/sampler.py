@@ -100,14 +100,26 @@ class RandomSampler(Sampler):
         seed = draw_seed() if self.seed is None else self.seed
         rng = epoch_rng(seed, self.epoch)
         self.epoch += 1
-        if self.replacement:
-            order = rng.integers(n, size=count)
-        else:
-            order = np.concatenate([rng.permutation(n) for _ in range(-(-count // n))])[:count]
-        return iter(order.tolist())
+        return _draws(rng, n, count, self.replacement)
 
     def __len__(self):
         return self.num_samples
+
+
+# Indices drawn at a time with replacement: a pass of any length (torch's
+# num_samples=10**10) costs this much memory, not an array of all its indices.
+_CHUNK = 1 << 16
+
+
+def _draws(rng, n, count, replacement):
+    """A pass's `count` indices below `n`, drawn as they are consumed: independent draws in
+    chunks, or one permutation of the dataset after another (the last cut short)."""
+    if replacement:
+        for start in range(0, count, _CHUNK):
+            yield from rng.integers(n, size=min(_CHUNK, count - start)).tolist()
+    else:
+        for start in range(0, count, n):
+            yield from rng.permutation(n)[:count - start].tolist()
 
 
 class BatchSampler(Sampler):

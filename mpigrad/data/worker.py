@@ -16,19 +16,21 @@ Lifecycle of one multi-process pass (`_WorkerPool` plus `_MultiProcessIterator`)
    when the iterator or the loader is garbage-collected: workers get a stop message,
    are joined for a few seconds, then terminated.
 
-Start method: `spawn`, never `fork`. By the time a loader iterates, the process
-has usually initialised MPI (importing `mpigrad.distributed` does), and forking an
-MPI process copies its shared-memory segments, registered memory and network
-endpoints into a child that must not use them, and copies the locks of threads
-(MPI's progress thread, mpigrad's watchdog) that do not exist in the child: Open MPI
-warns about it, and MPICH's shared-memory transport can be corrupted by it. A
-spawned worker is a fresh interpreter. The launcher's variables (PMI, PMIx, Open MPI,
-Hydra, torchrun's rank variables) are removed from its environment, so if it imports
-`mpigrad.distributed` (e.g. by re-importing the main script), it starts as its own
-one-process MPI world instead of claiming a rank of the job. As with PyTorch's
-`spawn`, the dataset, `collate_fn` and `worker_init_fn` must be picklable, and
-the main script's top level must be guarded by `if __name__ == "__main__":`.
-`multiprocessing_context="forkserver"` is accepted too; `"fork"` is refused.
+Start method: torch's, the platform's default (`fork` on Linux), while this process has
+not initialised MPI, so a script without `if __name__ == "__main__":` works as with torch
+(a spawned worker re-imports the main script, re-running its top level). Once MPI is
+initialised (importing `mpigrad.distributed` under a launcher does it, before a loader
+usually iterates), workers are spawned and `fork` is refused: forking an MPI process
+copies its shared-memory segments, registered memory and network endpoints into a child
+that must not use them, and copies the locks of threads (MPI's progress thread, mpigrad's
+watchdog) that do not exist in the child: Open MPI warns about it, and MPICH's
+shared-memory transport can be corrupted by it. A spawned worker is a fresh interpreter;
+as with PyTorch's `spawn`, the dataset, `collate_fn` and `worker_init_fn` must be
+picklable, and the main script's top level guarded. Either way the launcher's variables
+(PMI, PMIx, Open MPI, Hydra, torchrun's rank variables) are removed from a worker's
+environment, so if it imports `mpigrad.distributed` it starts as its own one-process MPI
+world instead of claiming a rank of the job. `multiprocessing_context` may name any start
+method (or be a context), `fork` only while MPI is not initialised.
 """
 import multiprocessing
 import os
@@ -100,8 +102,11 @@ def _pickled_result(pass_id, position, batch, worker_id):
 
 
 def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, parent_alive,
-                 base_seed, init_fn, worker_id, num_workers):
+                 parent_alive_writer, base_seed, init_fn, worker_id, num_workers):
     global _worker_info
+    # A forked worker inherits the write end of `parent_alive` (a spawned one is handed it);
+    # only the main process may hold it, or the pipe never ends when that process dies.
+    parent_alive_writer.close()
     seed = base_seed + worker_id
     try:
         random.seed(seed)
@@ -152,19 +157,24 @@ class _LauncherFreeEnvironment:
         self._lock.release()
 
 
+def mpi_initialized():
+    """Whether this process has initialised MPI (and not finalised it)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+
+
 def start_method(name):
-    """The multiprocessing context for workers: spawn unless told otherwise, never fork."""
+    """The multiprocessing context for workers: `name` (a start method or a context), else
+    the platform's default (torch's choice) while MPI is not initialised here and spawn once
+    it is; fork is refused while MPI is initialised."""
     if name is None:
-        name = "spawn"
-    if isinstance(name, str):
-        if name == "fork":
-            raise ValueError("multiprocessing_context='fork' is refused: forking a process that "
-                             "has initialised MPI copies MPI's state into the workers; use "
-                             "'spawn' (the default) or 'forkserver'")
-        return multiprocessing.get_context(name)
-    if name.get_start_method() == "fork":
-        return start_method("fork")
-    return name
+        return multiprocessing.get_context("spawn" if mpi_initialized() else None)
+    context = multiprocessing.get_context(name) if isinstance(name, str) else name
+    if context.get_start_method() == "fork" and mpi_initialized():
+        raise ValueError("multiprocessing_context='fork' is refused: this process has "
+                         "initialised MPI, and forking it copies MPI's state into the "
+                         "workers; use 'spawn' (the default then) or 'forkserver'")
+    return context
 
 
 class _WorkerPool:
@@ -185,7 +195,8 @@ class _WorkerPool:
                         target=_worker_loop, daemon=True,
                         name=f"mpigrad-data-worker-{worker_id}",
                         args=(loader.dataset, loader.collate_fn, fetch, index_queue,
-                              self.result_queue, self.stop, self.parent_alive, base_seed,
+                              self.result_queue, self.stop, self.parent_alive,
+                              self.parent_alive_writer, base_seed,
                               loader.worker_init_fn,
                               worker_id, loader.num_workers))
                     process.start()  # pickles the dataset: may fail for this worker only

@@ -53,6 +53,8 @@ class ProcessGroup:
         self._autograd_comm = duplicate(comm, f"creating {name}")
         self._collective_count = 0
         self.serial = serial
+        # The backend the script named (torch's get_backend answers it); MPI carries them all.
+        self.backend = "mpi"
         # Communicators of code built on this group, by key: every set not yet freed, those
         # its owner let go of waiting in `_released` for a point where all members agree.
         self._owned = {}
@@ -327,6 +329,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     # Every rank is past MPI_Init (the collectives above completed), so every local rank has
     # mapped MPI's shared memory: its name can go, and an aborted job leaves nothing behind.
     segments.release()
+    world.backend = name
     GroupMember.WORLD = world
     _live_groups.append(world)
     abort.set_abort_on_exception(abort_setting)
@@ -370,14 +373,15 @@ def destroy_process_group(group=None):
     group._free()
 
 
-def new_group(ranks=None, timeout=None):
+def new_group(ranks=None, timeout=None, backend=None):
     """A group of the given global ranks (all ranks when None), backed by an MPI
     sub-communicator. Every rank of the default group must call it, members or not, with the
     same ranks; non-members get `GroupMember.NON_GROUP_MEMBER`. As in torch, the ranks are
-    sorted: group rank i is the i-th smallest global rank. `timeout` defaults to the default
-    group's."""
+    sorted: group rank i is the i-th smallest global rank. `timeout` and `backend` (what
+    `get_backend` answers for the group; MPI carries it) default to the default group's."""
     world = _get_default_group("new_group")
     free_released(world)
+    backend = world.backend if backend is None else backend_name(backend)
     with checks.collective(world, "new_group") as check:
         members = _validated_ranks(ranks, world.size())
         seconds = world.timeout if timeout is None else _seconds(timeout)
@@ -394,6 +398,7 @@ def new_group(ranks=None, timeout=None):
         return GroupMember.NON_GROUP_MEMBER
     pg = ProcessGroup(comm, members, world.check_collectives, seconds,
                       f"the group of global ranks {members}", serial)
+    pg.backend = backend
     _live_groups.append(pg)
     return pg
 
@@ -507,9 +512,12 @@ def get_local_world_size():
 
 
 def get_backend(group=None):
-    """Always "mpi"; here so torch scripts that ask keep working."""
-    member_group(group, "get_backend")
-    return "mpi"
+    """The backend the script named for `group` ("gloo", "nccl", "mpi", ...; "mpi" when it
+    named none), as torch answers; MPI carries every one of them here."""
+    pg = member_group(group, "get_backend")
+    if pg is None:
+        raise ValueError("Invalid process group specified")
+    return pg.backend
 
 
 def get_process_group_ranks(group):

@@ -40,6 +40,7 @@ from .container import ParameterList, ParameterDict  # noqa: F401
 from .activation import (Hardtanh, ReLU6, SELU, Hardsigmoid, Hardswish, Mish, ELU,  # noqa: F401
                          CELU, Softplus, Softsign, LogSigmoid, GLU, Threshold, PReLU)
 from .rnn import RNNBase, RNN, LSTM, GRU, RNNCellBase, RNNCell, LSTMCell, GRUCell  # noqa: F401
+from . import modules  # noqa: F401,E402  (torch.nn.modules' paths to the classes above)
 
 
 def __getattr__(name):

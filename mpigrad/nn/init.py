@@ -6,6 +6,7 @@ values come from mpigrad's default generator unless a `generator` is given, so
 """
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -13,7 +14,8 @@ from .. import random
 from ..autograd import grad_mode
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "zeros_",
-           "ones_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"]
+           "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+           "kaiming_normal_", "orthogonal_", "sparse_"]
 
 _LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "conv_transpose3d", "sigmoid")
@@ -107,8 +109,18 @@ def xavier_normal_(tensor, gain=1.0, generator=None):
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
 
+def _empty(tensor):
+    """torch warns, and leaves the tensor alone, when asked to initialise no elements."""
+    if 0 in tensor.shape:
+        warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+        return True
+    return False
+
+
 def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     """U(-bound, bound), bound = gain * sqrt(3 / fan) (He et al.); `a` is leaky_relu's slope."""
+    if _empty(tensor):
+        return tensor
     std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode))
     bound = math.sqrt(3.0) * std
     return uniform_(tensor, -bound, bound, generator)
@@ -116,5 +128,86 @@ def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", gene
 
 def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     """N(0, std^2), std = gain / sqrt(fan)."""
+    if _empty(tensor):
+        return tensor
     std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode))
     return normal_(tensor, 0.0, std, generator)
+
+
+def eye_(tensor):
+    """The identity matrix (ones on the diagonal of a 2-D tensor, rectangular allowed)."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    with grad_mode.no_grad():
+        return tensor.copy_(np.eye(*tensor.shape, dtype=tensor.dtype))
+
+
+def dirac_(tensor, groups=1):
+    """A convolution weight (3-D to 5-D) that passes its input through: in each of `groups`
+    groups, output channel d takes input channel d at the kernel's centre."""
+    if tensor.ndim not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if tensor.shape[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    out_per_group = tensor.shape[0] // groups
+    values = np.zeros(tensor.shape, tensor.dtype)
+    centre = tuple(k // 2 for k in tensor.shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, tensor.shape[1])):
+            values[(g * out_per_group + d, d) + centre] = 1
+    with grad_mode.no_grad():
+        return tensor.copy_(values)
+
+
+def orthogonal_(tensor, gain=1, generator=None):
+    """A (semi-)orthogonal matrix, as Saxe et al.: the Q of the QR decomposition of a
+    normal matrix, its signs fixed by R's diagonal so Q is uniformly (Haar) distributed, times
+    `gain`; a tensor of more than 2 dimensions is its first dimension by the rest."""
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    flattened = random.normal_array((rows, cols), 0.0, 1.0, np.float64, generator)
+    if rows < cols:
+        flattened = flattened.T
+    q, r = np.linalg.qr(flattened)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    with grad_mode.no_grad():
+        return tensor.copy_((q * gain).reshape(tensor.shape))
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """A 2-D matrix of N(0, std^2) values with a fraction `sparsity` of each column (rounded
+    up) set to zero at random rows (Martens, 2010)."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    zeros_per_column = int(math.ceil(sparsity * rows))
+    values = random.normal_array((rows, cols), 0.0, std, tensor.dtype, generator)
+    for column in range(cols):
+        values[random.permutation_array(rows, generator)[:zeros_per_column], column] = 0
+    with grad_mode.no_grad():
+        return tensor.copy_(values)
+
+
+def _deprecated(new):
+    """torch's old names without the underscore: the same function, with its warning."""
+    old = new.__name__[:-1]
+
+    def deprecated(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old}` is now deprecated in favor of `nn.init.{new.__name__}`.",
+                      FutureWarning, stacklevel=2)
+        return new(*args, **kwargs)
+    deprecated.__name__ = deprecated.__qualname__ = old
+    deprecated.__doc__ = f"Deprecated: use `{new.__name__}`."
+    return deprecated
+
+
+uniform, normal, constant, eye, dirac, xavier_uniform, xavier_normal, kaiming_uniform, \
+    kaiming_normal, orthogonal, sparse = map(
+        _deprecated, (uniform_, normal_, constant_, eye_, dirac_, xavier_uniform_,
+                      xavier_normal_, kaiming_uniform_, kaiming_normal_, orthogonal_, sparse_))

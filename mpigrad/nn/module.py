@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import dtypes
 from ..autograd import Function, grad_mode
+from ..device import require_cpu
 from ..hooks import add_hook
 from ..tensor import Tensor, to_arguments, zero_grads
 from .parameter import Buffer, Parameter
@@ -82,17 +83,23 @@ class Module:
             # it stays in state_dict (`bn.running_mean = other.running_mean`).
             self._buffers[name] = value
             return
-        for store in (self._parameters, self._buffers, self._modules):
-            store.pop(name, None)
         if isinstance(value, Parameter):
-            self._parameters[name] = value
+            kept = self._parameters
         elif isinstance(value, Buffer):
-            self._buffers[name] = Tensor.wrap(value.data)
+            kept, value = self._buffers, Tensor.wrap(value.data)
         elif isinstance(value, Module):
-            self._modules[name] = value
+            kept = self._modules
         else:
+            kept = None
+        # A name already in the store it goes to keeps its place there (torch's OrderedDict
+        # assignment), so replacing a child keeps the order of children().
+        for store in (self._parameters, self._buffers, self._modules):
+            if store is not kept:
+                store.pop(name, None)
+        if kept is None:
             object.__setattr__(self, name, value)
             return
+        kept[name] = value
         self.__dict__.pop(name, None)
 
     def __getattr__(self, name):
@@ -263,6 +270,9 @@ class Module:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None):
+        require_cpu("Module.cuda", "cuda")
 
     # ------------------------------------------------------------- state
     def state_dict(self, destination=None, prefix="", keep_vars=False):

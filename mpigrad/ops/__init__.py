@@ -2,7 +2,7 @@
 from .core import Op, apply, inplace  # noqa: F401
 from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clone,  # noqa: F401
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
-                         isnan, isfinite, allclose, lerp)
+                         isnan, isfinite, allclose, lerp, remainder, fmod)
 from .elementwise import (exp, log, sqrt, sin, cos, tanh, abs, sign, sigmoid, relu, erf,  # noqa: F401
                           gelu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
                           ceil, round, rsqrt, tril, triu, nan_to_num)
@@ -18,7 +18,8 @@ from .loss import binary_cross_entropy  # noqa: F401
 from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
                        index_add_, roll, flip, repeat_interleave)
-from .activations import hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish, threshold  # noqa: F401
+from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish,  # noqa: F401
+                          threshold, leaky_relu)
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401
                         gru_cell, lstm_cell)
 from . import autocast  # noqa: F401  (installs its first-use hook in dtypes)

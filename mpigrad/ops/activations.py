@@ -19,6 +19,18 @@ hardtanh = Op("hardtanh", _hardtanh,
               saves="x", elementwise=True)
 
 
+def _leaky_relu(x, negative_slope):
+    return np.where(x > 0, x, x * np.asarray(negative_slope, x.dtype))
+
+
+# The derivative is read from the output, as torch's in-place leaky_relu_ reads it (for a
+# slope >= 0 the output is positive exactly where the input is), so the input may be
+# overwritten: nn.LeakyReLU(inplace=True). The out-of-place form stays a `where`.
+leaky_relu = Op("leaky_relu", _leaky_relu,
+                (lambda g, ans, x, negative_slope: where(ans > 0, g, g * negative_slope),),
+                saves="ans", elementwise=True, grad_fn_name="LeakyReluBackward1")
+
+
 def _elu(x, alpha, scale, input_scale):
     negative = np.expm1(np.minimum(x, 0) * input_scale) * (alpha * scale)
     return np.where(x > 0, x * scale, negative).astype(x.dtype, copy=False)

@@ -40,6 +40,28 @@ neg = Op("neg", np.negative,
          (lambda g, ans, x: -g,), elementwise=True)
 
 
+def _integer_division_checked(ufunc):
+    """torch refuses an integer modulo by zero (numpy would answer 0 with a warning)."""
+    def forward(a, b):
+        if (np.result_type(a, b).kind in "iub" and not np.all(b)):
+            raise RuntimeError("ZeroDivisionError")
+        return ufunc(a, b)
+    return forward
+
+
+# remainder takes the divisor's sign (Python's %), fmod the dividend's (C's); both
+# a - q * b with q the quotient floored or truncated, so d/db = -q.
+remainder = Op("remainder", _integer_division_checked(np.remainder),
+               (lambda g, ans, a, b: g,
+                lambda g, ans, a, b: -g * (a / b).floor()),
+               saves="a b", elementwise=True)
+
+fmod = Op("fmod", _integer_division_checked(np.fmod),
+          (lambda g, ans, a, b: g,
+           lambda g, ans, a, b: -g * (a / b).div(1, rounding_mode="trunc")),
+          saves="a b", elementwise=True)
+
+
 def _pow_exponent_grad(g, ans, a, b):
     # d(a^b)/db = a^b log a, defined only for a > 0; torch uses 0 elsewhere.
     positive = a > 0
@@ -120,7 +142,9 @@ linear = Op("linear", _linear_forward,
             (lambda t, ans, x, weight, bias: linear(t, weight, None),
              lambda t, ans, x, weight, bias: linear(x, t, None),
              lambda t, ans, x, weight, bias: t),
-            saves="x weight", grad_fn_name="AddmmBackward0")
+            saves="x weight",
+            grad_fn_name=lambda params, args: "MmBackward0" if args[2] is None
+            else "AddmmBackward0")
 
 
 _cast = Op("cast", lambda x, dtype: x.astype(dtype),

@@ -24,6 +24,30 @@ from ..autograd.saved_tensors import SavedTensor
 from ..tensor import Tensor
 
 
+# torch's ops are silent about division by zero, log(0) and overflow (they answer inf or nan);
+# numpy's warn. Ops run with numpy's floating-point errors ignored, set through the context
+# variable np.errstate itself sets (0.15 us an op where entering an errstate costs 1.2 us, a
+# third of a small op), or through np.errstate where numpy does not have it.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _np_errors
+    with np.errstate(all="ignore"):
+        _IGNORE_ERRORS = _np_errors.get()
+
+    def _quiet():
+        return _np_errors.set(_IGNORE_ERRORS)
+
+    def _loud(token):
+        _np_errors.reset(token)
+except ImportError:  # another numpy: the documented, slower way
+    def _quiet():
+        state = np.errstate(all="ignore")
+        state.__enter__()
+        return state
+
+    def _loud(state):
+        state.__exit__(None, None, None)
+
+
 # Every Op by name, so tests can check that each one has a gradcheck case and a tangent rule.
 REGISTRY = {}
 # forward_ad's global state: ops read `_dual.level` (None unless a dual level is active).
@@ -43,8 +67,10 @@ class Op:
     recorded (the optimizer path); without it, the result is computed and copied in.
     `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
     function of the op's keyword parameters when torch names the variants apart
-    (`SumBackward0` for a full sum, `SumBackward1` along dims); by default the op's name in
-    CamelCase with `Backward0`.
+    (`SumBackward0` for a full sum, `SumBackward1` along dims), or of the parameters and the
+    positional inputs (`lambda params, args: ...`) when an input decides; by default the
+    op's name in CamelCase with `Backward0`. The node's class has that name too, as torch's
+    (`type(t.grad_fn).__name__`).
 
     `jvps` holds the tangent rules, shaped like `vjps` (a tuple, or one callable taking the
     position first). `elementwise=True` says the Jacobian is diagonal: then J t and J^T g are
@@ -62,6 +88,8 @@ class Op:
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
+        self.name_reads_inputs = (callable(grad_fn_name)
+                                  and len(inspect.signature(grad_fn_name).parameters) == 2)
         self.forward = forward
         self.vjps = vjps
         if elementwise and jvps is not None:
@@ -133,7 +161,11 @@ def _apply(op, args, params):
 def run(op, args, params):
     """The op on `args` as they are (the precision handler's casts already made)."""
     arrays = [a.data if isinstance(a, Tensor) else a for a in args]
-    out = op.forward(*arrays, **params)
+    token = _quiet()
+    try:
+        out = op.forward(*arrays, **params)
+    finally:
+        _loud(token)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     # numpy's advanced indexing returns a copy that still has a base; only real views share.
@@ -144,7 +176,8 @@ def run(op, args, params):
     if grad_mode._State.enabled:
         needs = _needs(args)
         if needs is not None:
-            result.set_history(OpNode(op, args, params or _NO_PARAMS, needs, result))
+            params = params or _NO_PARAMS
+            result.set_history(_node_class(op, args, params)(op, args, params, needs, result))
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
         _push_tangent(op, args, params, result)
@@ -167,7 +200,7 @@ def _push_tangent(op, args, params, result):
     if tangent is not None:
         level.set(result, tangent)
         node = result.grad_fn
-        if type(node) is OpNode and node.ans is not None and type(node.ans[0]) is Tensor:
+        if isinstance(node, OpNode) and node.ans is not None and type(node.ans[0]) is Tensor:
             # Backward through this node then sees a dual output (forward-over-reverse).
             level.set(node.ans[0], tangent)
 
@@ -215,6 +248,26 @@ def _needs(args):
     return _NEEDS.setdefault(needs, needs)
 
 
+_NODE_CLASSES = {}
+# torch's words for the two things an inference tensor may not do outside inference mode.
+_INFERENCE_SAVED = ("Inference tensors cannot be saved for backward. To work around you can "
+                    "make a clone to get a normal tensor and use it in autograd.")
+_INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode is not "
+                      "allowed. You can make a clone to get a normal tensor before doing "
+                      "inplace update.")
+
+
+def _node_class(op, args, params):
+    """The node's class: an OpNode subclass named as torch names the node (AddBackward0)."""
+    name = op.node_name
+    if not isinstance(name, str):
+        name = name(params, args) if op.name_reads_inputs else name(params)
+    node_class = _NODE_CLASSES.get(name)
+    if node_class is None:
+        node_class = _NODE_CLASSES[name] = type(name, (OpNode,), {"__slots__": ()})
+    return node_class
+
+
 class OpNode(Node):
     __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed")
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
@@ -234,6 +287,8 @@ class OpNode(Node):
             if not isinstance(a, Tensor):
                 inputs.append(a)
             elif i in saved:
+                if a._inference and not grad_mode._State.inference:
+                    raise RuntimeError(_INFERENCE_SAVED)
                 inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
@@ -250,8 +305,7 @@ class OpNode(Node):
             self.rebind_output(result)
 
     def name(self):
-        name = self.op.node_name
-        return name if isinstance(name, str) else name(self.params)
+        return type(self).__name__
 
     def rebind_output(self, tensor):
         """After an in-place op, the saved output is the modified tensor itself."""
@@ -371,6 +425,8 @@ def inplace(op, target, *others, **params):
     the rule needs target's old value, that value is kept in a copy first. Under a dual level,
     the new tangent is written into target's tangent (see `_give_tangent`).
     """
+    if target._inference and not grad_mode._State.inference:
+        raise RuntimeError(_INFERENCE_INPLACE)
     record = grad_mode._State.enabled and (
         target.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others))
     level = forward_ad.active_level() if _dual.level is not None else None
@@ -378,11 +434,15 @@ def inplace(op, target, *others, **params):
                                      for t in (target,) + others)
     if not record and not dual:
         arrays = [o.data if isinstance(o, Tensor) else o for o in others]
-        with target.writing() as data:
-            if op.inplace_fast is not None:
-                op.inplace_fast(data, *arrays, **params)
-            else:
-                np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
+        token = _quiet()
+        try:
+            with target.writing() as data:
+                if op.inplace_fast is not None:
+                    op.inplace_fast(data, *arrays, **params)
+                else:
+                    np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
+        finally:
+            _loud(token)
         return target
     if record:
         _check_inplace_allowed(target)

@@ -5,9 +5,10 @@ from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .adam_variants import Adamax, NAdam, RAdam
+from .lbfgs import LBFGS
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adadelta",
-           "Adagrad", "RMSprop", "lr_scheduler"]
+           "Adagrad", "RMSprop", "LBFGS", "lr_scheduler"]

@@ -1,22 +1,45 @@
-"""Saving and loading: `save(obj, path)` and `load(path)`, the roles of torch.save/torch.load.
+"""Saving and loading: `save(obj, f)` and `load(f)`, the roles of torch.save/torch.load.
 
-The format follows the file name: `.safetensors` files hold a flat state dict in the format
-PyTorch's ecosystem exchanges weights in (safetensors.py); any other name is mpigrad's own
-checkpoint, which holds whole training states (checkpoint.py). Neither ever runs code on
-load, and any damaged, cut-short or hostile file is one `ValueError` naming it. Every write
-is atomic (atomic.py).
+The format follows the target:
+
+- a path ending in `.safetensors`: a flat state dict in the format PyTorch's ecosystem
+  exchanges weights in (safetensors.py);
+- a file object, or a path with one of torch's checkpoint suffixes (`.pt`, `.pth`, `.tar`,
+  `.bin`, `.ckpt`, `.pkl`): torch.save's own zip-and-pickle format (pickled.py), which torch
+  reads and writes, and which holds anything picklable (whole modules, plain objects, numpy
+  arrays);
+- any other path: mpigrad's own checkpoint (checkpoint.py), pickle-free, which holds whole
+  training states and is what jobs/ write. It and safetensors never run code on load, and any
+  damaged, cut-short or hostile file is one `ValueError` naming it.
+
+`load` tells the formats apart by their contents. Reading torch's format is unpickling:
+`weights_only=True`, the default as in torch 2.6 and later, resolves only an allow-list of
+names (tensors, state dicts, plain containers and numbers; see pickled.py and
+docs/security.md); `weights_only=False` is the opt-in for trusted files. Every write to a
+path is atomic (atomic.py).
 """
 import os
 
 from ..device import require_cpu
-from . import checkpoint, safetensors
+from . import checkpoint, pickled, safetensors
 from .atomic import remove_stale_temporaries, write_atomically
+from .pickled import add_safe_globals, clear_safe_globals, get_safe_globals, safe_globals
 
-__all__ = ["save", "load", "remove_stale_temporaries", "safetensors_metadata"]
+__all__ = ["save", "load", "remove_stale_temporaries", "safetensors_metadata",
+           "add_safe_globals", "clear_safe_globals", "get_safe_globals", "safe_globals"]
+
+# Names torch users give torch.save's files: a path ending so is written in torch's format.
+TORCH_SUFFIXES = (".pt", ".pth", ".tar", ".bin", ".ckpt", ".pkl")
 
 
-def save(obj, path, *, metadata=None):
-    """Write `obj` to `path` atomically.
+def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_serialization=True,
+         _disable_byteorder_record=False, *, metadata=None):
+    """Write `obj` to `f` (a path, written atomically, or a binary file object).
+
+    In torch's format (a file object, or a path with one of `TORCH_SUFFIXES`), `obj` is
+    anything picklable, as for torch.save; tensors are stored under torch's names, so torch
+    loads the file. `pickle_module` and `pickle_protocol` other than torch's defaults are
+    refused, since the file would no longer be torch's.
 
     For a checkpoint, `obj` is any nesting of dicts (str or int keys), lists and tuples whose
     leaves are Tensors, numpy arrays and scalars, Python numbers, strings, bools and None:
@@ -29,38 +52,89 @@ def save(obj, path, *, metadata=None):
 
     Stale temporaries of writers that died in the same directory are removed first.
     """
+    if pickle_module is not None or pickle_protocol != 2 or not _use_new_zipfile_serialization:
+        raise ValueError("mpigrad.save writes torch's default format only: pickle_module, "
+                         "pickle_protocol and _use_new_zipfile_serialization keep their "
+                         "defaults")
+    if hasattr(f, "write"):
+        if metadata is not None:
+            raise TypeError("metadata is stored only in .safetensors files")
+        pickled.write(obj, f)
+        return
+    path = f
     if _is_safetensors(path):
         encoded, writer = safetensors.encode(obj, metadata), safetensors
     elif metadata is not None:
         raise TypeError("metadata is stored only in .safetensors files")
+    elif os.fspath(path).endswith(TORCH_SUFFIXES):
+        write_atomically(path, lambda file: pickled.write(obj, file))
+        return
     else:
-        encoded, writer = checkpoint.encode(obj), checkpoint
+        encoded, writer = _encode_checkpoint(obj, path), checkpoint
     write_atomically(path, lambda file: writer.write(encoded, file))
 
 
-def load(path, map_location=None, pickle_module=None, *, weights_only=None, mmap=None):
-    """Read a file written by :func:`save` (or a `.safetensors` file from anywhere).
+def _encode_checkpoint(obj, path):
+    try:
+        return checkpoint.encode(obj)
+    except TypeError as error:
+        raise TypeError(f"{error} ({os.fspath(path)!r} is written as mpigrad's pickle-free "
+                        "checkpoint; to pickle any object as torch.save does, save to a path "
+                        "ending in .pt or .pth, or to a file object)") from None
 
-    Tensors come back as Tensors (dtype, shape and `requires_grad` kept),
-    numpy arrays as arrays, tuples as tuples, int dict keys as ints; every
-    dict comes back as a plain `dict`. Raises `ValueError` naming the file
-    if it is not a checkpoint of that kind or is damaged in any way.
 
-    torch.load's arguments are accepted with their meaning: `map_location`
-    ('cpu', a device, a dict of locations, or a function) can only send
-    tensors to the CPU, where they already are, so a function is not called
-    and any other device is an error; `weights_only` is always honoured,
-    as nothing is ever unpickled; `mmap` is accepted and the arrays are
-    read into memory.
+def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None,
+         **pickle_load_args):
+    """Read a file written by :func:`save`, by torch.save, or a `.safetensors` file; `f` is
+    a path or a binary file object.
+
+    Tensors come back as Tensors (dtype, shape and `requires_grad` kept). From mpigrad's
+    checkpoint, numpy arrays come back as arrays, tuples as tuples, int dict keys as ints and
+    every dict as a plain `dict`; a damaged or hostile checkpoint or safetensors file is a
+    `ValueError` naming it.
+
+    From torch's format, `weights_only` (default True, as torch's) limits what the file may
+    hold to tensors and plain data (`pickle.UnpicklingError` otherwise, before anything it
+    names is called); `weights_only=False` loads anything, running whatever code the file
+    names: only for files trusted as code. Classes the file names under `torch.` resolve to
+    mpigrad's namesakes.
+
+    torch.load's other arguments keep their meaning: `map_location` ('cpu', a device, a
+    dict of locations, or a function) can only send tensors to the CPU, where they already
+    are, so a function is not called and any other device is an error; `mmap` is accepted
+    and the arrays are read into memory.
     """
     _check_map_location(map_location)
+    if pickle_load_args.keys() - {"encoding"}:
+        raise TypeError(f"load() got an unexpected keyword argument "
+                        f"{sorted(pickle_load_args.keys() - {'encoding'})[0]!r}")
+    if hasattr(f, "read"):
+        return _load_open(f, "the file object", pickle_module, weights_only)
+    with open(f, "rb") as file:
+        if _is_safetensors(f):
+            _refuse_pickle_module(pickle_module)
+            return _reading(f, "safetensors file", lambda: safetensors.read(file, f))
+        return _load_open(file, os.fspath(f), pickle_module, weights_only)
+
+
+def _load_open(file, name, pickle_module, weights_only):
+    if pickled.is_torch_archive(file):
+        if weights_only is None:
+            # torch: naming a pickle module means trusting the file.
+            weights_only = pickle_module is None
+        elif weights_only and pickle_module is not None:
+            raise RuntimeError("Can not safely load weights when explicit pickle_module is "
+                               "specified")
+        return pickled.read(file, weights_only=bool(weights_only))
+    _refuse_pickle_module(pickle_module)
+    return _reading(name, "mpigrad checkpoint", lambda: checkpoint.read(file))
+
+
+def _refuse_pickle_module(pickle_module):
     if pickle_module is not None:
-        raise TypeError("mpigrad.load never unpickles (checkpoints are .npz with a JSON "
-                        "manifest), so pickle_module cannot be used")
-    with open(path, "rb") as file:
-        if _is_safetensors(path):
-            return _reading(path, "safetensors file", lambda: safetensors.read(file, path))
-        return _reading(path, "mpigrad checkpoint", lambda: checkpoint.read(file))
+        raise TypeError("mpigrad.load never unpickles a checkpoint or safetensors file (they "
+                        "are .npz with a JSON manifest, or safetensors), so pickle_module "
+                        "cannot be used")
 
 
 def safetensors_metadata(path):

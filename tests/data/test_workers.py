@@ -1,4 +1,4 @@
-"""DataLoader(num_workers=k): batches really come from k spawned processes, in sampler order,
+"""DataLoader(num_workers=k): batches really come from k worker processes, in sampler order,
 seeded as PyTorch seeds its workers, and the workers go away on errors and when dropped."""
 import gc
 import os
@@ -148,7 +148,6 @@ def test_persistent_workers_are_reused_across_passes_and_an_abandoned_pass_is_di
     (dict(num_workers=-1), "num_workers should be an integer >= 0"),
     (dict(prefetch_factor=2), "prefetch_factor option could only be specified"),
     (dict(persistent_workers=True), "persistent_workers option needs num_workers > 0"),
-    (dict(num_workers=1, multiprocessing_context="fork"), "'fork' is refused"),
     (dict(timeout=-1), "timeout option should be non-negative"),
 ])
 def test_bad_worker_options_are_refused(kwargs, message):
@@ -212,3 +211,47 @@ def test_workers_exit_when_their_parent_is_killed_with_sigkill(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+
+
+_UNGUARDED_SCRIPT = """
+import mpigrad as mg
+from mpigrad.data import DataLoader, TensorDataset
+print("top level ran", flush=True)
+loader = DataLoader(TensorDataset(mg.arange(10) ** 2), batch_size=3, num_workers=2)
+print([batch.tolist() for (batch,) in loader], flush=True)
+"""
+
+
+def _run(code, tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(mg.__file__).parent.parent))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=tmp_path)
+
+
+def test_a_script_without_a_main_guard_runs_its_top_level_once(tmp_path):
+    # As torch on Linux: workers are forked while MPI is not initialised, so they do not
+    # re-import the main script.
+    done = _run(_UNGUARDED_SCRIPT, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["top level ran",
+                                        "[[0, 1, 4], [9, 16, 25], [36, 49, 64], [81]]"]
+
+
+def test_workers_are_spawned_and_fork_refused_once_mpi_is_initialised(tmp_path):
+    done = _run("""
+from mpi4py import MPI
+from mpigrad.data import DataLoader, TensorDataset, worker
+import mpigrad as mg
+assert MPI.Is_initialized()
+print(worker.start_method(None).get_start_method())
+try:
+    DataLoader(TensorDataset(mg.arange(3)), num_workers=1, multiprocessing_context="fork")
+except ValueError as error:
+    print("refused:", "'fork' is refused" in str(error))
+""", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["spawn", "refused: True"]
+    assert worker.start_method(None).get_start_method() == \
+        __import__("multiprocessing").get_start_method()

@@ -353,3 +353,20 @@ def test_spawned_children_form_one_rpc_world(size, tmp_path):
     mp.spawn(_rpc_world, args=(size, _port(), str(tmp_path)), nprocs=size)
     assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(size)] == [
         [str((i + 1) % size), f"{1 + i:g}", str(i)] for i in range(size)]
+
+
+def test_a_process_started_by_a_launched_rank_drops_the_launchers_variables(monkeypatch):
+    from mpigrad.multiprocessing import launched
+    monkeypatch.setenv("PMI_RANK", "1")
+    monkeypatch.setenv("PMI_FD", "7")
+    monkeypatch.setenv("HYDI_CONTROL_FD", "9")
+    monkeypatch.setenv(launched.OWNER, str(os.getppid()))  # as if our parent were the rank
+    launched.settle()
+    assert not {"PMI_RANK", "PMI_FD", "HYDI_CONTROL_FD", launched.OWNER} & set(os.environ)
+    # A rank of a nested launch (its parent is not the recorded rank) records itself.
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv(launched.OWNER, "1")
+    launched.settle()
+    assert os.environ["PMI_RANK"] == "0" and os.environ[launched.OWNER] == str(os.getpid())
+    launched.settle()  # the rank itself keeps its place
+    assert os.environ["PMI_RANK"] == "0"

@@ -42,6 +42,11 @@ CASES = [
     ("mul", lambda a, b: a * b, [((3, 4), _normal), ((3, 1), _normal)]),
     ("div", lambda a, b: a / b, [((3, 4), _normal), ((4,), _positive)]),
     ("rdiv", lambda a: 2.0 / a, [((3,), _positive)]),
+    ("leaky_relu_inplace", lambda a: mg.nn.LeakyReLU(0.2, inplace=True)(a * 1.5),
+     [((3, 4), _spread)]),
+    # Finite differences stay off the jumps: the quotients are away from integers here.
+    ("remainder", lambda a, b: a % b, [((3, 4), _normal), ((4,), _positive)]),
+    ("fmod", lambda a, b: mg.fmod(a, -b), [((3, 4), _normal), ((4,), _positive)]),
     ("pow_scalar", lambda a: a ** 3, [((3, 2), _normal)]),
     ("pow_tensor", lambda a, b: a ** b, [((3, 2), _positive), ((2,), _normal)]),
     ("rpow", lambda a: 2.0 ** a, [((4,), _normal)]),

@@ -3,6 +3,7 @@ glu)."""
 import warnings
 
 from ... import ops
+from ...autograd import grad_mode
 from ...ops.autocast import fused
 from .. import _checks
 
@@ -12,8 +13,15 @@ def relu(input, inplace=False):
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    out = ops.where(input > 0, input, input * negative_slope)
-    return input.copy_(out) if inplace else out
+    if not inplace:
+        return ops.where(input > 0, input, input * negative_slope)
+    if negative_slope < 0 and input.requires_grad and grad_mode.is_grad_enabled():
+        raise RuntimeError("In-place leakyReLu backward calculation is triggered with a "
+                           "negative slope which is not supported. Call the out-of-place "
+                           "version (inplace=False) instead.")
+    # The op whose gradient reads only the output, so overwriting the input is safe (with a
+    # positive slope the output's sign is the input's).
+    return ops.inplace(ops.leaky_relu, input, negative_slope=negative_slope)
 
 
 @fused()

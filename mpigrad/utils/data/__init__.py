@@ -2,4 +2,4 @@
 from mpigrad.data import *  # noqa: F401,F403
 from mpigrad.data import __all__  # noqa: F401
 from mpigrad.data import DistributedSampler, get_worker_info, random_split  # noqa: F401
-from . import distributed  # noqa: F401
+from . import dataloader, dataset, distributed, sampler  # noqa: F401

@@ -1,0 +1,2 @@
+"""torch.nn.modules.normalization's path to the same classes as mpigrad.nn."""
+from ..normalization import (LayerNorm, GroupNorm, RMSNorm)  # noqa: F401

@@ -1,0 +1,2 @@
+"""torch.utils.data.sampler's path to mpigrad's samplers."""
+from mpigrad.data import BatchSampler, RandomSampler, Sampler, SequentialSampler  # noqa: F401
