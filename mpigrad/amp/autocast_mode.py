@@ -13,9 +13,9 @@ _LOWER_DTYPES = (dtypes.bfloat16, dtypes.float16)
 def _check_device(device_type):
     if not isinstance(device_type, str):
         raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
-    if device_type != "cpu":
-        raise RuntimeError(f"autocast: mpigrad runs on the CPU only; device_type "
-                           f"{device_type!r} is not available (use 'cpu')")
+    if device_type not in ("cpu", "cuda"):
+        raise RuntimeError(f"User specified an unsupported autocast device_type "
+                           f"'{device_type}'")
 
 
 class autocast:
@@ -27,6 +27,12 @@ class autocast:
     def __init__(self, device_type="cpu", dtype=None, enabled=True, cache_enabled=None):
         _check_device(device_type)
         self.device = device_type
+        if device_type == "cuda":
+            # torch's answer on a machine without CUDA: a warning, and float32 as before.
+            if enabled:
+                warnings.warn("CUDA is not available or torch_xla is imported. Disabling "
+                              "autocast.", stacklevel=2)
+            enabled = False
         self.fast_dtype = dtypes.bfloat16 if dtype is None else dtypes.to_dtype(dtype)
         if enabled and self.fast_dtype not in _LOWER_DTYPES:
             warnings.warn(
@@ -71,6 +77,8 @@ def is_autocast_cpu_enabled():
 
 def get_autocast_dtype(device_type):
     _check_device(device_type)
+    if device_type == "cuda":
+        return dtypes.float16  # torch's CUDA default; CUDA autocast is never on here
     return _rules.state.dtype or _default_dtype[0]
 
 

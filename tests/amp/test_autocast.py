@@ -143,8 +143,8 @@ def test_autocast_nesting_enabled_false_decorator_and_queries():
         return F.linear(a, b)
     assert forward(x, w).dtype == mg.bfloat16
     assert F.linear(x, w).dtype == mg.float32
-    with pytest.raises(RuntimeError, match="cpu"):
-        mg.autocast("cuda")
+    with pytest.raises(RuntimeError, match="unsupported autocast device_type 'mps'"):
+        mg.autocast("mps")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with mg.autocast("cpu", dtype=mg.float32):
@@ -233,3 +233,18 @@ def test_a_weight_used_twice_is_cast_once_as_in_torch(cache_enabled):
         out.backward()
         grads.append(w.grad.numpy())
     np.testing.assert_array_equal(*grads)
+
+
+def test_cuda_autocast_and_scaler_warn_and_do_nothing_as_torch_without_cuda():
+    """`torch.cuda.amp` and `autocast("cuda")` on a machine without CUDA: warnings, float32."""
+    for lib in (mg, torch):
+        x = lib.ones(2, 3)
+        with pytest.warns(UserWarning, match="CUDA is not available"):
+            with lib.autocast("cuda"):
+                assert lib.nn.functional.linear(x, lib.ones(4, 3)).dtype == lib.float32
+        with pytest.warns(FutureWarning, match="torch.cuda.amp.autocast"):
+            with lib.cuda.amp.autocast():
+                assert not lib.is_autocast_enabled("cpu")
+        with pytest.warns(FutureWarning, match="torch.cuda.amp.GradScaler"):
+            assert not lib.cuda.amp.GradScaler().is_enabled()
+        assert lib.get_autocast_dtype("cuda") == lib.float16
