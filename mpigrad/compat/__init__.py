@@ -17,6 +17,8 @@ import importlib.util
 import sys
 
 ADVICE = "see docs/porting.md"
+# The script's path, for the children it starts with the spawn method (see _spawned_main).
+SCRIPT_VARIABLE = "MPIGRAD_COMPAT_SCRIPT"
 # Built on PyTorch's C++ core, so no alias can serve them.
 THIRD_PARTY = ("torchvision", "torchaudio", "torchtext", "torchdata", "torchrec", "functorch")
 

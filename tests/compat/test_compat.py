@@ -104,6 +104,26 @@ def test_packages_built_on_torchs_core_are_not_aliased(tmp_path):
     assert "torchvision is built on PyTorch's C++ core and is not aliased" in result.stderr
 
 
+def test_spawned_children_import_torch_through_the_alias(tmp_path):
+    """mp.spawn starts fresh interpreters that re-import the script: they get mpigrad too."""
+    script = _script(tmp_path, "spawner.py", textwrap.dedent('''
+        import torch
+        import torch.multiprocessing as mp
+
+        def run(rank, scale):
+            print(f"child {rank} {torch.__name__} {(torch.ones(2) * scale).sum().item()};",
+                  flush=True)
+
+        if __name__ == "__main__":
+            mp.spawn(run, args=(3,), nprocs=2)
+            print("parent done")
+    '''))
+    out = _run([sys.executable, "-m", "mpigrad.compat", script], tmp_path).stdout
+    assert sorted(re.findall(r"child (\d) (\w+) (\S+);", out)) == [
+        ("0", "mpigrad", "6.0"), ("1", "mpigrad", "6.0")]
+    assert out.count("parent done") == 1
+
+
 DDP = textwrap.dedent('''
     import torch
     import torch.distributed as dist
