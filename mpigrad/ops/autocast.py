@@ -101,7 +101,7 @@ def _handle(op, args, params):
     found = {a.data.dtype for a in args if isinstance(a, Tensor)}
     if found.isdisjoint(dtypes.HALF_PRECISION) or (op.name in SAME_DTYPE and len(found) > 1):
         return core.run(op, args, params)
-    return _in_float32(op, args, params)
+    return core.run(_float32_twin(op), args, params)
 
 
 def _eligible(a):
@@ -132,10 +132,6 @@ def _autocast_cast(a, dtype):
 def _widest(args, target):
     found = {a.data.dtype for a in args if _eligible(a)}
     return target if found <= {target} else dtypes.float32
-
-
-def _in_float32(op, args, params):
-    return core.run(_float32_twin(op), args, params)
 
 
 _twins = {}
