@@ -142,7 +142,8 @@ class PipelinedGPT:
         dcp.save(self.state(optimizer, schedule, step, mg.get_rng_state(), global_batch),
                  checkpoint_id=directory)
 
-    def newest_checkpoint(self, directory):
+    @staticmethod
+    def newest_checkpoint(directory):
         paths = sorted(glob.glob(os.path.join(directory, "ckpt-*.dcp")))
         steps = []
         for path in paths:

@@ -14,6 +14,8 @@ step (DDP reduces only the last). The lr warms up linearly, then follows a cosin
 are clipped to `--clip` before each step. `--pipeline-stages K` cuts the model into K
 pipeline stages over K ranks, the micro-batches flowing through them (1F1B), with data
 parallelism over the ranks' other dimension (gpt_pipeline.py); it trains as DDP does.
+`--fsdp` shards the GPT with fully_shard instead of DDP, each block a unit (gpt_fsdp.py):
+each rank keeps 1/N of the parameters, gradients and AdamW state, and trains as DDP does.
 
 Rank 0 shows a progress bar, prints the validation loss every `--eval-interval` steps (an
 "epoch" in the metrics file that jobs/tools/plot.py draws), and at the end a sample of generated
@@ -27,6 +29,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 import glob  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -46,6 +49,7 @@ from mpigrad.nn.utils import clip_grad_norm_  # noqa: E402
 from common import (PREEMPTED_EXIT_CODE, StopFlag, add_text_job_arguments,  # noqa: E402
                     check_checkpoint_directory, finish, log, mean_over_ranks, positive_float,
                     positive_int, text_files, use_dtype)
+from gpt_fsdp import ShardedGPT  # noqa: E402
 from gpt_pipeline import PipelinedGPT  # noqa: E402
 
 
@@ -89,7 +93,18 @@ def parse_args(argv=None):
     p.add_argument("--pipeline-stages", type=positive_int, default=1, metavar="K",
                    help="cut the model into K pipeline stages; the ranks (a multiple of K) "
                         "are pipelines of K, data parallel with each other (default 1)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard the parameters, gradients and optimizer state over the ranks "
+                        "(fully_shard per block and at the root) instead of DDP")
+    p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward",
+                   action="store_false",
+                   help="with --fsdp, keep each block's gathered parameters from its forward "
+                        "to its backward (one gather fewer, more memory)")
     args = p.parse_args(argv)
+    if args.fsdp and args.pipeline_stages > 1:
+        p.error("--fsdp and --pipeline-stages are not combined by this job; choose one")
+    if not args.reshard_after_forward and not args.fsdp:
+        p.error("--no-reshard-after-forward needs --fsdp")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")
     if args.n_embd % args.n_head:
@@ -224,10 +239,13 @@ class GPT(nn.Module):
         return idx
 
 
-def param_groups(model, weight_decay):
-    """Decay the matrices (and embeddings), not the biases and norm weights."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
+def param_groups(model, weight_decay, shapes):
+    """Decay the matrices (and embeddings), not the biases and norm weights. `shapes` has
+    the parameters' real shapes by name where theirs are not (FSDP's shards are flat)."""
+    def is_matrix(name, p):
+        return len(shapes.get(name, p.shape)) >= 2
+    decay = [p for name, p in model.named_parameters() if is_matrix(name, p)]
+    rest = [p for name, p in model.named_parameters() if not is_matrix(name, p)]
     return [{"params": decay, "weight_decay": weight_decay},
             {"params": rest, "weight_decay": 0.0}]
 
@@ -258,17 +276,32 @@ def validation_loss(model, chars, args, rank, world):
     return mean_over_ranks(total, count)
 
 
+def accumulating(wrapped, last):
+    """Reduce the gradients on the last micro-batch only: DDP's no_sync, or FSDP's
+    set_requires_gradient_sync."""
+    if isinstance(wrapped, DistributedDataParallel):
+        return contextlib.nullcontext() if last else wrapped.no_sync()
+    wrapped.set_requires_gradient_sync(last)
+    return contextlib.nullcontext()
+
+
+def kept_mib(trained):
+    """MiB this rank keeps for training: its parameters (FSDP: its shards), as many for their
+    gradients and twice as many for AdamW's two moments."""
+    return 4 * sum(p.numel() * p.element_size() for p in trained.parameters()) / 2 ** 20
+
+
 def newest_checkpoint(directory):
     paths = glob.glob(os.path.join(directory, "ckpt-*.npz"))
     return max(paths, key=lambda p: mg.load(p)["step"]) if paths else None
 
 
-def save_checkpoint(path, model, optimizer, schedule, step, data_world, args, rank, pipe):
-    """`path`.npz from rank 0, or with a pipeline `path`.dcp, a distributed checkpoint that
-    every rank writes its stage's state to."""
+def save_checkpoint(path, model, optimizer, schedule, step, data_world, args, rank, sharded):
+    """`path`.npz from rank 0, or with a pipeline or FSDP (`sharded`) `path`.dcp, a
+    distributed checkpoint that every rank writes its stage's state or its shards to."""
     global_batch = data_world * args.batch_size
-    if pipe:
-        pipe.save_checkpoint(path + ".dcp", optimizer, schedule, step, global_batch)
+    if sharded:
+        sharded.save_checkpoint(path + ".dcp", optimizer, schedule, step, global_batch)
     elif rank == 0:
         mg.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "schedule": schedule.state_dict(), "step": step, "rng": mg.get_rng_state(),
@@ -281,19 +314,24 @@ def train(args):
     chars = CharData(read_text(args), args.block_size)
     use_dtype(args)
     mg.manual_seed(args.seed)
-    model = GPT(len(chars.chars), args.block_size, args.n_layer, args.n_head, args.n_embd,
-                args.dropout)
-    pipe = None
-    if args.pipeline_stages > 1:
+    make_gpt = functools.partial(GPT, len(chars.chars), args.block_size, args.n_layer,
+                                 args.n_head, args.n_embd, args.dropout)
+    model = make_gpt()
+    params = sum(p.numel() for p in model.parameters())
+    pipe = args.pipeline_stages > 1
+    # The pipeline's stage or FSDP's shards: what this rank trains and checkpoints.
+    sharded = ShardedGPT(model, make_gpt, args.reshard_after_forward) if args.fsdp else None
+    if pipe:
         if world % args.pipeline_stages:
             log(rank, f"error: {world} ranks cannot form pipelines of --pipeline-stages "
                       f"{args.pipeline_stages}")
             return 1
-        pipe = PipelinedGPT(model, args, rank, world)
-    # What this rank trains: its pipeline stage, or the whole model.
-    trained = pipe.module if pipe else model
-    data_rank, data_world = (pipe.replica, pipe.replicas) if pipe else (rank, world)
-    optimizer = optim.AdamW(param_groups(trained, args.weight_decay), lr=args.lr,
+        sharded = PipelinedGPT(model, args, rank, world)
+    # What this rank trains: its pipeline stage, or the whole model (sharded with FSDP).
+    trained = sharded.module if sharded else model
+    data_rank, data_world = (sharded.replica, sharded.replicas) if sharded else (rank, world)
+    optimizer = optim.AdamW(param_groups(trained, args.weight_decay,
+                                         sharded.shapes if args.fsdp else {}), lr=args.lr,
                             betas=(0.9, 0.95))
     schedule = make_schedule(optimizer, args)
     step = 0
@@ -302,10 +340,10 @@ def train(args):
         if problem:
             log(rank, f"error: {problem}")
             return 1
-    newest = pipe.newest_checkpoint if pipe else newest_checkpoint
+    newest = sharded.newest_checkpoint if sharded else newest_checkpoint
     if args.resume and (path := newest(args.checkpoint)):
-        if pipe:
-            step, rng, global_batch = pipe.load_checkpoint(path, optimizer, schedule)
+        if sharded:
+            step, rng, global_batch = sharded.load_checkpoint(path, optimizer, schedule)
         else:
             state = mg.load(path)
             model.load_state_dict(state["model"])
@@ -318,13 +356,16 @@ def train(args):
             return 1
         mg.set_rng_state(rng)
         log(rank, f"resuming from {path} at step {step}")
-    ddp = None if pipe else DistributedDataParallel(model)
+    # The module each micro-batch runs through (a pipeline runs its own schedule).
+    wrapped = model if args.fsdp else None if pipe else DistributedDataParallel(model)
     stop = StopFlag()
-    params = sum(p.numel() for p in model.parameters())
     log(rank, f"GPT of {params} parameters on {len(chars.train)} training characters "
               f"(vocabulary {len(chars.chars)}), {world} ranks x batch {args.batch_size} x "
               f"{args.grad_accum} micro-batches, {args.steps} steps"
-              + (f", pipelines of {args.pipeline_stages} stages" if pipe else ""))
+              + (f", pipelines of {args.pipeline_stages} stages" if pipe else "")
+              + (", FSDP" if args.fsdp else "")
+              + f"; {kept_mib(trained):.2f} MiB of parameters, gradients and AdamW state "
+                f"on rank 0")
     progress = None
     if rank == 0:
         from tqdm import tqdm
@@ -335,7 +376,7 @@ def train(args):
         if stop.agreed():
             if args.checkpoint:
                 save_checkpoint(os.path.join(args.checkpoint, "ckpt-preempt"), model,
-                                optimizer, schedule, step, data_world, args, rank, pipe)
+                                optimizer, schedule, step, data_world, args, rank, sharded)
             dist.barrier()
             log(rank, f"stopped by signal at step {step}; checkpoint "
                       f"{'saved' if args.checkpoint else 'not saved (no --checkpoint)'}")
@@ -346,14 +387,14 @@ def train(args):
                         for micro in range(args.grad_accum)]
         optimizer.zero_grad()
         if pipe:
-            window_losses += pipe.train_step(*chars.windows("train",
-                                                            np.concatenate(micro_starts)))
-            pipe.clip_grad_norm_(args.clip)
+            window_losses += sharded.train_step(*chars.windows("train",
+                                                               np.concatenate(micro_starts)))
+            sharded.clip_grad_norm_(args.clip)
         else:
             for micro, mine in enumerate(micro_starts):
                 last = micro == args.grad_accum - 1
-                with ddp.no_sync() if not last else contextlib.nullcontext():
-                    _, loss = ddp(*chars.windows("train", mine))
+                with accumulating(wrapped, last):
+                    _, loss = wrapped(*chars.windows("train", mine))
                     (loss / args.grad_accum).backward()
                 window_losses.append(loss.item())
             clip_grad_norm_(model.parameters(), args.clip)
@@ -370,7 +411,7 @@ def train(args):
             # A pipeline's losses are on its last stage: the other ranks count none.
             train_loss = mean_over_ranks(np.mean(window_losses) if window_losses else 0.0,
                                          len(window_losses) > 0)
-            val = pipe.validation_loss(model, chars, args) if pipe else \
+            val = sharded.validation_loss(model, chars, args) if pipe else \
                 validation_loss(model, chars, args, rank, world)
             metrics = {"epoch": math.ceil(step / args.eval_interval), "step": step,
                        "loss": train_loss, "val_loss": val,
@@ -384,12 +425,14 @@ def train(args):
                     f.write(json.dumps(metrics) + "\n")
             if args.checkpoint:
                 save_checkpoint(os.path.join(args.checkpoint, f"ckpt-{step:06d}"), model,
-                                optimizer, schedule, step, data_world, args, rank, pipe)
+                                optimizer, schedule, step, data_world, args, rank, sharded)
             window_losses, window_steps, started = [], 0, time.perf_counter()
     if progress is not None:
         progress.close()
     if pipe:
-        pipe.gather_model()
+        sharded.gather_model()
+    elif args.fsdp:
+        model = sharded.gather_model()
     if rank == 0:
         if args.checkpoint:
             mg.save(model.state_dict(), os.path.join(args.checkpoint, "final.npz"))

@@ -80,8 +80,12 @@ def test_the_default_sized_model_learns(tmp_path, text):
     assert "sample:" in result.stdout
 
 
-def test_a_preempted_run_resumes_bit_for_bit(tmp_path, text):
-    common = ["--text", text, "--steps", "40", "--eval-interval", "5", "--batch-size", "3"]
+def assert_preempted_run_resumes_bit_for_bit(tmp_path, text, mode=(), suffix=".npz"):
+    """Stop a 2-rank run (with `mode`'s options) by SIGUSR1 after its step-5 checkpoint (a
+    `suffix` file or directory), resume it, and compare its final weights with an
+    uninterrupted run's, bit for bit."""
+    common = ["--text", text, "--steps", "40", "--eval-interval", "5", "--batch-size", "3",
+              *mode]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     run(2, *common, "--checkpoint", str(straight))
     job = subprocess.Popen(_command(2, *common, "--checkpoint", str(stopped)),
@@ -89,7 +93,7 @@ def test_a_preempted_run_resumes_bit_for_bit(tmp_path, text):
                            env=job_environment())
     try:
         deadline = time.time() + 120
-        while not (stopped / "ckpt-000005.npz").exists() and time.time() < deadline:
+        while not (stopped / f"ckpt-000005{suffix}").exists() and time.time() < deadline:
             time.sleep(0.02)
         for pid in subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
                                   text=True).stdout.split():
@@ -102,10 +106,14 @@ def test_a_preempted_run_resumes_bit_for_bit(tmp_path, text):
     if job.returncode == 0:
         pytest.skip("the run finished before the signal arrived; nothing to resume")
     assert job.returncode == 99, err[-3000:]
-    assert (stopped / "ckpt-preempt.npz").exists() and "stopped by signal" in out
+    assert (stopped / f"ckpt-preempt{suffix}").exists() and "stopped by signal" in out
     resumed = run(2, *common, "--checkpoint", str(stopped), "--resume")
     assert "resuming from" in resumed.stdout
     _assert_same(_final(straight), _final(stopped), atol=0)
+
+
+def test_a_preempted_run_resumes_bit_for_bit(tmp_path, text):
+    assert_preempted_run_resumes_bit_for_bit(tmp_path, text)
 
 
 def test_resuming_with_another_global_batch_is_refused(tmp_path, text):

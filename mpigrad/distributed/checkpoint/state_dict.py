@@ -45,6 +45,8 @@ from ..ddp.wrapper import DistributedDataParallel
 from ..fsdp.fully_shard import sharded_states
 from ..fsdp.fully_sharded_data_parallel import WRAPPED
 from ..process_group import get_rank
+# DCP's own, so these state dicts are what checkpoint.save and load store.
+from .flat_shard import FlatShard
 
 __all__ = ["StateDictOptions", "FlatShard", "get_model_state_dict", "set_model_state_dict",
            "get_optimizer_state_dict", "set_optimizer_state_dict", "get_state_dict",
@@ -68,24 +70,6 @@ class StateDictOptions:
     broadcast_from_rank0: bool = False
     flatten_optimizer_state_dict: bool = False
     dsd_fqn_modifiers: str = "_fqn_modifiers"
-
-
-@dataclasses.dataclass
-class FlatShard:
-    """This rank's piece of a sharded tensor: `local` holds the elements [offset, offset +
-    local.numel()) of the flattened tensor of shape `global_shape` (see the module
-    docstring)."""
-    local: Tensor
-    global_shape: tuple
-    offset: int
-
-    @property
-    def length(self):
-        return int(self.local.data.size)
-
-    @property
-    def global_numel(self):
-        return int(np.prod(self.global_shape))
 
 
 class _Layout:
