@@ -124,7 +124,7 @@ class Tensor:
         return self.data.itemsize
 
     def is_floating_point(self):
-        return self.data.dtype.kind == "f"
+        return dtypes.is_floating_point(self.data.dtype)
 
     def is_contiguous(self):
         return self.data.flags.c_contiguous
@@ -204,8 +204,9 @@ class Tensor:
         error, as in torch on a machine without it. Returns self when nothing changes, unless
         `copy=True`."""
         dtype, copy = to_arguments("Tensor.to", args, kwargs)
-        if dtype is not None and np.dtype(dtype) != self.data.dtype:
-            return ops.cast(self, dtype=np.dtype(dtype))
+        dtype = dtypes.to_dtype(dtype)
+        if dtype is not None and dtype != self.data.dtype:
+            return ops.cast(self, dtype=dtype)
         return ops.clone(self) if copy else self
 
     def cpu(self):
@@ -232,6 +233,9 @@ class Tensor:
     def half(self):
         return self.to(dtypes.float16)
 
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
+
     def long(self):
         return self.to(dtypes.int64)
 
@@ -246,7 +250,7 @@ class Tensor:
 
     # ----------------------------------------------------------------- autograd
     def requires_grad_(self, requires_grad=True):
-        if requires_grad and self.data.dtype.kind not in "fc":
+        if requires_grad and not dtypes.is_differentiable(self.data.dtype):
             raise RuntimeError(f"only floating point tensors can require gradients, got "
                                f"{self.data.dtype}")
         if not requires_grad and self.grad_fn is not None:
@@ -900,6 +904,7 @@ def _as_array(data, dtype):
     if isinstance(data, Tensor):
         data = data.data
     if isinstance(data, np.ndarray):
+        dtypes.note_half_precision(data.dtype)
         return data if dtype is None or data.dtype == dtype else data.astype(dtype)
     if isinstance(data, np.generic):
         return np.asarray(data, dtype=dtype)
