@@ -4,8 +4,8 @@ The public names mirror torch's: tensors and their factories here, `mpigrad.auto
 `mpigrad.nn`, `mpigrad.optim`, `mpigrad.data` (torch.utils.data's role) and
 `mpigrad.distributed`.
 """
-from .dtypes import (float16, half, float32, float, float64, double, int8, uint8,  # noqa: F401
-                     int16, short, int32, int, int64, long, bool, complex64, cfloat,
+from .dtypes import (float16, half, bfloat16, float32, float, float64, double, int8,  # noqa: F401
+                     uint8, int16, short, int32, int, int64, long, bool, complex64, cfloat,
                      complex128, cdouble, get_default_dtype, set_default_dtype,
                      is_floating_point)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
@@ -34,6 +34,11 @@ from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler  # noqa: F401
 from . import serialization  # noqa: F401
+from . import amp, cpu, _dynamo  # noqa: F401
+from ._compile import compile  # noqa: F401
+from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401
+                                set_autocast_dtype, is_autocast_cpu_enabled,
+                                get_autocast_cpu_dtype)
 # mpigrad.distributed is imported explicitly: under an MPI launcher or torchrun, importing it
 # initialises MPI.
 

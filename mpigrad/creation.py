@@ -22,7 +22,7 @@ def _finish(array, requires_grad, device, where):
 
 
 def _float(dtype):
-    return dtypes.get_default_dtype() if dtype is None else np.dtype(dtype)
+    return dtypes.get_default_dtype() if dtype is None else dtypes.to_dtype(dtype)
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -44,6 +44,7 @@ def as_tensor(data, dtype=None, device=None):
 def from_numpy(array):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects an np.ndarray, got {type(array).__name__}")
+    dtypes.note_half_precision(array.dtype)
     return Tensor.wrap(array)
 
 

@@ -1,7 +1,13 @@
-"""Dtypes are numpy's; these names mirror torch's. Python floats become the default dtype."""
+"""Dtypes are numpy's; these names mirror torch's. Python floats become the default dtype.
+
+bfloat16 is ml_dtypes' numpy dtype (numpy has none of its own). Its numpy kind is "V", not
+"f", so code asks `is_floating_point(dtype)` rather than reading `dtype.kind`.
+"""
+import ml_dtypes
 import numpy as np
 
 float16 = half = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = float = np.dtype(np.float32)
 float64 = double = np.dtype(np.float64)
 int8 = np.dtype(np.int8)
@@ -21,22 +27,46 @@ def get_default_dtype():
 
 
 def set_default_dtype(dtype):
-    dtype = np.dtype(dtype)
-    if dtype.kind != "f":
+    dtype = to_dtype(dtype)
+    if not is_floating_point(dtype):
         raise TypeError(f"the default dtype must be a floating point type, got {dtype}")
     _default[0] = dtype
 
 
+# The 16-bit floats, which torch's CPU kernels compute in float32 and round once.
+HALF_PRECISION = frozenset({float16, bfloat16})
+# Called once each, the first time a half-precision dtype is asked for: ops/autocast.py then
+# starts its per-op check, which nothing pays for before.
+_on_first_half_precision = []
+
+
 def is_floating_point(dtype):
-    return np.dtype(dtype).kind == "f"
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype == bfloat16
+
+
+def is_differentiable(dtype):
+    """Floating or complex: the dtypes gradients flow through."""
+    return is_floating_point(dtype) or np.dtype(dtype).kind == "c"
+
+
+def note_half_precision(dtype):
+    """Called where dtypes enter (dtype arguments, arrays made into tensors)."""
+    if _on_first_half_precision and dtype in HALF_PRECISION:
+        while _on_first_half_precision:
+            _on_first_half_precision.pop()()
 
 
 def to_dtype(dtype):
-    return None if dtype is None else np.dtype(dtype)
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    note_half_precision(dtype)
+    return dtype
 
 
-_TORCH_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double", "int8": "Char",
-                "uint8": "Byte", "int16": "Short", "int32": "Int", "int64": "Long",
+_TORCH_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float",
+                "float64": "Double", "int8": "Char", "uint8": "Byte", "int16": "Short", "int32": "Int", "int64": "Long",
                 "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
 
 

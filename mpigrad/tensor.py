@@ -84,7 +84,7 @@ class Tensor:
         its autograd state and its version counter, as in torch."""
         if not isinstance(value, Tensor):
             raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
-        if self.requires_grad and value._array.dtype.kind not in "fc":
+        if self.requires_grad and not dtypes.is_differentiable(value._array.dtype):
             raise RuntimeError("data set to a tensor that requires gradients must be floating "
                                "point or complex dtype")
         self._array = value._array
@@ -144,7 +144,7 @@ class Tensor:
         return self._array.itemsize
 
     def is_floating_point(self):
-        return self._array.dtype.kind == "f"
+        return dtypes.is_floating_point(self._array.dtype)
 
     def is_contiguous(self):
         return self._array.flags.c_contiguous
@@ -224,8 +224,9 @@ class Tensor:
         error, as in torch on a machine without it. Returns self when nothing changes, unless
         `copy=True`."""
         dtype, copy = to_arguments("Tensor.to", args, kwargs)
-        if dtype is not None and np.dtype(dtype) != self._array.dtype:
-            return ops.cast(self, dtype=np.dtype(dtype))
+        dtype = dtypes.to_dtype(dtype)
+        if dtype is not None and dtype != self._array.dtype:
+            return ops.cast(self, dtype=dtype)
         return ops.clone(self) if copy else self
 
     def cpu(self):
@@ -252,6 +253,9 @@ class Tensor:
     def half(self):
         return self.to(dtypes.float16)
 
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
+
     def long(self):
         return self.to(dtypes.int64)
 
@@ -266,7 +270,7 @@ class Tensor:
 
     # ----------------------------------------------------------------- autograd
     def requires_grad_(self, requires_grad=True):
-        if requires_grad and self._array.dtype.kind not in "fc":
+        if requires_grad and not dtypes.is_differentiable(self._array.dtype):
             raise RuntimeError(f"only floating point tensors can require gradients, got "
                                f"{self._array.dtype}")
         if not requires_grad and self.grad_fn is not None:
@@ -920,6 +924,7 @@ def _as_array(data, dtype):
     if isinstance(data, Tensor):
         data = data._array
     if isinstance(data, np.ndarray):
+        dtypes.note_half_precision(data.dtype)
         return data if dtype is None or data.dtype == dtype else data.astype(dtype)
     if isinstance(data, np.generic):
         return np.asarray(data, dtype=dtype)

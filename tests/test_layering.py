@@ -25,7 +25,8 @@ LAYERS = [
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization"},
     {"mpigrad.nn", "mpigrad.optim", "mpigrad.data", "mpigrad.utils", "mpigrad.func",
-     "mpigrad.multiprocessing"},
+     "mpigrad.multiprocessing", "mpigrad.amp", "mpigrad.cpu",
+     "mpigrad._dynamo", "mpigrad._compile"},
     {f"{D}.errors", f"{D}.settings", f"{D}.buffers", f"{D}.reduce_ops", f"{D}.launch"},
     {f"{D}.fault"},
     {f"{D}.process_group", f"{D}.work", f"{D}.ring", f"{D}.collectives", f"{D}.p2p",
@@ -39,7 +40,7 @@ LAYERS = [
     {f"{D}.optim"},
     {f"{D}.fsdp"},
     {f"{D}.checkpoint", f"{D}.pipelining"},
-    {D, "mpigrad"},
+    {D, "mpigrad", "mpigrad.compat"},
 ]
 UPWARD_IMPORTS_ALLOWED = {("mpigrad.tensor", "mpigrad.autograd"), ("mpigrad.tensor", "mpigrad.ops")}
 

@@ -31,6 +31,7 @@ import weakref
 
 import numpy as np
 
+from .. import dtypes
 from ..tensor import Tensor
 from . import grad_mode
 from .graph import Node, gradient_edge
@@ -169,7 +170,7 @@ def make_dual(tensor, tangent, *, level=None):
         raise TypeError(f"make_dual expects two tensors, got {type(tensor).__name__} and "
                         f"{type(tangent).__name__}")
     for what, t in (("primal", tensor), ("tangent", tangent)):
-        if t.dtype.kind not in "fc":
+        if not dtypes.is_differentiable(t.dtype):
             raise ValueError(f"Expected {what} to be floating point or complex, but got: "
                              f"{t.dtype}")
     if tangent.shape != tensor.shape:

@@ -3,6 +3,7 @@ import functools
 
 import numpy as np
 
+from .. import dtypes
 from ..tensor import Tensor
 from . import forward_ad, grad_mode
 from .graph import Meta, Node, gradient_edge, reduce_to
@@ -169,7 +170,8 @@ class Function:
                 results.append(out)
                 metas_out.append(((), np.float64))
                 continue
-            differentiable = id(out) not in ctx._non_differentiable and out.dtype.kind in "fc"
+            differentiable = (id(out) not in ctx._non_differentiable
+                              and dtypes.is_differentiable(out.dtype))
             if any(out is d for d in ctx._dirty):
                 if record:  # modified in place: it keeps its identity and gets new history
                     _check_dirty(cls, out)
@@ -206,7 +208,7 @@ def _push_tangents(cls, ctx, args, tangents, results, level):
         raise RuntimeError(f"{cls.__name__}.jvp returned {len(out_tangents)} tangents for "
                            f"{len(results)} outputs; return one per output (None for none)")
     for i, (out, t) in enumerate(zip(results, out_tangents)):
-        if (t is None or not isinstance(out, Tensor) or out.dtype.kind not in "fc"
+        if (t is None or not isinstance(out, Tensor) or not dtypes.is_differentiable(out.dtype)
                 or id(out) in ctx._non_differentiable):
             continue
         if not isinstance(t, Tensor) or t.shape != out.shape:

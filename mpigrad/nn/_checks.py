@@ -11,6 +11,7 @@ data/_checks.py, each check takes the argument's name (or the caller's) first, t
 import numbers
 import warnings
 
+from .. import dtypes
 from ..dtypes import torch_name
 
 
@@ -88,7 +89,7 @@ def broadcastable(a, b):
 
 def floating(kernel, input):
     """torch's dispatch error of a `kernel` that takes floating point input only."""
-    if input.dtype.kind != "f":
+    if not dtypes.is_floating_point(input.dtype):
         raise NotImplementedError(f'"{kernel}" not implemented for {torch_name(input.dtype)!r}')
 
 

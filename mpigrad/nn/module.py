@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 
+from .. import dtypes
 from ..autograd import Function, grad_mode
 from ..device import require_cpu
 from ..hooks import add_hook
@@ -237,7 +238,7 @@ class Module:
         dtype = np.dtype(dtype)
         with grad_mode.no_grad():
             for t in itertools.chain(self.parameters(), self.buffers()):
-                if t.dtype.kind == "f" and t.dtype != dtype:
+                if dtypes.is_floating_point(t.dtype) and t.dtype != dtype:
                     t._array = t._array.astype(dtype)
                     if t.grad is not None:
                         t.grad._array = t.grad._array.astype(dtype)
@@ -250,7 +251,7 @@ class Module:
         dtype, _ = to_arguments("Module.to", args, kwargs)
         if dtype is None:
             return self
-        if np.dtype(dtype).kind != "f":
+        if not dtypes.is_floating_point(dtype):
             raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but got "
                             f"desired dtype={np.dtype(dtype)}")
         return self._convert(dtype)
@@ -260,6 +261,12 @@ class Module:
 
     def float(self):
         return self._convert(np.float32)
+
+    def half(self):
+        return self._convert(dtypes.float16)
+
+    def bfloat16(self):
+        return self._convert(dtypes.bfloat16)
 
     def cpu(self):
         return self

@@ -22,3 +22,4 @@ from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, har
                           threshold, leaky_relu)
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401
                         gru_cell, lstm_cell)
+from . import autocast  # noqa: F401  (installs its first-use hook in dtypes)

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..autograd import grad_mode
+from .. import dtypes
 from ..dtypes import check_same_dtype
 from ..tensor import Tensor
 from .core import Op
@@ -152,7 +153,7 @@ _cast = Op("cast", lambda x, dtype: x.astype(dtype),
 
 
 def cast(x, dtype):
-    if np.dtype(dtype).kind not in "fc":
+    if not dtypes.is_differentiable(dtype):
         # Integer and bool results carry no gradient, as in torch.
         with grad_mode.no_grad():
             return _cast(x, dtype=dtype)

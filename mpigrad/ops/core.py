@@ -17,6 +17,7 @@ import inspect
 
 import numpy as np
 
+from .. import dtypes
 from ..autograd import forward_ad, grad_mode, profiler
 from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
@@ -136,6 +137,15 @@ def _input_names(vjps):
             if p.kind == p.POSITIONAL_OR_KEYWORD][2:]
 
 
+class _Precision:
+    # ops/autocast.py's entry, set while autocast is on or once a half-precision dtype has
+    # been used; ops pay one attribute check for it otherwise.
+    handler = None
+
+
+precision = _Precision()
+
+
 def apply(op, args, params):
     if profiler.active is None:
         return _apply(op, args, params)
@@ -143,6 +153,13 @@ def apply(op, args, params):
 
 
 def _apply(op, args, params):
+    if precision.handler is not None:
+        return precision.handler(op, args, params)
+    return run(op, args, params)
+
+
+def run(op, args, params):
+    """The op on `args` as they are (the precision handler's casts already made)."""
     arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     token = _quiet()
     try:
@@ -170,7 +187,7 @@ def _apply(op, args, params):
 def _push_tangent(op, args, params, result):
     """Give `result` its tangent in the active dual level, if any input has one."""
     level = forward_ad.active_level()
-    if level is None or result.dtype.kind not in "fc":
+    if level is None or not dtypes.is_differentiable(result.dtype):
         return
     tangents = [forward_ad.tangent_of(a, level) for a in args]
     if all(t is None for t in tangents):

@@ -4,6 +4,7 @@ import collections
 
 import numpy as np
 
+from .. import dtypes
 from ..tensor import Tensor
 from .core import Op
 from .elementwise import where
@@ -68,7 +69,7 @@ _mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), k
 
 
 def mean(x, dim=None, keepdim=False):
-    if x.dtype.kind not in "fc":
+    if not dtypes.is_differentiable(x.dtype):
         raise RuntimeError(f"mean() needs a floating point tensor, got {x.dtype}; "
                            "convert with .float() first")
     return _mean(x, dim=dim, keepdim=keepdim)

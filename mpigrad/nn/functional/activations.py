@@ -4,6 +4,7 @@ import warnings
 
 from ... import ops
 from ...autograd import grad_mode
+from ...ops.autocast import fused
 from .. import _checks
 
 
@@ -23,10 +24,12 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
     return ops.inplace(ops.leaky_relu, input, negative_slope=negative_slope)
 
 
+@fused()
 def gelu(input, approximate="none"):
     return ops.gelu(input, approximate=approximate)
 
 
+@fused()
 def silu(input):
     return input * ops.sigmoid(input)
 

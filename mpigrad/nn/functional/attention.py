@@ -3,8 +3,9 @@ import numbers
 
 import numpy as np
 
-from ... import ops
+from ... import dtypes, ops
 from ...creation import as_tensor
+from ...ops.autocast import fused
 from ...ops.shape import pad
 from ...tensor import Tensor
 from .linalg import linear
@@ -32,7 +33,7 @@ def _check_attention_inputs(query, key, value, attn_mask, dropout_p):
                            f"{_cpp_name(key.dtype)} and value.dtype: {_cpp_name(value.dtype)} "
                            f"instead.")
     if attn_mask is not None and attn_mask.dtype != np.bool_ \
-            and attn_mask.dtype.kind != "f" and attn_mask.dtype != query.dtype:
+            and not dtypes.is_floating_point(attn_mask.dtype) and attn_mask.dtype != query.dtype:
         raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query "
                            f"dtype, but got attn_mask.dtype: {_cpp_name(attn_mask.dtype)} and  "
                            f"query.dtype: {_cpp_name(query.dtype)} instead.")
@@ -69,6 +70,7 @@ def _repeat_heads(x, repeats):
             .reshape((*batch, heads * repeats, length, width)))
 
 
+@fused(lower_precision=True)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """softmax(query key^T * scale + mask) value over the last two dimensions, batch
@@ -150,7 +152,7 @@ def _additive_mask(mask, name, dtype):
     mask = as_tensor(mask)
     if mask.dtype == np.bool_:
         return Tensor.wrap(np.where(mask._array, -np.inf, 0.0).astype(dtype))
-    if mask.dtype.kind != "f":
+    if not dtypes.is_floating_point(mask.dtype):
         raise AssertionError(f"only bool and floating types of {name} are supported")
     return mask
 

@@ -5,9 +5,10 @@ import warnings
 
 import numpy as np
 
-from ... import ops
+from ... import dtypes, ops
 from ...creation import as_tensor
 from ...dtypes import torch_name
+from ...ops.autocast import float32_policy
 from ...tensor import Tensor
 from .. import _checks
 from .distance import pairwise_distance
@@ -51,9 +52,10 @@ def _weighted_reduce(loss, weight, input, reduction, mean_over_weight):
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """|input - target|, elementwise."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     loss = _difference(input, target).abs()
-    if reduction == "mean" and weight is None and loss.dtype.kind not in "fc":
+    if reduction == "mean" and weight is None and not dtypes.is_differentiable(loss.dtype):
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a "
                            f"floating point or complex dtype. Got: {torch_name(loss.dtype)}")
     return _weighted_reduce(loss, weight, input, reduction, True)
@@ -61,6 +63,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error, elementwise."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     _checks.floating("mse_cpu", input)
     diff = _difference(input, target)
@@ -76,6 +79,7 @@ def _huber(diff, delta):
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """Huber's loss divided by beta: slope one outside |d| < beta; beta = 0 is l1_loss."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     _checks.floating("smooth_l1_cpu", input)
     if beta < 0:
@@ -88,6 +92,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """Quadratic for |input - target| < delta, linear with slope delta beyond."""
+    input, target = float32_policy(input, target)
     _checks.reduction(reduction)
     _checks.floating("huber_cpu", input)
     if delta <= 0:
@@ -99,6 +104,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     if target.shape != input.shape:
@@ -124,12 +130,13 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
     pos_weight scales the positive term per class, broadcasting like any operand (so a (C,)
     pos_weight meets the last dimension of an (N, C) input)."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     if target.shape != input.shape:
         raise ValueError(f"Target size ({_size(target)}) must be the same as input size "
                          f"({_size(input)})")
-    if target.dtype.kind != "f":
+    if not dtypes.is_floating_point(target.dtype):
         raise RuntimeError(f"result type {torch_name(input.dtype)} can't be cast to the desired "
                            f"output type {torch_name(target.dtype)}")
     log_weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
@@ -143,6 +150,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     """Pointwise KL divergence t (log t - x) of a target from log-probabilities x (0 where
     t = 0); with log_target the target is log t. 'batchmean' divides the sum by the batch
     size, the mathematical KL divergence of each sample; 'mean' divides by every element."""
+    input, target = float32_policy(input, target)
     legacy = size_average is not None or reduce is not None
     reduction = _checks.legacy_reduction(size_average, reduce, reduction, extra=("batchmean",))
     if reduction == "mean" and not legacy:
@@ -172,6 +180,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
                           reduction="mean"):
     """1 - cos(x1, x2) where the target is 1, max(0, cos - margin) where it is -1 (0 for any
     other target); rows are compared, or two vectors for a 0-d target."""
+    input1, input2 = float32_policy(input1, input2)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     if target.ndim > 1:
@@ -195,6 +204,7 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
                         reduction="mean"):
     """max(0, -t (x1 - x2) + margin): x1 should rank above x2 by the margin where t = 1,
     below where t = -1."""
+    input1, input2 = float32_policy(input1, input2)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     if not input1.ndim == input2.ndim == target.ndim:
@@ -225,6 +235,7 @@ def _triplet_loss(anchor, positive, negative, distance, margin, swap, reduction)
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
                         size_average=None, reduce=None, reduction="mean"):
     """The triplet loss with pairwise_distance(p, eps) between rows."""
+    anchor, positive, negative = float32_policy(anchor, positive, negative)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     return _triplet_loss(anchor, positive, negative,
                          lambda x1, x2: pairwise_distance(x1, x2, p, eps), margin, swap,
@@ -283,6 +294,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
     """Negative log-likelihood of counts t under Poisson(rate): exp(x) - t x for a log-rate
     x (log_input), else x - t log(x + eps); full adds Stirling's t log t - t + log(2 pi t) / 2
     for log(t!) where t > 1."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     _checks.broadcastable(input.shape, target.shape)
@@ -303,6 +315,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """log(1 + exp(-t x)), the logistic loss of a +-1 target (as -log sigmoid(t x), finite
     where exp(-t x) would overflow)."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     _checks.broadcastable(input.shape, target.shape)
@@ -312,6 +325,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
                          reduction="mean"):
     """x where the target is 1, max(0, margin - x) where it is -1 (for x a distance)."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     _checks.broadcastable(input.shape, target.shape)
@@ -348,6 +362,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
                       reduce=None, reduction="mean"):
     """The multi-class hinge loss of class-index targets y: per sample, the sum over classes
     i != y of w[y] max(0, margin - x[y] + x[i])^p, divided by the number of classes."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     if p not in (1, 2):
         raise ValueError("only p == 1 and p == 2 supported")
@@ -386,6 +401,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     """Hinge between each target class j and each other class i: per sample, the sum of
     max(0, 1 - (x[j] - x[i])) over both, divided by the number of classes. A row of target
     lists its classes first, ended by -1 where they are fewer than all."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     _check_margin_scores(input)
     t = as_tensor(target)._array
@@ -449,6 +465,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     As torch's, the gradient with respect to log_probs is the one for the logits of a
     log_softmax producing them: it carries an extra exp(log_probs) in each frame within the
     input length, which log_softmax's own gradient cancels."""
+    log_probs, targets = float32_policy(log_probs, targets)
     _checks.reduction(reduction)
     unbatched = log_probs.ndim == 2
     if unbatched:
@@ -597,6 +614,7 @@ def _along_classes(weight, scores, class_dim):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     """Negative log-likelihood of class-index targets, given log-probabilities (N, C, ...)."""
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     return _class_target_loss(input, as_tensor(target), weight, ignore_index, reduction, 0.0)
 
@@ -609,6 +627,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     input's shape (floating point; ignore_index does not apply, 'mean' averages over the
     N * d1 * ... elements).
     """
+    input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     # As in torch, a negative label_smoothing is no smoothing rather than an error.
     if label_smoothing > 1:
@@ -617,7 +636,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     class_dim = _class_dim(input)
     _checks.floating("log_softmax_lastdim_kernel_impl", input)
     log_probs = ops.log_softmax(input, class_dim)
-    if target.shape != input.shape or target.dtype.kind != "f":
+    if target.shape != input.shape or not dtypes.is_floating_point(target.dtype):
         return _class_target_loss(log_probs, target, weight, ignore_index, reduction,
                                   label_smoothing)
     if ignore_index >= 0:

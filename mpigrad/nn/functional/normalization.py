@@ -7,6 +7,7 @@ import numpy as np
 from ... import ops
 from ...autograd import grad_mode
 from ...dtypes import check_same_dtype
+from ...ops.autocast import fused
 
 
 def _normalize(x, mean, var, eps):
@@ -16,6 +17,7 @@ def _normalize(x, mean, var, eps):
 _MIXED_DTYPES = "mixed dtype (CPU): all inputs must share same datatype ({} and {})."
 
 
+@fused()
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the trailing dimensions `normalized_shape` (biased variance)."""
     shape = _trailing_shape(input, normalized_shape)
@@ -30,6 +32,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return out
 
 
+@fused()
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalises each sample's channels (dimension 1) in `num_groups` consecutive groups, each
     over its channels and all spatial positions (biased variance); weight and bias are per
@@ -159,6 +162,7 @@ def _trailing_shape(input, normalized_shape):
     return shape
 
 
+@fused()
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """input / sqrt(mean(input^2) + eps) over the trailing `normalized_shape` dimensions,
     times weight; eps=None means the machine epsilon of input's dtype, as torch."""

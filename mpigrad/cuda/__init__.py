@@ -3,6 +3,8 @@ selection preambles (`"cuda" if torch.cuda.is_available() else "cpu"`) run uncha
 Querying a CUDA device raises as torch does without CUDA; seeding is a no-op, as torch's is
 until CUDA is initialised."""
 
+from . import amp  # noqa: F401
+
 _NO_CUDA = "Torch not compiled with CUDA enabled: mpigrad has no CUDA support, it runs on the CPU only"
 
 
