@@ -26,10 +26,11 @@ import functools
 import numpy as np
 
 from ..autograd import forward_ad, grad_mode
+from ..kernels.numpy.elementwise import sigmoid as _sigmoid
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
-from .elementwise import _sigmoid, sigmoid, sign, tanh
+from .elementwise import sigmoid, sign, tanh
 from .shape import cat
 
 

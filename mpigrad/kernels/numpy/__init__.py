@@ -1,0 +1,15 @@
+"""The numpy backend's kernels that are longer than a line, registered by op name.
+
+(The one-line forwards stay beside their rules in ops/ and register themselves there.)
+"""
+from ..backend import NUMPY
+from . import conv, elementwise, reduction
+
+for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
+              "tap_scatter", "tap_gather"):
+    NUMPY.register(_name, forward=getattr(conv, _name))
+for _name in ("sigmoid", "erf"):
+    NUMPY.register(_name, forward=getattr(elementwise, _name))
+for _name in ("softmax", "log_softmax", "logsumexp", "scatter_along"):
+    NUMPY.register(_name, forward=getattr(reduction, _name))
+NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
