@@ -4,6 +4,7 @@ The public names mirror torch's: tensors and their factories here, `mpigrad.auto
 `mpigrad.nn`, `mpigrad.optim`, `mpigrad.data` (torch.utils.data's role) and
 `mpigrad.distributed`.
 """
+from . import _allocator  # noqa: F401  (first: tunes malloc before any large array)
 from .dtypes import (float16, half, float32, float64, double, int8, uint8, int16, short,  # noqa: F401
                      int32, int64, long, bool, get_default_dtype, set_default_dtype,
                      is_floating_point)

@@ -25,7 +25,7 @@ D = "mpigrad.distributed"
 LAYERS = [
     {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures", "mpigrad.device",
      "mpigrad.autograd.grad_mode", "mpigrad.autograd.anomaly", "mpigrad.autograd.graph",
-     "mpigrad.autograd.engine", "mpigrad.launchers"},
+     "mpigrad.autograd.engine", "mpigrad.launchers", "mpigrad._allocator"},
     {"mpigrad.kernels"},
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization"},
