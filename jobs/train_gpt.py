@@ -11,7 +11,9 @@ global batch of windows from a generator seeded by the step number, and rank r t
 world-size-th window, so N ranks with `--batch-size B` train exactly as one process with
 N * B, and a resumed run continues bit for bit. `--grad-accum K` runs K micro-batches per
 step (DDP reduces only the last). The lr warms up linearly, then follows a cosine; gradients
-are clipped to `--clip` before each step.
+are clipped to `--clip` before each step. `--pipeline-stages K` cuts the model into K
+pipeline stages over K ranks, the micro-batches flowing through them (1F1B), with data
+parallelism over the ranks' other dimension (gpt_pipeline.py); it trains as DDP does.
 
 Rank 0 shows a progress bar, prints the validation loss every `--eval-interval` steps (an
 "epoch" in the metrics file that jobs/tools/plot.py draws), and at the end a sample of generated
@@ -44,6 +46,7 @@ from mpigrad.nn.utils import clip_grad_norm_  # noqa: E402
 from common import (PREEMPTED_EXIT_CODE, StopFlag, add_text_job_arguments,  # noqa: E402
                     check_checkpoint_directory, finish, log, mean_over_ranks, positive_float,
                     positive_int, text_files, use_dtype)
+from gpt_pipeline import PipelinedGPT  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -83,6 +86,9 @@ def parse_args(argv=None):
                    help="continue from the newest checkpoint in --checkpoint DIR")
     p.add_argument("--metrics", metavar="FILE", default=None,
                    help="append one JSON line per validation (for jobs/tools/plot.py)")
+    p.add_argument("--pipeline-stages", type=positive_int, default=1, metavar="K",
+                   help="cut the model into K pipeline stages; the ranks (a multiple of K) "
+                        "are pipelines of K, data parallel with each other (default 1)")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")
@@ -90,6 +96,9 @@ def parse_args(argv=None):
         p.error(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}")
     if not 0 <= args.warmup < args.steps:
         p.error(f"--warmup must be in [0, --steps), got {args.warmup}")
+    if args.pipeline_stages > args.n_layer + 2:
+        p.error(f"--pipeline-stages {args.pipeline_stages}: the model has only "
+                f"{args.n_layer + 2} parts to cut (embeddings, {args.n_layer} blocks, head)")
     return args
 
 
@@ -254,10 +263,16 @@ def newest_checkpoint(directory):
     return max(paths, key=lambda p: mg.load(p)["step"]) if paths else None
 
 
-def save_checkpoint(path, model, optimizer, schedule, step, world, args):
-    mg.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "schedule": schedule.state_dict(), "step": step, "rng": mg.get_rng_state(),
-             "global_batch": world * args.batch_size}, path)
+def save_checkpoint(path, model, optimizer, schedule, step, data_world, args, rank, pipe):
+    """`path`.npz from rank 0, or with a pipeline `path`.dcp, a distributed checkpoint that
+    every rank writes its stage's state to."""
+    global_batch = data_world * args.batch_size
+    if pipe:
+        pipe.save_checkpoint(path + ".dcp", optimizer, schedule, step, global_batch)
+    elif rank == 0:
+        mg.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "schedule": schedule.state_dict(), "step": step, "rng": mg.get_rng_state(),
+                 "global_batch": global_batch}, path + ".npz")
 
 
 def train(args):
@@ -268,7 +283,17 @@ def train(args):
     mg.manual_seed(args.seed)
     model = GPT(len(chars.chars), args.block_size, args.n_layer, args.n_head, args.n_embd,
                 args.dropout)
-    optimizer = optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
+    pipe = None
+    if args.pipeline_stages > 1:
+        if world % args.pipeline_stages:
+            log(rank, f"error: {world} ranks cannot form pipelines of --pipeline-stages "
+                      f"{args.pipeline_stages}")
+            return 1
+        pipe = PipelinedGPT(model, args, rank, world)
+    # What this rank trains: its pipeline stage, or the whole model.
+    trained = pipe.module if pipe else model
+    data_rank, data_world = (pipe.replica, pipe.replicas) if pipe else (rank, world)
+    optimizer = optim.AdamW(param_groups(trained, args.weight_decay), lr=args.lr,
                             betas=(0.9, 0.95))
     schedule = make_schedule(optimizer, args)
     step = 0
@@ -277,76 +302,94 @@ def train(args):
         if problem:
             log(rank, f"error: {problem}")
             return 1
-    if args.resume and (path := newest_checkpoint(args.checkpoint)):
-        state = mg.load(path)
-        if state["global_batch"] != world * args.batch_size:
+    newest = pipe.newest_checkpoint if pipe else newest_checkpoint
+    if args.resume and (path := newest(args.checkpoint)):
+        if pipe:
+            step, rng, global_batch = pipe.load_checkpoint(path, optimizer, schedule)
+        else:
+            state = mg.load(path)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            step, rng, global_batch = state["step"], state["rng"], state["global_batch"]
+        if global_batch != data_world * args.batch_size:
             log(rank, f"error: {path} was trained with a global batch of "
-                      f"{state['global_batch']}; resume with ranks x --batch-size equal to it")
+                      f"{global_batch}; resume with ranks x --batch-size equal to it")
             return 1
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        mg.set_rng_state(state["rng"])
-        step = state["step"]
+        mg.set_rng_state(rng)
         log(rank, f"resuming from {path} at step {step}")
-    ddp = DistributedDataParallel(model)
+    ddp = None if pipe else DistributedDataParallel(model)
     stop = StopFlag()
     params = sum(p.numel() for p in model.parameters())
     log(rank, f"GPT of {params} parameters on {len(chars.train)} training characters "
               f"(vocabulary {len(chars.chars)}), {world} ranks x batch {args.batch_size} x "
-              f"{args.grad_accum} micro-batches, {args.steps} steps")
+              f"{args.grad_accum} micro-batches, {args.steps} steps"
+              + (f", pipelines of {args.pipeline_stages} stages" if pipe else ""))
     progress = None
     if rank == 0:
         from tqdm import tqdm
         progress = tqdm(total=args.steps, initial=step, desc="steps", disable=None,
                         file=sys.stderr)
-    window_losses, started = [], time.perf_counter()
+    window_losses, window_steps, started = [], 0, time.perf_counter()
     while step < args.steps:
         if stop.agreed():
-            if rank == 0 and args.checkpoint:
-                save_checkpoint(os.path.join(args.checkpoint, "ckpt-preempt.npz"), model,
-                                optimizer, schedule, step, world, args)
+            if args.checkpoint:
+                save_checkpoint(os.path.join(args.checkpoint, "ckpt-preempt"), model,
+                                optimizer, schedule, step, data_world, args, rank, pipe)
             dist.barrier()
             log(rank, f"stopped by signal at step {step}; checkpoint "
                       f"{'saved' if args.checkpoint else 'not saved (no --checkpoint)'}")
             return PREEMPTED_EXIT_CODE
-        per_micro = args.batch_size * world
+        per_micro = args.batch_size * data_world
         starts = chars.starts("train", per_micro * args.grad_accum, [args.seed, step])
+        micro_starts = [starts[micro * per_micro:(micro + 1) * per_micro][data_rank::data_world]
+                        for micro in range(args.grad_accum)]
         optimizer.zero_grad()
-        for micro in range(args.grad_accum):
-            mine = starts[micro * per_micro:(micro + 1) * per_micro][rank::world]
-            last = micro == args.grad_accum - 1
-            with ddp.no_sync() if not last else contextlib.nullcontext():
-                _, loss = ddp(*chars.windows("train", mine))
-                (loss / args.grad_accum).backward()
-            window_losses.append(loss.item())
-        clip_grad_norm_(model.parameters(), args.clip)
+        if pipe:
+            window_losses += pipe.train_step(*chars.windows("train",
+                                                            np.concatenate(micro_starts)))
+            pipe.clip_grad_norm_(args.clip)
+        else:
+            for micro, mine in enumerate(micro_starts):
+                last = micro == args.grad_accum - 1
+                with ddp.no_sync() if not last else contextlib.nullcontext():
+                    _, loss = ddp(*chars.windows("train", mine))
+                    (loss / args.grad_accum).backward()
+                window_losses.append(loss.item())
+            clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         schedule.step()
         step += 1
+        window_steps += 1
         if progress is not None:
             progress.update(1)
-            progress.set_postfix(loss=f"{window_losses[-1]:.3f}")
+            if window_losses:  # a pipeline's losses are on its last stage
+                progress.set_postfix(loss=f"{window_losses[-1]:.3f}")
         if step % args.eval_interval == 0 or step == args.steps:
             elapsed = time.perf_counter() - started
-            train_loss = mean_over_ranks(np.mean(window_losses), 1)
-            val = validation_loss(model, chars, args, rank, world)
+            # A pipeline's losses are on its last stage: the other ranks count none.
+            train_loss = mean_over_ranks(np.mean(window_losses) if window_losses else 0.0,
+                                         len(window_losses) > 0)
+            val = pipe.validation_loss(model, chars, args) if pipe else \
+                validation_loss(model, chars, args, rank, world)
             metrics = {"epoch": math.ceil(step / args.eval_interval), "step": step,
                        "loss": train_loss, "val_loss": val,
                        "lr": schedule.get_last_lr()[0],
-                       "samples_per_sec": len(window_losses) * per_micro / elapsed}
+                       "samples_per_sec": window_steps * args.grad_accum * per_micro / elapsed}
             log(rank, f"step {step}/{args.steps} train loss {metrics['loss']:.4f} val loss "
                       f"{val:.4f} lr {metrics['lr']:.2e} windows/s "
                       f"{metrics['samples_per_sec']:.0f}")
             if rank == 0 and args.metrics:
                 with open(args.metrics, "a") as f:
                     f.write(json.dumps(metrics) + "\n")
-            if rank == 0 and args.checkpoint:
-                save_checkpoint(os.path.join(args.checkpoint, f"ckpt-{step:06d}.npz"), model,
-                                optimizer, schedule, step, world, args)
-            window_losses, started = [], time.perf_counter()
+            if args.checkpoint:
+                save_checkpoint(os.path.join(args.checkpoint, f"ckpt-{step:06d}"), model,
+                                optimizer, schedule, step, data_world, args, rank, pipe)
+            window_losses, window_steps, started = [], 0, time.perf_counter()
     if progress is not None:
         progress.close()
+    if pipe:
+        pipe.gather_model()
     if rank == 0:
         if args.checkpoint:
             mg.save(model.state_dict(), os.path.join(args.checkpoint, "final.npz"))

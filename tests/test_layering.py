@@ -35,12 +35,15 @@ LAYERS = [
     {f"{D}.fault"},
     {f"{D}.process_group", f"{D}.work", f"{D}.ring", f"{D}.collectives", f"{D}.p2p",
      f"{D}.objects", f"{D}.nn"},
+    {f"{D}.device_mesh"},
     {f"{D}.algorithms"},
     {f"{D}.ddp", "mpigrad.nn.parallel"},
     {f"{D}.rpc.constants", f"{D}.rpc.functions", f"{D}.rpc.wire", f"{D}.rpc.agent"},
     {f"{D}.autograd"},
     {f"{D}.rpc"},
     {f"{D}.optim"},
+    {f"{D}.fsdp"},
+    {f"{D}.checkpoint", f"{D}.pipelining"},
     {D, "mpigrad"},
 ]
 UPWARD_IMPORTS_ALLOWED = {("mpigrad.tensor", "mpigrad.autograd"), ("mpigrad.tensor", "mpigrad.ops")}

@@ -33,6 +33,10 @@ enforces them):
   Reducer, Channel, GradBucket and timeline.
 - `rpc/` and `autograd/`: RPC, RRef and distributed autograd; `optim/`: DistributedOptimizer
   and ZeroRedundancyOptimizer.
+- `device_mesh` (init_device_mesh, DeviceMesh: a process group per mesh dimension), `fsdp/`
+  (fully_shard, FullyShardedDataParallel), `checkpoint/` (sharded checkpoints, torch's DCP,
+  and `checkpoint.state_dict`: full and sharded state dicts of sharded models) and
+  `pipelining/` (pipeline parallelism): import the last three explicitly, as in torch.
 
 After init_process_group an uncaught exception on any rank aborts the whole job (with the
 rank's traceback) instead of leaving the others waiting (init_process_group(
@@ -53,6 +57,7 @@ from .fault.abort import set_abort_on_exception  # noqa: E402
 from .collectives import (all_gather, all_gather_into_tensor, all_reduce,  # noqa: E402
                           all_to_all, all_to_all_single, barrier, broadcast, gather, reduce, reduce_scatter,
                           reduce_scatter_tensor, scatter)
+from .device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
 from .errors import CollectiveMismatchError, DistError, MessageMismatchError  # noqa: E402
 from .objects import all_gather_object, broadcast_object_list  # noqa: E402
 from .p2p import irecv, isend, recv, send  # noqa: E402

@@ -2,7 +2,7 @@
 import math
 
 from .. import creation
-from . import functional as F, init
+from . import _checks, functional as F, init
 from ._checks import check_device, positive_int
 from .module import Module
 from .parameter import Parameter
@@ -30,9 +30,9 @@ class _ConvNd(Module):
                 raise ValueError(f"{what} must be divisible by groups ({groups}), got "
                                  f"{channels}")
         dims = self._dims
-        self.kernel_size = F._ntuple(kernel_size, "kernel_size", 1, dims)
-        self.stride = F._ntuple(stride, "stride", 1, dims)
-        self.dilation = F._ntuple(dilation, "dilation", 1, dims)
+        self.kernel_size = _checks.ntuple("kernel_size", kernel_size, dims, 1)
+        self.stride = _checks.ntuple("stride", stride, dims, 1)
+        self.dilation = _checks.ntuple("dilation", dilation, dims, 1)
         if isinstance(padding, str):
             if padding not in ("valid", "same"):
                 raise ValueError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', "
@@ -41,7 +41,7 @@ class _ConvNd(Module):
                 raise ValueError("padding='same' is not supported for strided convolutions")
             self.padding = padding
         else:
-            self.padding = F._ntuple(padding, "padding", 0, dims)
+            self.padding = _checks.ntuple("padding", padding, dims, 0)
         if padding_mode not in _PADDING_MODES:
             raise ValueError(f"padding_mode must be one of {set(_PADDING_MODES)}, but got "
                              f"padding_mode='{padding_mode}'")
@@ -131,7 +131,7 @@ class _ConvTransposeNd(_ConvNd):
                             f"{padding!r}")
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode, device, dtype)
-        self.output_padding = F._ntuple(output_padding, "output_padding", 0, self._dims)
+        self.output_padding = _checks.ntuple("output_padding", output_padding, self._dims, 0)
 
     def _output_padding(self, input, output_size):
         if output_size is None:

@@ -1,5 +1,5 @@
 """Dropout."""
-from . import functional as F
+from . import _checks, functional as F
 from .module import Module
 
 
@@ -10,7 +10,7 @@ class Dropout(Module):
 
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
-        F._check_probability(p, "Dropout probability")
+        _checks.probability("Dropout probability", p)
         self.p = p
         self.inplace = inplace
 

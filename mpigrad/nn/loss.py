@@ -4,7 +4,7 @@ As in torch, the deprecated size_average and reduce flags, when given, are turne
 `reduction` once, here; the functional form then sees only `reduction`.
 """
 from .. import creation
-from . import functional as F
+from . import _checks, functional as F
 from .distance import PairwiseDistance
 from .module import Module
 
@@ -12,7 +12,7 @@ from .module import Module
 class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction="mean", extra=()):
         super().__init__()
-        self.reduction = F._reduction(size_average, reduce, reduction, extra)
+        self.reduction = _checks.legacy_reduction(size_average, reduce, reduction, extra)
 
 
 class _WeightedLoss(_Loss):

@@ -11,6 +11,8 @@ from ..ops import cat, stack
 from ..tensor import Tensor
 from . import functional as F, init
 from ._checks import check_device, positive_int
+from .functional.normalization import (_normalize_per_channel, _normalized_shape,
+                                       _update_running_stats)
 from .module import Module
 from .parameter import Parameter
 
@@ -74,9 +76,9 @@ class _BatchNorm(Module):
 
     def _check_channels(self, input):
         if input.shape[1] != self.num_features:
-            raise ValueError(f"{type(self).__name__}: expected input with {self.num_features} "
-                             f"channels, got {input.shape[1]} (input shape "
-                             f"{tuple(input.shape)})")
+            raise RuntimeError(f"{type(self).__name__}: expected input with {self.num_features} "
+                               f"channels, got {input.shape[1]} (input shape "
+                               f"{tuple(input.shape)})")
 
     def _step_running_stats(self):
         """Count this training batch; the momentum its statistics enter the running ones with."""
@@ -144,9 +146,8 @@ class SyncBatchNorm(_BatchNorm):
         factor = self._step_running_stats()
         mean, var, count = self._statistics_over(group, input)
         if self.track_running_stats:
-            F._update_running_stats(self.running_mean, self.running_var, mean, var, count,
-                                    factor)
-        return F._normalize_per_channel(input, mean, var, self.weight, self.bias, self.eps)
+            _update_running_stats(self.running_mean, self.running_var, mean, var, count, factor)
+        return _normalize_per_channel(input, mean, var, self.weight, self.bias, self.eps)
 
     def _group_to_sync(self):
         """The process group to take statistics over, or None to behave as BatchNorm."""
@@ -304,7 +305,7 @@ class RMSNorm(Module):
         super().__init__()
         check_device(device, "RMSNorm")
         self.normalized_shape = tuple(positive_int("normalized_shape", s, "RMSNorm")
-                                      for s in F._normalized_shape(normalized_shape))
+                                      for s in _normalized_shape(normalized_shape))
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:

@@ -1,5 +1,5 @@
 """Pooling layers. Arguments are checked when the layer is built, not at the first batch."""
-from . import functional as F
+from . import _checks, functional as F
 from .module import Module
 
 
@@ -9,11 +9,11 @@ class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):
         super().__init__()
-        self.kernel_size = F._pair(kernel_size, "kernel_size", 1)
-        self.stride = self.kernel_size if stride is None else F._pair(stride, "stride", 1)
-        self.padding = F._pair(padding, "padding", 0)
-        self.dilation = F._pair(dilation, "dilation", 1)
-        F._check_pool_padding("MaxPool2d", self.padding, self.kernel_size)
+        self.kernel_size = _checks.pair("kernel_size", kernel_size, 1)
+        self.stride = self.kernel_size if stride is None else _checks.pair("stride", stride, 1)
+        self.padding = _checks.pair("padding", padding, 0)
+        self.dilation = _checks.pair("dilation", dilation, 1)
+        _checks.pool_padding("MaxPool2d", self.padding, self.kernel_size)
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
@@ -32,11 +32,11 @@ class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):
         super().__init__()
-        self.kernel_size = F._pair(kernel_size, "kernel_size", 1)
-        self.stride = self.kernel_size if stride is None else F._pair(stride, "stride", 1)
-        self.padding = F._pair(padding, "padding", 0)
-        F._check_pool_padding("AvgPool2d", self.padding, self.kernel_size)
-        F._check_divisor(divisor_override, "AvgPool2d")
+        self.kernel_size = _checks.pair("kernel_size", kernel_size, 1)
+        self.stride = self.kernel_size if stride is None else _checks.pair("stride", stride, 1)
+        self.padding = _checks.pair("padding", padding, 0)
+        _checks.pool_padding("AvgPool2d", self.padding, self.kernel_size)
+        _checks.divisor_override("AvgPool2d", divisor_override)
         self.ceil_mode = ceil_mode
         self.count_include_pad = count_include_pad
         self.divisor_override = divisor_override
@@ -61,9 +61,9 @@ class MaxPool1d(Module):
         self.kernel_size = kernel_size
         self.stride = kernel_size if stride is None else stride
         self.padding, self.dilation = padding, dilation
-        checked = {name: F._single(getattr(self, name), name, minimum) for name, minimum in
+        checked = {name: _checks.single(name, getattr(self, name), minimum) for name, minimum in
                    (("kernel_size", 1), ("stride", 1), ("padding", 0), ("dilation", 1))}
-        F._check_pool_padding("MaxPool1d", checked["padding"], checked["kernel_size"])
+        _checks.pool_padding("MaxPool1d", checked["padding"], checked["kernel_size"])
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
@@ -83,10 +83,10 @@ class AvgPool1d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True):
         super().__init__()
-        self.kernel_size = F._single(kernel_size, "kernel_size", 1)
-        self.stride = self.kernel_size if stride is None else F._single(stride, "stride", 1)
-        self.padding = F._single(padding, "padding", 0)
-        F._check_pool_padding("AvgPool1d", self.padding, self.kernel_size)
+        self.kernel_size = _checks.single("kernel_size", kernel_size, 1)
+        self.stride = self.kernel_size if stride is None else _checks.single("stride", stride, 1)
+        self.padding = _checks.single("padding", padding, 0)
+        _checks.pool_padding("AvgPool1d", self.padding, self.kernel_size)
         self.ceil_mode = ceil_mode
         self.count_include_pad = count_include_pad
 

@@ -1,5 +1,5 @@
 """Modules that only move or pad pixels: pixel shuffles, im2col/col2im and padding."""
-from . import functional as F
+from . import _checks, functional as F
 from .module import Module
 
 
@@ -65,7 +65,7 @@ class _PadNd(Module):
     def __init__(self, padding):
         super().__init__()
         # Negative widths crop, as in torch.
-        self.padding = F._ntuple(padding, "padding", -float("inf"), 2 * self._dims)
+        self.padding = _checks.ntuple("padding", padding, 2 * self._dims, -float("inf"))
 
     def forward(self, input):
         return F.pad(input, self.padding, self._mode)

@@ -1,7 +1,7 @@
 """Embedding: a lookup table of learnable rows."""
 from .. import creation
 from ..autograd import grad_mode
-from . import functional as F, init
+from . import _checks, functional as F, init
 from ._checks import check_device, positive_int
 from .module import Module
 from .parameter import Parameter
@@ -18,8 +18,8 @@ class Embedding(Module):
         check_device(device, "Embedding")
         self.num_embeddings = positive_int("num_embeddings", num_embeddings, "Embedding")
         self.embedding_dim = positive_int("embedding_dim", embedding_dim, "Embedding")
-        self.padding_idx = F._embedding_options(num_embeddings, padding_idx, scale_grad_by_freq,
-                                                sparse, "Embedding")
+        self.padding_idx = _checks.embedding_padding_idx("Embedding", num_embeddings, padding_idx,
+                                                         sparse)
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
@@ -76,8 +76,8 @@ class EmbeddingBag(Module):
         check_device(device, "EmbeddingBag")
         self.num_embeddings = positive_int("num_embeddings", num_embeddings, "EmbeddingBag")
         self.embedding_dim = positive_int("embedding_dim", embedding_dim, "EmbeddingBag")
-        self.padding_idx = F._embedding_options(num_embeddings, padding_idx, scale_grad_by_freq,
-                                                sparse, "EmbeddingBag")
+        self.padding_idx = _checks.embedding_padding_idx("EmbeddingBag", num_embeddings,
+                                                         padding_idx, sparse)
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
         self.include_last_offset = include_last_offset

@@ -155,7 +155,7 @@ class TransformerEncoder(Module):
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         first = self.layers[0] if len(self.layers) else None
         batch_first = first is not None and first.self_attn.batch_first
-        mask = None if mask is None else F._as_tensor(mask)
+        mask = None if mask is None else creation.as_tensor(mask)
         is_causal = _is_causal_mask(mask, is_causal, _sequence_length(src, batch_first))
         output = src
         for layer in self.layers:
@@ -177,7 +177,7 @@ class TransformerDecoder(Module):
                 memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
         first = self.layers[0] if len(self.layers) else None
         batch_first = first is not None and first.self_attn.batch_first
-        tgt_mask = None if tgt_mask is None else F._as_tensor(tgt_mask)
+        tgt_mask = None if tgt_mask is None else creation.as_tensor(tgt_mask)
         tgt_is_causal = _is_causal_mask(tgt_mask, tgt_is_causal,
                                         _sequence_length(tgt, batch_first))
         output = tgt

@@ -1,6 +1,6 @@
 """Loss primitives whose gradients torch defines apart from the derivative of their forward.
 
-Most losses are composed in nn/functional.py from differentiable ops. Binary cross-entropy
+Most losses are composed in nn/functional/loss.py from differentiable ops. Binary cross-entropy
 is not: torch clamps each log at -100 in the forward, yet its input gradient is the unclamped
 (x - t) / (x (1 - x)) with the denominator held at 1e-12 or more, which stays finite at x = 0
 and x = 1, where the derivative of the clamped forward would be 0 * inf.

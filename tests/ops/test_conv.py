@@ -11,6 +11,7 @@ from mpigrad import ops
 from mpigrad.autograd import gradcheck, gradgradcheck
 from mpigrad.nn import functional as F
 from mpigrad.kernels.numpy import conv as conv_kernels
+from mpigrad.nn.functional.pooling import _pool_geometry
 from mpigrad.ops import conv as conv_ops
 
 TOL = dict(rtol=1e-10, atol=1e-10)
@@ -258,8 +259,8 @@ POOL_IDS = [f"x{x}-k{k}-s{s}-p{p}-d{d}-ceil{c}" for x, k, s, p, d, c in POOL_CAS
 def _general_max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling the general way: pad with -inf, unfold each plane, max over the taps."""
     n, c, h, w = x.shape
-    _, (eh, ew) = F._pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding,
-                                   dilation, ceil_mode)
+    _, (eh, ew) = _pool_geometry("max_pool2d", (h, w), kernel_size, stride, padding, dilation,
+                                 ceil_mode)
     (ph, pw) = padding
     planes = ops.pad(x.reshape(n * c, 1, h, w), (pw, pw + ew, ph, ph + eh), value=-math.inf)
     cols = F.unfold(planes, kernel_size, dilation, 0, stride)
@@ -326,8 +327,8 @@ def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, p
     # Its gradient routes g to the winners (tap_scatter) and back (tap_gather): both linear
     # in g, each the other's adjoint.
     out = pool(x)
-    extra = F._pool_geometry("max_pool2d", shape[2:], kernel_size, stride, padding, dilation,
-                             ceil_mode)[1]
+    extra = _pool_geometry("max_pool2d", shape[2:], kernel_size, stride, padding, dilation,
+                           ceil_mode)[1]
     winners = conv_ops.winning_taps(x.data, out.data, kernel_size, stride, padding, dilation,
                                     extra)
     geometry = dict(winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,

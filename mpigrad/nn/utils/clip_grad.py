@@ -4,7 +4,9 @@ Norms are taken with numpy on the gradients' storage, outside autograd (torch ru
 no_grad too), each in its gradient's dtype; the total is the norm of the per-gradient norms.
 Gradients are scaled in place through `writing()`, so their versions move as torch's do.
 Under DistributedDataParallel the gradients are already averaged when backward returns, so
-every rank computes the same norm and clips identically.
+every rank computes the same norm and clips identically. A parameter class may define
+`_total_grad_norm(parameters, norm_type, error_if_nonfinite)` for pieces of tensors sharded
+across ranks: FSDP's shards do, so clip_grad_norm_ gives the full model's norm on every rank.
 """
 import numpy as np
 
@@ -60,6 +62,14 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     """Scale the gradients of `parameters` in place so their total norm is at most `max_norm`;
     returns the total norm before clipping (a 0-dim Tensor)."""
     parameters = _as_list(parameters)
+    # Parameters that are pieces of larger tensors spread over ranks (FSDP's shards) say how
+    # their pieces' norms combine into the full tensors' (collectively, on every rank).
+    total_of = next((type(p)._total_grad_norm for p in parameters
+                     if hasattr(type(p), "_total_grad_norm")), None)
+    if total_of is not None:
+        total = total_of(parameters, norm_type, error_if_nonfinite)
+        clip_grads_with_norm_(parameters, max_norm, total, foreach)
+        return total
     gradients = _gradients(parameters)
     if not gradients:
         return Tensor(np.array(0.0, dtype=np.float32))
