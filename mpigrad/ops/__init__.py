@@ -4,7 +4,7 @@ from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clo
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
                          isnan, isfinite, allclose, lerp)
 from .elementwise import (exp, log, sqrt, sin, cos, tanh, abs, sign, sigmoid, relu, erf,  # noqa: F401
-                          gelu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
+                          gelu, silu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
                           ceil, round, rsqrt, tril, triu, nan_to_num)
 from .reduction import (sum, mean, var, std, norm, amax, amin, max, min, argmax, argmin,  # noqa: F401
                         softmax, log_softmax, logsumexp, take_along_dim, cumsum, prod, sort,

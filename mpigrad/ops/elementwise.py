@@ -31,15 +31,51 @@ erf = Op("erf", None, (lambda g, ans, x: g * (2 / math.sqrt(math.pi)) * exp(-x *
          saves="x", elementwise=True)
 
 
-def gelu(x, approximate="none"):
-    """torch's GELU: x * Phi(x), or its tanh approximation; built from primitives, so every
-    derivative order is exact."""
+# GELU and SiLU run as one fused loop each way (kernels/numpy/activations.py); their rules
+# below, written with ops, serve higher-order gradients and tangents.
+_SQRT1_2 = 1 / math.sqrt(2)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_CUBIC = 0.044715
+
+
+def _gelu_slope(x, approximate):
     if approximate == "tanh":
-        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1 + tanh(inner))
-    if approximate != "none":
+        t = tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x * x * x))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (_SQRT_2_OVER_PI
+                                                        * (1 + 3 * _CUBIC * x * x))
+    return 0.5 * (1 + erf(x * _SQRT1_2)) + x * exp(-0.5 * x * x) * _INV_SQRT_2PI
+
+
+_gelu = Op("gelu", None, (lambda g, ans, x, approximate: g * _gelu_slope(x, approximate),),
+           saves="x", elementwise=True)
+
+
+def _check_floating(name, x):
+    if x.dtype.kind != "f":
+        raise RuntimeError(f"{name}: expected a floating point tensor, got {x.dtype}")
+
+
+def gelu(x, approximate="none"):
+    """torch's GELU: x * Phi(x), or its tanh approximation."""
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2))))
+    _check_floating("gelu", x)
+    return _gelu(x, approximate=approximate)
+
+
+def _silu_slope(x):
+    s = sigmoid(x)
+    return s * (1 + x * (1 - s))
+
+
+_silu = Op("silu", None, (lambda g, ans, x: g * _silu_slope(x),), saves="x", elementwise=True)
+
+
+def silu(x):
+    """x * sigmoid(x)."""
+    _check_floating("silu", x)
+    return _silu(x)
 
 
 def _in_range(x, min, max):

@@ -3,7 +3,7 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import conv, elementwise, reduction
+from . import activations, conv, elementwise, reduction
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
@@ -13,3 +13,5 @@ for _name in ("sigmoid", "erf"):
 for _name in ("softmax", "log_softmax", "logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
 NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
+NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
+NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)

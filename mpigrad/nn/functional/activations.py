@@ -20,7 +20,7 @@ def gelu(input, approximate="none"):
 
 
 def silu(input):
-    return input * ops.sigmoid(input)
+    return ops.silu(input)
 
 
 def tanh(input):
