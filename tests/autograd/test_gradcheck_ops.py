@@ -62,6 +62,7 @@ CASES = [
     ("relu", lambda a: a.relu(), [((3, 4), _spread)]),
     ("gelu", lambda a: F.gelu(a), [((3, 4), _normal)]),
     ("gelu_tanh", lambda a: F.gelu(a, approximate="tanh"), [((3, 4), _normal)]),
+    ("silu", lambda a: mg.nn.functional.silu(a), [((3, 4), _normal)]),
     ("sin_cos", lambda a: a.sin() * a.cos(), [((5,), _normal)]),
     ("clamp", lambda a: a.clamp(-0.5, 0.7), [((3, 4), _spread)]),
     ("clamp_min", lambda a: a.clamp(min=0.1), [((3, 4), _spread)]),
