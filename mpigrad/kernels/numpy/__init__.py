@@ -3,15 +3,18 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import activations, conv, elementwise, reduction
+from . import activations, conv, elementwise, reduction, softmax
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
     NUMPY.register(_name, forward=getattr(conv, _name))
 for _name in ("sigmoid", "erf"):
     NUMPY.register(_name, forward=getattr(elementwise, _name))
-for _name in ("softmax", "log_softmax", "logsumexp", "scatter_along"):
+for _name in ("logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
+for _name in ("softmax", "log_softmax", "cross_entropy"):
+    NUMPY.register(_name, forward=getattr(softmax, _name),
+                   backward=getattr(softmax, _name + "_backward"))
 NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)

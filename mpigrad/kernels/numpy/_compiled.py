@@ -21,8 +21,11 @@ def loops(name):
 
 
 def compute_dtype(dtype):
-    """The dtype a loop runs in: float64 as is, every other float type through float32."""
-    return np.float64 if dtype == np.float64 else np.float32
+    """The dtype a loop runs in: float64 as is, every other float type through float32
+    (integers, which only some ops accept, through float64, as numpy's functions do)."""
+    if dtype == np.float64 or np.dtype(dtype).kind in "iub":
+        return np.float64
+    return np.float32
 
 
 def flat(array, dtype=None):
@@ -35,5 +38,24 @@ def fresh(shape, dtype):
 
 
 def result(out, dtype):
-    """A loop's output in the op's dtype (float16 and bfloat16 were computed in float32)."""
-    return out if out.dtype == dtype else out.astype(dtype)
+    """A loop's output in the op's dtype (float16 and bfloat16 were computed in float32);
+    an integer input's result stays floating."""
+    if out.dtype == dtype or np.dtype(dtype).kind != "f":
+        return out
+    return out.astype(dtype)
+
+
+def rows(array, axis, dtype=None):
+    """`array` with `axis` moved last, as a contiguous (rows, C) array of `dtype` (its own
+    compute dtype by default), and the moved shape to give results back."""
+    moved = np.moveaxis(array, axis, -1) if array.ndim else array.reshape(1)
+    shape = moved.shape
+    matrix = np.ascontiguousarray(moved, dtype or compute_dtype(array.dtype))
+    return matrix.reshape(int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]), shape
+
+
+def unrows(matrix, shape, axis, like):
+    """The inverse of `rows`: a (rows, C) result back in the layout of `like`."""
+    out = matrix.reshape(shape)
+    out = np.moveaxis(out, -1, axis) if like.ndim else out.reshape(())
+    return result(out, like.dtype)

@@ -1,18 +1,7 @@
-"""The longer numpy kernels of ops/reduction.py: the softmax family and scatter_along."""
+"""The longer numpy kernels of ops/reduction.py: logsumexp, the masked softmax and
+scatter_along (softmax and log_softmax are compiled loops, softmax.py)."""
 import numpy as np
 
-
-def softmax(x, dim):
-    shifted = x - np.max(x, axis=dim, keepdims=True)
-    e = np.exp(shifted)
-    e /= np.sum(e, axis=dim, keepdims=True)
-    return e
-
-
-def log_softmax(x, dim):
-    shifted = x - np.max(x, axis=dim, keepdims=True)
-    shifted -= np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
-    return shifted
 
 def logsumexp(x, dim, keepdim):
     axis = dim  # normalized by the op
@@ -20,6 +9,7 @@ def logsumexp(x, dim, keepdim):
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdim else np.squeeze(out, axis=axis)
+
 
 def scatter_along(g, indices, dim, shape):
     out = np.zeros(shape, dtype=g.dtype)
