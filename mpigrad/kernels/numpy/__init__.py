@@ -3,7 +3,7 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import activations, conv, elementwise, reduction, softmax
+from . import activations, conv, elementwise, normalization, reduction, softmax
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
@@ -18,3 +18,6 @@ for _name in ("softmax", "log_softmax", "cross_entropy"):
 NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
+for _name in ("layer_norm", "rms_norm"):
+    NUMPY.register(_name, forward=getattr(normalization, _name),
+                   backward=getattr(normalization, _name + "_backward"))
