@@ -159,8 +159,8 @@ class KernelTimer:
     def __init__(self):
         self.seconds = collections.Counter()
         self._backend = kernels.current()
-        self._tables = {table: dict(table) for table in (self._backend.forwards,
-                                                          self._backend.backwards)}
+        self._tables = [(table, dict(table)) for table in (self._backend.forwards,
+                                                            self._backend.backwards)]
         self._ops = {o: o.vjps for o in gc.get_objects() if type(o) is Op and o.joint}
         self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
                            if hasattr(module, name)]
@@ -181,7 +181,7 @@ class KernelTimer:
         return timed
 
     def __enter__(self):
-        for table, original in self._tables.items():
+        for table, original in self._tables:
             table.update({name: self._wrap(name, fn) for name, fn in original.items()})
         for op, vjps in self._ops.items():
             op.vjps = self._wrap(op.name, vjps)
@@ -190,7 +190,7 @@ class KernelTimer:
         return self
 
     def __exit__(self, *exc):
-        for table, original in self._tables.items():
+        for table, original in self._tables:
             table.update(original)
         for op, vjps in self._ops.items():
             op.vjps = vjps
