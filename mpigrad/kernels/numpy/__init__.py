@@ -3,7 +3,7 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import activations, conv, elementwise, normalization, optim, reduction, softmax
+from . import activations, clip, conv, elementwise, normalization, optim, reduction, softmax
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
@@ -21,6 +21,9 @@ NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backw
 for _name in ("layer_norm", "rms_norm"):
     NUMPY.register(_name, forward=getattr(normalization, _name),
                    backward=getattr(normalization, _name + "_backward"))
-# Not ops: the optimizers' updates, in place, by name (optim/ calls them through the backend).
+# Not ops: the optimizers' updates and gradient clipping's passes, by name (optim/ and
+# nn/utils/clip_grad.py call them through the backend).
 NUMPY.register("sgd_update", forward=optim.sgd_update)
 NUMPY.register("adam_update", forward=optim.adam_update)
+NUMPY.register("total_norm", forward=clip.total_norm)
+NUMPY.register("scale_", forward=clip.scale_)
