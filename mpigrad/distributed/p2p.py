@@ -11,7 +11,7 @@ from mpi4py import MPI
 from .buffers import array_of, mark_written, message
 from .errors import MessageMismatchError
 from .process_group import group_rank_of, member_group
-from .fault.watchdog import blocked
+from .fault.watchdog import blocked, interruptible
 from .work import Work
 
 
@@ -22,7 +22,8 @@ def send(tensor, dst, group=None, tag=0):
         return
     arr, peer = prepare(pg, tensor, dst, "dst", tag, blocking=True)
     with blocked(pg, f"send to rank {dst} (tag {tag})", collective=False, peers=(dst,)):
-        pg.comm.Send(message(arr), peer, tag)
+        interruptible(lambda: pg.comm.Send(message(arr), peer, tag),
+                      lambda: pg.comm.Isend(message(arr), peer, tag))
 
 
 def recv(tensor, src=None, group=None, tag=0):
@@ -88,7 +89,8 @@ def receive_exact(pg, comm, arr, peer, tag):
     try:
         with blocked(pg, f"recv from {_peer_text(source)} (tag {tag})", collective=False,
                      peers=None if source is None else (source,)):
-            comm.Recv(message(arr), peer, tag, status)
+            interruptible(lambda: comm.Recv(message(arr), peer, tag, status),
+                          lambda: comm.Irecv(message(arr), peer, tag), status)
     except MPI.Exception as exc:
         raise _receive_error(exc, arr, pg, status) from exc
     return _sender_if_exact(status, arr, pg)

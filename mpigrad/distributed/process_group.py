@@ -59,6 +59,23 @@ class ProcessGroup:
     def __repr__(self):
         return f"<ProcessGroup: {self.name}, rank {self.rank()} of {self.size()}>"
 
+    def _renew(self, parent):
+        """Move this group to new communicators made from `parent` (a communicator over a
+        superset of its ranks that carries no other traffic; collective over the members).
+        The test plugin does this after a failed test: requests its ranks left unmatched on
+        the old communicators stay there, where MPI completes or drops them, and cannot
+        match the next test's. Code built on the group (DDP's Channel) keeps its own."""
+        members = self.comm.Get_group()
+        fresh = duplicate(parent, f"renewing {self.name}", lambda: parent.Create_group(members))
+        members.Free()
+        for comm in (self._autograd_comm, self._internal_comm, self.comm):
+            comm.Free()  # legal with requests pending: MPI frees it once they are gone
+        fresh.Set_errhandler(MPI.ERRORS_RETURN)
+        self.comm = fresh
+        self._internal_comm = duplicate(fresh, f"renewing {self.name}")
+        self._autograd_comm = duplicate(fresh, f"renewing {self.name}")
+        self._collective_count = 0
+
     def _free(self):
         for dependent in list(self._dependents):
             dependent.close()

@@ -12,7 +12,7 @@ bucket array, which is what torch's hook futures hold. `get_future()` is the Wor
 from mpi4py import MPI
 
 from ..futures import Future
-from .fault.watchdog import blocked, next_number
+from .fault.watchdog import blocked, next_number, wait_all
 
 
 class Work(Future):
@@ -68,7 +68,7 @@ class Work(Future):
             if block:
                 with blocked(self._pg, f"waiting for {self._what}", self._collective,
                              self._peers, self._number):
-                    MPI.Request.Waitall(self.requests, self._statuses)
+                    wait_all(self.requests, self._statuses)
             elif not MPI.Request.Testall(self.requests, self._statuses):
                 return
         except MPI.Exception as exc:

@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ..buffers import SUPPORTED_DTYPES
 from ..errors import CollectiveMismatchError
 from ..reduce_ops import ReduceOp, kind
-from .watchdog import blocked
+from .watchdog import blocked, interruptible
 
 KINDS = (
     "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
@@ -113,7 +113,9 @@ class _Check:
         signature = np.zeros(_SLOTS, np.int64)
         signature[:len(self._values)] = self._values
         bounds = np.concatenate((signature, -signature))
-        comm.Allreduce(MPI.IN_PLACE, bounds, MPI.MAX)
+        # The one stage a rank can reach alone (the later ones follow its agreed answer).
+        interruptible(lambda: comm.Allreduce(MPI.IN_PLACE, bounds, MPI.MAX),
+                      lambda: comm.Iallreduce(MPI.IN_PLACE, bounds, MPI.MAX))
         if not (bounds[:_SLOTS] + bounds[_SLOTS:]).any():  # max == min everywhere
             return None
         rows = np.empty((comm.Get_size(), _SLOTS), np.int64)

@@ -4,11 +4,11 @@ MPICH (and Open MPI's shared-memory transport) map a file under /dev/shm on each
 ranks there to talk through, and unlink it only in MPI_Finalize. Every job that aborted
 (MPI_Abort, a rank killed, a failed rendezvous) left its 2 MB file behind, in memory, until
 the node's /dev/shm filled and jobs failed to start. Once every rank has finished MPI_Init
-(init_process_group's first collective proves it), each has mapped the segment, and a mapped
-file needs no name: unlinking it then frees the memory with the last process whatever way the
-job ends. Segments MPI maps later are unlinked on the abort path. Only files this process has
-mapped and whose names are MPI's are touched, so no other job's (nor this job's other
-libraries') segments are.
+(init_process_group's first collective proves it, or init_rpc's exchange of names), each has
+mapped the segment, and a mapped file needs no name: unlinking it then frees the memory with
+the last process whatever way the job ends. Segments MPI maps later are unlinked on the
+abort path. Only files this process has mapped and whose names are MPI's are touched, so no
+other job's (nor this job's other libraries') segments are.
 """
 import os
 

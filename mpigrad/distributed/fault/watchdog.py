@@ -26,8 +26,17 @@ The ranks answer each other's questions from this thread, on a communicator of i
 duplicate of the default group's, made by init_process_group), so answers come while the
 main thread computes or waits in MPI. That needs MPI_THREAD_MULTIPLE; with less, or in a job
 of one process, reports show this rank only and departures are not announced.
+
+Test scopes (mpigrad's pytest plugin, `mpigrad.testing.plugin`): while a test runs, the
+plugin opens a scope on the ranks' own communicator (`open_scopes`). A rank that leaves the
+test early (it failed or skipped) tells the others (`leave_scope`); from then on their
+watched calls in that test raise `RankLeftTestError` at once, and those already waiting end
+too, because inside a scope the waits that `interruptible` and `wait_all` make poll their
+nonblocking form instead of blocking in MPI. At the scope's deadline this thread collects where every rank is and raises
+`TestTimeoutError` in the main thread, wherever it is (in a wait, or computing).
 """
 import atexit
+import ctypes
 import faulthandler
 import os
 import sys
@@ -37,13 +46,20 @@ import time
 from mpi4py import MPI
 
 from .. import settings
+from ..errors import DistError
 from .abort import abort_job
 
 STALL_ENV = "MPIGRAD_STALL_SECONDS"
 _POLL_SECONDS = 0.1
 _ANSWER_SECONDS = 1.0   # how long a report waits for the other ranks to say where they are
 _DEPARTED_GRACE_SECONDS = 2.0  # a call still blocked this long after its peer left never ends
+# A test whose main thread is still inside its scope this long after the scope's timeout
+# raised there is stuck in a call that cannot be interrupted: the job is aborted.
+_STUCK_AFTER_TIMEOUT_SECONDS = 10.0
+# How a wait inside a test scope polls (see _poll).
+_SPIN_SECONDS, _MAX_PAUSE_SECONDS = 1e-3, 1e-3
 _LEFT, _QUERY, _ANSWER = 1, 2, 3  # message tags on the watchdog's communicator
+_LEFT_SCOPE = 4  # on the scopes' communicator: (scope number, where this rank left)
 # mpigrad/ itself: frames inside it are not the caller's line a report shows.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,6 +79,9 @@ class _State:
         self.departed = {}    # global rank -> when it said it left the job
         self.finalize_hooked = False
         self.stall = None     # MPIGRAD_STALL_SECONDS as last read well
+        self.scopes = None    # the test plugin's communicator (see open_scopes)
+        self.scope = None     # the test scope open now
+        self.scope_exits = {}  # global rank -> (scope number, where) of its last leave_scope
 
 
 _dog = _State()
@@ -101,6 +120,9 @@ class blocked:
     def __enter__(self):
         if _dog.thread is None:
             _start_thread()
+        scope = _dog.scope
+        if scope is not None and scope.reason is not None and scope.mine():
+            raise scope.error()
         if self.collective and self.number is None:
             self.number = next_number(self.pg, self.what)
         thread = threading.get_ident()
@@ -161,6 +183,7 @@ def _hook_finalize():
 def _on_finalize(comm, keyval, value):
     with _dog.lock:  # waits for the thread to finish what it is doing with MPI
         _dog.control = None  # freed with everything else by MPI_Finalize
+        _dog.scopes = None
 
 
 def _start_thread():
@@ -194,39 +217,47 @@ def _watch():
             if 0 < stall < now - outermost.started and not outermost.reported:
                 outermost.reported = True
                 _stall_report(outermost, stall)
+        scope = _dog.scope
+        if scope is not None:
+            _watch_scope(scope, now)
 
 
 # ---------------------------------------------------------------------- talking to the others
-def _serve(until=None):
-    """Answer the other ranks' questions and note departures; with `until` (a dict of rank
-    -> answer or None), also collect answers into it. Called with `_dog.lock` held."""
-    control = _dog.control
-    if control is None:  # also after MPI_Finalize began (see _hook_finalize)
-        return
+def _serve(until=None, asking=None):
+    """Answer the other ranks' questions and note departures, on the watchdog's communicator
+    and the test scopes'; with `until` (a dict of rank -> answer or None), also collect the
+    answers that come over `asking` into it. Called with `_dog.lock` held."""
     status = MPI.Status()
-    while control.iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
-        source, tag = status.Get_source(), status.Get_tag()
-        message = control.recv(source=source, tag=tag)
-        if tag == _LEFT:
-            _dog.departed[source] = time.monotonic()
-        elif tag == _QUERY:
-            control.send(_where_am_i(), dest=source, tag=_ANSWER)
-        elif tag == _ANSWER and until is not None and source in until:
-            until[source] = message
+    for control in (_dog.control, _dog.scopes):
+        if control is None:  # also after MPI_Finalize began (see _hook_finalize)
+            continue
+        while control.iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
+            source, tag = status.Get_source(), status.Get_tag()
+            message = control.recv(source=source, tag=tag)
+            if tag == _LEFT:
+                _dog.departed[source] = time.monotonic()
+            elif tag == _LEFT_SCOPE:
+                _dog.scope_exits[source] = message
+            elif tag == _QUERY:
+                control.send(_where_am_i(), dest=source, tag=_ANSWER)
+            elif (tag == _ANSWER and until is not None and control is asking
+                  and source in until):
+                until[source] = message
 
 
-def _ask(ranks):
-    """Where the ranks `ranks` (global) are, as answered within _ANSWER_SECONDS; None for a
-    rank that did not answer (stopped, dead, or holding the GIL the whole time)."""
+def _ask(ranks, control=None):
+    """Where the ranks `ranks` (global) are, as answered within _ANSWER_SECONDS over
+    `control` (the watchdog's communicator when None); None for a rank that did not answer
+    (stopped, dead, or holding the GIL the whole time)."""
     answers = {r: None for r in ranks}
     with _dog.lock:
-        control = _dog.control
+        control = control or _dog.control
         if control is None:
             return answers
         requests = [control.isend(None, dest=r, tag=_QUERY) for r in ranks]
         deadline = time.monotonic() + _ANSWER_SECONDS
         while any(a is None for a in answers.values()) and time.monotonic() < deadline:
-            _serve(until=answers)
+            _serve(until=answers, asking=control)
             time.sleep(0.01)
         MPI.Request.Testall(requests)  # to a live rank, small messages have long gone
     return answers
@@ -368,3 +399,159 @@ def _abort_on_departure(watch, left):
         f"can never complete. Aborting the MPI job. Where the ranks are:"))
     sys.stderr.write(text)
     abort_job()
+
+
+# ---------------------------------------------------------------------- test scopes
+class RankLeftTestError(DistError):
+    """Another rank left the test this rank is running early (it failed or was skipped),
+    so this rank's collectives and messages in the test cannot be answered."""
+    __test__ = False  # not a test class, for pytest, in modules that import it
+
+
+class TestTimeoutError(BaseException):
+    """The test ran longer than its timeout. A BaseException, raised into whatever the main
+    thread runs, so an `except Exception` in the test cannot swallow it."""
+    __test__ = False
+
+    def __init__(self, *args):
+        scope = _dog.scope
+        super().__init__(*(args or ((scope.timeout if scope is not None else "test timeout"),)))
+
+
+class _Scope:
+    """One phase of one test on this rank; see `enter_scope`."""
+
+    def __init__(self, name, number, seconds):
+        self.name, self.number, self.seconds = name, number, seconds
+        self.deadline = time.monotonic() + seconds
+        self.thread = threading.get_ident()
+        self.left = None      # which ranks left the scope and where, once some did
+        self.timeout = None   # where the ranks were when the deadline passed
+        self.polling = False  # the main thread polls a wait, which checks `reason` itself
+        self.injected = False
+
+    @property
+    def reason(self):
+        return self.timeout or self.left
+
+    def mine(self):
+        return threading.get_ident() == self.thread
+
+    def error(self):
+        if self.timeout is not None:
+            return TestTimeoutError(self.timeout)
+        return RankLeftTestError(self.left)
+
+
+def open_scopes(comm):
+    """Called by the test plugin on every rank with its own communicator (a duplicate of
+    the world's): scopes' messages travel over it and this thread serves it from now on."""
+    _hook_finalize()
+    with _dog.lock:
+        _dog.scopes = comm
+    if _dog.thread is None:
+        _start_thread()
+
+
+def enter_scope(name, number, seconds):
+    """Start scope `number` (the same on every rank for the same phase of the same test),
+    described as `name` in errors, on the calling thread, ending in `seconds`."""
+    _dog.scope = _Scope(name, number, seconds)
+
+
+def leave_scope(where=None):
+    """End the scope on this rank. `where` (how it ended early: "at test_x.py:12: ValueError:
+    ...") also tells the others, so that their waits in it end. A rank that simply finished
+    tells no one: the others may still have work without it (calls to its RPC agent)."""
+    with _dog.lock:
+        scope, _dog.scope = _dog.scope, None
+        if scope is not None and scope.injected:
+            # The timeout's exception, if not yet raised, must not land in the plugin.
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(scope.thread), None)
+        comm = _dog.scopes
+        if scope is None or comm is None or where is None:
+            return
+        me = comm.Get_rank()
+        requests = [comm.isend((scope.number, where), dest=r, tag=_LEFT_SCOPE)
+                    for r in range(comm.Get_size()) if r != me]
+    MPI.Request.Waitall(requests)  # a few small messages: sent at once
+
+
+def interruptible(call, start, status=None):
+    """`call()`, a blocking MPI call inside a `blocked` watch; inside a test scope (on its
+    thread), `start()` instead, its nonblocking form, polled until done so that the scope's
+    end on another rank or its timeout raises here rather than leaving the rank blocked."""
+    scope = _dog.scope
+    if scope is None or not scope.mine():
+        return call()
+    request = start()
+    _poll(scope, lambda: request.Test(status))
+    return None
+
+
+def wait_all(requests, statuses):
+    """`MPI.Request.Waitall(requests, statuses)`, polled inside a test scope (see
+    `interruptible`)."""
+    scope = _dog.scope
+    if scope is None or not scope.mine():
+        MPI.Request.Waitall(requests, statuses)
+        return
+    _poll(scope, lambda: MPI.Request.Testall(requests, statuses))
+
+
+def _poll(scope, done):
+    """Call `done()` (an MPI test) until it is true, raising the scope's error once it has
+    one. Between tries the other threads get the GIL (an RPC agent may serve the others
+    meanwhile, as it does while the thread blocks in MPI), and past the first
+    _SPIN_SECONDS the thread pauses for 1/32 of the time it has waited, up to _MAX_PAUSE."""
+    scope.polling = True
+    started = time.monotonic()
+    try:
+        while not done():
+            if scope.reason is not None:
+                raise scope.error()
+            waited = time.monotonic() - started
+            time.sleep(0 if waited < _SPIN_SECONDS else min(waited / 32, _MAX_PAUSE_SECONDS))
+    finally:
+        scope.polling = False
+
+
+def forget_abandoned_calls():
+    """After a test that failed on some rank, between tests: restart the numbering of watched
+    calls (the ranks made different numbers of them) and drop any watch of the calling thread
+    that the timeout's exception, raised into it anywhere, may have left open."""
+    _dog.counts.clear()
+    _dog.waiting.pop(threading.get_ident(), None)
+
+
+def _watch_scope(scope, now):
+    """The thread's look at the open test scope: has a rank left it, has it timed out?"""
+    if scope.left is None:
+        left = sorted((rank, where) for rank, (number, where) in list(_dog.scope_exits.items())
+                      if number == scope.number)
+        if left:
+            scope.left = "; ".join(f"rank {rank} left {scope.name} {where}"
+                                   for rank, where in left)
+    if scope.timeout is None and now > scope.deadline:
+        me = _my_rank()
+        comm = _dog.scopes
+        others = [] if comm is None else [r for r in range(comm.Get_size()) if r != me]
+        answers = _ask(others, comm) if others else {}
+        answers[me] = _where_am_i()
+        text = (f"{scope.name} ran longer than its timeout ({scope.seconds:g} s: "
+                f"--mpi-timeout, or @pytest.mark.mpi_timeout(seconds)). Where the ranks were:\n"
+                + "\n".join(f"  rank {r}: {_describe(answers[r])}" for r in sorted(answers)))
+        with _dog.lock:
+            if _dog.scope is scope:
+                scope.timeout = text
+                if not scope.polling:  # computing, or in a call that cannot be polled
+                    scope.injected = True
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(scope.thread), ctypes.py_object(TestTimeoutError))
+    elif (scope.timeout is not None and _dog.scope is scope
+          and now > scope.deadline + _STUCK_AFTER_TIMEOUT_SECONDS):
+        sys.stderr.write(f"[rank {_my_rank()}] mpigrad.testing: {scope.timeout}\n[rank "
+                         f"{_my_rank()}] the test is still running {_STUCK_AFTER_TIMEOUT_SECONDS:g} "
+                         f"s later, in a call that cannot be interrupted; aborting the MPI job.\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        abort_job()

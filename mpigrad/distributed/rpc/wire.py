@@ -10,10 +10,11 @@ WorkerInfo and function replaced by a reference, in one of two forms:
 
 - fast (FAST, tree, rrefs): the payload itself when it is made of None, bools, ints, floats,
   complex numbers, strings, bytes, and tuples, lists and dicts of those (at most _MAX_NODES
-  values, no list or dict twice), plus the referenced kinds above. References are tuples
-  that start with Ellipsis (a user tuple that does too goes the other way). marshal writes
-  and reads it in C: encoding and decoding a small call costs a few microseconds, where a
-  pickler calling back into Python for every object cost five times that.
+  values, no list or dict twice, and a receiver refuses more), plus the referenced kinds
+  above. References are tuples that start with Ellipsis (a user tuple that does too goes the
+  other way). marshal writes and reads it in C: encoding and decoding a small call costs a
+  few microseconds, where a pickler calling back into Python for every object cost five
+  times that.
 - pickled (PICKLED, bytes): anything else, by pickle, with the same references as
   persistent ids. The fast form is tried first and has no side effect until it succeeds
   (RRefs are forked after), so falling back never forks twice.
@@ -339,8 +340,37 @@ def parse(received):
     start = _LENGTH.size
     kind, msg_id, tag, layouts, autograd, body = marshal.loads(
         memoryview(received)[start:start + length])
+    if type(body) is tuple and body and body[0] == FAST:
+        _check_size(body[1:2])
     arrays, buffers = _arrays_for(layouts, received if tag == 0 else None, start + length)
     return kind, msg_id, tag, autograd, body, arrays, buffers
+
+
+def _check_size(values):
+    """A ValueError if the fast form's `values` hold more than _MAX_NODES values in all, as
+    the decoder would walk them. An honest sender never makes one (it pickles bigger
+    payloads), but marshal stores a value used at several places once: a header of 189
+    bytes reusing one tuple at each of 20 levels stood for a tree of 2**20 values, seconds
+    and 112 MiB to decode. Each value is counted before its container is opened, so the
+    check itself costs at most _MAX_NODES steps."""
+    count = len(values)
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is tuple:
+            children = () if value and value[0] is Ellipsis else value
+        elif kind is list:
+            children = value
+        elif kind is dict:
+            children = value.values()
+        else:
+            continue
+        count += len(children)
+        if count > _MAX_NODES:
+            raise ValueError(f"its body holds more than {_MAX_NODES} values (no sender makes "
+                             "one: bigger payloads travel pickled)")
+        stack.extend(children)
 
 
 # The most one message may declare: a header is the other side's word, and an absurd or

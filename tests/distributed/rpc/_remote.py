@@ -320,7 +320,7 @@ def cover_cpu_while_sleeping(seconds):
     """Sleep `seconds` in a request the listener runs; returns the CPU seconds the cover
     thread (which receives meanwhile) used in that time."""
     def cpu():
-        with open(f"/proc/self/task/{rpc.agent.current.cover.native_id}/stat") as stat:
+        with open(f"/proc/self/task/{rpc.agent.current.listener.cover.native_id}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     before = cpu()

@@ -2,6 +2,7 @@
 workers, calls before init_rpc, start-up mistakes, graceful shutdown with work in flight."""
 import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -68,12 +69,12 @@ def test_the_cover_thread_runs_before_the_listener_can_run_a_request(process_gro
     """The listener started first: a request it ran at once (another worker can be ahead)
     found no cover thread, whose native_id was still None (1 run in 12 of the test above)."""
     seen = []
-    listen = rpc.agent.Agent._listen
+    listen = rpc.agent.Listener._listen
 
-    def recording(agent):
-        seen.append(agent.cover.is_alive())
-        listen(agent)
-    monkeypatch.setattr(rpc.agent.Agent, "_listen", recording)
+    def recording(listener):
+        seen.append(listener.cover.is_alive())
+        listen(listener)
+    monkeypatch.setattr(rpc.agent.Listener, "_listen", recording)
     rpc.init_rpc(f"worker{dist.get_rank()}")
     rpc.shutdown()
     assert seen == [True]
@@ -180,26 +181,26 @@ def test_stopping_at_once_while_a_request_ends_does_not_hang(process_group):
     which never comes, and the stop waited for it forever."""
     rank = dist.get_rank()
     rpc.init_rpc(f"worker{rank}")
-    agent = rpc.agent.current
-    receive_while = agent._receive_while
+    listener = rpc.agent.current.listener
+    receive_while = listener._receive_while
 
     def then_let_the_request_end(*args, **kwargs):
         receive_while(*args, **kwargs)
-        if agent._stopping.is_set():
+        if listener._stopping.is_set():
             _remote.set_event_later("cover stopped")
             deadline = time.monotonic() + 1
-            while agent._covering.is_set() and time.monotonic() < deadline:
+            while listener._covering.is_set() and time.monotonic() < deadline:
                 time.sleep(1e-3)
-    agent._receive_while = then_let_the_request_end  # the cover thread's next loop
+    listener._receive_while = then_let_the_request_end  # the cover thread's next loop
     running = rpc.rpc_async(rank, _remote.wait_for_event, args=("cover stopped", 10))
-    while not agent._covering.is_set():
+    while not listener._covering.is_set():
         time.sleep(1e-3)
     stopper = threading.Thread(target=rpc.shutdown, kwargs=dict(graceful=False), daemon=True)
     stopper.start()
     stopper.join(10)
     hung = stopper.is_alive()
     if hung:
-        agent._covering.set()  # let it end now
+        listener._covering.set()  # let it end now
         stopper.join()
     dist.barrier()
     assert not hung
@@ -287,6 +288,32 @@ def test_rpc_without_a_process_group_and_a_worker_that_exits():
     assert "GONE" in result.stdout and "exited without calling rpc.shutdown()" in result.stdout
 
 
+@pytest.mark.skipif(os.environ.get("MPIGRAD_SKIP_MPIEXEC_SUBPROCESS") == "1",
+                    reason="no nested mpiexec here")
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc")
+def test_rpc_alone_leaves_no_mpi_segment_named_in_dev_shm():
+    """Only init_process_group unlinked MPI's shared-memory segments: a job using RPC alone
+    kept MPICH's named while it ran, and a rank killed with -9 left it behind (2 MB each)."""
+    result = _run("""
+        from mpi4py import MPI
+        import mpigrad.distributed.rpc as rpc
+        from mpigrad.distributed.fault import segments
+        rank = MPI.COMM_WORLD.Get_rank()
+        rpc.init_rpc(f"w{rank}")
+        with open("/proc/self/maps") as maps:  # named or not
+            mapped = {line.split(maxsplit=5)[5] for line in maps if "/dev/shm/mpich_shm_" in line}
+        print(f"{rank}: maps {len(mapped)}, named {sorted(segments.mapped_mpi_segments())}",
+              flush=True)
+        rpc.shutdown()
+    """, 2)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    reports = dict(re.findall(r"(\d): (maps \d+, named \[[^]]*\])", result.stdout))
+    assert sorted(reports) == ["0", "1"], result.stdout
+    for report in reports.values():
+        assert not report.startswith("maps 0,"), report  # MPICH's shared memory was in use
+        assert report.endswith("named []"), report
+
+
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_graceful_shutdown_completes_among_the_workers_left_after_one_exits(ranks):
@@ -341,10 +368,11 @@ def test_backend_options_take_torchs_arguments_and_refuse_what_cannot_be_honoure
 def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd):
     """Headers are the sender's word: one declaring a huge tensor, a bad dtype, a shape or
     strides that are not one, or whose tensors never arrive, or that is not a header at
-    all, is dropped with a message, and the agent goes on serving."""
+    all, or whose body would unfold into more values than any sender makes, is dropped with
+    a message naming the sender, and the agent goes on serving."""
     rank, _ = workers
     agent = rpc.agent.current
-    agent.arrays_deadline = 1.0  # the truncated message is dropped after a second
+    agent.transport.arrays_deadline = 1.0  # the truncated message is dropped after a second
     dist.barrier()
     body = wire.dumps((_remote.add, (2, 3), {}), None, False)[0]
     if rank == 1:
@@ -356,18 +384,24 @@ def test_forged_or_truncated_messages_cost_an_error_not_the_agent(workers, capfd
         headers = [wire.header("call", 0, tag, layouts, None, body, inline)
                    for tag, layouts, inline in forged]
         headers.append(b"\x05\x00\x00\x00junk")
+        reused = (1,)
+        for _ in range(20):  # 2**20 values in under 200 bytes
+            reused = (reused, reused)
+        headers.append(wire.header("call", 0, 0, [], None, (wire.FAST, reused, ())))
         for header in headers:
             agent.comm.Send([header, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
     dist.barrier()
     if rank == 0:
         errors = ""
         deadline = time.monotonic() + 20
-        while errors.count("dropped a message") < 8 and time.monotonic() < deadline:
+        while errors.count("dropped a message") < 9 and time.monotonic() < deadline:
             time.sleep(0.1)
             errors += capfd.readouterr().err
         for reason in ("more than", "dtype '|O'", "shape (-1,)", "shape ('x',)",
                        "strides (-1,)", "did not arrive within 1 s",
-                       "declared more bytes of tensors than it carried", "marshal"):
+                       "declared more bytes of tensors than it carried", "marshal",
+                       "dropped a message from worker 'worker1' (rank 1): its body holds "
+                       "more than 256 values"):
             assert reason in errors, errors
     dist.barrier()
     with bounded(30):  # and rank 0's agent, the target, still answers
@@ -393,5 +427,66 @@ def test_a_reply_nobody_awaits_is_not_counted(workers):
             assert rpc.rpc_sync(1, _remote.add, args=(1, 2)) == 3  # received after the stray
             time.sleep(0.2)  # the stray's handling, if another thread received it
             agent.wait_until_idle()
-            assert agent.replies_received == agent.requests_sent
+            assert agent.replies.replies_received == agent.replies.requests_sent
     dist.barrier()
+
+
+@mpi
+def test_a_reply_from_another_worker_than_the_callee_is_dropped(workers, capfd):
+    """Replies were matched by message id alone, and ids count up: any worker could answer
+    another's calls (a call to the last worker returned what another one forged). Now only
+    the callee's reply completes a call; another's is dropped with a message naming both."""
+    rank, size = workers
+    agent = rpc.agent.current
+    callee, forger = size - 1, (1 if size > 2 else 0)
+    pending = None
+    if rank == 0:
+        pending = rpc.rpc_async(callee, _remote.wait_for_event, args=("answer now", 20))
+        (msg_id,) = agent.replies._calls
+    else:
+        msg_id = None
+    ids = [msg_id]
+    dist.broadcast_object_list(ids, src=0)
+    if rank == forger:
+        forged = wire.header("reply", ids[0], 0, [], None,
+                             wire.dumps((True, "forged"), None, False)[0])
+        agent.comm.Send([forged, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
+    dist.barrier()
+    try:
+        if rank == 0:
+            with bounded(30):
+                errors = ""
+                deadline = time.monotonic() + 20
+                while "dropped a reply" not in errors and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    errors += capfd.readouterr().err
+                assert (f"dropped a reply from worker 'worker{forger}' (rank {forger}) to a "
+                        f"call made to worker 'worker{callee}' (rank {callee})") in errors
+                assert not pending.done()
+                rpc.rpc_sync(callee, _remote.set_event_later, args=("answer now",))
+                assert pending.wait() is True
+    finally:  # a failure on rank 0 must not leave the others in a different test
+        dist.barrier()
+        _remote.state.pop("answer now", None)
+
+
+@mpi
+def test_a_message_whose_tensors_never_come_holds_up_no_other(workers):
+    """The receiving thread waited for a message's tensors before anything else: a header
+    whose tensors never came stopped the listener for 60 s, and honest calls timed out
+    meanwhile. Its receives now stay pending while other messages are served (it is dropped
+    at its own deadline: test_forged_or_truncated_messages_cost_an_error_not_the_agent)."""
+    rank, size = workers
+    agent = rpc.agent.current
+    dist.barrier()
+    if rank == 1:
+        body = wire.dumps((_remote.add, (2, 3), {}), None, False)[0]
+        truncated = wire.header("call", 0, 7, [((4,), "<f8", None)], None, body)
+        agent.comm.Send([truncated, MPI.BYTE], 0, rpc.agent.HEADER_TAG)
+    dist.barrier()
+    try:
+        if rank != 0:  # every other worker calls worker0 while that message is pending
+            with bounded(60):
+                assert rpc.rpc_sync(0, _remote.add, args=(rank, 1), timeout=20) == rank + 1
+    finally:  # a failure must not leave the ranks in different tests
+        dist.barrier()

@@ -284,14 +284,18 @@ def test_a_release_times_out_with_the_agents_timeout(process_group, capfd):
                                                                      init_method="env://"))
     try:
         if dist.get_rank() == 0:
-            rpc.rpc_sync(1, _remote.break_releases, args=(True, 3.0))
+            # The calls' own timeouts are generous, so that only the release (whose answer
+            # comes after 3 s) runs into the agent's 0.5 s, however loaded the machine.
+            rpc.rpc_sync(1, _remote.break_releases, args=(True, 3.0), timeout=20)
             with bounded(20):
                 with dist_autograd.context() as context_id:
-                    rpc.rpc_sync(1, _remote.whoami)
-                time.sleep(1.5)
-                err = capfd.readouterr().err
-                assert f"releasing context {context_id} failed" in err and "timed out" in err
-            rpc.rpc_sync(1, _remote.break_releases, args=(False,), timeout=10)
+                    rpc.rpc_sync(1, _remote.whoami, timeout=20)
+                err = ""
+                while f"releasing context {context_id} failed" not in err:
+                    time.sleep(0.05)
+                    err += capfd.readouterr().err
+                assert "timed out" in err
+            rpc.rpc_sync(1, _remote.break_releases, args=(False,), timeout=20)
     finally:
         rpc.shutdown()
 

@@ -249,3 +249,21 @@ def test_a_message_over_the_size_limit_is_refused_before_any_rref_is_forked(monk
     assert rref.forks == 0
     wire.dumps((rref, np.zeros(125)), fork, False)
     assert rref.forks == 1
+
+
+def test_a_body_reusing_a_value_at_every_level_is_refused_before_it_is_walked():
+    """marshal stores a value used at several places once: a header of under 200 bytes
+    reusing one tuple at each of 20 levels stood for 2**20 values, which took 3-6 s and
+    112 MiB to decode. The bound is the encoder's own: its largest fast payloads still pass."""
+    tree = (1,)
+    for _ in range(20):
+        tree = (tree, tree)
+    received = bytearray(wire.header("call", 7, 0, [], None, (wire.FAST, tree, ())))
+    assert len(received) < 200
+    with pytest.raises(ValueError, match="more than 256 values"):
+        wire.parse(received)
+    for largest, smallest_pickled in (
+            (tuple(range(255)), tuple(range(256))),
+            ({i: [i, (i,)] for i in range(63)}, {i: [i, (i,)] for i in range(64)})):
+        assert round_trip(largest) == (largest, wire.FAST)
+        assert round_trip(smallest_pickled) == (smallest_pickled, wire.PICKLED)

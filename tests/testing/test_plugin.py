@@ -1,0 +1,131 @@
+"""mpigrad's pytest plugin, on test files run under their own mpiexec (so serial only: these
+tests are not MPI-marked, and under --only-mpi they are skipped).
+
+Each run's ranks write their reports to `--mpi-logs`, read here rank by rank: the ranks'
+console output interleaves."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from mpigrad.testing.world import _installed_as_entry_point
+from tests.distributed._environment import job_environment
+from tests.testing import examples
+
+MPIEXEC = shutil.which("mpiexec")
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")
+# The plugin by its entry point once mpigrad is installed from this tree, else by name.
+PLUGIN = [] if _installed_as_entry_point() else ["-p", "mpigrad.testing.plugin"]
+
+
+def run(tmp_path, source, ranks=None, *options):
+    """Run `source` as a test module, under `mpiexec -n ranks` (plain pytest when None);
+    returns (exit status, console output, {rank: its log})."""
+    (tmp_path / "test_example.py").write_text(source)
+    logs = tmp_path / "logs"
+    command = [sys.executable, "-m", "pytest", *PLUGIN, "-q", "-p", "no:cacheprovider",
+               "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
+               "--mpi-logs", str(logs), "test_example.py", *options]
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    if ranks is not None:
+        command = [MPIEXEC, "-n", str(ranks)] + command
+    result = subprocess.run(["timeout", "-k", "10", "120"] + command, cwd=tmp_path,
+                            capture_output=True, text=True, env=job_environment())
+    output = result.stdout + result.stderr
+    assert result.returncode != 124, f"the run hung:\n{output}"
+    found = {int(p.stem.split("-")[1]): p.read_text() for p in logs.glob("rank-*.log")} \
+        if logs.exists() else {}
+    return result.returncode, output, found
+
+
+def line_of(source, text):
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def outcome(log, test, when="call"):
+    """The outcome line of `test`'s phase in a rank's log, and the text up to the next one."""
+    start = log.index(f"test_example.py::{test} {when}: ")
+    end = log.find("\ntest_example.py::", start + 1)
+    return log[start:] if end < 0 else log[start:end]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_failure_on_one_rank_fails_the_test_on_every_rank(tmp_path, ranks):
+    status, output, logs = run(tmp_path, examples.ISOLATION, ranks)
+    assert status == 1, output
+    assert sorted(logs) == list(range(ranks)), output
+    for rank, log in logs.items():
+        a = outcome(log, "test_a")
+        assert a.startswith("test_example.py::test_a call: failed"), log
+        assert f"call failed on ranks" in a and "rank 1: ValueError: rank 1 only" in a, log
+        if rank != 1:  # its second all_reduce ends at once, naming rank 1 and where it left
+            assert "RankLeftTestError: rank 1 left test_example.py::test_a (call) at " in a
+            assert f"test_example.py:{line_of(examples.ISOLATION, 'rank 1 only')}: " \
+                   "ValueError: rank 1 only" in a, log
+        first = outcome(log, "test_assert_before_collective")
+        assert "failed" in first.splitlines()[0]
+        assert "rank 1: AssertionError: rank 1 fails first" in first, log
+        received = outcome(log, "test_recv_from_a_rank_that_failed")
+        assert "rank 1: RuntimeError: rank 1 sends nothing" in received, log
+        if rank == 0:
+            assert "RankLeftTestError: rank 1 left" in received, log
+        skipped = outcome(log, "test_skipped_on_rank_0_only")
+        assert "failed" in skipped.splitlines()[0]
+        others = "rank 1" if ranks == 2 else "ranks 1, 2"
+        assert (f"skipped on rank 0 but not on {others}: a test must be skipped on every rank "
+                f"or on none") in skipped, log
+        assert "rank 0: skipped: rank 0 skips" in skipped, log
+        # The tests after a failed one pass, with the right sums: nothing crossed over.
+        for test in ("test_b", "test_after_assert", "test_same_on_all_ranks_passes",
+                     "test_same_on_all_ranks_reports_the_rank", "test_shared_tmp_path",
+                     "test_last"):
+            assert outcome(log, test).startswith(f"test_example.py::{test} call: passed"), log
+        assert "test_skipped_everywhere call: skipped" in log
+    assert "mpigrad: outcomes on every rank" in output
+    assert "rank 0: 4 failed, 6 passed, 1 skipped" in output, output
+
+
+def test_a_hang_fails_on_every_rank_after_the_timeout_naming_where_each_was(tmp_path):
+    status, output, logs = run(tmp_path, examples.HANG, 3)
+    assert status == 1, output
+    for rank, log in logs.items():
+        hang = outcome(log, "test_hang")
+        assert "failed" in hang.splitlines()[0], log
+        assert "TestTimeoutError: test_example.py::test_hang (call) ran longer than its " \
+               "timeout (2 s" in hang, log
+        assert "rank 1: not in any collective: at " in hang, log
+        assert any(f"test_example.py:{line_of(examples.HANG, text)} in test_hang" in hang
+                   for text in ("while True", "pass")), log  # the loop's either line
+        for waiting in (0, 2):
+            assert f"rank {waiting}: waiting in the check before all_reduce #1 on the " \
+                   f"default group" in hang, log
+        assert outcome(log, "test_after_hang").startswith(
+            "test_example.py::test_after_hang call: passed"), log
+
+
+def test_different_collections_are_an_error_at_the_start(tmp_path):
+    status, output, _ = run(tmp_path, examples.COLLECTION, 2)
+    assert status == 4, output  # pytest's usage error, on every rank, before any test ran
+    assert ("the ranks collected different tests" in output
+            and "rank 1 collected 2 tests, rank 0 3; test #2 is test_example.py::test_after "
+                "on rank 1, test_example.py::test_only_on_rank_0 on rank 0") in output, output
+    assert " passed" not in output
+    # --no-mpi-isolation: each rank runs what it collected, unchecked.
+    status, output, _ = run(tmp_path, examples.COLLECTION, 2, "--no-mpi-isolation")
+    assert status == 0 and "3 passed" in output and "2 passed" in output, output
+
+
+@pytest.mark.parametrize("ranks", [None, 3])
+def test_world_tests_run_under_plain_pytest_and_under_mpiexec(tmp_path, ranks):
+    status, output, _ = run(tmp_path, examples.WORLD, ranks, "-rA")
+    if ranks is None:  # each world test spawned its ranks
+        assert status == 1, output
+        assert "PASSED test_example.py::test_three_ranks" in output, output
+        assert "FAILED test_example.py::test_fails_on_rank_1" in output, output
+        assert "rank 1: AssertionError: rank 1 is not rank 0" in output, output
+        assert "1 failed, 2 passed" in output, output
+    else:  # the world of 3 runs test_three_ranks; the world(2) test is skipped
+        assert status == 0, output
+        assert "PASSED test_example.py::test_three_ranks" in output, output
+        assert "world(2) runs in 2 ranks; this run has 3" in output, output
