@@ -156,7 +156,8 @@ def test_imports_inside_functions_say_why(module):
 def _imports_numpy(path):
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numpy" for a in node.names):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numpy"
+                                                for a in node.names):
             return True
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (
                 node.module or "").split(".")[0] == "numpy":

@@ -53,7 +53,8 @@ def numexpr_tanh(x, g):
     k = np.float32(math.sqrt(2 / math.pi))
     t = numexpr.evaluate("tanh(k * (x + 0.044715 * x * x * x))")
     y = numexpr.evaluate("0.5 * x * (1 + t)")
-    dx = numexpr.evaluate("g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 0.134145 * x * x))")
+    dx = numexpr.evaluate("g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k"
+                          " * (1 + 0.134145 * x * x))")
     return y, dx
 
 

@@ -18,7 +18,7 @@ def _pairs(dtype, strided=False):
         grads[0] = grads[0].T
     ours, theirs = [], []
     for g in grads:
-        p, q = mg.zeros(*g.shape, dtype=mg.tensor(g).dtype), torch.zeros(g.shape, dtype=torch.tensor(g).dtype)
+        p, q = mg.tensor(np.zeros_like(g)), torch.zeros(g.shape, dtype=torch.tensor(g).dtype)
         p.grad, q.grad = mg.Tensor.wrap(g.copy(order="K")), torch.tensor(g)
         ours.append(p)
         theirs.append(q)

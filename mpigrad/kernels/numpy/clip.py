@@ -8,7 +8,7 @@ from ._compiled import loops
 
 
 def _contiguous(array):
-    return array.reshape(-1) if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
+    return np.ascontiguousarray(array).reshape(-1)  # no copy when it already is
 
 
 def total_norm(arrays, norm_type):
