@@ -27,7 +27,7 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
-from ..kernels.numpy.recurrent import lstm_step
+from ..kernels.numpy.recurrent import gru_step, lstm_step
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
@@ -160,11 +160,7 @@ class _GRU:
         return w_hh.shape[0] // 3 * 4
 
     def step(self, xg, gh, prev, w_hr):
-        size = gh.shape[1] // 3
-        rz = _sigmoid(xg[:, :2 * size] + gh[:, :2 * size])
-        hidden_n = gh[:, 2 * size:]
-        n = np.tanh(xg[:, 2 * size:] + rz[:, :size] * hidden_n)
-        return np.concatenate([n + rz[:, size:] * (prev - n), rz, n, hidden_n], 1)
+        return gru_step(xg, gh, prev)  # [h, r, z, n, hidden_n], the gates in one pass
 
     def coefficients(self, ns, prev, ans, w_hh):
         size = prev.shape[1]
