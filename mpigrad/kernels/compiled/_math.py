@@ -8,6 +8,8 @@
 - `fastmath=False`: no reassociation, so a result is the same run to run and follows the
   order written;
 - `cache=True`: compiled once per machine, loaded from disk by later processes;
+- `nogil=True`: a loop lets other threads run, as numpy's passes did (DDP's and RPC's
+  threads keep communicating while backward computes);
 - serial loops (no `parallel=`): one thread per process, as mpiexec runs one rank per core.
 
 pip's llvmlite has no vector math library, so `math.exp` and `math.erf` are scalar calls
@@ -25,7 +27,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-jit = numba.njit(error_model="numpy", fastmath=False, cache=True)
+jit = numba.njit(error_model="numpy", fastmath=False, cache=True, nogil=True)
 
 
 @intrinsic
