@@ -22,10 +22,10 @@ import inspect
 
 import numpy as np
 
-from ..kernels import NUMPY, selected
 from ..autograd import forward_ad, grad_mode, profiler
 from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
+from ..kernels import NUMPY, selected
 from ..tensor import Tensor
 
 
