@@ -57,6 +57,9 @@ NUMPY_ALLOWED = {
     "mpigrad.tensor": "Tensor's storage is an ndarray; its methods convert and compare",
     "mpigrad.creation": "torch's factories build the storage array",
     "mpigrad.dtypes": "torch's dtype names are numpy dtypes",
+    "mpigrad.amp": "the grad scaler keeps its scale as a float32 scalar and unscales gradients "
+                   "in place in torch's order (float32 multiply, one rounding); autocast's "
+                   "dtype is a numpy dtype",
     "mpigrad.random": "the generators are numpy Generators",
     "mpigrad.autograd": "the engine sums and zero-fills gradient arrays; gradcheck's finite "
                         "differences and functional's Jacobians assemble arrays",
