@@ -3,6 +3,10 @@
 A module's top-level imports may reach its own layer or a lower one; the one exception is the
 last line of tensor.py, which brings in the layers that define Tensor's operators and
 backward(). An import inside a function must say in a comment why it cannot be at the top.
+
+Arrays are the kernels' business: numpy is imported in ops/ (the rules' one-line forwards),
+kernels/ and distributed/buffers.py (MPI's buffers); anywhere else it needs a reason in
+NUMPY_ALLOWED, so that what a second backend (CuPy) would have to reach is written down.
 """
 import ast
 import pathlib
@@ -21,7 +25,8 @@ D = "mpigrad.distributed"
 LAYERS = [
     {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures", "mpigrad.device",
      "mpigrad.autograd.grad_mode", "mpigrad.autograd.anomaly", "mpigrad.autograd.graph",
-     "mpigrad.autograd.engine", "mpigrad.launchers"},
+     "mpigrad.autograd.engine", "mpigrad.launchers", "mpigrad._allocator"},
+    {"mpigrad.kernels"},
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization"},
     {"mpigrad.nn", "mpigrad.optim", "mpigrad.data", "mpigrad.utils", "mpigrad.func",
@@ -43,6 +48,42 @@ LAYERS = [
     {D, "mpigrad", "mpigrad.compat"},
 ]
 UPWARD_IMPORTS_ALLOWED = {("mpigrad.tensor", "mpigrad.autograd"), ("mpigrad.tensor", "mpigrad.ops")}
+
+# Where numpy may be imported without a reason: the kernels' rooms.
+NUMPY_HOMES = ("mpigrad.ops", "mpigrad.kernels", "mpigrad.distributed.buffers")
+# Everything else that imports numpy today, by module or package, and why. These are the
+# places a CuPy backend would still have to reach (see docs/architecture.md); shrink it.
+NUMPY_ALLOWED = {
+    "mpigrad.tensor": "Tensor's storage is an ndarray; its methods convert and compare",
+    "mpigrad.creation": "torch's factories build the storage array",
+    "mpigrad.dtypes": "torch's dtype names are numpy dtypes",
+    "mpigrad.amp": "the grad scaler keeps its scale as a float32 scalar and unscales gradients "
+                   "in place in torch's order (float32 multiply, one rounding); autocast's "
+                   "dtype is a numpy dtype",
+    "mpigrad.random": "the generators are numpy Generators",
+    "mpigrad.autograd": "the engine sums and zero-fills gradient arrays; gradcheck's finite "
+                        "differences and functional's Jacobians assemble arrays",
+    "mpigrad.data": "datasets read files into host arrays; collate and samplers index them",
+    "mpigrad.serialization": "file formats are byte layouts of host arrays",
+    "mpigrad.distributed": "MPI moves host buffers: flat gradient buckets, compression, index "
+                           "arrays and pickled metadata around buffers.py's conversions",
+    "mpigrad.nn.functional": "functional forms build index arrays, masks and shapes (argument "
+                             "checks, pooling geometry, attention masks) next to their ops",
+    "mpigrad.nn.init": "initializers draw with numpy's generators into the parameters",
+    "mpigrad.nn.module": "to()/half()/double() cast parameter storage; dtype names",
+    "mpigrad.nn.normalization": "the num_batches_tracked counter is an int64 array",
+    "mpigrad.nn.parameter": "a Parameter wraps the array it is given",
+    "mpigrad.nn.rnn": "packed sequences' batch sizes are read as integers",
+    "mpigrad.nn.transformer": "the causal mask is built and recognised as an array",
+    "mpigrad.nn.utils.rnn": "packing sorts lengths and builds integer index arrays",
+    "mpigrad.nn.utils.clip_grad": "the total norm's reduction over parameters (to become a "
+                                  "fused kernel)",
+    "mpigrad.optim": "the optimizers' state is created as arrays; the Adam variants, Adagrad, "
+                     "Adadelta and RMSprop still update with numpy block by block (SGD and "
+                     "Adam/AdamW use the backend's one-pass kernels)",
+    "mpigrad.testing": "assert_close compares host arrays, as torch.testing does; the ranks "
+                       "check and isolation move buffers through MPI",
+}
 
 
 def _module_name(path):
@@ -114,6 +155,38 @@ def test_imports_inside_functions_say_why(module):
             assert any("#" in line for line in nearby), (
                 f"{module} line {node.lineno}: an import inside a function needs a comment "
                 "saying why it cannot be at the top of the file")
+
+
+def _imports_numpy(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numpy"
+                                                for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (
+                node.module or "").split(".")[0] == "numpy":
+            return True
+    return False
+
+
+def _within(module, packages):
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+NUMPY_USERS = sorted(m for m, path in MODULES.items() if _imports_numpy(path))
+
+
+def test_numpy_outside_the_kernels_has_a_reason():
+    unexplained = [m for m in NUMPY_USERS
+                   if not _within(m, NUMPY_HOMES) and not _within(m, NUMPY_ALLOWED)]
+    assert unexplained == [], (
+        f"{unexplained} import numpy: array code goes into kernels/ (or an op in ops/); if "
+        "it truly must stay, add the module to NUMPY_ALLOWED with the reason")
+
+
+def test_numpy_allowances_are_still_needed():
+    stale = [entry for entry in NUMPY_ALLOWED if not any(_within(m, [entry]) for m in NUMPY_USERS)]
+    assert stale == [], f"{stale} no longer import numpy: remove them from NUMPY_ALLOWED"
 
 
 def test_every_module_has_a_layer():

@@ -36,7 +36,7 @@ import mpigrad as mg  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from harness import breakdown, print_breakdown, time_call  # noqa: E402
 from mpigrad import nn, optim  # noqa: E402
-from mpigrad.ops import conv as conv_ops  # noqa: E402
+from mpigrad.kernels.numpy import conv as conv_ops  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
 
@@ -158,32 +158,32 @@ def op_kernels(torch):
     for name, x_shape, w_shape in TUTORIAL_CONVS:
         x, w = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape))
         b = np.zeros(w_shape[0], np.float32)
-        g = rng.standard_normal(conv_ops._conv2d(x, w, b, one, none, one).shape).astype(
+        g = rng.standard_normal(conv_ops.conv2d(x, w, b, one, none, one).shape).astype(
             np.float32)
         xt, wt, bt, gt = map(torch.from_numpy, (x, w, b, g))
 
         def backward(mask, gt=gt, xt=xt, wt=wt):
             return lambda: torch.ops.aten.convolution_backward(
                 gt, xt, wt, [wt.shape[0]], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, mask)
-        rows.append((f"{name} forward", lambda x=x, w=w, b=b: conv_ops._conv2d(
+        rows.append((f"{name} forward", lambda x=x, w=w, b=b: conv_ops.conv2d(
             x, w, b, one, none, one), lambda xt=xt, wt=wt, bt=bt: torch.nn.functional.conv2d(
             xt, wt, bt)))
         rows.append((f"{name} input grad", lambda g=g, w=w, size=x_shape[2:]:
-                     conv_ops._conv_transpose2d(g, w, size, one, none, one),
+                     conv_ops.conv_transpose2d(g, w, size, one, none, one),
                      backward([True, False, False])))
         rows.append((f"{name} weight+bias grad", lambda x=x, g=g, k=w_shape[2:]:
-                     (conv_ops._conv2d_weight(x, g, k, one, none, one), g.sum((0, 2, 3))),
+                     (conv_ops.conv2d_weight(x, g, k, one, none, one), g.sum((0, 2, 3))),
                      backward([False, True, True])))
     pool = dict(kernel_size=(2, 2), stride=(2, 2), padding=none, dilation=one, extra=none)
     for name, shape in TUTORIAL_POOLS:
         x = rng.standard_normal(shape).astype(np.float32)
-        m = conv_ops._max_pool2d(x, **pool)
+        m = conv_ops.max_pool2d(x, **pool)
         g = rng.standard_normal(m.shape).astype(np.float32)
         xt = torch.from_numpy(x).requires_grad_()
         mt, gt = torch.nn.functional.max_pool2d(xt, 2), torch.from_numpy(g)
-        rows.append((f"{name} forward", lambda x=x: conv_ops._max_pool2d(x, **pool),
+        rows.append((f"{name} forward", lambda x=x: conv_ops.max_pool2d(x, **pool),
                      lambda xt=xt: torch.nn.functional.max_pool2d(xt, 2)))
-        rows.append((f"{name} backward", lambda x=x, m=m, g=g: conv_ops._tap_scatter(
+        rows.append((f"{name} backward", lambda x=x, m=m, g=g: conv_ops.tap_scatter(
             g, conv_ops.winning_taps(x, m, **pool), x.shape[2:], **pool),
             lambda mt=mt, xt=xt, gt=gt: torch.autograd.grad(mt, xt, gt, retain_graph=True)))
     return rows

@@ -15,7 +15,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from mpigrad.ops import conv  # noqa: E402
+from mpigrad.kernels.numpy import conv  # noqa: E402
 
 # (batch, in channels, out channels, image size)
 SHAPES = [(32, 64, 64, 16), (32, 64, 64, 8), (32, 64, 64, 32), (32, 32, 32, 16),
@@ -29,9 +29,9 @@ def calls(n, channels, out_channels, size, rng):
     weight = rng.standard_normal((out_channels, channels, 3, 3), np.float32)
     g = rng.standard_normal((n, out_channels, size, size), np.float32)
     geometry = ((1, 1), (1, 1), (1, 1))
-    return (lambda: conv._conv2d(x, weight, None, *geometry),
-            lambda: conv._conv_transpose2d(g, weight, (size, size), *geometry),
-            lambda: conv._conv2d_weight(x, g, (3, 3), *geometry))
+    return (lambda: conv.conv2d(x, weight, None, *geometry),
+            lambda: conv.conv_transpose2d(g, weight, (size, size), *geometry),
+            lambda: conv.conv2d_weight(x, g, (3, 3), *geometry))
 
 
 def main():

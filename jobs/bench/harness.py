@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 import mpigrad as mg  # noqa: E402
 import mpigrad.nn as nn  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
-from mpigrad.ops import conv as conv_ops  # noqa: E402
+from mpigrad import kernels  # noqa: E402
+from mpigrad.kernels.numpy import conv as conv_ops  # noqa: E402
 from mpigrad.ops.core import Op  # noqa: E402
 
 SIZES = (784, 1024, 1024, 1024, 10)
@@ -150,13 +151,17 @@ def _category(name):
 
 
 class KernelTimer:
-    """Wraps every Op's numpy forward (which backward's rules call too), the one backward
-    function of each joint Op (a recurrence's whole backward through time) and a few kernels
-    with timers, and adds up seconds per category, exclusive of nested timed calls."""
+    """Wraps every forward and fused backward kernel of the backend in use (forwards are
+    called by backward's rules too), the one backward function of each joint Op (a
+    recurrence's whole backward through time) and a few kernels with timers, and adds up
+    seconds per category, exclusive of nested timed calls."""
 
     def __init__(self):
         self.seconds = collections.Counter()
-        self._ops = {o: (o.forward, o.vjps) for o in gc.get_objects() if type(o) is Op}
+        self._backend = kernels.current()
+        self._tables = [(table, dict(table)) for table in (self._backend.forwards,
+                                                            self._backend.backwards)]
+        self._ops = {o: o.vjps for o in gc.get_objects() if type(o) is Op and o.joint}
         self._functions = [(module, name, getattr(module, name)) for module, name in KERNELS
                            if hasattr(module, name)]
         self._nested = [0.0]
@@ -176,17 +181,19 @@ class KernelTimer:
         return timed
 
     def __enter__(self):
-        for op, (forward, vjps) in self._ops.items():
-            op.forward = self._wrap(op.name, forward)
-            if op.joint:
-                op.vjps = self._wrap(op.name, vjps)
+        for table, original in self._tables:
+            table.update({name: self._wrap(name, fn) for name, fn in original.items()})
+        for op, vjps in self._ops.items():
+            op.vjps = self._wrap(op.name, vjps)
         for module, name, fn in self._functions:
             setattr(module, name, self._wrap(name, fn))
         return self
 
     def __exit__(self, *exc):
-        for op, (forward, vjps) in self._ops.items():
-            op.forward, op.vjps = forward, vjps
+        for table, original in self._tables:
+            table.update(original)
+        for op, vjps in self._ops.items():
+            op.vjps = vjps
         for module, name, fn in self._functions:
             setattr(module, name, fn)
 

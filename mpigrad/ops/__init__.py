@@ -4,7 +4,7 @@ from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clo
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
                          isnan, isfinite, allclose, lerp, remainder, fmod)
 from .elementwise import (exp, log, sqrt, sin, cos, tanh, abs, sign, sigmoid, relu, erf,  # noqa: F401
-                          gelu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
+                          gelu, silu, clamp, clamp_op, maximum, minimum, where, masked_fill, floor,
                           ceil, round, rsqrt, tril, triu, nan_to_num)
 from .reduction import (sum, mean, var, std, norm, amax, amin, max, min, argmax, argmin,  # noqa: F401
                         softmax, log_softmax, logsumexp, take_along_dim, cumsum, prod, sort,
@@ -14,7 +14,8 @@ from .shape import (reshape, flatten, permute, transpose, squeeze, unsqueeze, ex
                     split, chunk, pad, index_select, gather, repeat, unbind, broadcast_to,
                     meshgrid)
 from .reduction import safe_softmax, masked_softmax  # noqa: F401
-from .loss import binary_cross_entropy  # noqa: F401
+from .loss import binary_cross_entropy, cross_entropy  # noqa: F401
+from .normalization import layer_norm, rms_norm  # noqa: F401
 from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
                        index_add_, roll, flip, repeat_interleave)

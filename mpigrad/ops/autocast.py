@@ -147,9 +147,16 @@ def _float32_twin(op):
     if twin is None:
         twin = _twins[op] = copy.copy(op)
         twin.forward = _forward_in_float32(op.forward)
+        # The compiled backward kernels take float32 and float64 arrays: 16-bit gradients
+        # come from the rules on float32 copies.
+        twin.fused_backward = _no_fused_backward
         twin.vjps = _rules_in_float32(op.vjps)
         twin.jvps = _rules_in_float32(op.jvps)
     return twin
+
+
+def _no_fused_backward():
+    return None
 
 
 def _forward_in_float32(forward):

@@ -1,127 +1,22 @@
-"""Sliding windows: im2col and col2im, convolution, max pooling.
+"""Sliding windows: im2col and col2im, convolution, max pooling; their kernels are in
+kernels/numpy/conv.py.
 
-Everything here reads and writes images through one strided view, `windows`: for padded
-images (N, C, Hp, Wp) it is (N, C, kh, kw, oh, ow), tap (i, j) of the window at (r, s), with
-no copy. The ops come in adjoint families, each member the others' vector-Jacobian product,
-so convolution and pooling are differentiable to any order, in both modes (each op's
-tangent rule applies a member of its family to the tangent):
+The ops come in adjoint families, each member the others' vector-Jacobian product, so
+convolution and pooling are differentiable to any order, in both modes (each op's tangent
+rule applies a member of its family to the tangent):
 
 - `unfold` (im2col) and `fold` (col2im), torch's F.unfold and F.fold;
 - `conv2d`, `conv_transpose2d` (its gradient for the input) and `conv2d_weight` (for the
-  weight): im2col and one GEMM per chunk of samples, the chunk sized so that its columns are
-  still in cache when the GEMM (or col2im) reads them; a 1x1 convolution needs no columns;
-  3x3 stride-1 convolutions with many channels take Winograd's F(2x2, 3x3) instead; with
-  groups, one batched GEMM over the groups per sample (depthwise convolutions included);
-- `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
-  the taps' views; backward finds each window's winning tap again (the first maximum, as
-  torch) and sends the gradient there.
+  weight);
+- `max_pool2d` with `tap_scatter` and `tap_gather`: backward finds each window's winning tap
+  again (the first maximum, as torch) and sends the gradient there.
 
 Sizes are (height, width) pairs.
 """
-import collections
-import threading
-
-import numpy as np
-from numpy.lib.stride_tricks import as_strided
-
+from ..kernels.numpy.conv import kernel_extent, sliding_output_size, winning_taps  # noqa: F401
 from .core import Op
 
-# Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
-# so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
-_CHUNK_BYTES = 2 << 20
-
-_scratch = threading.local()
-_SCRATCH_ARRAYS = 64
-
-
-def _scratch_array(shape, dtype, key, zeros=False):
-    """A work array that the next call with the same key gets again (per thread), never
-    handed out of this module. Training repeats shapes, and faulting in the fresh pages of a
-    new megabyte-sized array each step costs more than the copy that fills it. `key` names
-    what the caller relies on, e.g. which cells stay zero because it never writes them."""
-    arrays = getattr(_scratch, "arrays", None)
-    if arrays is None:
-        arrays = _scratch.arrays = collections.OrderedDict()
-    full_key = (key, tuple(shape), np.dtype(dtype))
-    array = arrays.get(full_key)
-    if array is None:
-        array = arrays[full_key] = (np.zeros if zeros else np.empty)(shape, dtype)
-        if len(arrays) > _SCRATCH_ARRAYS:
-            arrays.popitem(last=False)
-    else:
-        arrays.move_to_end(full_key)
-    return array
-
-
-def sliding_output_size(size, kernel_size, dilation, padding, stride):
-    """Output positions along each spatial axis; positive when the kernel fits."""
-    return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
-                 for n, k, d, p, s in zip(size, kernel_size, dilation, padding, stride))
-
-
-def windows(padded, kernel_size, dilation, stride, out_size):
-    """The (N, C, kh, kw, oh, ow) view of every window of `padded` (N, C, H, W); writable, so
-    col2im can add into it tap by tap."""
-    (kh, kw), (dh, dw), (sh, sw), (oh, ow) = kernel_size, dilation, stride, out_size
-    n, c, row, col = padded.strides
-    return as_strided(padded, padded.shape[:2] + (kh, kw, oh, ow),
-                      (n, c, dh * row, dw * col, sh * row, sw * col))
-
-
-def _pad(x, padding, value=0, extra=(0, 0)):
-    """x with `padding` on every side and `extra` more at the bottom and right (ceil_mode)."""
-    (ph, pw), (eh, ew) = padding, extra
-    if not (ph or pw or eh or ew):
-        return x
-    n, c, h, w = x.shape
-    out = np.full((n, c, h + 2 * ph + eh, w + 2 * pw + ew), value, x.dtype)
-    out[:, :, ph:ph + h, pw:pw + w] = x
-    return out
-
-
-def _crop(padded, padding, size):
-    (ph, pw), (h, w) = padding, size
-    if padded.shape[2:] == (h, w):
-        return padded
-    return np.ascontiguousarray(padded[:, :, ph:ph + h, pw:pw + w])
-
-
-# ----------------------------------------------------------------------------- im2col, col2im
-def _im2col_into(cols, taps):
-    """Copy each tap's view (N, C, kh, kw, ...) into columns (N, C * kh * kw, ...)."""
-    np.copyto(cols.reshape(taps.shape), taps)
-
-
-def _fold_into(taps, cols):
-    """Add columns into their taps' views of an image, one strided add per tap; overlapping
-    windows accumulate."""
-    cols = cols.reshape(taps.shape)
-    for i in range(taps.shape[2]):
-        for j in range(taps.shape[3]):
-            taps[:, :, i, j] += cols[:, :, i, j]
-
-
-def _unfold(x, kernel_size, dilation, padding, stride):
-    n, c = x.shape[:2]
-    out_size = sliding_output_size(x.shape[2:], kernel_size, dilation, padding, stride)
-    # Always a copy, even where a view would do (1x1): the result must not alias x.
-    cols = np.empty((n, c * kernel_size[0] * kernel_size[1], out_size[0] * out_size[1]),
-                    x.dtype)
-    _im2col_into(cols, windows(_pad(x, padding), kernel_size, dilation, stride, out_size))
-    return cols
-
-
-def _fold(cols, output_size, kernel_size, dilation, padding, stride):
-    (ph, pw), (h, w) = padding, output_size
-    n = cols.shape[0]
-    c = cols.shape[1] // (kernel_size[0] * kernel_size[1])
-    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), cols.dtype)
-    out_size = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
-    _fold_into(windows(out, kernel_size, dilation, stride, out_size), cols)
-    return _crop(out, padding, output_size)
-
-
-unfold = Op("unfold", _unfold,
+unfold = Op("unfold", None,
             (lambda g, ans, x, kernel_size, dilation, padding, stride:
              fold(g, output_size=x.shape[2:], kernel_size=kernel_size, dilation=dilation,
                   padding=padding, stride=stride),),
@@ -129,7 +24,7 @@ unfold = Op("unfold", _unfold,
              unfold(t, kernel_size=kernel_size, dilation=dilation, padding=padding,
                     stride=stride),))
 
-fold = Op("fold", _fold,
+fold = Op("fold", None,
           (lambda g, ans, cols, output_size, kernel_size, dilation, padding, stride:
            unfold(g, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride),),
           (lambda t, ans, cols, output_size, kernel_size, dilation, padding, stride:
@@ -137,505 +32,7 @@ fold = Op("fold", _fold,
                 padding=padding, stride=stride),))
 
 
-# ----------------------------------------------------------------------------- convolution
-class _Columns:
-    """Where a convolution's columns live: column q = r * pitch + s is the window at (r, s).
-
-    With stride 1 the pitch is the padded width, so one tap's columns of one channel are a
-    single contiguous run of the padded image: im2col and col2im move a few long runs instead
-    of many rows of ow. The columns with s >= ow then are junk: computed and dropped in the
-    output, zero in gradients (so they add nothing). Otherwise the pitch is ow and every
-    column is a window.
-    """
-
-    def __init__(self, in_size, kernel_size, dilation, padding, stride):
-        self.kernel_size, self.dilation, self.padding, self.stride = (
-            tuple(kernel_size), dilation, padding, stride)
-        self.in_size = tuple(in_size)
-        self.padded_size = tuple(s + 2 * p for s, p in zip(in_size, padding))
-        self.out_size = sliding_output_size(in_size, kernel_size, dilation, padding, stride)
-        oh, ow = self.out_size
-        self.flat = stride == (1, 1)
-        self.pitch = self.padded_size[1] if self.flat else ow
-        self.length = (oh - 1) * self.pitch + ow
-        self.pointwise = self.kernel_size == (1, 1) and padding == (0, 0) and self.flat
-
-    def taps(self, padded):
-        """The (N, C, kh, kw, length) view, or (..., oh, ow) when strided, of padded images
-        whose rows are contiguous."""
-        if not self.flat:
-            return windows(padded, self.kernel_size, self.dilation, self.stride, self.out_size)
-        (dh, dw), (n, c, row, col) = self.dilation, padded.strides
-        return as_strided(padded, padded.shape[:2] + self.kernel_size + (self.length,),
-                          (n, c, dh * row, dw * col, col))
-
-    def padded_chunks(self, x, step):
-        """(start, stop, images): consecutive chunks of x, padded, with contiguous rows."""
-        n, c, h, w = x.shape
-        ph, pw = self.padding
-        rows_contiguous = x.strides[3] == x.itemsize and x.strides[2] == w * x.itemsize
-        buffer = None
-        if ph or pw or (self.flat and not rows_contiguous):
-            # Only the interior is ever written: the border stays zero across calls.
-            buffer = _scratch_array((min(step, n), c) + self.padded_size, x.dtype,
-                                    ("padded", self.padding), zeros=True)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            if buffer is None:
-                yield start, stop, x[start:stop]
-            else:
-                images = buffer[:stop - start]
-                images[:, :, ph:ph + h, pw:pw + w] = x[start:stop]  # the border stays zero
-                yield start, stop, images
-
-    def spread_buffer(self, step, channels, dtype):
-        if self.pitch == self.out_size[1]:
-            return None
-        # Only the real columns are ever written: the junk stays zero across calls.
-        return _scratch_array((step, channels, self.out_size[0] * self.pitch), dtype,
-                              ("spread", self.pitch, self.out_size[1]), zeros=True)
-
-    def spread(self, g, buffer):
-        """g (N, O, oh, ow) as columns (N, O, length), junk columns zero (never written)."""
-        if buffer is None:
-            return g.reshape(g.shape[0], g.shape[1], -1)
-        n, channels = g.shape[:2]
-        full = buffer[:n]
-        full.reshape(n, channels, self.out_size[0], self.pitch)[..., :self.out_size[1]] = g
-        return full[..., :self.length]
-
-    def crop(self, product):
-        """Columns (N, O, length) as the (N, O, oh, ow) view of their real windows."""
-        n, c, q = product.strides
-        return as_strided(product, product.shape[:2] + self.out_size, (n, c, self.pitch * q, q))
-
-
-def kernel_extent(kernel_size, dilation):
-    """How far a dilated kernel reaches along each axis."""
-    return tuple(d * (k - 1) + 1 for k, d in zip(kernel_size, dilation))
-
-
-def _chunk_size(n, column_bytes):
-    return min(n, max(1, _CHUNK_BYTES // column_bytes))
-
-
-def _column_chunks(x, layout, side_by_side=False):
-    """(start, stop, columns) for consecutive chunks of samples; columns (stop - start,
-    C * kh * kw, length) live in one buffer that the next chunk overwrites. `side_by_side`
-    gives them as (C * kh * kw, (stop - start) * length) instead: the samples' columns next
-    to each other, for one GEMM over the whole chunk."""
-    n, c = x.shape[:2]
-    if layout.pointwise and not side_by_side:
-        yield 0, n, x.reshape(n, c, -1)  # the image is its own column matrix
-        return
-    rows = c * layout.kernel_size[0] * layout.kernel_size[1]
-    step = _chunk_size(n, rows * layout.length * x.itemsize)
-    buffer = _scratch_array((step, rows, layout.length), x.dtype, "columns")
-    for start, stop, images in layout.padded_chunks(x, step):
-        size = stop - start
-        taps = layout.taps(images)
-        if side_by_side:
-            cols = buffer.reshape(-1)[:size * rows * layout.length].reshape(rows, -1)
-            _im2col_into(cols, taps.transpose((1, 2, 3, 0) + tuple(range(4, taps.ndim))))
-        else:
-            cols = buffer[:size]
-            _im2col_into(cols, taps)
-        yield start, stop, cols
-
-
-def _conv2d(x, weight, bias, stride, padding, dilation, groups=1):
-    if groups > 1:
-        return _grouped_conv2d(x, weight, bias, stride, padding, dilation, groups)
-    out_size = sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding, stride)
-    if winograd_fits("conv2d", weight.shape, stride, dilation, out_size):
-        return _winograd_conv2d(x, weight, bias, padding)
-    n, out_channels = x.shape[0], weight.shape[0]
-    layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
-    matrix = weight.reshape(out_channels, -1)
-    dtype = np.result_type(x, weight)
-    out = np.empty((n, out_channels) + layout.out_size, dtype)
-    if bias is not None:
-        bias = bias.reshape(out_channels, 1, 1)
-    for start, stop, cols in _column_chunks(x, layout):
-        chunk = out[start:stop]
-        if layout.pitch == layout.out_size[1]:
-            np.matmul(matrix, cols, out=chunk.reshape(stop - start, out_channels, -1))
-            if bias is not None:
-                chunk += bias  # while the chunk is in cache
-        else:
-            product = _scratch_array((len(cols), out_channels, layout.length), dtype, "product")
-            np.matmul(matrix, cols, out=product)
-            # Crop the junk columns and add the bias in one pass.
-            if bias is None:
-                np.copyto(chunk, layout.crop(product))
-            else:
-                np.add(layout.crop(product), bias, out=chunk)
-    return out
-
-
-def _conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1):
-    """The input's gradient of conv2d: columns W^T g, folded back onto the image. For a 3x3
-    stride-1 kernel that is again a 3x3 correlation, of g padded by 2 - padding with the
-    kernel flipped and its channels swapped (the taps that a padding over 2 crops off are
-    not, so those take columns)."""
-    if groups > 1:
-        return _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation,
-                                         groups)
-    if (winograd_fits("conv_transpose2d", weight.shape, stride, dilation, input_size)
-            and max(padding) <= 2):
-        return _winograd_conv2d(g, weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), None,
-                                (2 - padding[0], 2 - padding[1]))
-    n, out_channels = g.shape[:2]
-    channels = weight.shape[1]
-    layout = _Columns(input_size, weight.shape[2:], dilation, padding, stride)
-    matrix = weight.reshape(out_channels, -1).T
-    dtype = np.result_type(g, weight)
-    out = np.empty((n, channels) + layout.in_size, dtype)
-    if layout.pointwise:
-        np.matmul(matrix, g.reshape(n, out_channels, -1), out=out.reshape(n, channels, -1))
-        return out
-    step = _chunk_size(n, matrix.shape[0] * layout.length * dtype.itemsize)
-    cols = _scratch_array((step, matrix.shape[0], layout.length), dtype, "columns")
-    spread = layout.spread_buffer(step, out_channels, g.dtype)
-    images = _scratch_array((step, channels) + layout.padded_size, dtype, "images")
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        size = stop - start
-        np.matmul(matrix, layout.spread(g[start:stop], spread), out=cols[:size])
-        image = images[:size]
-        image.fill(0)
-        _fold_into(layout.taps(image), cols[:size])
-        out[start:stop] = _crop(image, padding, layout.in_size)
-    return out
-
-
-def _conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
-    """The weight's gradient of conv2d: g times the columns, summed over the samples."""
-    if groups > 1:
-        return _grouped_conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups)
-    if winograd_fits("conv2d_weight", g.shape[1:2] + x.shape[1:2] + tuple(kernel_size),
-                     stride, dilation, g.shape[2:]):
-        return _winograd_conv2d_weight(x, g, padding)
-    n, out_channels = g.shape[:2]
-    layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
-    total = np.zeros((out_channels, x.shape[1] * kernel_size[0] * kernel_size[1]),
-                     np.result_type(x, g))
-    spread = layout.spread_buffer(_chunk_size(n, 1), out_channels, g.dtype)
-    # Few columns per sample (fewer than rows): one GEMM over the chunk's samples side by side
-    # beats a thin GEMM per sample; otherwise the per-sample GEMMs are the faster ones.
-    side_by_side = layout.length < total.shape[1]
-    for start, stop, cols in _column_chunks(x, layout, side_by_side):
-        g_cols = layout.spread(g[start:stop], spread)
-        if side_by_side:
-            total += g_cols.transpose(1, 0, 2).reshape(out_channels, -1) @ cols.T
-        else:
-            total += np.matmul(g_cols, cols.transpose(0, 2, 1)).sum(0)
-    return total.reshape((out_channels, x.shape[1]) + tuple(kernel_size))
-
-
-# ----------------------------------------------------------------------------- grouped
-# With groups, the columns of one sample, (C * kh * kw, length) channel-major, are already
-# (groups, C / groups * kh * kw, length): one small GEMM per group, all of a sample's groups
-# in one batched matmul. A depthwise convolution (one channel per group) is then one
-# (multiplier x kh * kw) by (kh * kw x length) product per channel, which beats im2col into
-# a block-diagonal GEMM and the sum of kh * kw shifted, scaled copies alike (2-3x, measured
-# in numpy on 8x8 to 32x32 images). Samples go one at a time so that their columns stay in
-# cache between im2col and the GEMM.
-def _group_matrix(weight, groups):
-    """weight (O, C / groups, kh, kw) as (groups, O / groups, C / groups * kh * kw)."""
-    return weight.reshape(groups, weight.shape[0] // groups, -1)
-
-
-def _grouped_conv2d(x, weight, bias, stride, padding, dilation, groups):
-    n, out_channels = x.shape[0], weight.shape[0]
-    layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
-    matrix = _group_matrix(weight, groups)
-    dtype = np.result_type(x, weight)
-    out = np.empty((n, out_channels) + layout.out_size, dtype)
-    rows = x.shape[1] * weight.shape[2] * weight.shape[3]
-    cols = _scratch_array((rows, layout.length), x.dtype, "columns")
-    product = _scratch_array((1, out_channels, layout.length), dtype, "product")
-    per_group = product.reshape(groups, -1, layout.length)
-    if bias is not None:
-        bias = bias.reshape(out_channels, 1, 1)
-    step = _chunk_size(n, rows * layout.length * x.itemsize)
-    for start, stop, images in layout.padded_chunks(x, step):
-        taps = layout.taps(images)
-        for k in range(stop - start):
-            _im2col_into(cols, taps[k])
-            np.matmul(matrix, cols.reshape(groups, -1, layout.length), out=per_group)
-            if bias is None:
-                np.copyto(out[start + k], layout.crop(product)[0])
-            else:
-                np.add(layout.crop(product)[0], bias, out=out[start + k])
-    return out
-
-
-def _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups):
-    """Without stride, the correlation of g padded by d (k - 1) - padding with the kernel
-    flipped and each group's channels swapped, which costs what the forward does. Otherwise
-    (or for a padding beyond the kernel) a depthwise gradient adds each tap's scaled g into
-    the image, and other groups fold their columns W^T g back onto it."""
-    n, out_channels = g.shape[:2]
-    channels = weight.shape[1] * groups
-    extent = kernel_extent(weight.shape[2:], dilation)
-    if tuple(stride) == (1, 1) and all(p < e for p, e in zip(padding, extent)):
-        flipped = weight.reshape((groups, out_channels // groups) + weight.shape[1:])
-        # Contiguous: matmul takes BLAS only for positive strides.
-        flipped = np.ascontiguousarray(flipped.transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
-        return _grouped_conv2d(g, flipped.reshape((channels, -1) + weight.shape[2:]), None,
-                               stride, tuple(e - 1 - p for p, e in zip(padding, extent)),
-                               dilation, groups)
-    layout = _Columns(input_size, weight.shape[2:], dilation, padding, stride)
-    dtype = np.result_type(g, weight)
-    if out_channels == channels == groups:
-        # Depthwise: each tap's scaled gradient added into its view of the whole batch, which
-        # saves the per-sample passes (the columns are one outer product per channel).
-        image = np.zeros((n, channels) + layout.padded_size, dtype)
-        taps = windows(image, weight.shape[2:], dilation, stride, layout.out_size)
-        # Chunks of samples whose image stays in cache over the taps.
-        step = _chunk_size(n, image[0].nbytes)
-        scaled = np.empty((step,) + g.shape[1:], dtype)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            chunk, product = taps[start:stop], scaled[:stop - start]
-            for i in range(weight.shape[2]):
-                for j in range(weight.shape[3]):
-                    np.multiply(g[start:stop], weight[:, 0, i, j, None, None], out=product)
-                    chunk[:, :, i, j] += product
-        return _crop(image, padding, layout.in_size)
-    matrix = _group_matrix(weight, groups).transpose(0, 2, 1)
-    out = np.empty((n, channels) + layout.in_size, dtype)
-    step = _chunk_size(n, channels * weight.shape[2] * weight.shape[3] * layout.length
-                       * dtype.itemsize)
-    cols = _scratch_array((step, groups) + matrix.shape[1:2] + (layout.length,), dtype,
-                          "columns")
-    spread = layout.spread_buffer(step, out_channels, g.dtype)
-    images = _scratch_array((step, channels) + layout.padded_size, dtype, "images")
-    for start in range(0, n, step):
-        size = min(n, start + step) - start
-        g_cols = layout.spread(g[start:start + size], spread)
-        np.matmul(matrix, g_cols.reshape(size, groups, -1, g_cols.shape[-1]), out=cols[:size])
-        image = images[:size]
-        image.fill(0)
-        _fold_into(layout.taps(image), cols[:size].reshape(size, -1, layout.length))
-        out[start:start + size] = _crop(image, padding, layout.in_size)
-    return out
-
-
-def _grouped_conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups):
-    n, out_channels = g.shape[:2]
-    layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
-    rows = x.shape[1] * kernel_size[0] * kernel_size[1]
-    dtype = np.result_type(x, g)
-    total = np.zeros((groups, out_channels // groups, rows // groups), dtype)
-    cols = _scratch_array((rows, layout.length), x.dtype, "columns")
-    spread = layout.spread_buffer(1, out_channels, g.dtype)
-    step = _chunk_size(n, rows * layout.length * x.itemsize)
-    for start, stop, images in layout.padded_chunks(x, step):
-        taps = layout.taps(images)
-        for k in range(stop - start):
-            _im2col_into(cols, taps[k])
-            g_cols = layout.spread(g[start + k:start + k + 1], spread)
-            total += np.matmul(g_cols.reshape(groups, -1, layout.length),
-                               cols.reshape(groups, -1, layout.length).transpose(0, 2, 1))
-    return total.reshape((out_channels, x.shape[1] // groups) + tuple(kernel_size))
-
-
-# ----------------------------------------------------------------------------- Winograd
-# F(2x2, 3x3): each 2x2 block of outputs of a 3x3 stride-1 correlation is A^T [(G w G^T) .
-# (B^T d B)] A, d the 4x4 input tile under it. Per output that is 4 multiplications (at each
-# of the 16 transform points, one GEMM over the channels) instead of 9; the transforms are
-# adds over shifted runs of the images. B and A have entries 0 and +-1, G 0, 1/2 and 1, so
-# in exact arithmetic the result is the direct one and float32 rounding stays that of a short
-# sum (as torch's, see the tests). F(4x4, 3x3) would save more multiplications, but its
-# transforms hold 2, 4, 8 and 1/4, 1/6, 1/24, which cost float32 accuracy, and twice the
-# adds per point; not tried.
-_WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-
-
-def winograd_fits(op, weight_shape, stride, dilation, out_size):
-    """Whether the Winograd path computes `op` ("conv2d", "conv_transpose2d" or
-    "conv2d_weight") of this convolution: 3x3, stride 1, undilated, and big enough that its
-    GEMMs (K = in channels, M = out channels) outweigh its transforms and junk tiles."""
-    out_channels, channels, kh, kw = weight_shape
-    min_channels, min_area = _WINOGRAD_FROM[op]
-    return ((kh, kw) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-            and min(channels, out_channels) >= min_channels
-            and out_size[0] * out_size[1] >= min_area)
-
-
-# Per op, the fewest channels (on both sides) and output pixels per image that take the
-# Winograd path; measured with jobs/bench/bench_winograd.py at batch 32 on a shared machine (single
-# runs vary by 20%). The input's gradient replaces GEMM and col2im, the costlier pair, so it
-# gains already on 8x8 images (15-45% at 32 and 64 channels); the weight's gradient gains
-# 0-15% from 32 channels on 16x16 images, the forward 5-15% from 64. On 8x8 images a third
-# of the tiles are junk and both lose; at 16 channels every op loses.
-_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 16 * 16),
-                  "conv_transpose2d": (32, 8 * 8)}
-
-
-class _Tiles:
-    """The 2x2 output tiles of a 3x3 stride-1 convolution of images `in_size` with
-    `padding`, laid out so that every transform is a few long contiguous runs.
-
-    The padded image (zero below and right as far as the last tile reads; tiles overhang an
-    odd output) is kept as its four phases, (row, column) parity, each an (hh, wh) image of
-    every other row and column, all samples' in one flat run. A tile's input (2i + k, 2j + l)
-    is then phase (k % 2, l % 2) at flat position q + (k // 2) * wh + l // 2, q = i * wh + j
-    the tile's own: each of the 16 taps is one shifted run of a phase. Positions with
-    i = th or j = tw are junk tiles: computed, and dropped from outputs or zero in gradients.
-    """
-
-    def __init__(self, in_size, padding):
-        self.in_size, self.padding = tuple(in_size), tuple(padding)
-        self.out_size = tuple(s + 2 * p - 2 for s, p in zip(in_size, padding))
-        self.tiles = tuple((o + 1) // 2 for o in self.out_size)
-        self.phase_size = tuple(t + 1 for t in self.tiles)
-        self.per_sample = self.phase_size[0] * self.phase_size[1]
-
-    def chunk(self, n, channels, itemsize):
-        return _chunk_size(n, 16 * channels * self.per_sample * itemsize)
-
-    def _phases(self, images, dtype, key, offset=(0, 0)):
-        """Scatter images (n, C, H, W), shifted by `offset`, into zeroed phases (2, 2,
-        C * n * hh * wh + wh + 1), channels and samples one flat run so that every transform
-        is one long contiguous operation (a real tile's taps never leave its own sample and
-        channel), the tail for the last junk tiles' shifted reads. Only the images' cells
-        are written, so the rest stays zero across calls (`key` names the geometry)."""
-        (size, channels), (hh, wh) = images.shape[:2], self.phase_size
-        length = channels * size * self.per_sample
-        phases = _scratch_array((2, 2, length + wh + 1), dtype, key, zeros=True)
-        grid = phases[..., :length].reshape(2, 2, channels, size, hh, wh)
-        for a in range(2):
-            first_row = (a - offset[0]) % 2
-            for b in range(2):
-                first_col = (b - offset[1]) % 2
-                part = images[:, :, first_row::2, first_col::2].transpose(1, 0, 2, 3)
-                i, j = (first_row + offset[0]) // 2, (first_col + offset[1]) // 2
-                grid[a, b, :, :, i:i + part.shape[2], j:j + part.shape[3]] = part
-        return phases
-
-    def transform_input(self, x, start, stop, out):
-        """B^T d B of every 4x4 tile of images x[start:stop], into `out` (4, 4, C, length)."""
-        wh, length = self.phase_size[1], out[0, 0].size
-        phases = self._phases(x[start:stop], out.dtype,
-                              ("winograd input", self.in_size, self.padding), self.padding)
-        across = _scratch_array((4, 2, length + 1), out.dtype, "winograd rows")
-        _input_transform([phases[k % 2, :, (k // 2) * wh:(k // 2) * wh + length + 1]
-                          for k in range(4)], across)
-        for a in range(4):
-            _input_transform([across[a, l % 2, l // 2:l // 2 + length] for l in range(4)],
-                             out[a].reshape(4, length))
-
-    def transform_gradient(self, g, start, stop, out):
-        """The adjoint of untransform_output: A g A^T of every 2x2 tile of g[start:stop],
-        junk tiles and the overhang zero, into `out` (4, 4, O, length)."""
-        length = out[0, 0].size
-        phases = self._phases(g[start:stop], out.dtype, ("winograd gradient", self.out_size))
-        across = _scratch_array((4, 2, length), out.dtype, "winograd rows")
-        _gradient_transform([phases[r, :, :length] for r in range(2)], across)
-        for a in range(4):
-            _gradient_transform([across[a, s] for s in range(2)], out[a].reshape(4, length))
-
-    def untransform_output(self, products, bias, out, start):
-        """A^T m A of every tile's 16 points `products` (4, 4, O, length) into the outputs
-        out[start:...], plus bias."""
-        hh, wh = self.phase_size
-        channels, length = products.shape[2:]
-        size = length // self.per_sample
-        rows = _scratch_array((2, 4, channels, length), products.dtype, "winograd out")
-        _output_transform(products, rows)
-        corners = _scratch_array((2, 2, channels, length), products.dtype, "winograd corners")
-        for r in range(2):
-            _output_transform(rows[r], corners[r])
-        if bias is not None:
-            corners += bias.reshape(channels, 1)
-        grid = corners.reshape(2, 2, channels, size, hh, wh)
-        chunk = out[start:start + size]
-        for r in range(2):
-            for s in range(2):
-                part = chunk[:, :, r::2, s::2]
-                part[...] = grid[r, s, :, :, :part.shape[2], :part.shape[3]].transpose(
-                    1, 0, 2, 3)
-
-
-def _input_transform(d, out):
-    """B^T applied along the axis that d's four entries run over."""
-    np.subtract(d[0], d[2], out=out[0])
-    np.add(d[1], d[2], out=out[1])
-    np.subtract(d[2], d[1], out=out[2])
-    np.subtract(d[1], d[3], out=out[3])
-
-
-def _gradient_transform(g, out):
-    """A applied along the axis that g's two entries run over (A^T's transpose)."""
-    np.copyto(out[0], g[0])
-    np.add(g[0], g[1], out=out[1])
-    np.subtract(g[0], g[1], out=out[2])
-    np.negative(g[1], out=out[3])
-
-
-def _output_transform(m, out):
-    """A^T applied along the axis that m's four entries run over."""
-    np.add(m[0], m[1], out=out[0])
-    out[0] += m[2]
-    np.subtract(m[1], m[2], out=out[1])
-    out[1] -= m[3]
-
-
-def _winograd_chunks(x, tiles, out_channels, dtype):
-    """(start, stop, points, products): chunks of samples of x, each with its tiles'
-    transformed inputs `points` (4, 4, C, length) and a work array `products` (4, 4,
-    out_channels, length) for the GEMMs' side, both contiguous even for the last, shorter
-    chunk."""
-    n, channels = x.shape[:2]
-    step = tiles.chunk(n, channels, dtype.itemsize)
-    buffer = _scratch_array((16 * channels * step * tiles.per_sample,), dtype, "winograd in")
-    products = None
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        length = (stop - start) * tiles.per_sample
-        points = buffer[:16 * channels * length].reshape(4, 4, channels, length)
-        tiles.transform_input(x, start, stop, points)
-        if products is None or products.shape[3] != length:
-            products = _scratch_array((4, 4, out_channels, length), dtype, "winograd products")
-        yield start, stop, points, products
-
-
-def _winograd_conv2d(x, weight, bias, padding):
-    n, channels, out_channels = x.shape[0], x.shape[1], weight.shape[0]
-    tiles = _Tiles(x.shape[2:], padding)
-    dtype = np.result_type(x, weight)
-    # G w G^T of each 3x3 kernel, as (4, 4, O, C): one (O, C) matrix per point.
-    transformed = np.tensordot(_WINOGRAD_G, np.tensordot(weight, _WINOGRAD_G, (3, 1)), (1, 2))
-    transformed = np.ascontiguousarray(transformed.transpose(0, 3, 1, 2), dtype)
-    transformed = transformed.reshape(16, out_channels, channels)
-    out = np.empty((n, out_channels) + tiles.out_size, dtype)
-    for start, stop, points, products in _winograd_chunks(x, tiles, out_channels, dtype):
-        np.matmul(transformed, points.reshape(16, channels, -1),
-                  out=products.reshape(16, out_channels, -1))
-        tiles.untransform_output(products, bias, out, start)
-    return out
-
-
-def _winograd_conv2d_weight(x, g, padding):
-    """conv2d_weight through the transposes of the forward's transforms: the points' GEMMs
-    sum over samples and tiles, G^T . G takes the sum back to 3x3."""
-    channels, out_channels = x.shape[1], g.shape[1]
-    tiles = _Tiles(x.shape[2:], padding)
-    dtype = np.result_type(x, g)
-    total = np.zeros((16, out_channels, channels), dtype)
-    for start, stop, points, gradients in _winograd_chunks(x, tiles, out_channels, dtype):
-        tiles.transform_gradient(g, start, stop, gradients)
-        total += np.matmul(gradients.reshape(16, out_channels, -1),
-                           points.reshape(16, channels, -1).transpose(0, 2, 1))
-    total = np.tensordot(_WINOGRAD_G, total.reshape(4, 4, out_channels, channels), (0, 0))
-    return np.ascontiguousarray(
-        np.tensordot(total, _WINOGRAD_G, (1, 0)).transpose(1, 2, 0, 3), dtype)
-
-
-conv2d = Op("conv2d", _conv2d,
+conv2d = Op("conv2d", None,
             (lambda g, ans, x, weight, bias, stride, padding, dilation, groups=1:
              conv_transpose2d(g, weight, input_size=x.shape[2:], stride=stride, padding=padding,
                               dilation=dilation, groups=groups),
@@ -656,7 +53,7 @@ conv2d = Op("conv2d", _conv2d,
             saves="x weight")
 
 conv_transpose2d = Op(
-    "conv_transpose2d", _conv_transpose2d,
+    "conv_transpose2d", None,
     (lambda gg, ans, g, weight, input_size, stride, padding, dilation, groups=1:
      conv2d(gg, weight, None, stride=stride, padding=padding, dilation=dilation,
             groups=groups),
@@ -672,7 +69,7 @@ conv_transpose2d = Op(
     saves="g weight")
 
 conv2d_weight = Op(
-    "conv2d_weight", _conv2d_weight,
+    "conv2d_weight", None,
     (lambda gw, ans, x, g, kernel_size, stride, padding, dilation, groups=1:
      conv_transpose2d(g, gw, input_size=x.shape[2:], stride=stride, padding=padding,
                       dilation=dilation, groups=groups),
@@ -688,72 +85,8 @@ conv2d_weight = Op(
     saves="x g")
 
 
-# ----------------------------------------------------------------------------- max pooling
-def _taps(padded, kernel_size, dilation, stride):
-    """Each tap's (N, C, oh, ow) view, in torch's order (row by row); the output size follows
-    from the padded size, with ceil_mode's extra padding already in."""
-    out_size = sliding_output_size(padded.shape[2:], kernel_size, dilation, (0, 0), stride)
-    view = windows(padded, kernel_size, dilation, stride, out_size)
-    return [view[:, :, i, j] for i in range(kernel_size[0]) for j in range(kernel_size[1])]
-
-
-def _max_pool2d(x, kernel_size, stride, padding, dilation, extra):
-    taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
-    out = taps[0].copy()
-    for tap in taps[1:]:
-        np.maximum(out, tap, out=out)  # propagates nan, as torch does
-    return out
-
-
-def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
-    """Which tap of each window holds its maximum: the first one, or the last nan (torch's
-    order); an integer array shaped like `maxima`."""
-    taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
-    dtype = np.uint8 if len(taps) <= 256 else np.int64
-    # The index of the first hit is the number of taps before it that missed: the sum over
-    # k of "taps 0..k all missed". (The last tap needs no test: a window missed by all the
-    # others holds its maximum there, or is a nan window, fixed below.)
-    index = np.zeros(maxima.shape, dtype)
-    if len(taps) > 1:
-        missed = taps[0] != maxima
-        np.add(index, missed, out=index, casting="unsafe")
-        for tap in taps[1:-1]:
-            missed &= tap != maxima
-            np.add(index, missed, out=index, casting="unsafe")
-    if np.isnan(maxima).any():
-        for t, tap in enumerate(taps):
-            np.copyto(index, t, where=np.isnan(tap), casting="unsafe")
-    return index
-
-
-def _tap_scatter(g, winners, input_size, kernel_size, stride, padding, dilation, extra):
-    padded_size = tuple(s + 2 * p + e for s, p, e in zip(input_size, padding, extra))
-    extent = [d * (k - 1) + 1 for k, d in zip(kernel_size, dilation)]
-    disjoint = all(s >= e for s, e in zip(stride, extent))
-    # Windows that tile the image exactly write every cell once: no zero-filling first (for
-    # a megabyte-sized image, the zeroed pages cost as much as the writes).
-    tiled = all(s == k and d == 1 and o * s == n for s, k, d, o, n in
-                zip(stride, kernel_size, dilation, g.shape[2:], padded_size))
-    out = (np.empty if tiled else np.zeros)(g.shape[:2] + padded_size, g.dtype)
-    taps = _taps(out, kernel_size, dilation, stride)
-    for t, tap in enumerate(taps):
-        if disjoint:  # each cell is in one window at most: write, don't add
-            np.multiply(g, winners == t, out=tap)
-        else:
-            tap += g * (winners == t)
-    return _crop(out, padding, input_size)
-
-
-def _tap_gather(x, winners, kernel_size, stride, padding, dilation, extra):
-    taps = _taps(_pad(x, padding, 0, extra), kernel_size, dilation, stride)
-    out = np.empty(winners.shape, x.dtype)
-    for t, tap in enumerate(taps):
-        np.copyto(out, tap, where=winners == t)
-    return out
-
-
 max_pool2d = Op(
-    "max_pool2d", _max_pool2d,
+    "max_pool2d", None,
     (lambda g, ans, x, kernel_size, stride, padding, dilation, extra:
      tap_scatter(g, winners=winning_taps(x._array, ans._array, kernel_size, stride, padding,
                                          dilation, extra),
@@ -769,7 +102,7 @@ max_pool2d = Op(
 
 # Sends each window's gradient to its winning tap; the adjoint of tap_gather.
 tap_scatter = Op(
-    "tap_scatter", _tap_scatter,
+    "tap_scatter", None,
     (lambda gg, ans, g, winners, input_size, kernel_size, stride, padding, dilation, extra:
      tap_gather(gg, winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
                 dilation=dilation, extra=extra),),
@@ -779,7 +112,7 @@ tap_scatter = Op(
 
 # Picks each window's winning tap.
 tap_gather = Op(
-    "tap_gather", _tap_gather,
+    "tap_gather", None,
     (lambda gg, ans, x, winners, kernel_size, stride, padding, dilation, extra:
      tap_scatter(gg, winners=winners, input_size=x.shape[2:], kernel_size=kernel_size,
                  stride=stride, padding=padding, dilation=dilation, extra=extra),),

@@ -1,6 +1,6 @@
 """How an op runs and records itself. The rules themselves live in the sibling modules.
 
-An `Op` is a numpy forward plus one vector-Jacobian product per input, written with Tensor
+An `Op` is a forward kernel plus one vector-Jacobian product per input, written with Tensor
 operations so that a gradient is itself differentiable (`create_graph=True`). Each VJP is
 called as `vjp(g, ans, *inputs, **params)`; inputs the op does not declare in `saves` arrive as
 `Meta` (shape and dtype only), so a rule cannot silently read a value that was not saved.
@@ -12,6 +12,11 @@ Jacobian-vector product per input, `jvp(t, ans, *inputs, **params)`, giving inpu
 output's shape and dtype once, here. Tangent rules also use Tensor operations, so tangents are
 differentiable in reverse mode and the rules compose. They run with propagation paused, so
 their ops read the inputs' primal values.
+
+The forward itself is not the Op's: it is looked up by the op's name in the active backend's
+kernel table (`mpigrad.kernels`, numpy by default), and so is a fused backward, which runs
+instead of the gradient rules when no graph of the gradient is wanted (create_graph=False)
+and no dual level is active.
 """
 import inspect
 
@@ -21,6 +26,7 @@ from .. import dtypes
 from ..autograd import forward_ad, grad_mode, profiler
 from ..autograd.graph import Meta, Node, gradient_edge, reduce_to
 from ..autograd.saved_tensors import SavedTensor
+from ..kernels import NUMPY, selected
 from ..tensor import Tensor
 
 
@@ -57,6 +63,9 @@ _dual = forward_ad._global
 class Op:
     """A differentiable primitive.
 
+    `forward` is the numpy backend's forward kernel, put into `kernels.NUMPY` under the op's
+    name; None when a module of `kernels/` registers it there (the longer kernels). Either
+    way the op runs whatever the active backend holds under its name.
     `vjps` is a tuple with one rule per positional input (None where no gradient flows), or,
     for variadic ops, one callable taking the input's position first. `saves` names the
     forward's parameters (and/or "ans", the output) whose values the rules read, or is "*"
@@ -64,7 +73,8 @@ class Op:
     since. `view=True` marks ops whose output may
     share storage with input 0, so both share one version counter. `inplace_fast(target,
     *others, **params)` writes the result straight into target's array when no graph is
-    recorded (the optimizer path); without it, the result is computed and copied in.
+    recorded (the optimizer path); without it, the result is computed and copied in. It is a
+    kernel too, registered in `kernels.NUMPY.inplace`.
     `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
     function of the op's keyword parameters when torch names the variants apart
     (`SumBackward0` for a full sum, `SumBackward1` along dims), or of the parameters and the
@@ -90,7 +100,9 @@ class Op:
                                           + "Backward0")
         self.name_reads_inputs = (callable(grad_fn_name)
                                   and len(inspect.signature(grad_fn_name).parameters) == 2)
-        self.forward = forward
+        if name in REGISTRY:
+            raise ValueError(f"two ops are named {name!r}; op names must be unique")
+        NUMPY.register(name, forward=forward, inplace=inplace_fast)
         self.vjps = vjps
         if elementwise and jvps is not None:
             raise ValueError(f"op {name}: elementwise ops take their gradient rules as tangent "
@@ -108,11 +120,17 @@ class Op:
                 raise ValueError(f"op {name}: saves names {unknown} that are not inputs")
             self.saved_positions = frozenset(params.index(n) for n in names if n != "ans")
         self.view = view
-        self.inplace_fast = inplace_fast
-        if name in REGISTRY:
-            raise ValueError(f"two ops are named {name!r}; op names must be unique")
         REGISTRY[name] = self
 
+
+    def forward(self, *arrays, **params):
+        """The selected backend's kernel for this op. (Autocast's float32 twin of an op
+        replaces it with one that runs it on float32 copies.)"""
+        return selected.backend.forwards[self.name](*arrays, **params)
+
+    def fused_backward(self):
+        """The selected backend's fused backward for this op, or None: the rules then run."""
+        return selected.backend.backwards.get(self.name)
     def __call__(self, *args, **params):
         return apply(self, args, params)
 
@@ -345,8 +363,11 @@ class OpNode(Node):
             if _dual.level is not None:
                 _copy_tangent(saved, ans)
         g = grad_outputs[0]
-        vjps = self.op.vjps
         params = self.params
+        fused = self.op.fused_backward()
+        if fused is not None and not grad_mode._State.enabled and _dual.level is None:
+            return self._fused(fused, g, ans, inputs, params)
+        vjps = self.op.vjps
         per_input = type(vjps) is tuple
         joint = vjps(self.needs, g, ans, *inputs, **params) if self.op.joint else None
         grads = []
@@ -366,6 +387,21 @@ class OpNode(Node):
                 array = gi._array
                 if array.shape != like.shape or array.dtype != like.dtype:
                     gi = reduce_to(gi, like)
+            grads.append(gi)
+        return grads
+
+    def _fused(self, kernel, g, ans, inputs, params):
+        """The gradients from the backend's fused backward: arrays in, arrays out, no graph."""
+        arrays = [x._array if isinstance(x, Tensor) else x for x in inputs]
+        out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays, **params)
+        grads = []
+        for need, gi, like in zip(self.needs, out, inputs):
+            if not need or gi is None:
+                grads.append(None)
+                continue
+            gi = Tensor.wrap(gi)
+            if gi.shape != like.shape or gi.dtype != like.dtype:
+                gi = reduce_to(gi, like)
             grads.append(gi)
         return grads
 
@@ -434,11 +470,12 @@ def inplace(op, target, *others, **params):
                                      for t in (target,) + others)
     if not record and not dual:
         arrays = [o._array if isinstance(o, Tensor) else o for o in others]
+        fast = selected.backend.inplace.get(op.name)
         token = _quiet()
         try:
             with target.writing() as data:
-                if op.inplace_fast is not None:
-                    op.inplace_fast(data, *arrays, **params)
+                if fast is not None:
+                    fast(data, *arrays, **params)
                 else:
                     np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
         finally:

@@ -1,7 +1,8 @@
 """Elementwise functions: each forward beside its derivative.
 
 Every Jacobian here is diagonal, so each gradient rule is also the op's tangent rule
-(`elementwise=True`): the product with g and with t is the same expression.
+(`elementwise=True`): the product with g and with t is the same expression. The forwards of
+sigmoid and erf are longer kernels, in kernels/numpy/elementwise.py.
 """
 import math
 
@@ -20,122 +21,61 @@ abs = Op("abs", np.abs, (lambda g, ans, x: g * sign(x),), saves="x", elementwise
 sign = Op("sign", np.sign, (lambda g, ans, x: g * 0,), elementwise=True)
 
 
-def _sigmoid(x):
-    # torch's 1 / (1 + exp(-x)). Where exp(-x) overflows (x below about -709, -88 in float32)
-    # the result is 0, as it should be; splitting by sign instead made masked copies that cost
-    # ten times the arithmetic, and LSTMs call this on every gate at every step.
-    with np.errstate(over="ignore"):
-        e = np.exp(-x)
-    e += 1
-    return np.reciprocal(e, out=e)
-
-
-sigmoid = Op("sigmoid", _sigmoid, (lambda g, ans, x: g * ans * (1 - ans),), saves="ans",
+sigmoid = Op("sigmoid", None, (lambda g, ans, x: g * ans * (1 - ans),), saves="ans",
              elementwise=True)
 
 relu = Op("relu", lambda x: np.maximum(x, 0), (lambda g, ans, x: g * (ans > 0),), saves="ans",
           elementwise=True)
 
-# numpy has no erf, and GELU (every transformer's MLP) calls it on whole activations, so a
-# Python call per element (math.erf) cost 50 ms per (16, 64, 512) call. These are the
-# piecewise rational approximations of Sun's fdlibm (the coefficients are its published
-# numbers; accurate to about 1 ulp in float64), evaluated region by region on arrays.
-_ERF_SMALL = ((1.28379167095512558561e-01, -3.25042107247001499370e-01,
-               -2.84817495755985104766e-02, -5.77027029648944159157e-03,
-               -2.37630166566501626084e-05),
-              (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02,
-               5.08130628187576562776e-03, 1.32494738004321644526e-04,
-               -3.96022827877536812320e-06))
-_ERF_NEAR_ONE = ((-2.36211856075265944077e-03, 4.14856118683748331666e-01,
-                  -3.72207876035701323847e-01, 3.18346619901161753674e-01,
-                  -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-                  -2.16637559486879084300e-03),
-                 (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01,
-                  7.18286544141962662868e-02, 1.26171219808761642112e-01,
-                  1.36370839120290507362e-02, 1.19844998467991074170e-02))
-_ERFC_MIDDLE = ((-9.86494403484714822705e-03, -6.93858572707181764372e-01,
-                 -1.05586262253232909814e+01, -6.23753324503260060396e+01,
-                 -1.62396669462573470355e+02, -1.84605092906711035994e+02,
-                 -8.12874355063065934246e+01, -9.81432934416914548592e+00),
-                (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02,
-                 4.34565877475229228821e+02, 6.45387271733267880336e+02,
-                 4.29008140027567833386e+02, 1.08635005541779435134e+02,
-                 6.57024977031928170135e+00, -6.04244152148580987438e-02))
-_ERFC_TAIL = ((-9.86494292470009928597e-03, -7.99283237680523006574e-01,
-               -1.77579549177547519889e+01, -1.60636384855821916062e+02,
-               -6.37566443368389627722e+02, -1.02509513161107724954e+03,
-               -4.83519191608651397019e+02),
-              (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02,
-               1.53672958608443695994e+03, 3.19985821950859553908e+03,
-               2.55305040643316442583e+03, 4.74528541206955367215e+02,
-               -2.24409524465858183362e+01))
-_ERF_AT_ONE = 8.45062911510467529297e-01
-
-
-def _horner(z, coefficients):
-    """The polynomial with `coefficients` (lowest first) at z, in place: numpy's polyval
-    allocates an array per coefficient, which made erf twice as slow."""
-    out = z * coefficients[-1]
-    out += coefficients[-2]
-    for c in coefficients[-3::-1]:
-        out *= z
-        out += c
-    return out
-
-
-def _ratio(coefficients, z):
-    numerator = _horner(z, coefficients[0])
-    numerator /= _horner(z, coefficients[1])
-    return numerator
-
-
-def _erf_magnitude(a):
-    """erf(a) for a = |x| >= 0 (float64 or float32). Every region's formula runs on the whole
-    array and np.where picks: boolean gathers and scatters cost more than the arithmetic. Each
-    formula sees its input clamped to its own region, because overflowing and denormal
-    intermediates elsewhere would run several times slower."""
-    inner = np.minimum(a, 1.25)
-    small = inner + inner * _ratio(_ERF_SMALL, inner * inner)
-    near_one = _ERF_AT_ONE + _ratio(_ERF_NEAR_ONE, inner - 1)
-    outer = np.clip(a, 1.25, 6.0)
-    inverse_square = 1 / (outer * outer)
-    tail = _ratio(_ERFC_MIDDLE, inverse_square)
-    np.copyto(tail, _ratio(_ERFC_TAIL, inverse_square), where=outer >= 1 / 0.35)
-    # exp(-a*a) split as exp(-z*z) * exp((z - a)(z + a)), z = a with the low half of its
-    # mantissa cleared, so z*z is exact and the product loses nothing.
-    bits = np.uint64 if a.dtype == np.float64 else np.uint32
-    z = (outer.view(bits) & bits(0xFFFFFFFF00000000 if bits is np.uint64 else 0xFFFFF000)
-         ).view(a.dtype)
-    tail += (z - outer) * (z + outer)
-    out = 1 - np.exp(-z * z - 0.5625) * np.exp(tail) / outer
-    # copyto with a mask: np.where's three-array select was the slowest step here.
-    np.copyto(out, near_one, where=a < 1.25)
-    np.copyto(out, small, where=a < 0.84375)
-    np.copyto(out, 1, where=a >= 6)  # erf is 1 to working precision from there
-    np.copyto(out, a, where=np.isnan(a))
-    return out
-
-
-def _erf(x):
-    # float32 (and float16) inputs are computed in float32: the approximations hold there to
-    # a few ulps of float32, at half the memory traffic of float64.
-    values = np.asarray(x, dtype=np.float64 if x.dtype == np.float64 else np.float32)
-    return np.copysign(_erf_magnitude(np.abs(values)), values).astype(x.dtype, copy=False)
-
-
-erf = Op("erf", _erf, (lambda g, ans, x: g * (2 / math.sqrt(math.pi)) * exp(-x * x),),
+erf = Op("erf", None, (lambda g, ans, x: g * (2 / math.sqrt(math.pi)) * exp(-x * x),),
          saves="x", elementwise=True)
 
 
-def gelu(x, approximate="none"):
-    """torch's GELU: x * Phi(x), or its tanh approximation; built from primitives, so every
-    derivative order is exact."""
+# GELU and SiLU run as one fused loop each way (kernels/numpy/activations.py); their rules
+# below, written with ops, serve higher-order gradients and tangents.
+_SQRT1_2 = 1 / math.sqrt(2)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_CUBIC = 0.044715
+
+
+def _gelu_slope(x, approximate):
     if approximate == "tanh":
-        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1 + tanh(inner))
-    if approximate != "none":
+        t = tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x * x * x))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * (_SQRT_2_OVER_PI
+                                                        * (1 + 3 * _CUBIC * x * x))
+    return 0.5 * (1 + erf(x * _SQRT1_2)) + x * exp(-0.5 * x * x) * _INV_SQRT_2PI
+
+
+_gelu = Op("gelu", None, (lambda g, ans, x, approximate: g * _gelu_slope(x, approximate),),
+           saves="x", elementwise=True)
+
+
+def _check_floating(name, x):
+    if x.dtype.kind != "f":
+        raise RuntimeError(f"{name}: expected a floating point tensor, got {x.dtype}")
+
+
+def gelu(x, approximate="none"):
+    """torch's GELU: x * Phi(x), or its tanh approximation."""
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2))))
+    _check_floating("gelu", x)
+    return _gelu(x, approximate=approximate)
+
+
+def _silu_slope(x):
+    s = sigmoid(x)
+    return s * (1 + x * (1 - s))
+
+
+_silu = Op("silu", None, (lambda g, ans, x: g * _silu_slope(x),), saves="x", elementwise=True)
+
+
+def silu(x):
+    """x * sigmoid(x)."""
+    _check_floating("silu", x)
+    return _silu(x)
 
 
 def _in_range(x, min, max):

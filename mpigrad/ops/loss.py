@@ -7,8 +7,10 @@ and x = 1, where the derivative of the clamped forward would be 0 * inf.
 """
 import numpy as np
 
+from ..tensor import Tensor
 from .core import Op
 from .elementwise import clamp, log
+from .reduction import softmax
 
 # Where torch stops each log of binary cross-entropy, and the floor of x (1 - x) in its
 # gradient: torch's is the float32 constant 1e-12 in every dtype, so the same here.
@@ -29,3 +31,34 @@ binary_cross_entropy = Op(
     (lambda g, ans, x, t: g * (x - t) / clamp((1 - x) * x, min=_BCE_EPSILON),
      lambda g, ans, x, t: g * (log(1 - x) - log(x))),
     saves="x t", elementwise=True)
+
+
+# Cross-entropy of class-index targets over scores x (rows, C), per row (torch's formula):
+# (1 - s) w[t] (lse - x[t]) + s / C sum_c w[c] (lse - x[c]), zero where t == ignore_index.
+# The forward and backward are one loop over each row each (kernels/numpy/softmax.py);
+# `weight` (an array; torch gives it no gradient) and the target are parameters, not inputs.
+def _cross_entropy_slopes(x, target, weight, ignore_index, label_smoothing):
+    """d loss[r] / d x[r, c] as a Tensor, built with ops so that it is differentiable:
+    (1 - s) w[t] (p - onehot(t)) + s / C (sum(w) p - w), zero on ignored rows."""
+    rows, classes = x.shape
+    w = np.ones(classes, x.dtype) if weight is None else weight
+    keep = target != ignore_index
+    safe = np.where(keep, target, 0)
+    onehot = np.zeros((rows, classes), x.dtype)
+    onehot[np.arange(rows), safe] = 1
+    picked = Tensor.wrap(((1 - label_smoothing) * w[safe] * keep).astype(x.dtype)[:, None])
+    p = softmax(x, 1)
+    slopes = picked * (p - Tensor.wrap(onehot))
+    if label_smoothing > 0:
+        spread = Tensor.wrap((label_smoothing / classes * keep).astype(x.dtype)[:, None])
+        slopes = slopes + spread * (p * float(w.sum()) - Tensor.wrap(w.astype(x.dtype)))
+    return slopes
+
+
+cross_entropy = Op(
+    "cross_entropy", None,
+    (lambda g, ans, x, target, weight, ignore_index, label_smoothing:
+     g.reshape(-1, 1) * _cross_entropy_slopes(x, target, weight, ignore_index, label_smoothing),),
+    (lambda t, ans, x, target, weight, ignore_index, label_smoothing:
+     (t * _cross_entropy_slopes(x, target, weight, ignore_index, label_smoothing)).sum(1),),
+    saves="x", grad_fn_name="NllLossBackward0")

@@ -26,10 +26,12 @@ import functools
 import numpy as np
 
 from ..autograd import forward_ad, grad_mode
+from ..kernels.numpy.elementwise import sigmoid as _sigmoid
+from ..kernels.numpy.recurrent import gru_step, lstm_step
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
-from .elementwise import _sigmoid, sigmoid, sign, tanh
+from .elementwise import sigmoid, sign, tanh
 from .shape import cat
 
 
@@ -158,11 +160,7 @@ class _GRU:
         return w_hh.shape[0] // 3 * 4
 
     def step(self, xg, gh, prev, w_hr):
-        size = gh.shape[1] // 3
-        rz = _sigmoid(xg[:, :2 * size] + gh[:, :2 * size])
-        hidden_n = gh[:, 2 * size:]
-        n = np.tanh(xg[:, 2 * size:] + rz[:, :size] * hidden_n)
-        return np.concatenate([n + rz[:, size:] * (prev - n), rz, n, hidden_n], 1)
+        return gru_step(xg, gh, prev)  # [h, r, z, n, hidden_n], the gates in one pass
 
     def coefficients(self, ns, prev, ans, w_hh):
         size = prev.shape[1]
@@ -207,13 +205,10 @@ class _LSTM:
 
     def step(self, xg, gh, prev, w_hr):
         size = gh.shape[1] // 4
-        pre = xg + gh
-        gates = _sigmoid(pre)
-        gates[:, 2 * size:3 * size] = np.tanh(pre[:, 2 * size:3 * size])
-        i, f, g, o = (gates[:, k * size:(k + 1) * size] for k in range(4))
-        c = f * prev[:, -size:] + i * g
-        h = o * np.tanh(c)
-        return np.concatenate([h if w_hr is None else h @ w_hr.T, c, gates], 1)
+        new = lstm_step(xg, gh, prev[:, -size:])  # [h, c, gates], the gates in one pass
+        if w_hr is None:
+            return new
+        return np.concatenate([new[:, :size] @ w_hr.T, new[:, size:]], 1)
 
     def coefficients(self, ns, prev, ans, w_hh):
         size, width = w_hh.shape[0] // 4, prev.shape[1]

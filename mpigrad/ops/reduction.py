@@ -1,4 +1,4 @@
-"""Reductions and the softmax family."""
+"""Reductions and the softmax family; the longer forwards are in kernels/numpy/reduction.py."""
 import builtins
 import collections
 
@@ -200,40 +200,19 @@ def min(x, dim=None, keepdim=False):
     return _with_indices(x, dim, keepdim, argmin)
 
 
-def _softmax(x, dim):
-    shifted = x - np.max(x, axis=dim, keepdims=True)
-    e = np.exp(shifted)
-    e /= np.sum(e, axis=dim, keepdims=True)
-    return e
-
-
-def _log_softmax(x, dim):
-    shifted = x - np.max(x, axis=dim, keepdims=True)
-    shifted -= np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
-    return shifted
-
-
 # softmax's Jacobian is symmetric: its tangent rule is its gradient rule.
-_softmax_op = Op("softmax", _softmax,
+_softmax_op = Op("softmax", None,
              (lambda g, ans, x, dim: ans * (g - (g * ans).sum(dim, keepdim=True)),),
              (lambda t, ans, x, dim: ans * (t - (t * ans).sum(dim, keepdim=True)),),
              saves="ans")
 
-_log_softmax_op = Op("log_softmax", _log_softmax,
+_log_softmax_op = Op("log_softmax", None,
                  (lambda g, ans, x, dim: g - ans.exp() * g.sum(dim, keepdim=True),),
                  (lambda t, ans, x, dim: t - (t * ans.exp()).sum(dim, keepdim=True),),
                  saves="ans")
 
 
-def _logsumexp(x, dim, keepdim):
-    axis = _axis(dim, x.ndim)
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
-    return out if keepdim else np.squeeze(out, axis=axis)
-
-
-_logsumexp_op = Op("logsumexp", _logsumexp,
+_logsumexp_op = Op("logsumexp", None,
                    (lambda g, ans, x, dim, keepdim: expand_reduced(g, x.shape, dim, keepdim)
                     * (x - expand_reduced(ans, x.shape, dim, keepdim)).exp(),),
                    (lambda t, ans, x, dim, keepdim:
@@ -243,7 +222,7 @@ _logsumexp_op = Op("logsumexp", _logsumexp,
 
 
 def logsumexp(x, dim, keepdim=False):
-    return _logsumexp_op(x, dim=dim, keepdim=keepdim)
+    return _logsumexp_op(x, dim=normalize_dims(dim, x.ndim), keepdim=keepdim)
 
 
 def softmax(x, dim):
@@ -254,19 +233,7 @@ def log_softmax(x, dim):
     return _log_softmax_op(x, dim=dim)
 
 
-def _scatter_along(g, indices, dim, shape):
-    out = np.zeros(shape, dtype=g.dtype)
-    if indices.shape[dim] == 1:
-        np.put_along_axis(out, indices, g, axis=dim)
-    else:
-        # Repeated indices within a row must add up.
-        grid = list(np.ogrid[tuple(slice(n) for n in indices.shape)])
-        grid[dim] = indices
-        np.add.at(out, tuple(grid), g)
-    return out
-
-
-scatter_along = Op("scatter_along", _scatter_along,
+scatter_along = Op("scatter_along", None,
                    (lambda g, ans, grad, indices, dim, shape: take_along_dim(g, indices, dim),
                     None),
                    (lambda t, ans, grad, indices, dim, shape:
@@ -364,32 +331,13 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     return SortResult(values[head + (slice(0, k),)], indices[head + (slice(0, k),)])
 
 
-def _masked_softmax_forward(x, keep, dim):
-    # Masked positions (keep False) count as -inf. A row that is -inf everywhere (attention
-    # with every key masked) gives zeros, as torch's _safe_softmax does, instead of the 0/0
-    # NaNs of the plain softmax. Works in one fresh array, the output.
-    e = np.where(keep, x, -np.inf) if keep is not None else None
-    top = np.max(x if e is None else e, axis=dim, keepdims=True)
-    dead = np.isneginf(top)
-    any_dead = dead.any()
-    if any_dead:
-        top[dead] = 0
-    e = np.subtract(x, top) if e is None else np.subtract(e, top, out=e)
-    np.exp(e, out=e)
-    total = np.sum(e, axis=dim, keepdims=True)
-    if any_dead:
-        total[dead] = 1
-    e /= total
-    return e
-
-
 def _softmax_rule(t, ans, x, keep, dim):
     # Masked and dead positions have ans = 0, so softmax's rule gives them zero gradient and
     # zero tangent: the mask itself needs no rule.
     return ans * (t - (t * ans).sum(dim, keepdim=True))
 
 
-masked_softmax = Op("_masked_softmax", _masked_softmax_forward, (_softmax_rule, None),
+masked_softmax = Op("_masked_softmax", None, (_softmax_rule, None),
                     (_softmax_rule, None), saves="ans", grad_fn_name="SafeSoftmaxBackward0")
 
 

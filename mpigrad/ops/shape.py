@@ -111,62 +111,8 @@ def normalize_index(index):
     return _index_array(index)
 
 
-def _is_advanced(index):
-    parts = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(p, np.ndarray) for p in parts)
-
-
-def _array_axis(index):
-    """The axis of the one integer array in `index` when every other entry takes a whole
-    axis (x[..., positions, ...] as a gather along one axis), else None."""
-    parts = index if isinstance(index, tuple) else (index,)
-    arrays = [i for i, p in enumerate(parts) if isinstance(p, np.ndarray)]
-    if (len(arrays) != 1 or parts[arrays[0]].dtype.kind not in "iu"
-            or any(p != slice(None) for i, p in enumerate(parts) if i != arrays[0])):
-        return None
-    return arrays[0]
-
-
-def _add_along(out, g, positions, axis):
-    """out[positions along axis] += g, a repeated position adding every occurrence in order
-    (as np.add.at, which goes element by element and is 4-7x slower on the gathers of
-    resampling and embeddings): the occurrences sorted by position, then one vectorised add
-    per rank of repeat, or one reduceat when some position repeats often."""
-    n = out.shape[axis]
-    flat = positions.reshape(-1)
-    if flat.size == 0:
-        return
-    flat = np.where(flat < 0, flat + n, flat)
-    g = g.reshape(out.shape[:axis] + (flat.size,) + out.shape[axis + 1:])
-    before = (slice(None),) * axis
-    if (np.diff(flat) < 0).any():
-        order = np.argsort(flat, kind="stable")
-        flat, g = flat[order], g[before + (order,)]
-    starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
-    lengths = np.diff(np.r_[starts, flat.size])
-    targets = flat[starts]
-    if lengths.max() > 4:
-        out[before + (targets,)] += np.add.reduceat(g, starts, axis=axis)
-        return
-    for rank in range(lengths.max()):
-        runs = lengths > rank
-        out[before + (targets[runs],)] += g[before + (starts[runs] + rank,)]
-
-
-def _scatter(g, index, shape):
-    out = np.zeros(shape, dtype=g.dtype)
-    axis = _array_axis(index)
-    if axis is not None:
-        _add_along(out, g, index[axis] if isinstance(index, tuple) else index, axis)
-    elif _is_advanced(index):
-        # Integer-array indexing may repeat an element; every occurrence adds its gradient.
-        np.add.at(out, index, g)
-    else:
-        out[index] = g
-    return out
-
-
-index_scatter = Op("index_scatter", _scatter,
+# The gradient of indexing: g added into zeros at the indexed places (kernels/numpy/indexing.py).
+index_scatter = Op("index_scatter", None,
                    (lambda g, ans, grad, index, shape: getitem(g, index),),
                    (lambda t, ans, grad, index, shape:
                     index_scatter(t, index=index, shape=shape),))

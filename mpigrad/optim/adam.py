@@ -2,9 +2,9 @@
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
-from .optimizer import (Optimizer, WorkArrays, adam_moments_, blocks, check_implementation,
-                        regularized_grad)
+from .optimizer import Optimizer, check_implementation
 
 __all__ = ["Adam", "AdamW"]
 
@@ -23,7 +23,7 @@ class Adam(Optimizer):
 
     `state[p]` holds `step` (a Python int; torch keeps a 0-d tensor),
     `exp_avg`, `exp_avg_sq` and, with amsgrad, `max_exp_avg_sq`. Each parameter is
-    updated block by block (all of the above on one cache-sized block before the next),
+    updated in one pass (the backend's `adam_update` kernel: all of the above per element),
     whatever `foreach` and `fused` say.
     """
 
@@ -38,7 +38,6 @@ class Adam(Optimizer):
                     "amsgrad": amsgrad, "maximize": maximize,
                     "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, defaults)
-        self._work = WorkArrays()
 
     def _check_hyperparameters(self, group):
         if not 0.0 <= group["lr"]:
@@ -55,7 +54,6 @@ class Adam(Optimizer):
 
     def _update(self, param, grad, group):
         p = param._array
-        lr, weight_decay = group["lr"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         state = self.state[param]
         if not state:
@@ -66,33 +64,16 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = Tensor(np.zeros_like(p))
         state["step"] += 1
         step = state["step"]
-        arrays = [p, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array]
-        if group["amsgrad"]:
-            arrays.append(state["max_exp_avg_sq"]._array)
-        decoupled = group["decoupled_weight_decay"]
-        step_size = lr / (1 - beta1 ** step)
-        bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
-        for p, g, m, v, *v_max in blocks(*arrays):
-            if decoupled:
-                if weight_decay != 0:
-                    p *= 1 - lr * weight_decay
-                g = regularized_grad(p, g, 0, group["maximize"], out=self._work.like(p, 0))
-            else:
-                g = regularized_grad(p, g, weight_decay, group["maximize"],
-                                     out=self._work.like(p, 0))
-
-            scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
-
-            if v_max:
-                v_max, = v_max
-                np.maximum(v_max, v, out=v_max)
-                v = v_max
-            denom = np.sqrt(v, out=scratch)
-            denom /= bias_correction2_sqrt
-            denom += group["eps"]
-            np.divide(m, denom, out=scratch)
-            scratch *= step_size
-            p -= scratch
+        decay_factor = 1.0
+        weight_decay = group["weight_decay"]
+        if group["decoupled_weight_decay"]:
+            decay_factor = 1 - group["lr"] * weight_decay if weight_decay != 0 else 1.0
+            weight_decay = 0.0
+        kernels.current().forwards["adam_update"](
+            p, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array,
+            state["max_exp_avg_sq"]._array if group["amsgrad"] else None,
+            group["lr"] / (1 - beta1 ** step), (1 - beta2 ** step) ** 0.5, beta1, beta2,
+            group["eps"], decay_factor, weight_decay, group["maximize"])
 
 
 class AdamW(Adam):

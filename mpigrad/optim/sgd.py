@@ -1,8 +1,9 @@
 """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay."""
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
-from .optimizer import Optimizer, WorkArrays, blocks, check_implementation, regularized_grad
+from .optimizer import Optimizer, check_implementation
 
 __all__ = ["SGD"]
 
@@ -19,8 +20,8 @@ class SGD(Optimizer):
         p = p - lr * g
 
     The momentum buffer is `state[p]['momentum_buffer']`, kept only when
-    `momentum != 0`. Each parameter is updated block by block (all of the above on one
-    cache-sized block before the next), whatever `foreach` and `fused` say.
+    `momentum != 0`. Each parameter is updated in one pass (the backend's `sgd_update`
+    kernel: all of the above per element), whatever `foreach` and `fused` say.
     """
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
@@ -30,7 +31,6 @@ class SGD(Optimizer):
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize}
         super().__init__(params, defaults)
-        self._work = WorkArrays()
 
     def _check_hyperparameters(self, group):
         if group["lr"] < 0.0:
@@ -43,34 +43,15 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _update(self, param, grad, group):
-        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-        weight_decay, maximize, nesterov = (group["weight_decay"], group["maximize"],
-                                            group["nesterov"])
-        arrays = (param._array, grad)
-        first = False
+        momentum = group["momentum"]
+        buffer, first = None, False
         if momentum != 0:
             state = self.state[param]
-            buffer = state.get("momentum_buffer")
-            if buffer is None:
+            if state.get("momentum_buffer") is None:
                 # torch starts the buffer at the first gradient, not at zero.
-                buffer = state["momentum_buffer"] = Tensor(np.empty_like(param._array))
+                state["momentum_buffer"] = Tensor(np.empty_like(param._array))
                 first = True
-            arrays += (buffer._array,)
-        for p, g, *b in blocks(*arrays):
-            g = regularized_grad(p, g, weight_decay, maximize, out=self._work.like(p, 0))
-            step = self._work.like(p, 1)
-            if momentum != 0:
-                b, = b
-                if first:
-                    np.copyto(b, g)
-                elif dampening == 0:
-                    b *= momentum
-                    b += g
-                else:
-                    b *= momentum
-                    b += np.multiply(g, 1 - dampening, out=step)
-                if nesterov:
-                    g = np.add(g, np.multiply(b, momentum, out=step), out=step)
-                else:
-                    g = b
-            p -= np.multiply(g, lr, out=step)
+            buffer = state["momentum_buffer"]._array
+        kernels.current().forwards["sgd_update"](
+            param._array, grad, buffer, group["lr"], momentum, group["dampening"],
+            group["weight_decay"], group["nesterov"], group["maximize"], first)

@@ -10,6 +10,7 @@ import mpigrad as mg
 from mpigrad import ops
 from mpigrad.autograd import gradcheck, gradgradcheck
 from mpigrad.nn import functional as F
+from mpigrad.kernels.numpy import conv as conv_kernels
 from mpigrad.nn.functional.pooling import _pool_geometry
 from mpigrad.ops import conv as conv_ops
 
@@ -46,7 +47,7 @@ def float64():
 @pytest.fixture(params=[False, True], ids=["one-chunk", "chunk-per-sample"])
 def chunking(request, monkeypatch):
     """Run each case once with the whole batch as one chunk and once a sample at a time."""
-    monkeypatch.setattr(conv_ops, "_CHUNK_BYTES", 1 if request.param else 1 << 30)
+    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 1 if request.param else 1 << 30)
 
 
 def _general_conv(x, weight, bias, stride, padding, dilation):
@@ -150,16 +151,16 @@ WINOGRAD_IDS = [f"n{n}-c{c}-o{o}-{h}x{w}-p{p}" for n, c, o, h, w, p in WINOGRAD_
 @pytest.fixture
 def winograd_everywhere(monkeypatch):
     """Take the Winograd path at any size, and count its calls."""
-    monkeypatch.setattr(conv_ops, "_WINOGRAD_FROM", dict.fromkeys(conv_ops._WINOGRAD_FROM,
-                                                                  (1, 1)))
+    monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
+                        dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
     calls = collections.Counter()
     for name in ("_winograd_conv2d", "_winograd_conv2d_weight"):
-        original = getattr(conv_ops, name)
+        original = getattr(conv_kernels, name)
 
         def counted(*args, _original=original, _name=name):
             calls[_name] += 1
             return _original(*args)
-        monkeypatch.setattr(conv_ops, name, counted)
+        monkeypatch.setattr(conv_kernels, name, counted)
     return calls
 
 
@@ -210,9 +211,9 @@ def test_winograd_in_float32_is_as_accurate_as_torch(n, c, o, h, w, p, winograd_
     geometry = ((1, 1), (p, p), (1, 1))
 
     def results(x, weight, g):
-        return (conv_ops._conv2d(x, weight, None, *geometry),
-                conv_ops._conv_transpose2d(g, weight, (h, w), *geometry),
-                conv_ops._conv2d_weight(x, g, (3, 3), *geometry))
+        return (conv_kernels.conv2d(x, weight, None, *geometry),
+                conv_kernels.conv_transpose2d(g, weight, (h, w), *geometry),
+                conv_kernels.conv2d_weight(x, g, (3, 3), *geometry))
 
     single = results(*(a.astype(np.float32) for a in (x, weight, g)))
     exact = results(x, weight, g)  # float64: equal to the direct path's to 1e-10, as above

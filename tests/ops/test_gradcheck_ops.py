@@ -67,6 +67,15 @@ CASES = [
     ("relu", lambda a: a.relu(), [((3, 4), _spread)]),
     ("gelu", lambda a: F.gelu(a), [((3, 4), _normal)]),
     ("gelu_tanh", lambda a: F.gelu(a, approximate="tanh"), [((3, 4), _normal)]),
+    ("silu", lambda a: mg.nn.functional.silu(a), [((3, 4), _normal)]),
+    # the fused ops of issue 31 (their rules serve create_graph=True and tangents)
+    ("cross_entropy", lambda a: mg.nn.functional.cross_entropy(
+        a, mg.tensor([0, 3, 1]), weight=mg.tensor([0.5, 1.5, 1.0, 2.0], dtype=a.dtype),
+        ignore_index=1, label_smoothing=0.2), [((3, 4), _normal)]),
+    ("layer_norm", lambda a, w, b: mg.nn.functional.layer_norm(a, (4,), w, b),
+     [((3, 4), _normal), ((4,), _normal), ((4,), _normal)]),
+    ("rms_norm", lambda a, w: mg.nn.functional.rms_norm(a, (2, 4), w, eps=1e-6),
+     [((3, 2, 4), _normal), ((2, 4), _normal)]),
     ("sin_cos", lambda a: a.sin() * a.cos(), [((5,), _normal)]),
     ("clamp", lambda a: a.clamp(-0.5, 0.7), [((3, 4), _spread)]),
     ("clamp_min", lambda a: a.clamp(min=0.1), [((3, 4), _spread)]),

@@ -31,7 +31,7 @@ def gelu(input, approximate="none"):
 
 @fused()
 def silu(input):
-    return input * ops.sigmoid(input)
+    return ops.silu(input)
 
 
 def tanh(input):

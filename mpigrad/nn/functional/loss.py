@@ -606,6 +606,33 @@ def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label
     return loss.sum() / float(target_weight.sum())
 
 
+def _fused_class_cross_entropy(input, target, weight, ignore_index, reduction, smoothing):
+    """cross_entropy of class-index targets through the fused op (log_softmax and the NLL in
+    one loop per row, forward and backward): scores with the class dimension moved last."""
+    class_dim = _class_dim(input)
+    classes = input.shape[class_dim]
+    t = _class_target(input, target, class_dim)
+    _check_weight(weight, classes)
+    ignored = t == ignore_index
+    bad = ~ignored & ((t < 0) | (t >= classes))
+    if bad.any():
+        raise IndexError(f"Target {t[bad].flat[0]} is out of bounds.")
+    if input.ndim > 2:
+        input = input.permute((0,) + tuple(range(2, input.ndim)) + (1,))
+    scores = input.reshape(-1, classes)
+    w = None if weight is None else weight._array
+    loss = ops.cross_entropy(scores, target=t.reshape(-1), weight=w, ignore_index=ignore_index,
+                             label_smoothing=smoothing)
+    if reduction == "none":
+        return loss.reshape(t.shape)
+    if reduction == "sum":
+        return loss.sum()
+    if w is None and not ignored.any():
+        return loss.mean()
+    counted = np.where(ignored, 0, 1 if w is None else w[np.where(ignored, 0, t)])
+    return loss.sum() / float(counted.sum())
+
+
 def _along_classes(weight, scores, class_dim):
     """The per-class weight shaped to broadcast against scores (N, C, d1, ...)."""
     return weight.reshape(weight.shape + (1,) * (scores.ndim - 1 - class_dim))
@@ -635,10 +662,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     target = as_tensor(target)
     class_dim = _class_dim(input)
     _checks.floating("log_softmax_lastdim_kernel_impl", input)
-    log_probs = ops.log_softmax(input, class_dim)
     if target.shape != input.shape or not dtypes.is_floating_point(target.dtype):
-        return _class_target_loss(log_probs, target, weight, ignore_index, reduction,
-                                  label_smoothing)
+        return _fused_class_cross_entropy(input, target, weight, ignore_index, reduction,
+                                          max(label_smoothing, 0.0))
+    log_probs = ops.log_softmax(input, class_dim)
     if ignore_index >= 0:
         raise RuntimeError("ignore_index is not supported for floating point target")
     classes = input.shape[class_dim]

@@ -22,14 +22,22 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the trailing dimensions `normalized_shape` (biased variance)."""
     shape = _trailing_shape(input, normalized_shape)
     check_same_dtype(_MIXED_DTYPES, input, weight, bias)
-    dims = tuple(range(input.ndim - len(shape), input.ndim))
-    out = _normalize(input, input.mean(dims, keepdim=True),
-                     input.var(dims, keepdim=True, correction=0), eps)
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
+    _check_affine(shape, weight=weight, bias=bias)
+    _check_floating("layer_norm", input)
+    return ops.layer_norm(input, weight, bias, dims=len(shape), eps=float(eps))
+
+
+def _check_affine(shape, **parameters):
+    for name, tensor in parameters.items():
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but "
+                               f"got {name} of shape {list(tensor.shape)} and normalized_shape "
+                               f"= {list(shape)}")
+
+
+def _check_floating(name, input):
+    if input.dtype.kind != "f":
+        raise RuntimeError(f"{name}: expected a floating point input, got {input.dtype}")
 
 
 @fused()
@@ -168,11 +176,11 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     times weight; eps=None means the machine epsilon of input's dtype, as torch."""
     shape = _trailing_shape(input, normalized_shape)
     check_same_dtype(_MIXED_DTYPES, input, weight)
+    _check_affine(shape, weight=weight)
+    _check_floating("rms_norm", input)
     if eps is None:
         eps = float(np.finfo(input.dtype).eps)
-    dims = tuple(range(input.ndim - len(shape), input.ndim))
-    out = input / ((input * input).mean(dims, keepdim=True) + eps).sqrt()
-    return out if weight is None else out * weight
+    return ops.rms_norm(input, weight, dims=len(shape), eps=float(eps))
 
 
 def _vector_norm(input, p, dim):

@@ -1,7 +1,8 @@
 """Gradient clipping, with torch.nn.utils' names, arithmetic and errors.
 
-Norms are taken with numpy on the gradients' storage, outside autograd (torch runs them under
-no_grad too), each in its gradient's dtype; the total is the norm of the per-gradient norms.
+Norms are taken by the backend's kernels on the gradients' storage, outside autograd (torch
+runs them under no_grad too): one pass over each gradient into one float64 total, rounded to
+the gradients' dtype (torch takes each gradient's norm in its dtype, then the norm of those).
 Gradients are scaled in place through `writing()`, so their versions move as torch's do.
 Under DistributedDataParallel the gradients are already averaged when backward returns, so
 every rank computes the same norm and clips identically. A parameter class may define
@@ -10,6 +11,7 @@ across ranks: FSDP's shards do, so clip_grad_norm_ gives the full model's norm o
 """
 import numpy as np
 
+from ... import kernels
 from ...tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"]
@@ -23,18 +25,15 @@ def _gradients(parameters):
     return [p.grad for p in _as_list(parameters) if p.grad is not None]
 
 
-def _vector_norm(array, norm_type):
-    return np.linalg.norm(array.reshape(-1), ord=norm_type).astype(array.dtype)
-
-
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """The `norm_type`-norm of all of `tensors` together (as if concatenated), a 0-dim Tensor."""
     tensors = _as_list(tensors)
     norm_type = float(norm_type)
     if not tensors:
         return Tensor(np.array(0.0, dtype=np.float32))
-    norms = [_vector_norm(t._array, norm_type) for t in tensors]
-    total = _vector_norm(np.stack(norms).astype(np.result_type(*norms)), norm_type)
+    arrays = [t._array for t in tensors]
+    total = kernels.current().forwards["total_norm"](arrays, norm_type).astype(
+        np.result_type(*arrays))
     if error_if_nonfinite and not np.isfinite(total):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is "
@@ -51,10 +50,11 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     total = np.asarray(total_norm._array if isinstance(total_norm, Tensor) else total_norm)
     coefficient = np.minimum(total.dtype.type(float(max_norm)) / (total + total.dtype.type(1e-6)),
                              total.dtype.type(1.0))
+    scale_ = kernels.current().forwards["scale_"]
     for gradient in gradients:
-        # A non-finite norm scales into NaNs, as in torch, without numpy's warnings.
-        with gradient.writing() as array, np.errstate(invalid="ignore", over="ignore"):
-            array *= coefficient.astype(array.dtype)
+        # A non-finite norm scales into NaNs, as in torch.
+        with gradient.writing() as array:
+            scale_(array, coefficient)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,

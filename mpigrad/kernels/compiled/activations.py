@@ -1,0 +1,82 @@
+"""GELU (exact and tanh) and SiLU, forward and backward, one pass each over flat arrays.
+
+Each loop reads its inputs once and writes its output once; the float32 loops compute in
+float64 (see _math.py). `x`, `g` and `out` are contiguous 1-d arrays of one length.
+"""
+import math
+
+from ._math import erf_f32, exp, jit
+
+_SQRT1_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+_SQRT_2_OVER_PI = 0.7978845608028654
+_CUBIC = 0.044715
+
+
+@jit
+def gelu_f32(x, out):
+    for i in range(x.size):
+        v = float(x[i])
+        out[i] = 0.5 * v * (1.0 + erf_f32(v * _SQRT1_2))
+
+
+@jit
+def gelu_backward_f32(g, x, out):
+    for i in range(x.size):
+        v = float(x[i])
+        cdf = 0.5 * (1.0 + erf_f32(v * _SQRT1_2))
+        out[i] = g[i] * (cdf + v * _INV_SQRT_2PI * exp(-0.5 * v * v))
+
+
+# float64: math.erf (a scalar libm call, exact to an ulp); the erf above is float32's.
+@jit
+def gelu_f64(x, out):
+    for i in range(x.size):
+        v = x[i]
+        out[i] = 0.5 * v * (1.0 + math.erf(v * _SQRT1_2))
+
+
+@jit
+def gelu_backward_f64(g, x, out):
+    for i in range(x.size):
+        v = x[i]
+        cdf = 0.5 * (1.0 + math.erf(v * _SQRT1_2))
+        out[i] = g[i] * (cdf + v * _INV_SQRT_2PI * exp(-0.5 * v * v))
+
+
+@jit
+def _tanh(u):
+    # 1 - 2 / (e^2u + 1): exact at the saturated ends (e^2u = inf or 0), and its absolute
+    # error near 0 (where tanh is small) is an ulp of 1, which 1 + tanh needs anyway.
+    return 1.0 - 2.0 / (exp(2.0 * u) + 1.0)
+
+
+@jit
+def gelu_tanh(x, out):
+    for i in range(x.size):
+        v = float(x[i])
+        out[i] = 0.5 * v * (1.0 + _tanh(_SQRT_2_OVER_PI * (v + _CUBIC * v * v * v)))
+
+
+@jit
+def gelu_tanh_backward(g, x, out):
+    for i in range(x.size):
+        v = float(x[i])
+        t = _tanh(_SQRT_2_OVER_PI * (v + _CUBIC * v * v * v))
+        slope = _SQRT_2_OVER_PI * (1.0 + 3.0 * _CUBIC * v * v)
+        out[i] = g[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * slope)
+
+
+@jit
+def silu(x, out):
+    for i in range(x.size):
+        v = float(x[i])
+        out[i] = v / (1.0 + exp(-v))
+
+
+@jit
+def silu_backward(g, x, out):
+    for i in range(x.size):
+        v = float(x[i])
+        s = 1.0 / (1.0 + exp(-v))
+        out[i] = g[i] * s * (1.0 + v * (1.0 - s))

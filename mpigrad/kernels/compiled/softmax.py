@@ -1,0 +1,127 @@
+"""softmax, log_softmax and cross-entropy over the rows of a (rows, C) array, forward and
+backward; each row is read in a few passes while it is in cache and written once.
+
+Sums and the log-sum-exp are in float64 whatever the input (see _math.py).
+"""
+import math
+
+import numpy as np
+
+from ._math import exp, jit
+
+
+@jit
+def _row_max(x, r):
+    top = -np.inf
+    for c in range(x.shape[1]):
+        v = float(x[r, c])
+        top = v if v > top or v != v else top  # nan wins, so a nan row stays nan
+    return top
+
+
+@jit
+def softmax(x, out):
+    for r in range(x.shape[0]):
+        top = _row_max(x, r)
+        if top == -np.inf:
+            top = 0.0  # a row that is -inf everywhere: nan, as torch gives
+        total = 0.0
+        for c in range(x.shape[1]):
+            e = exp(float(x[r, c]) - top)
+            out[r, c] = e
+            total += e
+        scale = 1.0 / total
+        for c in range(x.shape[1]):
+            out[r, c] = float(out[r, c]) * scale
+
+
+@jit
+def log_softmax(x, out):
+    for r in range(x.shape[0]):
+        top = _row_max(x, r)
+        if top == -np.inf:
+            top = 0.0
+        total = 0.0
+        for c in range(x.shape[1]):
+            total += exp(float(x[r, c]) - top)
+        log_total = math.log(total)
+        for c in range(x.shape[1]):
+            # (x - top) - log_total, in torch's order: x - (top + log_total) loses the
+            # small term when top is large
+            out[r, c] = (float(x[r, c]) - top) - log_total
+
+
+@jit
+def softmax_backward(g, y, out):
+    for r in range(y.shape[0]):
+        dot = 0.0
+        for c in range(y.shape[1]):
+            dot += float(g[r, c]) * float(y[r, c])
+        for c in range(y.shape[1]):
+            out[r, c] = float(y[r, c]) * (float(g[r, c]) - dot)
+
+
+@jit
+def log_softmax_backward(g, y, out):
+    for r in range(y.shape[0]):
+        total = 0.0
+        for c in range(y.shape[1]):
+            total += float(g[r, c])
+        for c in range(y.shape[1]):
+            out[r, c] = float(g[r, c]) - exp(float(y[r, c])) * total
+
+
+@jit
+def _log_sum_exp(x, r):
+    """The row's log-sum-exp as (top, log of the shifted sum): the shifted scores x - top
+    are then subtracted from first, as in torch's log_softmax."""
+    top = _row_max(x, r)
+    if top == -np.inf:
+        top = 0.0
+    total = 0.0
+    for c in range(x.shape[1]):
+        total += exp(float(x[r, c]) - top)
+    return top, math.log(total)
+
+
+@jit
+def cross_entropy(x, target, weight, ignore_index, smoothing, out):
+    """Per row: (1 - s) w[t] (lse - x[t]) + s / C sum_c w[c] (lse - x[c]); 0 where t is
+    ignore_index (torch's formula). `weight` holds C ones when none is given."""
+    classes = x.shape[1]
+    for r in range(x.shape[0]):
+        t = target[r]
+        if t == ignore_index:
+            out[r] = 0.0
+            continue
+        top, log_total = _log_sum_exp(x, r)
+        loss = (1.0 - smoothing) * float(weight[t]) * (log_total - (float(x[r, t]) - top))
+        if smoothing > 0.0:
+            spread = 0.0
+            for c in range(classes):
+                spread += float(weight[c]) * (log_total - (float(x[r, c]) - top))
+            loss += smoothing / classes * spread
+        out[r] = loss
+
+
+@jit
+def cross_entropy_backward(g, x, target, weight, ignore_index, smoothing, out):
+    """d/dx[c] = g ((1 - s) w[t] (p[c] - [c = t]) + s / C (W p[c] - w[c])), W = sum w."""
+    classes = x.shape[1]
+    total_weight = 0.0
+    for c in range(classes):
+        total_weight += float(weight[c])
+    for r in range(x.shape[0]):
+        t = target[r]
+        if t == ignore_index:
+            for c in range(classes):
+                out[r, c] = 0.0
+            continue
+        top, log_total = _log_sum_exp(x, r)
+        gr = float(g[r])
+        picked = (1.0 - smoothing) * float(weight[t])
+        spread = smoothing / classes
+        for c in range(classes):
+            p = exp((float(x[r, c]) - top) - log_total)
+            out[r, c] = gr * (picked * p + spread * (total_weight * p - float(weight[c])))
+        out[r, t] = float(out[r, t]) - gr * picked

@@ -1,0 +1,31 @@
+"""The numpy backend's kernels that are longer than a line, registered by op name.
+
+(The one-line forwards stay beside their rules in ops/ and register themselves there.)
+"""
+from ..backend import NUMPY
+from . import (activations, clip, conv, elementwise, indexing, normalization, optim, reduction,
+               softmax)
+
+for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
+              "tap_scatter", "tap_gather"):
+    NUMPY.register(_name, forward=getattr(conv, _name))
+for _name in ("sigmoid", "erf"):
+    NUMPY.register(_name, forward=getattr(elementwise, _name))
+for _name in ("logsumexp", "scatter_along"):
+    NUMPY.register(_name, forward=getattr(reduction, _name))
+for _name in ("softmax", "log_softmax", "cross_entropy"):
+    NUMPY.register(_name, forward=getattr(softmax, _name),
+                   backward=getattr(softmax, _name + "_backward"))
+NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
+NUMPY.register("index_scatter", forward=indexing.index_scatter)
+NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
+NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
+for _name in ("layer_norm", "rms_norm"):
+    NUMPY.register(_name, forward=getattr(normalization, _name),
+                   backward=getattr(normalization, _name + "_backward"))
+# Not ops: the optimizers' updates and gradient clipping's passes, by name (optim/ and
+# nn/utils/clip_grad.py call them through the backend).
+NUMPY.register("sgd_update", forward=optim.sgd_update)
+NUMPY.register("adam_update", forward=optim.adam_update)
+NUMPY.register("total_norm", forward=clip.total_norm)
+NUMPY.register("scale_", forward=clip.scale_)

@@ -1,0 +1,61 @@
+"""The numpy backend's door to the compiled loops (kernels/compiled/), imported on first use.
+
+The loops are written for contiguous 1-d float32 or float64 arrays; `flat` and `fresh`
+bring any array there (a copy only when the input is strided or of another dtype), and
+`loops` imports a module of loops, and with it numba, the first time a kernel needs it.
+"""
+import importlib
+
+import numpy as np
+
+_modules = {}
+
+
+def loops(name):
+    module = _modules.get(name)
+    if module is None:
+        # Imported here, not at the top: numba's import costs about 0.3 s, which `import
+        # mpigrad` must not pay, and a kernel compiles (or loads from cache) on first use.
+        module = _modules[name] = importlib.import_module(f"mpigrad.kernels.compiled.{name}")
+    return module
+
+
+def compute_dtype(dtype):
+    """The dtype a loop runs in: float64 as is, every other float type through float32
+    (integers, which only some ops accept, through float64, as numpy's functions do)."""
+    if dtype == np.float64 or np.dtype(dtype).kind in "iub":
+        return np.float64
+    return np.float32
+
+
+def flat(array, dtype=None):
+    """`array` as a contiguous 1-d array of `dtype` (its own compute dtype by default)."""
+    return np.ascontiguousarray(array, dtype or compute_dtype(array.dtype)).reshape(-1)
+
+
+def fresh(shape, dtype):
+    return np.empty(shape, compute_dtype(dtype))
+
+
+def result(out, dtype):
+    """A loop's output in the op's dtype (float16 and bfloat16 were computed in float32);
+    an integer input's result stays floating."""
+    if out.dtype == dtype or np.dtype(dtype).kind != "f":
+        return out
+    return out.astype(dtype)
+
+
+def rows(array, axis, dtype=None):
+    """`array` with `axis` moved last, as a contiguous (rows, C) array of `dtype` (its own
+    compute dtype by default), and the moved shape to give results back."""
+    moved = np.moveaxis(array, axis, -1) if array.ndim else array.reshape(1)
+    shape = moved.shape
+    matrix = np.ascontiguousarray(moved, dtype or compute_dtype(array.dtype))
+    return matrix.reshape(int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]), shape
+
+
+def unrows(matrix, shape, axis, like):
+    """The inverse of `rows`: a (rows, C) result back in the layout of `like`."""
+    out = matrix.reshape(shape)
+    out = np.moveaxis(out, -1, axis) if like.ndim else out.reshape(())
+    return result(out, like.dtype)

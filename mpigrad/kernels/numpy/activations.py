@@ -1,0 +1,41 @@
+"""GELU and SiLU: the numpy backend's kernels over the compiled loops (one pass each way)."""
+import numpy as np
+
+from ._compiled import compute_dtype, flat, fresh, loops, result
+
+
+def _pointwise(loop, x):
+    out = fresh(x.shape, x.dtype)
+    loop(flat(x), out.reshape(-1))
+    return result(out, x.dtype)
+
+
+def _pointwise_backward(loop, needs, g, x):
+    out = fresh(x.shape, x.dtype)
+    loop(flat(g, out.dtype), flat(x), out.reshape(-1))
+    return (result(out, x.dtype),)
+
+
+def _gelu_loops(dtype, approximate, backward):
+    compiled = loops("activations")
+    if approximate == "tanh":
+        return compiled.gelu_tanh_backward if backward else compiled.gelu_tanh
+    if compute_dtype(dtype) is np.float64:
+        return compiled.gelu_backward_f64 if backward else compiled.gelu_f64
+    return compiled.gelu_backward_f32 if backward else compiled.gelu_f32
+
+
+def gelu(x, approximate):
+    return _pointwise(_gelu_loops(x.dtype, approximate, False), x)
+
+
+def gelu_backward(needs, g, ans, x, approximate):
+    return _pointwise_backward(_gelu_loops(x.dtype, approximate, True), needs, g, x)
+
+
+def silu(x):
+    return _pointwise(loops("activations").silu, x)
+
+
+def silu_backward(needs, g, ans, x):
+    return _pointwise_backward(loops("activations").silu_backward, needs, g, x)

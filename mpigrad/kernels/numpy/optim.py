@@ -1,0 +1,67 @@
+"""The optimizers' updates as kernels of the numpy backend (kernels/compiled/optim.py): one
+pass over each parameter, in place. Scalars are cast to the parameter's dtype here, so the
+loop computes in that dtype."""
+import numpy as np
+
+from ._compiled import loops
+
+_NONE = {}
+
+
+def _flat(array):
+    # Parameters, gradients and state are the optimizer's own contiguous arrays; a strided
+    # one (a view handed to the optimizer) is updated through a contiguous copy.
+    return array.reshape(-1) if array.flags.c_contiguous else None
+
+
+def _in_place(update, arrays, scalars):
+    if arrays[0].dtype not in (np.float32, np.float64):
+        # float16 and bfloat16 parameters: the step computed in float32, stored back rounded
+        wide = [a.astype(np.float32) for a in arrays]
+        update(*[w.reshape(-1) for w in wide], *[np.float32(s) if isinstance(s, np.floating)
+                                                 else s for s in scalars])
+        for array, w in zip(arrays, wide):
+            if array.size:
+                array[...] = w
+        return
+    flat = [_flat(a) for a in arrays]
+    copies = [a is None for a in flat]
+    flat = [np.ascontiguousarray(a).reshape(-1) if f is None else f
+            for a, f in zip(arrays, flat)]
+    update(*flat, *scalars)
+    for array, copied, f in zip(arrays, copies, flat):
+        if copied:
+            array[...] = f.reshape(array.shape)
+
+
+def _empty(like):
+    key = like.dtype
+    if key not in _NONE:
+        _NONE[key] = np.empty(0, like.dtype)
+    return _NONE[key]
+
+
+def sgd_update(param, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, maximize,
+               first):
+    """One SGD step on `param` in place (`buffer`, the momentum buffer, None without one)."""
+    t = param.dtype.type
+    _in_place(loops("optim").sgd,
+              [param, np.asarray(grad, param.dtype),
+               _empty(param) if buffer is None else buffer],
+              [t(lr), t(momentum), t(1 - dampening), t(weight_decay), bool(nesterov),
+               bool(maximize), bool(first)])
+
+
+def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step_size,
+                bias_correction2_sqrt, beta1, beta2, eps, decay_factor, weight_decay,
+                maximize):
+    """One Adam(W) step on `param` and its state in place (`max_exp_avg_sq` None without
+    amsgrad)."""
+    t = param.dtype.type
+    lerp_weight = 1 - beta1
+    _in_place(loops("optim").adam,
+              [param, np.asarray(grad, param.dtype), exp_avg, exp_avg_sq,
+               _empty(param) if max_exp_avg_sq is None else max_exp_avg_sq],
+              [t(step_size), t(bias_correction2_sqrt), t(lerp_weight), t(1 - lerp_weight),
+               t(beta2), t(1 - beta2), t(eps), t(decay_factor), t(weight_decay),
+               bool(maximize)])

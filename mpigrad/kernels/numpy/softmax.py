@@ -1,0 +1,59 @@
+"""softmax, log_softmax and cross-entropy over the classes: the numpy backend's kernels over
+the compiled loops (kernels/compiled/softmax.py)."""
+import numpy as np
+
+from ._compiled import compute_dtype, flat, loops, rows, unrows
+
+
+def _along(loop, x, dim):
+    matrix, shape = rows(x, dim)
+    out = np.empty_like(matrix)
+    loop(matrix, out)
+    return unrows(out, shape, dim, x)
+
+
+def _along_backward(loop, g, ans, dim):
+    y, shape = rows(ans, dim)
+    out = np.empty_like(y)
+    loop(rows(g, dim, y.dtype)[0], y, out)
+    return (unrows(out, shape, dim, ans),)
+
+
+def softmax(x, dim):
+    return _along(loops("softmax").softmax, x, dim)
+
+
+def log_softmax(x, dim):
+    return _along(loops("softmax").log_softmax, x, dim)
+
+
+def softmax_backward(needs, g, ans, x, dim):
+    return _along_backward(loops("softmax").softmax_backward, g, ans, dim)
+
+
+def log_softmax_backward(needs, g, ans, x, dim):
+    return _along_backward(loops("softmax").log_softmax_backward, g, ans, dim)
+
+
+def _class_weight(weight, classes, dtype):
+    return (np.ones(classes, dtype) if weight is None
+            else np.ascontiguousarray(weight, dtype))
+
+
+def cross_entropy(x, target, weight, ignore_index, label_smoothing):
+    """Per row of scores x (rows, C), the loss of class-index target (rows,)."""
+    dtype = compute_dtype(x.dtype)
+    out = np.empty(x.shape[0], dtype)
+    loops("softmax").cross_entropy(np.ascontiguousarray(x, dtype), flat(target, np.int64),
+                                   _class_weight(weight, x.shape[1], dtype), ignore_index,
+                                   float(label_smoothing), out)
+    return out.astype(x.dtype, copy=False)
+
+
+def cross_entropy_backward(needs, g, ans, x, target, weight, ignore_index, label_smoothing):
+    dtype = compute_dtype(x.dtype)
+    out = np.empty(x.shape, dtype)
+    loops("softmax").cross_entropy_backward(
+        flat(g, dtype), np.ascontiguousarray(x, dtype), flat(target, np.int64),
+        _class_weight(weight, x.shape[1], dtype), ignore_index, float(label_smoothing), out)
+    return (out.astype(x.dtype, copy=False),)

@@ -1,0 +1,40 @@
+"""The LSTM and GRU steps' fused gate arithmetic: nn.LSTM and nn.GRU against torch's in
+float32 and float64 (odd sizes, a projection, two layers, bidirectional), gradients included."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpigrad as mg  # noqa: E402
+
+from .torch_check import TOLERANCE  # noqa: E402
+
+
+MODELS = {"lstm": ("LSTM", {}), "lstm_proj": ("LSTM", {"proj_size": 3}),
+          "gru": ("GRU", {}), "gru_bidirectional": ("GRU", {"bidirectional": True})}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_recurrent_layers_match_torch(model, dtype):
+    name, kwargs = MODELS[model]
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, name)(5, 7, num_layers=2, **kwargs).to(
+        torch.float64 if dtype == np.float64 else torch.float32)
+    ours = getattr(mg.nn, name)(5, 7, num_layers=2, **kwargs).to(
+        mg.float64 if dtype == np.float64 else mg.float32)
+    ours.load_state_dict({k: mg.tensor(v.detach().numpy()) for k, v in
+                          theirs.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((6, 3, 5)).astype(dtype) * 2
+    m_x, t_x = mg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (m_out, m_state), (t_out, t_state) = ours(m_x), theirs(t_x)
+    m_last = m_state[1] if name == "LSTM" else m_state  # the cell, or the last hidden state
+    t_last = t_state[1] if name == "LSTM" else t_state
+    for a, b in ((m_out, t_out), (m_last, t_last)):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), **TOLERANCE[dtype])
+    (m_out.sum() + m_last.sum()).backward()
+    (t_out.sum() + t_last.sum()).backward()
+    np.testing.assert_allclose(m_x.grad.numpy(), t_x.grad.numpy(), **TOLERANCE[dtype])
+    for name, parameter in theirs.named_parameters():
+        np.testing.assert_allclose(dict(ours.named_parameters())[name].grad.numpy(),
+                                   parameter.grad.numpy(), **TOLERANCE[dtype], err_msg=name)
