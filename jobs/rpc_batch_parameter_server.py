@@ -102,7 +102,7 @@ def train(args, rank, size):
         order = rng.permutation(shard)
         for b in range(batches):
             batch = order[b * args.batch_size:(b + 1) * args.batch_size]
-            x, y = mg.from_numpy(images.data[batch]), mg.from_numpy(labels.data[batch])
+            x, y = mg.from_numpy(images.numpy()[batch]), mg.from_numpy(labels.numpy()[batch])
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             grads = [p.grad for p in model.parameters()]

@@ -96,7 +96,7 @@ def train(args, rank, size):
         order = rng.permutation(shard)
         for first in range(0, len(order), args.batch_size):
             batch = order[first:first + args.batch_size]
-            x, y = mg.from_numpy(images.data[batch]), mg.from_numpy(labels.data[batch])
+            x, y = mg.from_numpy(images.numpy()[batch]), mg.from_numpy(labels.numpy()[batch])
             with dist_autograd.context() as context_id:
                 loss = F.cross_entropy(net(x), y)
                 dist_autograd.backward(context_id, [loss])

@@ -28,7 +28,7 @@ def _float(dtype):
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of `data` (arrays keep their dtype, Python floats become
     the default dtype, Python ints int64)."""
-    return _finish(np.array(Tensor(data, dtype=dtype).data, copy=True), requires_grad, device,
+    return _finish(np.array(Tensor(data, dtype=dtype)._array, copy=True), requires_grad, device,
                    "tensor")
 
 
@@ -193,7 +193,7 @@ def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
 def multinomial(input, num_samples, replacement=False, *, generator=None):
     """torch.multinomial: `num_samples` category indices per row of `input` (1-D or 2-D
     non-negative weights, not necessarily summing to one), int64."""
-    weights = input.data if isinstance(input, Tensor) else np.asarray(input)
+    weights = input._array if isinstance(input, Tensor) else np.asarray(input)
     return Tensor.wrap(random.multinomial_array(weights, num_samples, replacement, generator))
 
 

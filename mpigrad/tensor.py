@@ -1,9 +1,10 @@
 """Tensor: a numpy array plus the links autograd needs.
 
-Storage is `data` (an ndarray). Graph links: `grad_fn` (the Node that produced it) and
-`_output_nr`; leaves that require grad are reached through an AccumulateGrad node. Every
-in-place write bumps a version counter shared by all tensors that alias the same storage, so
-backward can tell when a saved tensor was changed after it was saved.
+Storage is `_array` (an ndarray), mpigrad's own handle on it; the public `data` is torch's, a
+new tensor on the same array outside autograd (see `Tensor.data`). Graph links: `grad_fn` (the
+Node that produced it) and `_output_nr`; leaves that require grad are reached through an
+AccumulateGrad node. Every in-place write bumps a version counter shared by all tensors that
+alias the same storage, so backward can tell when a saved tensor was changed after it was saved.
 
 Tensor owns that state: the rest of mpigrad creates, aliases, writes and links tensors only
 through `Tensor.wrap`, `alias`, `writing` (or `mark_written`) and `set_history`, never by
@@ -19,7 +20,7 @@ from .hooks import add_hook
 
 
 class Tensor:
-    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
+    __slots__ = ("_array", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
                  "_hooks", "_post_accumulate_hooks", "_accumulator", "_retains_grad",
                  "_inference", "__weakref__")
     # Make numpy defer to Tensor's reflected operators (ndarray * Tensor -> Tensor).
@@ -52,7 +53,7 @@ class Tensor:
         """A new tensor on `array` (default: this tensor's storage) sharing this tensor's
         version counter, with no graph history. With `view`, it also records this tensor (or
         its own base) as its base, so autograd refuses recorded in-place writes into it."""
-        t = Tensor.wrap(self.data if array is None else array)
+        t = Tensor.wrap(self._array if array is None else array)
         t._vc = self._vc
         if view:
             t._base = self._base if self._base is not None else self
@@ -69,18 +70,37 @@ class Tensor:
         self._output_nr = output_nr
         self.requires_grad = True
 
+    @property
+    def data(self):
+        """torch's `.data`: a new tensor on this tensor's storage, outside autograd (no
+        history, requires_grad False, no base) with a version counter of its own, so that an
+        in-place write through it changes this tensor without autograd seeing it, as in torch
+        (`detach()` shares the counter instead). mpigrad's own code uses `_array`."""
+        return Tensor.wrap(self._array)
+
+    @data.setter
+    def data(self, value):
+        """`t.data = other`: t now uses other's storage (shape and dtype may change); t keeps
+        its autograd state and its version counter, as in torch."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+        if self.requires_grad and not dtypes.is_differentiable(value._array.dtype):
+            raise RuntimeError("data set to a tensor that requires gradients must be floating "
+                               "point or complex dtype")
+        self._array = value._array
+
     # ----------------------------------------------------------------- metadata
     @property
     def shape(self):
-        return self.data.shape
+        return self._array.shape
 
     @property
     def dtype(self):
-        return self.data.dtype
+        return self._array.dtype
 
     @property
     def ndim(self):
-        return self.data.ndim
+        return self._array.ndim
 
     @property
     def device(self):
@@ -110,34 +130,34 @@ class Tensor:
         return ops.transpose(self, -2, -1)
 
     def size(self, dim=None):
-        return self.data.shape if dim is None else self.data.shape[dim]
+        return self._array.shape if dim is None else self._array.shape[dim]
 
     def dim(self):
-        return self.data.ndim
+        return self._array.ndim
 
     def numel(self):
-        return self.data.size
+        return self._array.size
 
     nelement = numel
 
     def element_size(self):
-        return self.data.itemsize
+        return self._array.itemsize
 
     def is_floating_point(self):
-        return dtypes.is_floating_point(self.data.dtype)
+        return dtypes.is_floating_point(self._array.dtype)
 
     def is_contiguous(self):
-        return self.data.flags.c_contiguous
+        return self._array.flags.c_contiguous
 
     def __len__(self):
-        if self.data.ndim == 0:
+        if self._array.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self.data.shape[0]
+        return self._array.shape[0]
 
     def __iter__(self):
-        if self.data.ndim == 0:
+        if self._array.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self.data.shape[0]))
+        return (self[i] for i in range(self._array.shape[0]))
 
     def __hash__(self):
         return id(self)
@@ -145,15 +165,15 @@ class Tensor:
     def __format__(self, spec):
         """As torch: a 0-d tensor formats as its number (`f"{loss:.4f}"`); any other tensor
         only with an empty spec."""
-        if self.data.ndim == 0:
+        if self._array.ndim == 0:
             return self.item().__format__(spec)
         return object.__format__(self, spec)
 
     def __repr__(self):
-        body = np.array2string(self.data, separator=", ", prefix="tensor(")
+        body = np.array2string(self._array, separator=", ", prefix="tensor(")
         extra = ""
-        if self.data.dtype not in (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool):
-            extra += f", dtype={self.data.dtype}"
+        if self._array.dtype not in (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool):
+            extra += f", dtype={self._array.dtype}"
         if self.grad_fn is not None:
             extra += f", grad_fn=<{self.grad_fn.name()}>"
         elif self.requires_grad:
@@ -166,20 +186,20 @@ class Tensor:
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on a tensor that requires grad; use "
                                "tensor.detach().numpy() instead.")
-        return self.data
+        return self._array
 
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def item(self):
-        if self.data.size != 1:
-            raise RuntimeError(f"a tensor with {self.data.size} elements cannot be converted "
+        if self._array.size != 1:
+            raise RuntimeError(f"a tensor with {self._array.size} elements cannot be converted "
                                "to a Python number")
-        return self.data.item()
+        return self._array.item()
 
     def tolist(self):
-        return self.data.tolist()
+        return self._array.tolist()
 
     def __float__(self):
         return float(self.item())
@@ -188,15 +208,15 @@ class Tensor:
         return int(self.item())
 
     def __index__(self):
-        if self.data.dtype.kind not in "iu":
+        if self._array.dtype.kind not in "iu":
             raise TypeError("only integer tensors of a single element can be used as an index")
         return int(self.item())
 
     def __bool__(self):
-        if self.data.size != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements "
+        if self._array.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self._array.size} elements "
                                "is ambiguous")
-        return bool(self.data.item())
+        return bool(self._array.item())
 
     def to(self, *args, **kwargs):
         """torch's forms: `to(dtype)`, `to(device, dtype)`, `to(device=..., dtype=...)`,
@@ -205,7 +225,7 @@ class Tensor:
         `copy=True`."""
         dtype, copy = to_arguments("Tensor.to", args, kwargs)
         dtype = dtypes.to_dtype(dtype)
-        if dtype is not None and dtype != self.data.dtype:
+        if dtype is not None and dtype != self._array.dtype:
             return ops.cast(self, dtype=dtype)
         return ops.clone(self) if copy else self
 
@@ -250,9 +270,9 @@ class Tensor:
 
     # ----------------------------------------------------------------- autograd
     def requires_grad_(self, requires_grad=True):
-        if requires_grad and not dtypes.is_differentiable(self.data.dtype):
+        if requires_grad and not dtypes.is_differentiable(self._array.dtype):
             raise RuntimeError(f"only floating point tensors can require gradients, got "
-                               f"{self.data.dtype}")
+                               f"{self._array.dtype}")
         if not requires_grad and self.grad_fn is not None:
             raise RuntimeError("requires_grad can only be switched off on a leaf; use "
                                "detach() to get a tensor outside the graph.")
@@ -539,7 +559,7 @@ class Tensor:
 
     def new_tensor(self, data, dtype=None, requires_grad=False):
         """A new leaf holding a copy of `data`, with this tensor's dtype unless told."""
-        array = np.array(data.data if isinstance(data, Tensor) else data,
+        array = np.array(data._array if isinstance(data, Tensor) else data,
                          dtype=self.dtype if dtype is None else dtype)
         return Tensor(array, requires_grad=requires_grad)
 
@@ -703,7 +723,7 @@ class Tensor:
         return ops.broadcast_to(self, size)
 
     def multinomial(self, num_samples, replacement=False, *, generator=None):
-        return Tensor.wrap(random.multinomial_array(self.data, num_samples, replacement,
+        return Tensor.wrap(random.multinomial_array(self._array, num_samples, replacement,
                                                     generator))
 
     def matmul(self, other):
@@ -772,10 +792,10 @@ class Tensor:
         return ops.ge(self, other)
 
     def all(self):
-        return Tensor.wrap(np.asarray(self.data.all()))
+        return Tensor.wrap(np.asarray(self._array.all()))
 
     def any(self):
-        return Tensor.wrap(np.asarray(self.data.any()))
+        return Tensor.wrap(np.asarray(self._array.any()))
 
     # ----------------------------------------------------------------- shape
     def reshape(self, *shape):
@@ -788,7 +808,7 @@ class Tensor:
         # As torch: any shape the strides allow without a copy (splitting the last dim of a
         # non-contiguous slice, as attention code does), not only of contiguous tensors.
         # numpy refuses to set a shape in place exactly when it would need a copy.
-        probe = self.data.view()
+        probe = self._array.view()
         try:
             probe.shape = shape
         except AttributeError:
@@ -854,7 +874,7 @@ class Tensor:
         return ops.clone(self)
 
     def contiguous(self):
-        return self if self.data.flags.c_contiguous else ops.clone(self, order="C")
+        return self if self._array.flags.c_contiguous else ops.clone(self, order="C")
 
 
 def zero_grads(tensors, set_to_none=True):
@@ -877,14 +897,14 @@ class _Writing:
         self.tensor = tensor
 
     def __enter__(self):
-        return self.tensor.data
+        return self.tensor._array
 
     def __exit__(self, *exc):
         self.tensor._vc[0] += 1
 
 
 def _init(t, array):
-    t.data = array
+    t._array = array
     t.requires_grad = False
     t.grad = None
     t.grad_fn = None
@@ -902,7 +922,7 @@ def _as_array(data, dtype):
     """torch.tensor's dtype rules: arrays keep theirs, Python floats take the default dtype."""
     dtype = dtypes.to_dtype(dtype)
     if isinstance(data, Tensor):
-        data = data.data
+        data = data._array
     if isinstance(data, np.ndarray):
         dtypes.note_half_precision(data.dtype)
         return data if dtype is None or data.dtype == dtype else data.astype(dtype)
@@ -919,7 +939,7 @@ def _as_array(data, dtype):
 
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
-        return data.data
+        return data._array
     if isinstance(data, (list, tuple)):
         return [_unwrap_nested(d) for d in data]
     return data

@@ -11,18 +11,18 @@ from mpigrad.tensor import Tensor, zero_grads
 def test_wrap_shares_the_array_and_starts_a_new_version_counter():
     array = np.arange(3.0)
     t = Tensor.wrap(array)
-    assert t.data is array and t._version == 0 and t.is_leaf and not t.requires_grad
+    assert t._array is array and t._version == 0 and t.is_leaf and not t.requires_grad
     assert Tensor.wrap(array)._vc is not t._vc
 
 
 def test_alias_shares_storage_and_version_and_points_at_the_root_base():
     base = mg.arange(6.0)
-    view = base.alias(base.data[1:4])
+    view = base.alias(base._array[1:4])
     nested = view.alias()
     assert view._base is base and nested._base is base
     with view.writing() as data:
         data[0] = 10.0
-    assert base.data[1] == 10.0 and base._version == nested._version == 1
+    assert base._array[1] == 10.0 and base._version == nested._version == 1
     detached = base.alias(view=False)
     assert detached._base is None and detached._vc is base._vc
 
@@ -70,7 +70,7 @@ def test_zero_grads_drops_or_zeroes_in_place(set_to_none):
         assert a.grad is None
     else:
         assert a.grad is kept and kept._version == 1
-        np.testing.assert_array_equal(kept.data, 0)
+        np.testing.assert_array_equal(kept._array, 0)
 
 
 def test_optimizer_step_marks_parameters_written():

@@ -112,7 +112,7 @@ def model_runners(name, torch):
         twin = build(torch.nn)
         with torch.no_grad():
             for (key, p), (_, q) in zip(model.state_dict().items(), twin.state_dict().items()):
-                q.copy_(torch.from_numpy(p.data.copy()))
+                q.copy_(torch.from_numpy(p.numpy().copy()))
         runners["torch"] = TorchStep(torch, twin, x, y)
     return runners
 

@@ -47,11 +47,11 @@ class Run(MlpStep):
         super().__init__(rank, model, opt)
 
     def state_bytes(self):
-        return sum(v.data.nbytes for values in self.local.state.values()
+        return sum(v.numpy().nbytes for values in self.local.state.values()
                    for v in values.values() if isinstance(v, mg.Tensor))
 
     def gradient_bytes(self):
-        return sum(p.grad.data.nbytes for p in self.model.parameters() if p.grad is not None)
+        return sum(p.grad.numpy().nbytes for p in self.model.parameters() if p.grad is not None)
 
 
 def main():

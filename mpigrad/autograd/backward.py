@@ -20,7 +20,7 @@ def _root_grads(outputs, grad_outputs):
     grads = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
         if g is None:
-            if out.data.size != 1:
+            if out._array.size != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {tuple(out.shape)}, so pass a gradient "
                                    "of that shape")

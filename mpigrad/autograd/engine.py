@@ -143,12 +143,12 @@ def _is_fresh(grad, *others):
     other code holds) is it or a view of it. An array that owns its memory shares it with no
     other owner, and numpy points every view's base at the owner itself, so identity
     answers what np.may_share_memory would, at a fraction of the cost per node."""
-    data = grad.data
+    data = grad._array
     if data.base is not None:
         return False
     for group in others:
         for other in group:
-            if other is not None and (other.data is data or other.data.base is data):
+            if other is not None and (other._array is data or other._array.base is data):
                 return False
     return True
 
@@ -184,7 +184,7 @@ def _accumulate_into_leaf(variable, grad, create_graph, owned):
             variable.grad = current + grad
         else:
             with current.writing() as data:
-                np.add(data, grad.data, out=data)
+                np.add(data, grad._array, out=data)
     if variable._post_accumulate_hooks:
         for hook in list(variable._post_accumulate_hooks.values()):
             hook(variable)
@@ -192,7 +192,7 @@ def _accumulate_into_leaf(variable, grad, create_graph, owned):
 
 def _check_finite(node, grads):
     for i, g in enumerate(grads):
-        if g is not None and not np.isfinite(g.data).all():
+        if g is not None and not np.isfinite(g._array).all():
             where = node.creation_stack or "(no forward trace was recorded)\n"
             raise RuntimeError(f"Function '{node.name()}' returned nan or inf values in its "
                                f"{i}th output (the gradient for its input {i}). The forward "

@@ -223,15 +223,15 @@ def _differentiable_alias(tensor):
 def view_tangent_in_base(view, base, base_tangent):
     """The part of `base_tangent` (laid out as `base`) that `view` is of `base`, or None when
     the layouts do not allow it (then the view's tangent stays its own)."""
-    array, tangent = base.data, base_tangent.data
+    array, tangent = base._array, base_tangent._array
     if not (array.flags.c_contiguous and tangent.flags.c_contiguous
             and tangent.shape == array.shape and tangent.dtype == array.dtype
             and view.dtype == array.dtype):
         return None
-    offset = (view.data.__array_interface__["data"][0]
+    offset = (view._array.__array_interface__["data"][0]
               - array.__array_interface__["data"][0])
     if offset < 0 or offset % array.itemsize:
         return None
     start = tangent.reshape(-1)[offset // array.itemsize:]
     return base_tangent.alias(np.lib.stride_tricks.as_strided(
-        start, view.shape, view.data.strides, writeable=True), view=False)
+        start, view.shape, view._array.strides, writeable=True), view=False)

@@ -215,7 +215,7 @@ def _push_tangents(cls, ctx, args, tangents, results, level):
             raise RuntimeError(f"{cls.__name__}.jvp: the tangent of output {i} must be a tensor "
                                f"of the output's shape {tuple(out.shape)}, got "
                                f"{getattr(t, 'shape', type(t).__name__)}")
-        if any(s is not None and np.may_share_memory(t.data, s.data) for s in tangents):
+        if any(s is not None and np.may_share_memory(t._array, s._array) for s in tangents):
             t = t.clone()  # an output's tangent must not be an input's, which may change in place
         level.set(out, t if t.dtype == out.dtype else t.to(out.dtype))
 

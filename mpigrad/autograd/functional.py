@@ -80,7 +80,7 @@ def jvp(func, inputs, v=None, create_graph=False):
     records is dropped unless `create_graph`."""
     inputs, inputs_tuple = _as_tuple_and_form(inputs)
     if v is None:
-        if any(x.data.size != 1 for x in inputs):
+        if any(x._array.size != 1 for x in inputs):
             raise RuntimeError("jvp: v may be omitted only when every input has one element")
         v = tuple(Tensor.wrap(np.ones(x.shape, x.dtype)) for x in inputs)
     v = _as_tuple_and_form(v)[0]
@@ -99,8 +99,8 @@ def forward_jacobian(func, inputs, position, create_graph=False):
         return func(*inputs[:position], value, *inputs[position + 1:])
 
     columns = []
-    for k in range(x.data.size):
-        seed = np.zeros(x.data.size, x.dtype)
+    for k in range(x._array.size):
+        seed = np.zeros(x._array.size, x.dtype)
         seed[k] = 1
         outputs, jv, outputs_tuple = forward_jvp(of_x, (x,), (Tensor.wrap(seed.reshape(x.shape)),),
                                                  create_graph)
@@ -131,8 +131,8 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
         rows = []
         for out in outputs:
             per_input = [[] for _ in xs]
-            for k in range(out.data.size):
-                seed = np.zeros(out.data.size, out.dtype)
+            for k in range(out._array.size):
+                seed = np.zeros(out._array.size, out.dtype)
                 seed[k] = 1
                 grads = _grad(out, xs, Tensor.wrap(seed.reshape(out.shape)), retain_graph=True,
                               create_graph=create_graph, allow_unused=True)
@@ -151,7 +151,7 @@ def hessian(func, inputs, create_graph=False):
 
     def gradient(*xs):
         out = func(*xs)
-        if out.data.size != 1:
+        if out._array.size != 1:
             raise RuntimeError(f"hessian: func must return a single-element tensor, got shape "
                                f"{tuple(out.shape)}")
         return _fill(_grad(out, xs, create_graph=True, allow_unused=True), xs)

@@ -26,14 +26,14 @@ def _numerical_jacobian(func, inputs, wrt, eps):
     """
     jac = []
     for x in wrt:
-        flat = x.data.reshape(-1)
+        flat = x._array.reshape(-1)
         columns = []
         for j in range(flat.size):
             original = flat[j]
             flat[j] = original + eps
-            plus = [o.data.copy() for o in _differentiable_outputs(func, inputs)]
+            plus = [o._array.copy() for o in _differentiable_outputs(func, inputs)]
             flat[j] = original - eps
-            minus = [o.data.copy() for o in _differentiable_outputs(func, inputs)]
+            minus = [o._array.copy() for o in _differentiable_outputs(func, inputs)]
             flat[j] = original
             columns.append([((p - m) / (2 * eps)).reshape(-1) for p, m in zip(plus, minus)])
         jac.append([np.stack([c[k] for c in columns], axis=1) for k in range(len(columns[0]))]
@@ -42,27 +42,27 @@ def _numerical_jacobian(func, inputs, wrt, eps):
 
 
 def _analytical_jacobian(outputs, wrt):
-    jac = [[np.zeros((o.data.size, x.data.size)) for o in outputs] for x in wrt]
+    jac = [[np.zeros((o._array.size, x._array.size)) for o in outputs] for x in wrt]
     for k, out in enumerate(outputs):
-        for row in range(out.data.size):
-            seed = np.zeros(out.data.size, dtype=out.dtype)
+        for row in range(out._array.size):
+            seed = np.zeros(out._array.size, dtype=out.dtype)
             seed[row] = 1
             grads = autograd_grad(out, wrt, Tensor.wrap(seed.reshape(out.shape)),
                                   retain_graph=True, allow_unused=True)
             for i, g in enumerate(grads):
                 if g is not None:
-                    jac[i][k][row] = g.data.reshape(-1)
+                    jac[i][k][row] = g._array.reshape(-1)
     return jac
 
 
 def _forward_jacobian(func, inputs, wrt):
     """The same Jacobian, a column per forward pass: one input element's tangent set to 1."""
     outputs = _differentiable_outputs(func, inputs)
-    jac = [[np.zeros((o.data.size, x.data.size)) for o in outputs] for x in wrt]
+    jac = [[np.zeros((o._array.size, x._array.size)) for o in outputs] for x in wrt]
     positions = [next(p for p, a in enumerate(inputs) if a is x) for x in wrt]
     for i, (x, position) in enumerate(zip(wrt, positions)):
-        for column in range(x.data.size):
-            seed = np.zeros(x.data.size, dtype=x.dtype)
+        for column in range(x._array.size):
+            seed = np.zeros(x._array.size, dtype=x.dtype)
             seed[column] = 1
             with forward_ad.dual_level():
                 args = list(inputs)
@@ -70,7 +70,7 @@ def _forward_jacobian(func, inputs, wrt):
                 for k, out in enumerate(_differentiable_outputs(func, args)):
                     tangent = forward_ad.unpack_dual(out).tangent
                     if tangent is not None:
-                        jac[i][k][:, column] = tangent.data.reshape(-1)
+                        jac[i][k][:, column] = tangent._array.reshape(-1)
     return jac
 
 

@@ -37,7 +37,7 @@ class SavedTensor:
         if not isinstance(value, Tensor):
             raise TypeError(f"the unpack hook of saved_tensors_hooks must return a Tensor, got "
                             f"{type(value).__name__}")
-        tensor = Tensor.wrap(value.data)
+        tensor = Tensor.wrap(value._array)
         edge = (node, self.edge) if type(self.edge) is int else self.edge
         if edge is not None:
             # A leaf's edge is its AccumulateGrad node: gradients still reach that leaf.

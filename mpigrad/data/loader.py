@@ -187,7 +187,7 @@ class DataLoader:
             t.requires_grad for t in dataset.tensors
         ):
             return None
-        arrays = [t.data for t in dataset.tensors]
+        arrays = [t._array for t in dataset.tensors]
 
         def gather(indices):
             rows = np.asarray(indices, dtype=np.intp)

@@ -1,7 +1,7 @@
 """Tensors and numpy arrays as MPI buffers: validation, datatypes, version bumps.
 
 Everything the collectives move goes through `array_of`, so a Tensor is always sent as the
-memory of its `.data` array (never pickled) and bad input fails here with one clear message.
+memory of its `_array` (never pickled) and bad input fails here with one clear message.
 
 float16. MPI-3 has no half-precision type. To *move* float16 data (send, broadcast, gather)
 its bit patterns travel as INT16_T, which is exact. To *reduce* it, an MPI needs the
@@ -45,7 +45,7 @@ def _describe(arr):
 def array_of(x, name, *, writable=False):
     """The numpy array behind `x` (a Tensor or an ndarray), checked for use as an MPI buffer."""
     if isinstance(x, Tensor):
-        arr = x.data
+        arr = x._array
     elif isinstance(x, np.ndarray):
         arr = x
     else:

@@ -1,6 +1,6 @@
 """Collectives on Tensors and numpy arrays, with torch.distributed's names and semantics.
 
-Tensors are reduced or received in place, in their own storage (`t.data`), which travels as an
+Tensors are reduced or received in place, in their own storage (`t._array`), which travels as an
 MPI buffer. Ranks are global ranks; every collective takes `group=`. With `async_op=True` the
 nonblocking MPI form is started and a `Work` (a Future) is returned; outputs are valid after
 `work.wait()` (or once `work.is_completed()` is True), not before. Without it, the call

@@ -29,7 +29,7 @@ class DeviceMesh:
     def __init__(self, device_type, mesh, *, mesh_dim_names=None, _groups=None):
         _check_device(device_type)
         world = _get_default_group("DeviceMesh")
-        ranks = np.asarray(mesh.data if hasattr(mesh, "data") else mesh, dtype=np.int64)
+        ranks = np.asarray(mesh._array if hasattr(mesh, "_array") else mesh, dtype=np.int64)
         if ranks.ndim == 0:
             raise ValueError("DeviceMesh needs at least one dimension, got a 0-d mesh")
         if sorted(ranks.reshape(-1).tolist()) != sorted(set(ranks.reshape(-1).tolist())):

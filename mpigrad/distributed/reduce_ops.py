@@ -37,7 +37,7 @@ def _make_nccl_premul_sum(factor):
     """torch's spelling: the op for a sum of factor * tensor (a number, or a one-element
     tensor). It works with every MPI library, not only NCCL, in all_reduce, reduce and the
     reduce_scatters."""
-    value = np.asarray(getattr(factor, "data", factor))
+    value = np.asarray(getattr(factor, "_array", factor))
     if value.size != 1 or value.dtype.kind not in "iufc":
         raise TypeError(f"the PREMUL_SUM factor must be a number or a one-element tensor, "
                         f"got {factor!r}")

@@ -86,7 +86,7 @@ class Module:
         if isinstance(value, Parameter):
             kept = self._parameters
         elif isinstance(value, Buffer):
-            kept, value = self._buffers, Tensor.wrap(value.data)
+            kept, value = self._buffers, Tensor.wrap(value._array)
         elif isinstance(value, Module):
             kept = self._modules
         else:
@@ -239,9 +239,9 @@ class Module:
         with grad_mode.no_grad():
             for t in itertools.chain(self.parameters(), self.buffers()):
                 if dtypes.is_floating_point(t.dtype) and t.dtype != dtype:
-                    t.data = t.data.astype(dtype)
+                    t._array = t._array.astype(dtype)
                     if t.grad is not None:
-                        t.grad.data = t.grad.data.astype(dtype)
+                        t.grad._array = t.grad._array.astype(dtype)
         return self
 
     def to(self, *args, **kwargs):
@@ -298,7 +298,7 @@ class Module:
         for key, target in own.items():
             if key in state_dict:
                 value = state_dict[key]
-                shape = tuple(np.shape(value.data if isinstance(value, Tensor) else value))
+                shape = tuple(np.shape(value._array if isinstance(value, Tensor) else value))
                 if shape != tuple(target.shape):
                     mismatched.append(f"size mismatch for {key}: the checkpoint has shape "
                                       f"{shape}, the model has {tuple(target.shape)}")
@@ -314,7 +314,7 @@ class Module:
             for key, target in own.items():
                 if key in state_dict:
                     value = state_dict[key]
-                    target.copy_(value.data if isinstance(value, Tensor) else np.asarray(value))
+                    target.copy_(value._array if isinstance(value, Tensor) else np.asarray(value))
         return IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------- printing

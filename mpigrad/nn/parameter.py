@@ -12,7 +12,7 @@ class Parameter(Tensor):
         if data is None:
             array = np.empty(0, np.float32)
         elif isinstance(data, Tensor):
-            array = data.data
+            array = data._array
         else:
             array = np.asarray(data)
         _init(self, array)
@@ -28,4 +28,4 @@ class Buffer(Tensor):
     __slots__ = ()
 
     def __init__(self, data):
-        _init(self, data.data if isinstance(data, Tensor) else np.asarray(data))
+        _init(self, data._array if isinstance(data, Tensor) else np.asarray(data))

@@ -34,7 +34,7 @@ def _activation(activation):
 def _square_subsequent_mask(size, dtype=None):
     """(size, size) float mask of `dtype` (default: the default dtype): 0 on and below the
     diagonal, -inf above it."""
-    return Tensor.wrap(np.triu(creation.full((size, size), -np.inf, dtype=dtype).data, 1))
+    return Tensor.wrap(np.triu(creation.full((size, size), -np.inf, dtype=dtype)._array, 1))
 
 
 def _is_causal_mask(mask, is_causal, size):
@@ -43,8 +43,8 @@ def _is_causal_mask(mask, is_causal, size):
     if is_causal is not None or mask is None:
         return bool(is_causal)
     size = mask.shape[-2] if size is None else size
-    causal = _square_subsequent_mask(size, mask.dtype).data
-    return tuple(mask.shape) == causal.shape and bool(np.all(mask.data == causal))
+    causal = _square_subsequent_mask(size, mask.dtype)._array
+    return tuple(mask.shape) == causal.shape and bool(np.all(mask._array == causal))
 
 
 def _sequence_length(src, batch_first):

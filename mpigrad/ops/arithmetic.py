@@ -168,7 +168,7 @@ clone = Op("clone", lambda x, order="K": np.copy(x, order=order),
 def _constant(forward):
     """A function whose result never requires grad (comparisons, logic)."""
     def run(*args):
-        return Tensor.wrap(np.asarray(forward(*[a.data if isinstance(a, Tensor) else a
+        return Tensor.wrap(np.asarray(forward(*[a._array if isinstance(a, Tensor) else a
                                                   for a in args])))
     run.__name__ = forward.__name__
     return run
@@ -189,7 +189,7 @@ isfinite = _constant(np.isfinite)
 
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Whether |input - other| <= atol + rtol * |other| everywhere (broadcasting), a bool."""
-    return bool(np.allclose(input.data, other.data if isinstance(other, Tensor) else other,
+    return bool(np.allclose(input._array, other._array if isinstance(other, Tensor) else other,
                             rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 

@@ -98,7 +98,7 @@ def _handle(op, args, params):
             args = _cast_eligible(args, _widest(args, target))
     if op.view or op.name in MOVES_DATA:
         return core.run(op, args, params)
-    found = {a.data.dtype for a in args if isinstance(a, Tensor)}
+    found = {a._array.dtype for a in args if isinstance(a, Tensor)}
     if found.isdisjoint(dtypes.HALF_PRECISION) or (op.name in SAME_DTYPE and len(found) > 1):
         return core.run(op, args, params)
     return core.run(_float32_twin(op), args, params)
@@ -106,17 +106,17 @@ def _handle(op, args, params):
 
 def _eligible(a):
     # torch's autocast leaves float64 alone, as it does integer tensors.
-    return (isinstance(a, Tensor) and dtypes.is_floating_point(a.data.dtype)
-            and a.data.dtype != dtypes.float64)
+    return (isinstance(a, Tensor) and dtypes.is_floating_point(a._array.dtype)
+            and a._array.dtype != dtypes.float64)
 
 
 def _cast_eligible(args, dtype):
-    return tuple(_autocast_cast(a, dtype) if _eligible(a) and a.data.dtype != dtype else a
+    return tuple(_autocast_cast(a, dtype) if _eligible(a) and a._array.dtype != dtype else a
                  for a in args)
 
 
 def _autocast_cast(a, dtype):
-    cacheable = (state.cache_enabled and dtype == state.dtype and a.data.dtype == dtypes.float32
+    cacheable = (state.cache_enabled and dtype == state.dtype and a._array.dtype == dtypes.float32
                  and a.requires_grad and a.grad_fn is None and a._base is None
                  and grad_mode._State.enabled)
     if not cacheable:
@@ -130,7 +130,7 @@ def _autocast_cast(a, dtype):
 
 
 def _widest(args, target):
-    found = {a.data.dtype for a in args if _eligible(a)}
+    found = {a._array.dtype for a in args if _eligible(a)}
     return target if found <= {target} else dtypes.float32
 
 
@@ -207,7 +207,7 @@ def _map_tensors(change, args, kwargs):
 
 
 def _to_float32(a):
-    return cast(a, dtypes.float32) if a.data.dtype in dtypes.HALF_PRECISION else a
+    return cast(a, dtypes.float32) if a._array.dtype in dtypes.HALF_PRECISION else a
 
 
 def float32_policy(*tensors):
@@ -232,9 +232,9 @@ def fused(lower_precision=False):
             if lower_precision and state.dtype is not None and engine.current_task() is None:
                 target = state.dtype
                 args, kwargs = _map_tensors(
-                    lambda a: (_autocast_cast(a, target) if _eligible(a) and a.data.dtype != target
+                    lambda a: (_autocast_cast(a, target) if _eligible(a) and a._array.dtype != target
                                else a), args, kwargs)
-            dtype = args[0].data.dtype if args and isinstance(args[0], Tensor) else None
+            dtype = args[0]._array.dtype if args and isinstance(args[0], Tensor) else None
             if dtype not in dtypes.HALF_PRECISION:
                 return function(*args, **kwargs)
             args, kwargs = _map_tensors(_to_float32, args, kwargs)

@@ -88,13 +88,13 @@ conv2d_weight = Op(
 max_pool2d = Op(
     "max_pool2d", None,
     (lambda g, ans, x, kernel_size, stride, padding, dilation, extra:
-     tap_scatter(g, winners=winning_taps(x.data, ans.data, kernel_size, stride, padding,
+     tap_scatter(g, winners=winning_taps(x._array, ans._array, kernel_size, stride, padding,
                                          dilation, extra),
                  input_size=x.shape[2:], kernel_size=kernel_size, stride=stride,
                  padding=padding, dilation=dilation, extra=extra),),
     # The tangent at each window's winning tap.
     (lambda t, ans, x, kernel_size, stride, padding, dilation, extra:
-     tap_gather(t, winners=winning_taps(x.data, ans.data, kernel_size, stride, padding,
+     tap_gather(t, winners=winning_taps(x._array, ans._array, kernel_size, stride, padding,
                                         dilation, extra),
                 kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
                 extra=extra),),

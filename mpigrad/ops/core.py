@@ -178,7 +178,7 @@ def _apply(op, args, params):
 
 def run(op, args, params):
     """The op on `args` as they are (the precision handler's casts already made)."""
-    arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+    arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     token = _quiet()
     try:
         out = op.forward(*arrays, **params)
@@ -245,7 +245,7 @@ def _output_tangent(op, args, params, result, tangents):
     if total.dtype != result.dtype:
         total = total.to(result.dtype)
     is_view = result._vc is getattr(args[0], "_vc", None)
-    if not is_view and any(t is not None and np.may_share_memory(total.data, t.data)
+    if not is_view and any(t is not None and np.may_share_memory(total._array, t._array)
                            for t in tangents):
         # Only a view's tangent may share an input tangent's storage (clone's rule is `t`).
         total = total.clone()
@@ -310,7 +310,7 @@ class OpNode(Node):
                 inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
-                inputs.append(_meta(a.data))
+                inputs.append(_meta(a._array))
         if result._vc is getattr(args[0], "_vc", None):
             # A view's node describes its base as it is now; an in-place change of the base
             # afterwards would make that history wrong, so backward must refuse it.
@@ -384,7 +384,7 @@ class OpNode(Node):
                 gi = vjps(i, g, ans, *inputs, **params)
             if gi is not None:
                 like = inputs[i]
-                array = gi.data
+                array = gi._array
                 if array.shape != like.shape or array.dtype != like.dtype:
                     gi = reduce_to(gi, like)
             grads.append(gi)
@@ -392,8 +392,8 @@ class OpNode(Node):
 
     def _fused(self, kernel, g, ans, inputs, params):
         """The gradients from the backend's fused backward: arrays in, arrays out, no graph."""
-        arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
-        out = kernel(self.needs, g.data, None if ans is None else ans.data, *arrays, **params)
+        arrays = [x._array if isinstance(x, Tensor) else x for x in inputs]
+        out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays, **params)
         grads = []
         for need, gi, like in zip(self.needs, out, inputs):
             if not need or gi is None:
@@ -469,7 +469,7 @@ def inplace(op, target, *others, **params):
     dual = level is not None and any(forward_ad.tangent_of(t, level) is not None
                                      for t in (target,) + others)
     if not record and not dual:
-        arrays = [o.data if isinstance(o, Tensor) else o for o in others]
+        arrays = [o._array if isinstance(o, Tensor) else o for o in others]
         fast = selected.backend.inplace.get(op.name)
         token = _quiet()
         try:
@@ -485,7 +485,7 @@ def inplace(op, target, *others, **params):
         _check_inplace_allowed(target)
     source = target
     if record and 0 in op.saved_positions:
-        source = Tensor.wrap(target.data.copy())
+        source = Tensor.wrap(target._array.copy())
         if target.grad_fn is not None:
             source.set_history(target.grad_fn, target._output_nr)
         if dual and level.get(target) is not None:
@@ -495,7 +495,7 @@ def inplace(op, target, *others, **params):
         raise RuntimeError(f"in-place {op.name}: the result's shape {tuple(result.shape)} "
                            f"doesn't match the tensor's shape {tuple(target.shape)}")
     with target.writing() as data:
-        np.copyto(data, result.data, casting="same_kind")
+        np.copyto(data, result._array, casting="same_kind")
     if dual:
         _give_tangent(level, target, level.get(result))
     if record:
@@ -515,15 +515,15 @@ def _give_tangent(level, target, tangent):
     if old is None and base is not None:
         base_tangent = level.get(base)
         if base_tangent is None:
-            base_tangent = Tensor.wrap(np.zeros_like(base.data))
+            base_tangent = Tensor.wrap(np.zeros_like(base._array))
         old = forward_ad.view_tangent_in_base(target, base, base_tangent)
         if old is not None:
             level.set(base, base_tangent)
             level.set(target, old)
-    if (old is None or not old.data.flags.writeable
+    if (old is None or not old._array.flags.writeable
             or (grad_mode._State.enabled and (old.requires_grad or tangent.requires_grad))):
         # A recorded tangent is replaced rather than overwritten, so its graph stays right.
         level.set(target, tangent)
         return
     with old.writing() as data:
-        np.copyto(data, tangent.data, casting="same_kind")
+        np.copyto(data, tangent._array, casting="same_kind")

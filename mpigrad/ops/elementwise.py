@@ -166,7 +166,7 @@ def triu(input, diagonal=0):
 _nan_to_num = Op("nan_to_num",
                  lambda x, nan, posinf, neginf: np.nan_to_num(x, nan=nan, posinf=posinf,
                                                               neginf=neginf),
-                 (lambda g, ans, x, nan, posinf, neginf: where(np.isfinite(x.data), g, 0.0),),
+                 (lambda g, ans, x, nan, posinf, neginf: where(np.isfinite(x._array), g, 0.0),),
                  saves="x", elementwise=True)
 
 

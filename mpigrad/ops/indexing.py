@@ -75,7 +75,7 @@ _scatter_op = Op(
 
 def _check_scatter(name, x, dim, index, src):
     axis = _axis(dim, x.ndim)
-    index = index.data if isinstance(index, Tensor) else np.asarray(index)
+    index = index._array if isinstance(index, Tensor) else np.asarray(index)
     if index.dtype != np.int64:
         raise RuntimeError(f"{name}(): Expected dtype int64 for index")
     if index.ndim != x.ndim and not (index.ndim <= 1 and x.ndim <= 1):
@@ -158,7 +158,7 @@ _index_add_op = Op(
 
 def _index_add_arguments(input, dim, index, source, alpha):
     axis = _axis(dim, input.ndim)
-    index = index.data if isinstance(index, Tensor) else np.asarray(index)
+    index = index._array if isinstance(index, Tensor) else np.asarray(index)
     if index.ndim > 1 or index.dtype.kind not in "iu":
         raise IndexError("index_add_(): Index is supposed to be a vector")
     if source.dtype != input.dtype:
@@ -226,9 +226,9 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     """torch.repeat_interleave: each element (or slice along `dim`) repeated `repeats` times
     in place; with only an integer tensor of counts, the indices repeated by those counts."""
     if repeats is None:
-        counts = input.data if isinstance(input, Tensor) else np.asarray(input)
+        counts = input._array if isinstance(input, Tensor) else np.asarray(input)
         return Tensor(np.repeat(np.arange(counts.size), counts))
-    counts = repeats.data if isinstance(repeats, Tensor) else np.asarray(repeats)
+    counts = repeats._array if isinstance(repeats, Tensor) else np.asarray(repeats)
     if counts.dtype.kind not in "iu":
         raise RuntimeError("repeats has to be Long tensor")
     if (counts < 0).any():

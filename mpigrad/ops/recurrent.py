@@ -78,7 +78,7 @@ def _namespace(values):
 def _unwrap(ns, values):
     if ns is _Tensors:
         return values
-    return [v.data if isinstance(v, Tensor) else v for v in values]
+    return [v._array if isinstance(v, Tensor) else v for v in values]
 
 
 @functools.lru_cache(maxsize=256)

@@ -159,18 +159,18 @@ def amin(x, dim=None, keepdim=False):
 
 
 def _check_nonempty(x, what):
-    if x.data.size == 0:
+    if x._array.size == 0:
         raise RuntimeError(f"{what}(): expected a non-empty tensor")
 
 
 def argmax(x, dim=None, keepdim=False):
     _check_nonempty(x, "argmax")
-    return Tensor.wrap(np.asarray(np.argmax(x.data, axis=dim, keepdims=keepdim)))
+    return Tensor.wrap(np.asarray(np.argmax(x._array, axis=dim, keepdims=keepdim)))
 
 
 def argmin(x, dim=None, keepdim=False):
     _check_nonempty(x, "argmin")
-    return Tensor.wrap(np.asarray(np.argmin(x.data, axis=dim, keepdims=keepdim)))
+    return Tensor.wrap(np.asarray(np.argmin(x._array, axis=dim, keepdims=keepdim)))
 
 
 MinMax = collections.namedtuple("MinMax", ["values", "indices"])
@@ -309,7 +309,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     (axis,) = normalize_dims(dim, builtins.max(x.ndim, 1))
     if x.ndim == 0:
         return SortResult(x * 1, Tensor.wrap(np.zeros((), np.int64)))
-    keys = x.data
+    keys = x._array
     if descending:
         # Negated keys keep equal values in their original order, as a descending stable sort
         # does; unsigned and bool values are widened first so negation cannot wrap.

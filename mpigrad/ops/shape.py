@@ -25,7 +25,7 @@ def reshape(x, shape):
         return _reshape(x, shape=tuple(int(s) for s in shape))
     except ValueError:
         raise RuntimeError(f"shape {tuple(shape)} is invalid for a tensor of size "
-                           f"{x.data.size} (shape {x.shape})") from None
+                           f"{x._array.size} (shape {x.shape})") from None
 
 
 def flatten(x, start_dim=0, end_dim=-1):
@@ -99,7 +99,7 @@ def expand(x, sizes):
 # ----------------------------------------------------------------------------- indexing
 def _index_array(i):
     if isinstance(i, Tensor):
-        return i.data
+        return i._array
     if isinstance(i, list):
         return np.asarray(i)
     return i
@@ -333,7 +333,7 @@ def index_select(x, dim, index):
     if index.ndim > 1 or index.dtype.kind not in "iu":
         raise IndexError(f"index_select(): index must be a 1-D integer tensor, got a "
                          f"{index.ndim}-D {index.dtype} tensor")
-    return getitem(x, (slice(None),) * _dim(dim, x.ndim) + (index.data.reshape(-1),))
+    return getitem(x, (slice(None),) * _dim(dim, x.ndim) + (index._array.reshape(-1),))
 
 
 def gather(x, dim, index):
@@ -391,7 +391,7 @@ def meshgrid(*tensors, indexing=None):
         if t.ndim > 1:
             raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list "
                                f"but got: {t}")
-    sizes = [t.data.size for t in tensors]
+    sizes = [t._array.size for t in tensors]
     swap = indexing == "xy" and len(tensors) >= 2
     if swap:
         sizes[0], sizes[1] = sizes[1], sizes[0]

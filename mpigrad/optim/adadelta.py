@@ -37,7 +37,7 @@ class Adadelta(Optimizer):
         check_non_negative(group, "eps", "weight_decay")
 
     def _update(self, param, grad, group):
-        p = param.data
+        p = param._array
         rho, eps = group["rho"], group["eps"]
         state = self.state[param]
         if not state:
@@ -45,7 +45,7 @@ class Adadelta(Optimizer):
             state["square_avg"] = Tensor(np.zeros_like(p))
             state["acc_delta"] = Tensor(np.zeros_like(p))
         state["step"] += 1
-        square_avg, acc_delta = state["square_avg"].data, state["acc_delta"].data
+        square_avg, acc_delta = state["square_avg"]._array, state["acc_delta"]._array
         g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
         square_avg *= rho
         addcmul_(square_avg, g, g, 1 - rho)

@@ -33,7 +33,7 @@ class Adagrad(Optimizer):
             for param in group["params"]:
                 self.state[param] = {
                     "step": 0,
-                    "sum": Tensor(np.full_like(param.data, group["initial_accumulator_value"])),
+                    "sum": Tensor(np.full_like(param._array, group["initial_accumulator_value"])),
                 }
 
     def _check_hyperparameters(self, group):
@@ -41,12 +41,12 @@ class Adagrad(Optimizer):
                            "eps")
 
     def _update(self, param, grad, group):
-        p = param.data
+        p = param._array
         state = self.state[param]
         state["step"] += 1
         g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
-        total = state["sum"].data
+        total = state["sum"]._array
         addcmul_(total, g, g, 1)
         std = np.sqrt(total)
         std += group["eps"]

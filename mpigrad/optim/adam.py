@@ -53,7 +53,7 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
     def _update(self, param, grad, group):
-        p = param.data
+        p = param._array
         beta1, beta2 = group["betas"]
         state = self.state[param]
         if not state:
@@ -70,8 +70,8 @@ class Adam(Optimizer):
             decay_factor = 1 - group["lr"] * weight_decay if weight_decay != 0 else 1.0
             weight_decay = 0.0
         kernels.current().forwards["adam_update"](
-            p, grad, state["exp_avg"].data, state["exp_avg_sq"].data,
-            state["max_exp_avg_sq"].data if group["amsgrad"] else None,
+            p, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array,
+            state["max_exp_avg_sq"]._array if group["amsgrad"] else None,
             group["lr"] / (1 - beta1 ** step), (1 - beta2 ** step) ** 0.5, beta1, beta2,
             group["eps"], decay_factor, weight_decay, group["maximize"])
 

@@ -38,8 +38,8 @@ class _AdamFamily(Optimizer):
         if not state:
             state["step"] = 0
             state.update(scalars)
-            state["exp_avg"] = Tensor(np.zeros_like(param.data))
-            state[second_moment] = Tensor(np.zeros_like(param.data))
+            state["exp_avg"] = Tensor(np.zeros_like(param._array))
+            state[second_moment] = Tensor(np.zeros_like(param._array))
         state["step"] += 1
         return state
 
@@ -86,8 +86,8 @@ class NAdam(_AdamFamily):
         mu_product = float(state["mu_product"])
         grad_scale = -lr * (1.0 - mu) / (1.0 - mu_product)
         momentum_scale = -lr * mu_next / (1.0 - mu_product * mu_next)
-        for p, g, m, v in blocks(param.data, grad, state["exp_avg"].data,
-                                 state["exp_avg_sq"].data):
+        for p, g, m, v in blocks(param._array, grad, state["exp_avg"]._array,
+                                 state["exp_avg_sq"]._array):
             g = self._decayed_grad(p, g, group, group["decoupled_weight_decay"])
             scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
             denom = np.divide(v, bias_correction2, out=scratch)
@@ -128,8 +128,8 @@ class RAdam(_AdamFamily):
         if rectified:
             rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf
                              / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
-        for p, g, m, v in blocks(param.data, grad, state["exp_avg"].data,
-                                 state["exp_avg_sq"].data):
+        for p, g, m, v in blocks(param._array, grad, state["exp_avg"]._array,
+                                 state["exp_avg_sq"]._array):
             g = self._decayed_grad(p, g, group, group["decoupled_weight_decay"])
             scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
             # In torch's order of operations: (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps))
@@ -159,8 +159,8 @@ class Adamax(_AdamFamily):
         state = self._state(param, "exp_inf")
         beta1, beta2 = group["betas"]
         clr = group["lr"] / (1 - beta1 ** state["step"])
-        for p, g, m, u in blocks(param.data, grad, state["exp_avg"].data,
-                                 state["exp_inf"].data):
+        for p, g, m, u in blocks(param._array, grad, state["exp_avg"]._array,
+                                 state["exp_inf"]._array):
             g = self._decayed_grad(p, g, group, decoupled=False)
             scratch = lerp_(m, g, 1 - beta1, out=self._work.like(p, 1))
             u *= beta2

@@ -132,7 +132,7 @@ class LBFGS(Optimizer):
 
     def _flat_grad(self):
         return np.concatenate([np.zeros(p.numel(), p.dtype) if p.grad is None
-                               else p.grad.data.reshape(-1) for p in self._params])
+                               else p.grad._array.reshape(-1) for p in self._params])
 
     def _add_to_params(self, step, direction):
         offset = 0
@@ -222,7 +222,7 @@ class LBFGS(Optimizer):
 
             evaluations = 0
             if line_search_fn is not None:
-                start = [p.data.copy() for p in self._params]
+                start = [p._array.copy() for p in self._params]
 
                 def evaluate(step):
                     self._add_to_params(step, d)

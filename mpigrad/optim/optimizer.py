@@ -22,7 +22,7 @@ class Optimizer:
 
     A subclass sets its hyper-parameter names in `defaults`, checks them in
     `_check_hyperparameters` and updates one parameter in
-    `_update`, writing into `param.data` in place: the arrays are
+    `_update`, writing into `param._array` in place: the arrays are
     never rebound, because DistributedDataParallel and views hold references
     to parameter storage. `step` runs `_update` inside `param.writing()`, so
     the parameter is marked written without the subclass having to remember.
@@ -122,7 +122,7 @@ class Optimizer:
             for param in group["params"]:
                 if param.grad is not None:
                     with param.writing():
-                        self._update(param, param.grad.data, group)
+                        self._update(param, param.grad._array, group)
         return loss
 
     def state_dict(self):
@@ -189,7 +189,7 @@ class Optimizer:
         """Raise ValueError for an invalid hyper-parameter in `group`."""
 
     def _update(self, param, grad, group):
-        """Update `param.data` in place from `grad` (an ndarray)."""
+        """Update `param._array` in place from `grad` (an ndarray)."""
         raise NotImplementedError
 
 
@@ -295,7 +295,7 @@ def _copy_state(value, param, index, key):
     if value.shape != param.shape:
         raise ValueError(f"loaded state {key!r} of parameter {index} has shape {value.shape}, "
                          f"but the parameter has shape {param.shape}")
-    return Tensor(np.array(value.data, dtype=param.dtype))
+    return Tensor(np.array(value._array, dtype=param.dtype))
 
 
 def _describe(obj):

@@ -37,7 +37,7 @@ class RMSprop(Optimizer):
         check_non_negative(group, "lr", "eps", "momentum", "weight_decay", "alpha")
 
     def _update(self, param, grad, group):
-        p = param.data
+        p = param._array
         alpha, momentum = group["alpha"], group["momentum"]
         state = self.state[param]
         if not state:
@@ -49,11 +49,11 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = Tensor(np.zeros_like(p))
         state["step"] += 1
         g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
-        square_avg = state["square_avg"].data
+        square_avg = state["square_avg"]._array
         square_avg *= alpha
         addcmul_(square_avg, g, g, 1 - alpha)
         if group["centered"]:
-            grad_avg = state["grad_avg"].data
+            grad_avg = state["grad_avg"]._array
             lerp_(grad_avg, g, 1 - alpha)
             avg = square_avg.copy()
             addcmul_(avg, grad_avg, grad_avg, -1)
@@ -62,7 +62,7 @@ class RMSprop(Optimizer):
             avg = np.sqrt(square_avg)
         avg += group["eps"]
         if momentum > 0:
-            buffer = state["momentum_buffer"].data
+            buffer = state["momentum_buffer"]._array
             buffer *= momentum
             buffer += g / avg
             p -= group["lr"] * buffer

@@ -49,9 +49,9 @@ class SGD(Optimizer):
             state = self.state[param]
             if state.get("momentum_buffer") is None:
                 # torch starts the buffer at the first gradient, not at zero.
-                state["momentum_buffer"] = Tensor(np.empty_like(param.data))
+                state["momentum_buffer"] = Tensor(np.empty_like(param._array))
                 first = True
-            buffer = state["momentum_buffer"].data
+            buffer = state["momentum_buffer"]._array
         kernels.current().forwards["sgd_update"](
-            param.data, grad, buffer, group["lr"], momentum, group["dampening"],
+            param._array, grad, buffer, group["lr"], momentum, group["dampening"],
             group["weight_decay"], group["nesterov"], group["maximize"], first)

@@ -123,7 +123,7 @@ def _encode(obj, arrays, slots, where):
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, Tensor):
-        return {"tensor": _store(obj, obj.data, arrays, slots, where),
+        return {"tensor": _store(obj, obj._array, arrays, slots, where),
                 "requires_grad": bool(obj.requires_grad)}
     if isinstance(obj, np.ndarray):
         return {"ndarray": _store(obj, obj, arrays, slots, where)}

@@ -112,9 +112,9 @@ class _Pickler(pickle._Pickler):
             return NotImplemented
         if _is_parameter(obj):
             # torch's form: the parameter rebuilt around a plain tensor on its storage.
-            return _REBUILD_PARAMETER, (Tensor.wrap(obj.data), obj.requires_grad,
+            return _REBUILD_PARAMETER, (Tensor.wrap(obj._array), obj.requires_grad,
                                         collections.OrderedDict())
-        return self._tensor_args(obj.data, obj.requires_grad)
+        return self._tensor_args(obj._array, obj.requires_grad)
 
     def _tensor_args(self, array, requires_grad):
         if array.dtype not in _STORAGE_NAMES:

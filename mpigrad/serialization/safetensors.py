@@ -48,7 +48,7 @@ def encode(obj, metadata=None):
         if not isinstance(name, str) or name == "__metadata__":
             raise TypeError(f"safetensors names must be strings other than '__metadata__', "
                             f"got {name!r}")
-        array = value.data if isinstance(value, Tensor) else value
+        array = value._array if isinstance(value, Tensor) else value
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name!r} is a {type(value).__name__}; a .safetensors file "
                             "holds only tensors")

@@ -80,7 +80,7 @@ def _is_sequence(value):
 
 
 def _array(value):
-    return np.asarray(value.detach().data if isinstance(value, Tensor) else value)
+    return np.asarray(value.detach()._array if isinstance(value, Tensor) else value)
 
 
 def _compare_numbers(actual, expected, rtol, atol, equal_nan, check_dtype):

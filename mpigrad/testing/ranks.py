@@ -40,7 +40,7 @@ def _entries(value):
 
 def _array(value, where):
     if isinstance(value, Tensor):
-        return np.array(value.detach().data)
+        return np.array(value.detach()._array)
     if isinstance(value, (np.ndarray, np.number, int, float, bool)):
         return np.asarray(value)
     raise TypeError(f"assert_same_on_all_ranks: expected a tensor, an array or a mapping of "

@@ -129,7 +129,7 @@ class _Segment:
         wanted = len(self.saved_meta)
 
         def record(tensor):
-            arrays.append(tensor.data)
+            arrays.append(tensor._array)
             if len(arrays) == wanted:
                 raise _StopRecomputation
 

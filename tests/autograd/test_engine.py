@@ -51,7 +51,7 @@ def test_two_leaves_never_share_a_grad_array():
 def test_expanded_gradient_is_stored_as_a_writable_copy():
     x = mg.randn(3, requires_grad=True)
     x.sum().backward()
-    assert x.grad.data.flags.writeable and x.grad.data.flags.c_contiguous
+    assert x.grad._array.flags.writeable and x.grad._array.flags.c_contiguous
 
 
 def test_second_backward_through_freed_graph_says_to_retain_graph():

@@ -85,7 +85,7 @@ def test_subclass_overriding_getitem_is_not_bypassed():
     class Negated(TensorDataset):
         def __getitem__(self, index):
             x, y = super().__getitem__(index)
-            return mg.from_numpy(-x.data), y
+            return mg.from_numpy(-x.detach().numpy()), y
 
     (images, _), = DataLoader(Negated(*_dataset(2).tensors), batch_size=2)
     assert images.data.max() <= 0 and images.data.min() < 0

@@ -6,7 +6,7 @@ from mpigrad.data import SyntheticImages
 
 def _arrays(dataset):
     images, labels = dataset.tensors
-    return images.data, labels.data
+    return images.numpy(), labels.numpy()
 
 
 def test_shapes_dtypes_and_balanced_classes():

@@ -64,11 +64,11 @@ def test_all_reduce_scalar_and_empty(shape, rank):
 
 def test_all_reduce_bumps_tensor_version_and_keeps_storage(rank):
     t = mg.tensor(rank_input(rank, (4,)))
-    storage, version = t.data, t._version
+    storage, version = t._array, t._version
     dist.all_reduce(t)
-    assert t.data is storage
+    assert t._array is storage
     assert t._version == version + 1
-    assert_matches(t.data, np.stack(all_inputs((4,))).sum(0))
+    assert_matches(t._array, np.stack(all_inputs((4,))).sum(0))
 
 
 def test_async_outputs_valid_after_polling(rank, size):

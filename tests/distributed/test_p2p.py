@@ -63,7 +63,7 @@ def test_tensor_receive_bumps_version(rank):
         version = t._version
         assert dist.recv(t, src=0) == 0
         assert t._version == version + 1
-        assert_matches(t.data, np.arange(4.0))
+        assert_matches(t._array, np.arange(4.0))
 
 
 @pytest.mark.parametrize("sent", [3, 5], ids=["shorter", "longer"])

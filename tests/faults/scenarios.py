@@ -48,7 +48,7 @@ def train_step(model, optimizer, x, y):
 
 def parameters_agree(model):
     """Whether every rank holds the same parameters (compared through a checksum)."""
-    mine = np.array([sum(float(np.abs(p.data).sum()) for p in model.parameters())])
+    mine = np.array([sum(float(np.abs(p._array).sum()) for p in model.parameters())])
     everyone = np.zeros(dist.get_world_size())
     dist.all_gather_into_tensor(everyone, mine)
     return bool((everyone == everyone[0]).all())

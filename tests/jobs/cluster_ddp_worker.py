@@ -44,7 +44,7 @@ def train(net, batches, lo, hi):
         opt.zero_grad()
         ((net(mg.tensor(x[lo:hi])) - mg.tensor(y[lo:hi])) ** 2).mean().backward()
         opt.step()
-    return [p.data for p in net.parameters()]
+    return [p._array for p in net.parameters()]
 
 
 def main(out):

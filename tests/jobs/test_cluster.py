@@ -131,7 +131,7 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
 
     # Each step, each host must learn the other's partial sums of every gradient: at least
     # the gradients' size in each direction (random float64 bits do not compress).
-    gradient_bytes = sum(p.data.nbytes for p in net.parameters())
+    gradient_bytes = sum(p._array.nbytes for p in net.parameters())
     assert sent >= worker.STEPS * gradient_bytes, (sent, gradient_bytes)
     assert received >= worker.STEPS * gradient_bytes, (received, gradient_bytes)
 

@@ -181,9 +181,9 @@ def _saved_arrays(out):
         for i in node.op.saved_positions:
             x = node.inputs[i]
             if isinstance(x, mg.Tensor):
-                seen[id(x.data) if x.data.base is None else id(x.data.base)] = x.data
+                seen[id(x._array) if x._array.base is None else id(x._array.base)] = x._array
         if node.ans is not None:
-            seen[id(node.ans[0].data)] = node.ans[0].data
+            seen[id(node.ans[0]._array)] = node.ans[0]._array
     return list(seen.values())
 
 

@@ -90,10 +90,10 @@ def test_the_two_halves_compose_to_clip_grad_norm():
 
 def test_clipping_writes_in_place_and_bumps_versions():
     ours, _ = _pair(scale=5.0)
-    arrays = [p.grad.data for p in ours[:-1]]
+    arrays = [p.grad._array for p in ours[:-1]]
     versions = [p.grad._version for p in ours[:-1]]
     clip_grad_norm_(ours, 0.1)
-    assert all(p.grad.data is a for p, a in zip(ours, arrays))
+    assert all(p.grad._array is a for p, a in zip(ours, arrays))
     assert all(p.grad._version > v for p, v in zip(ours, versions))
 
 
@@ -113,13 +113,13 @@ def test_parameters_to_vector_and_back():
     (vector * mg.arange(vector.shape[0], dtype=mg.float64)).sum().backward()
     assert ours[0].grad.shape == (3, 4)
     new = mg.arange(vector.shape[0], dtype=mg.float64)
-    storage = ours[1].data
+    storage = ours[1]._array
     vector_to_parameters(new, ours)
     torch.nn.utils.vector_to_parameters(torch.arange(vector.shape[0], dtype=torch.float64),
                                         theirs)
     for o, t in zip(ours, theirs):
         np.testing.assert_array_equal(o.detach().numpy(), t.detach().numpy())
-    assert ours[1].data is storage
+    assert ours[1]._array is storage
     with pytest.raises(TypeError, match="expected torch.Tensor, but got: ndarray"):
         vector_to_parameters(np.zeros(3), ours)
 

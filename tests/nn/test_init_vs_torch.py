@@ -61,12 +61,12 @@ def test_bad_arguments_raise_torchs_errors(call):
                                          ((8, 3, 3, 3), 1)])
 def test_orthogonal_is_orthogonal_with_the_gain(shape, gain):
     mg.manual_seed(0)
-    ours = init.orthogonal_(mg.empty(*shape, dtype=mg.float64), gain=gain).data
+    ours = init.orthogonal_(mg.empty(*shape, dtype=mg.float64), gain=gain).numpy()
     theirs = torch.nn.init.orthogonal_(torch.empty(*shape, dtype=torch.float64), gain=gain)
     for q in (ours.reshape(shape[0], -1), theirs.numpy().reshape(shape[0], -1)):
         small = q @ q.T if q.shape[0] <= q.shape[1] else q.T @ q
         np.testing.assert_allclose(small, gain ** 2 * np.eye(len(small)), atol=1e-12)
-    other = init.orthogonal_(mg.empty(*shape, dtype=mg.float64)).data
+    other = init.orthogonal_(mg.empty(*shape, dtype=mg.float64)).numpy()
     assert not np.allclose(other, ours / gain)  # drawn afresh
 
 
@@ -75,7 +75,7 @@ def test_orthogonal_draws_are_haar_distributed():
     # variance 1/n; without the sign fix from R's diagonal, the diagonal's mean is positive.
     n, draws = 4, 3000
     mg.manual_seed(0)
-    samples = np.stack([init.orthogonal_(mg.empty(n, n, dtype=mg.float64)).data
+    samples = np.stack([init.orthogonal_(mg.empty(n, n, dtype=mg.float64)).numpy()
                         for _ in range(draws)])
     assert abs(samples.mean()) < 0.02 and abs(np.diagonal(samples, axis1=1, axis2=2).mean()) < 0.03
     np.testing.assert_allclose(samples.var(axis=0), 1 / n, rtol=0.15)
@@ -83,7 +83,7 @@ def test_orthogonal_draws_are_haar_distributed():
 
 def test_sparse_zeroes_that_fraction_of_each_column():
     mg.manual_seed(0)
-    ours = init.sparse_(mg.empty(10, 400, dtype=mg.float32), sparsity=0.25, std=0.5).data
+    ours = init.sparse_(mg.empty(10, 400, dtype=mg.float32), sparsity=0.25, std=0.5).numpy()
     theirs = torch.nn.init.sparse_(torch.empty(10, 400), sparsity=0.25, std=0.5).numpy()
     for values in (ours, theirs):
         assert ((values == 0).sum(axis=0) == math.ceil(0.25 * 10)).all()
@@ -101,7 +101,7 @@ def test_sparse_zeroes_that_fraction_of_each_column():
 def test_random_inits_have_torchs_distribution(name, kwargs, shape):
     mg.manual_seed(0)
     torch.manual_seed(0)
-    ours = getattr(init, name)(mg.empty(*shape, dtype=mg.float64), **kwargs).data
+    ours = getattr(init, name)(mg.empty(*shape, dtype=mg.float64), **kwargs).numpy()
     theirs = getattr(torch.nn.init, name)(torch.empty(*shape, dtype=torch.float64),
                                           **kwargs).numpy()
     bounded = "uniform" in name or "trunc" in name  # then the extremes are the bounds

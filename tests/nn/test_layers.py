@@ -160,7 +160,7 @@ def test_ignore_index_targets_need_not_be_valid_classes():
 def test_dropout_is_identity_in_eval_and_masks_in_training():
     drop = nn.Dropout(0.25)
     x = mg.ones(200, 100)
-    out = drop(x).data
+    out = drop(x).numpy()
     kept = out != 0
     # 20000 Bernoulli(0.75) draws: the fraction is within 0.01 of 0.75 (about 3 sigma).
     assert abs(kept.mean() - 0.75) < 0.01

@@ -43,7 +43,7 @@ def test_channel_dropout_keeps_or_drops_whole_channels(layer, shape, kept_shape)
     x = mg.ones(*shape, requires_grad=True)
     out = layer(p=0.5)(x)
     channels = kept_shape[:-1] if layer is nn.Dropout1d else kept_shape[:2]
-    per_channel = out.data.reshape(*channels, -1)
+    per_channel = out.detach().numpy().reshape(*channels, -1)
     assert set(np.unique(per_channel)) <= {0.0, 2.0}
     assert (per_channel.min(axis=-1) == per_channel.max(axis=-1)).all()  # whole channels
     assert 0 < (per_channel[..., 0] == 0).sum() < per_channel[..., 0].size
@@ -57,7 +57,7 @@ def test_dropout2d_on_3d_input_warns_as_torch_and_drops_channels_of_n_c_l():
     x = mg.ones(2, 8, 5)
     with pytest.warns(UserWarning, match="Received a 3D input to dropout2d"):
         out = F.dropout2d(x, 0.5)
-    assert (out.data.min(axis=-1) == out.data.max(axis=-1)).all()
+    assert (out.detach().numpy().min(axis=-1) == out.detach().numpy().max(axis=-1)).all()
     with pytest.raises(RuntimeError, match="dropout1d: Expected 2D or 3D input"):
         F.dropout1d(mg.ones(2, 3, 4, 5))
     with pytest.raises(ValueError, match="(?i)dropout probability has to be between 0 and 1"):

@@ -23,6 +23,6 @@ def test_mlp_reaches_full_train_accuracy_on_separable_blobs():
                 p.sub_(p.grad * 0.5)
         first = loss.item() if first is None else first
     model.eval()
-    accuracy = (model(x).argmax(1).data == labels).mean()
+    accuracy = (model(x).argmax(1).detach().numpy() == labels).mean()
     assert accuracy == 1.0
     assert loss.item() < first / 5

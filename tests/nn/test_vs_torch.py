@@ -13,7 +13,7 @@ TOL = dict(rtol=1e-10, atol=1e-10)
 
 
 def to_torch(t, requires_grad=False):
-    return torch.tensor(t.data.copy(), requires_grad=requires_grad)
+    return torch.tensor(t.detach().numpy().copy(), requires_grad=requires_grad)
 
 
 def leaf_pair(*shape):
@@ -37,7 +37,7 @@ def copy_weights(ours, theirs):
     """Load our parameters and buffers into the torch module (made float64 first, so nothing
     is rounded); the names must agree."""
     theirs.double()
-    state = {k: torch.tensor(v.data.copy()) for k, v in ours.state_dict().items()}
+    state = {k: torch.tensor(v.detach().numpy().copy()) for k, v in ours.state_dict().items()}
     theirs.load_state_dict(state, strict=True)
 
 
@@ -68,7 +68,7 @@ def compare_training_step(ours, theirs, x_shape, classes, steps=2, seed=0):
     for step in range(steps):
         x = mg.tensor(rng.standard_normal(x_shape), requires_grad=True)
         y = mg.tensor(rng.integers(0, classes, x_shape[0]))
-        tx, ty = to_torch(x, requires_grad=True), torch.tensor(y.data)
+        tx, ty = to_torch(x, requires_grad=True), torch.tensor(y.detach().numpy())
         loss = F.cross_entropy(ours(x), y)
         tloss = torch.nn.functional.cross_entropy(theirs(tx), ty)
         loss.backward()
@@ -221,7 +221,7 @@ def test_embedding_with_padding_idx_matches_torch():
     idx = mg.tensor([[1, 2, 1], [6, 0, 2]])
     g = mg.randn(2, 3, 3)
     ours(idx).backward(g)
-    theirs(torch.tensor(idx.data)).backward(to_torch(g))
+    theirs(torch.tensor(idx.detach().numpy())).backward(to_torch(g))
     assert_same_state(ours, theirs)
 
 
@@ -229,7 +229,7 @@ def test_embedding_max_norm_matches_torch():
     ours, theirs = nn.Embedding(5, 4, max_norm=1.0), tnn.Embedding(5, 4, max_norm=1.0)
     copy_weights(ours, theirs)
     idx = mg.tensor([0, 3, 3])
-    out, tout = ours(idx), theirs(torch.tensor(idx.data))
+    out, tout = ours(idx), theirs(torch.tensor(idx.detach().numpy()))
     np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
     assert_same_state(ours, theirs, grads=False)
 

@@ -84,7 +84,7 @@ def test_conv2d_matches_torch(x_shape, w_shape, stride, padding, dilation, chunk
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
     x, w, b = _leaves(rng, x_shape, w_shape, w_shape[:1])
-    tx, tw, tb = (torch.tensor(t.data.copy(), requires_grad=True) for t in (x, w, b))
+    tx, tw, tb = (torch.tensor(t.detach().numpy().copy(), requires_grad=True) for t in (x, w, b))
     out = F.conv2d(x, w, b, stride, padding, dilation)
     tout = torch.nn.functional.conv2d(tx, tw, tb, stride, padding, dilation)
     np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
@@ -186,10 +186,10 @@ def test_winograd_matches_the_general_path_and_torch(n, c, o, h, w, p, chunking,
     for name, a, e in zip("xwb", grads, mg.autograd.grad(general, (x, weight, bias), g)):
         np.testing.assert_allclose(a.data, e.data, **TOL, err_msg=f"gradient of {name}")
     torch = pytest.importorskip("torch")
-    tx, tw, tb = (torch.tensor(t.data.copy(), requires_grad=True) for t in (x, weight, bias))
+    tx, tw, tb = (torch.tensor(t.detach().numpy().copy(), requires_grad=True) for t in (x, weight, bias))
     tout = torch.nn.functional.conv2d(tx, tw, tb, padding=p)
     np.testing.assert_allclose(out.data, tout.detach().numpy(), **TOL)
-    tout.backward(torch.tensor(g.data))
+    tout.backward(torch.tensor(g.detach().numpy()))
     for name, ours, theirs in zip("xwb", grads, (tx, tw, tb)):
         np.testing.assert_allclose(ours.data, theirs.grad.numpy(), **TOL,
                                    err_msg=f"gradient of {name}")
@@ -295,7 +295,7 @@ def test_max_pool2d_matches_the_general_path_and_torch(shape, kernel_size, strid
     tx = torch.tensor(data, requires_grad=True)
     tout = torch.nn.functional.max_pool2d(tx, *args)
     np.testing.assert_array_equal(fast.data, tout.detach().numpy())
-    tout.backward(torch.tensor(g.data))
+    tout.backward(torch.tensor(g.detach().numpy()))
     np.testing.assert_allclose(grad.data, tx.grad.numpy(), **TOL)
 
 
@@ -329,7 +329,7 @@ def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, p
     out = pool(x)
     extra = _pool_geometry("max_pool2d", shape[2:], kernel_size, stride, padding, dilation,
                            ceil_mode)[1]
-    winners = conv_ops.winning_taps(x.data, out.data, kernel_size, stride, padding, dilation,
+    winners = conv_ops.winning_taps(x._array, out._array, kernel_size, stride, padding, dilation,
                                     extra)
     geometry = dict(winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
                     dilation=dilation, extra=extra)

@@ -46,7 +46,7 @@ def test_linear_kernels_match_the_matmul_composition(x_shape, out_features, bias
 def test_linear_kernels_match_torch(x_shape, out_features, bias, kernel):
     torch = pytest.importorskip("torch")
     leaves = _leaves(np.random.default_rng(1), x_shape, out_features, bias)
-    twins = [torch.tensor(t.data, requires_grad=True) for t in leaves]
+    twins = [torch.tensor(t.detach().numpy(), requires_grad=True) for t in leaves]
     out = ops.linear(*leaves[:2], leaves[2] if bias else None)
     expected = torch.nn.functional.linear(*twins[:2], twins[2] if bias else None)
     np.testing.assert_allclose(out.data, expected.detach().numpy(), **TOL)

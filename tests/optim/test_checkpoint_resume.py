@@ -22,7 +22,7 @@ def make_model(seed):
 
 def loss_and_grads(model, x, y):
     """Mean squared error of a tanh MLP; gradients written by hand into .grad."""
-    w1, b1, w2, b2 = (model[k].data for k in ("w1", "b1", "w2", "b2"))
+    w1, b1, w2, b2 = (model[k].detach().numpy() for k in ("w1", "b1", "w2", "b2"))
     h = np.tanh(x @ w1.T + b1)
     error = h @ w2.T + b2 - y
     d_out = 2 * error / error.size
@@ -74,7 +74,7 @@ def fresh_run(config, seed):
 def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(config, tmp_path):
     model, optimizer, scheduler, rng = fresh_run(config, seed=0)
     straight_losses = train(model, optimizer, scheduler, rng, EPOCHS)
-    straight = {name: p.data.copy() for name, p in model.items()}
+    straight = {name: p.detach().numpy().copy() for name, p in model.items()}
 
     model, optimizer, scheduler, rng = fresh_run(config, seed=0)
     losses = train(model, optimizer, scheduler, rng, STOP_AFTER)

@@ -44,7 +44,7 @@ def test_round_trip_keeps_structure_types_and_values(tmp_path):
     assert isinstance(w, Tensor) and w.dtype == np.float32 and w.shape == (2, 3)
     assert w.requires_grad and not back["model"]["b"].requires_grad
     np.testing.assert_array_equal(w.data, weights.data)
-    assert w.data.flags.writeable  # usable as a parameter again
+    assert w._array.flags.writeable  # usable as a parameter again
     assert back["model"]["b"].shape == () and back["model"]["b"].data == 0.5
     assert back[0] == ["list", ("tuple", 1), [], ()]
     assert isinstance(back[0][1], tuple) and isinstance(back[0][3], tuple)

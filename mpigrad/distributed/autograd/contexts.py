@@ -38,7 +38,7 @@ class DistAutogradContext:
             if current is None:
                 self.grads[tensor] = grad.detach().clone() if grad.requires_grad else grad
             else:
-                np.add(current.data, grad.data, out=current.data)
+                np.add(current._array, grad._array, out=current._array)
 
 
 def new_id(rank):

@@ -137,7 +137,7 @@ def _as_array(value, key):
     if isinstance(value, FlatShard):
         return value
     if isinstance(value, Tensor):
-        return value.data
+        return value._array
     if isinstance(value, np.ndarray):
         return value
     raise TypeError(f"state dict value for '{key}' must be a Tensor, an ndarray or a "
@@ -159,7 +159,7 @@ def get_model_state_dict(model, *, submodules=None, options=None):
             result[key] = FlatShard(t.detach(), entry[0].shape, entry[0].offset) \
                 if entry is not None else t.detach()
         return result
-    fulls = layout.full_values(lambda shard: shard.data, "gathering the full state dict")
+    fulls = layout.full_values(lambda shard: shard._array, "gathering the full state dict")
     if options.cpu_offload and get_rank() != 0:
         return {}
     return {key: Tensor.wrap(fulls[id(layout.tensors[key])])
@@ -218,7 +218,7 @@ def _local_value(value, entry, target, key):
                 f"{managed.offset + managed.length}) of shape {managed.shape}; load it "
                 f"through mpigrad.distributed.checkpoint.load into this rank's "
                 f"get_model_state_dict(), which reshards")
-        return value.local.data
+        return value.local._array
     if tuple(value.shape) != managed.shape:
         raise ValueError(f"size mismatch for {key}: the state dict has shape "
                          f"{tuple(value.shape)}, the model has {managed.shape}")
@@ -232,7 +232,7 @@ def _broadcast_full(layout, given):
     for key, target in layout.tensors.items():
         entry = layout.managed.get(id(target))
         shape = entry[0].shape if entry is not None else tuple(target.shape)
-        dtype = target.data.dtype
+        dtype = target._array.dtype
         have = np.array([key in given], np.int64)
         broadcast(have, src=0)
         if not have[0]:
@@ -279,7 +279,7 @@ def get_optimizer_state_dict(model, optimizers, *, submodules=None, options=None
         names = sorted({name for _, name in shard_states})
         for name in names:
             fulls = layout.full_values(
-                lambda shard: shard_states[(id(shard), name)].data
+                lambda shard: shard_states[(id(shard), name)]._array
                 if (id(shard), name) in shard_states else None,
                 f"gathering the optimizer's '{name}'")
             for shard_id, full in fulls.items():

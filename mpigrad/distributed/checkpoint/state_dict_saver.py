@@ -55,7 +55,7 @@ def _write_shard(directory, rank, save_id, leaves, entries):
                 objects[index] = leaf
         elif isinstance(leaf, FlatShard):
             if leaf.length:
-                arrays[index] = leaf.local.data[:leaf.length]
+                arrays[index] = leaf.local._array[:leaf.length]
         elif any(chunk[0] == rank for chunk in entry["chunks"]):
-            arrays[index] = leaf.data.reshape(-1)
+            arrays[index] = leaf._array.reshape(-1)
     filesystem.write_shard(directory, rank, save_id, arrays, objects)

@@ -99,9 +99,9 @@ class _Bucket:
         self.index = index
         self.members = members
         self.in_place = in_place
-        self.dtype = params[members[0]].data.dtype
+        self.dtype = params[members[0]]._array.dtype
         self._shapes = [params[i].shape for i in members]
-        self.size = sum(params[i].data.size for i in members)
+        self.size = sum(params[i]._array.size for i in members)
         self.nbytes = self.size * self.dtype.itemsize
         self._storage = None
         self.reset()
@@ -137,8 +137,8 @@ def reducible_in_place(grad, param):
     """Whether `param`'s gradient tensor can serve as its bucket's buffer: an array of the
     parameter's shape and dtype, C-contiguous (so `reshape(-1)` is a view) and writable, in a
     tensor outside any graph (not recorded with create_graph)."""
-    array = grad.data
-    return (array.shape == param.shape and array.dtype == param.data.dtype
+    array = grad._array
+    return (array.shape == param.shape and array.dtype == param._array.dtype
             and array.flags.c_contiguous and array.flags.writeable
             and not grad.requires_grad)
 
@@ -154,7 +154,7 @@ def assign_buckets(params, order, cap_bytes, first_cap_bytes):
     last = []          # position in `order` of each bucket's last member
     open_bucket = {}   # dtype -> (bucket number, bytes so far, cap)
     for pos, i in enumerate(order):
-        data = params[i].data
+        data = params[i]._array
         if data.nbytes >= first_cap_bytes:
             buckets.append([i])
             last.append(pos)
@@ -223,7 +223,7 @@ class Reducer:
         self._slot_of = [None] * len(self.params)
         for k, members in enumerate(groups):
             in_place = (self.shared is None and len(members) == 1 and
-                        self.params[members[0]].data.nbytes >= self.first_bucket_bytes)
+                        self.params[members[0]]._array.nbytes >= self.first_bucket_bytes)
             bucket = _Bucket(k, members, self.params, in_place)
             self.buckets.append(bucket)
             for slot, i in enumerate(members):
@@ -241,7 +241,7 @@ class Reducer:
                 bucket = self._bucket_of[i]
                 if p.grad is not None and not bucket.in_place:
                     view = bucket.views[self._slot_of[i]]
-                    np.copyto(view, p.grad.data)
+                    np.copyto(view, p.grad._array)
                     p.grad = Tensor.wrap(view)
 
     def bucket_layout(self):
@@ -330,7 +330,7 @@ class Reducer:
         bucket = self._bucket_of[i]
         param = self.params[i]
         if used:
-            grad = param.grad.data
+            grad = param.grad._array
             if bucket.in_place:
                 if reducible_in_place(param.grad, param):
                     bucket.use_array(grad)
@@ -365,8 +365,8 @@ class Reducer:
         if self.shared is None:
             return
         for param in self.params:
-            if param.grad is not None and self.shared.holds(param.grad.data):
-                param.grad = Tensor.wrap(param.grad.data.copy())
+            if param.grad is not None and self.shared.holds(param.grad._array):
+                param.grad = Tensor.wrap(param.grad._array.copy())
 
     def _zero_slot(self, i):
         """Parameter i takes part in its bucket's reduction with zeros."""
@@ -486,11 +486,11 @@ class Reducer:
                 continue
             view = self._bucket_of[i].views[self._slot_of[i]]
             grad = param.grad
-            if grad is not None and grad.data is view:  # reduced in place
+            if grad is not None and grad._array is view:  # reduced in place
                 grad.mark_written()
             elif self._grads_as_views:
                 param.grad = Tensor.wrap(view)
-            elif grad is None or grad.shape != view.shape or not grad.data.flags.writeable:
+            elif grad is None or grad.shape != view.shape or not grad._array.flags.writeable:
                 param.grad = Tensor.wrap(view.copy())
             else:
                 with grad.writing() as data:

@@ -128,8 +128,8 @@ class DistributedDataParallel(Module, Joinable):
         named_buffers = list(module.named_buffers())
         verify_same_model(self._channel, named_params, named_buffers)
         with grad_mode.no_grad():
-            self._channel.broadcast_arrays([p.data for _, p in named_params] +
-                                           [b.data for _, b in named_buffers], 0,
+            self._channel.broadcast_arrays([p._array for _, p in named_params] +
+                                           [b._array for _, b in named_buffers], 0,
                                            "broadcast of rank 0's parameters and buffers")
         trainable = [(name, p) for name, p in named_params if p.requires_grad]
         if not trainable:
@@ -174,7 +174,7 @@ class DistributedDataParallel(Module, Joinable):
         return output
 
     def _sync_buffers(self, root):
-        buffers = [b.data for b in self.module.buffers()]
+        buffers = [b._array for b in self.module.buffers()]
         if buffers and self.world_size > 1:
             self._channel.broadcast_arrays(buffers, root, f"broadcast of rank {root}'s buffers")
 
@@ -220,8 +220,8 @@ class DistributedDataParallel(Module, Joinable):
         the end (the highest such rank)."""
         candidate = np.array([self.rank if is_last_joiner else -1], np.int64)
         self._channel.allreduce_max(candidate, "Join: choosing a rank that trained to the end")
-        arrays = [p.data for p in self.module.parameters()] + \
-            [b.data for b in self.module.buffers()]
+        arrays = [p._array for p in self.module.parameters()] + \
+            [b._array for b in self.module.buffers()]
         self._channel.broadcast_arrays(arrays, int(candidate[0]),
                                        f"Join: broadcast of rank {int(candidate[0])}'s model")
 

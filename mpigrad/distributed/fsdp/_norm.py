@@ -43,9 +43,9 @@ def total_grad_norm(parameters, norm_type=2.0, error_if_nonfinite=False):
     for p in params:
         if p.grad is None:
             continue
-        dtypes.append(p.grad.data.dtype)
+        dtypes.append(p.grad._array.dtype)
         key = id(p.shard_comm) if isinstance(p, ShardParameter) else None
-        magnitude = np.abs(p.grad.data.reshape(-1).astype(np.float64, copy=False))
+        magnitude = np.abs(p.grad._array.reshape(-1).astype(np.float64, copy=False))
         partial[key] = max(partial[key], magnitude.max(initial=0.0)) if infinite else \
             partial[key] + float(np.sum(magnitude ** norm_type))
     # One reduction per group, groups in the same order on every rank.

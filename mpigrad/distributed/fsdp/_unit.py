@@ -11,7 +11,7 @@ Unshard. The unit's chunks travel in one message: each rank packs its shards, pa
 row of `columns = sum(chunk)` elements, one Iallgather fills a (size, columns) array, and each
 parameter's full value is cut from its column block into an array of its own. The full
 values live in persistent unsharded Parameters (one per parameter, the leaves the forward's
-graph records); while the unit is sharded their `.data` is a zero-stride placeholder of the
+graph records); while the unit is sharded their `_array` is a zero-stride placeholder of the
 right shape that holds no memory, so the graph keeps no full parameter alive, and the next
 gather gives them new arrays before their backward runs.
 
@@ -46,13 +46,13 @@ class ManagedParam:
         self.fqn = fqn
         self.slots = slots               # [(module, attribute name)], several when tied
         self.shape = tuple(param.shape)
-        self.numel = int(param.data.size)
+        self.numel = int(param._array.size)
         self.chunk = math.ceil(self.numel / size)
         self.column = column             # where this parameter's chunk sits in a row
         self.offset = min(rank * self.chunk, self.numel)
         self.length = min(self.chunk, self.numel - self.offset)
         self.requires_grad = param.requires_grad
-        flat = param.data.reshape(-1)
+        flat = param._array.reshape(-1)
         self.shard = ShardParameter(flat[self.offset:self.offset + self.length].copy(),
                                     param.requires_grad, comm)
         self.full = Parameter(_placeholder(self.shape, full_dtype),
@@ -100,7 +100,7 @@ class Unit:
         self.replicate = replicate
         self.size = comm.size
         self.world = comm.size * (replicate.size if replicate is not None else 1)
-        dtypes = {p.data.dtype for _, _, p in params}
+        dtypes = {p._array.dtype for _, _, p in params}
         if len(dtypes) != 1:
             raise TypeError(f"fully_shard({name}): its parameters have dtypes "
                             f"{sorted(map(str, dtypes))}; the parameters one call shards "
@@ -134,7 +134,7 @@ class Unit:
         already in flight."""
         if self.unsharded or self._gather is not None:
             return
-        send = self._row([p.shard.data for p in self.params], self.param_dtype)
+        send = self._row([p.shard._array for p in self.params], self.param_dtype)
         rows = np.empty((self.size, self.columns), self.param_dtype)
         self._gather = (self.comm.all_gather(send, rows, "all-gather of the parameters of "
                                              f"{self.name}"), rows)
@@ -149,7 +149,7 @@ class Unit:
         work.wait()
         self._gather = None
         for p, full in zip(self.params, self._cut(rows)):
-            p.full.data = full
+            p.full._array = full
         self.unsharded = True
 
     def _row(self, pieces, dtype):
@@ -179,7 +179,7 @@ class Unit:
             self._gather[0].wait()
             self._gather = None
         for p in self.params:
-            p.full.data = _placeholder(p.shape, self.param_dtype)
+            p.full._array = _placeholder(p.shape, self.param_dtype)
         self.unsharded = False
 
     def write_back(self):
@@ -187,7 +187,7 @@ class Unit:
         changed the full values)."""
         for p in self.params:
             with p.shard.writing() as shard:
-                shard[...] = p.full.data.reshape(-1)[p.offset:p.offset + p.length]
+                shard[...] = p.full._array.reshape(-1)[p.offset:p.offset + p.length]
 
     def abandon(self):
         """Forget the gather and reduction in flight and the gathered parameters and
@@ -197,7 +197,7 @@ class Unit:
                  if w is not None]
         self._gather = self._reduce = None
         for p in self.params:
-            p.full.data = _placeholder(p.shape, self.param_dtype)
+            p.full._array = _placeholder(p.shape, self.param_dtype)
             p.full.grad = None
         self.unsharded = False
         return works
@@ -233,7 +233,7 @@ class Unit:
             if grad is None or not p.requires_grad:
                 block[...] = 0
             else:
-                pack_rows(grad.data.reshape(-1), block, p.numel, p.chunk)
+                pack_rows(grad._array.reshape(-1), block, p.numel, p.chunk)
             p.full.grad = None
         result = np.empty(self.columns, self.reduce_dtype)
         self._reduce = [self.comm.reduce_scatter(send, result, "reduce-scatter of the "

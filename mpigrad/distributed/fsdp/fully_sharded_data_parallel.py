@@ -76,7 +76,7 @@ class FullyShardedDataParallel(Module):
             if mixed_precision.buffer_dtype is not None:
                 for buffer in module.buffers():
                     if buffer.is_floating_point():
-                        buffer.data = buffer.data.astype(mixed_precision.buffer_dtype)
+                        buffer._array = buffer._array.astype(mixed_precision.buffer_dtype)
         ignored = [p for m in (ignored_modules or ()) for p in m.parameters()]
         ignored += [p for p in (ignored_states or ()) if not isinstance(p, Module)]
         ignored += [p for m in (ignored_states or ()) if isinstance(m, Module)
@@ -192,4 +192,4 @@ def _mesh_for(strategy, process_group, device_mesh):
 
 def _broadcast_from_rank0(module):
     for tensor in list(module.parameters()) + list(module.buffers()):
-        broadcast(tensor.data, src=0)
+        broadcast(tensor._array, src=0)

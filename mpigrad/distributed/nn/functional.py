@@ -107,7 +107,7 @@ def send(tensor, dst, group=None, tag=0):
     pg = _group(group, "send")
     _expect_tensors("send", tensor)
     _check_tag(pg, tag)
-    _, peer = p2p.prepare(pg, np.ascontiguousarray(tensor.data), dst, "dst", tag, blocking=True)
+    _, peer = p2p.prepare(pg, np.ascontiguousarray(tensor._array), dst, "dst", tag, blocking=True)
     # Tell the receiver first whether to send a gradient back, so neither side waits in vain.
     wants_grad = np.array([autograd.is_grad_enabled() and tensor.requires_grad], np.uint8)
     with blocked(pg, f"differentiable send to rank {dst} (tag {tag})", collective=False,
@@ -143,7 +143,7 @@ class _AllGather(autograd.Function):
     def forward(ctx, group, tensor):
         ctx.group = group
         gathered = np.empty((get_world_size(group),) + tensor.shape, tensor.dtype)
-        collectives.all_gather_into_tensor(gathered, np.ascontiguousarray(tensor.data), group)
+        collectives.all_gather_into_tensor(gathered, np.ascontiguousarray(tensor._array), group)
         return tuple(from_numpy(part) for part in gathered)
 
     @staticmethod
@@ -156,7 +156,7 @@ class _ReduceScatter(autograd.Function):
     @staticmethod
     def forward(ctx, group, op, output, *inputs):
         ctx.group, ctx.op = group, op
-        collectives.reduce_scatter(output, [np.ascontiguousarray(t.data) for t in inputs], op,
+        collectives.reduce_scatter(output, [np.ascontiguousarray(t._array) for t in inputs], op,
                                    group)
         return output
 
@@ -172,7 +172,7 @@ class _AllReduce(autograd.Function):
     @staticmethod
     def forward(ctx, group, op, tensor):
         ctx.group, ctx.op = group, op
-        result = np.array(tensor.data, order="C")
+        result = np.array(tensor._array, order="C")
         collectives.all_reduce(result, op, group)
         if op not in _LINEAR_OPS:
             ctx.save_for_backward(tensor)
@@ -184,7 +184,7 @@ class _AllReduce(autograd.Function):
         if ctx.op in _LINEAR_OPS:
             return None, None, _AllReduce.apply(ctx.group, ctx.op, grad)
         total = _AllReduce.apply(ctx.group, ReduceOp.SUM, grad)
-        inputs = ctx.saved_tensors[0].data
+        inputs = ctx.saved_tensors[0]._array
         if ctx.op is ReduceOp.PRODUCT:
             everyone = np.empty((get_world_size(ctx.group),) + inputs.shape, inputs.dtype)
             collectives.all_gather_into_tensor(everyone, np.ascontiguousarray(inputs), ctx.group)
@@ -201,7 +201,7 @@ class _Broadcast(autograd.Function):
     @staticmethod
     def forward(ctx, group, src, tensor):
         ctx.group, ctx.src = group, src
-        result = np.array(tensor.data, order="C")
+        result = np.array(tensor._array, order="C")
         collectives.broadcast(result, src, group)
         return from_numpy(result)
 
@@ -215,7 +215,7 @@ class _Reduce(autograd.Function):
     @staticmethod
     def forward(ctx, group, dst, op, tensor):
         ctx.group, ctx.dst, ctx.op = group, dst, op
-        result = np.array(tensor.data, order="C")
+        result = np.array(tensor._array, order="C")
         collectives.reduce(result, dst, op, group)
         return from_numpy(result)
 
@@ -233,7 +233,7 @@ class _AllToAll(autograd.Function):
         half = len(tensors) // 2
         outputs, inputs = tensors[:half], tensors[half:]
         ctx.group, ctx.input_layouts = group, [(t.shape, t.dtype) for t in inputs]
-        collectives.all_to_all(list(outputs), [np.ascontiguousarray(t.data) for t in inputs],
+        collectives.all_to_all(list(outputs), [np.ascontiguousarray(t._array) for t in inputs],
                                group)
         return outputs
 
@@ -249,7 +249,7 @@ class _Send(autograd.Function):
     def forward(ctx, group, dst, tag, tensor):
         ctx.group, ctx.dst, ctx.tag = group, dst, tag
         ctx.layout = (tensor.shape, tensor.dtype)
-        p2p.send(np.ascontiguousarray(tensor.data), dst, group, tag)
+        p2p.send(np.ascontiguousarray(tensor._array), dst, group, tag)
         return zeros((), dtype=tensor.dtype)
 
     @staticmethod
@@ -270,7 +270,7 @@ class _Recv(autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         pg = member_group(ctx.group, "recv")
-        _send_gradient(pg, np.ascontiguousarray(grad.data), ctx.sender, ctx.tag)
+        _send_gradient(pg, np.ascontiguousarray(grad._array), ctx.sender, ctx.tag)
         return None, None, None, None, None
 
 

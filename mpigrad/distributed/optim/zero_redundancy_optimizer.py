@@ -43,7 +43,7 @@ class ZeroRedundancyOptimizer(Optimizer):
     parameters_as_bucket_view  keep each rank's parameters as views into one flat array per
                                rank, so the post-step broadcast is one message per rank
                                instead of one per parameter (all parameters must then share
-                               a dtype; `param.data` is rebound to the view once, here).
+                               a dtype; `param._array` is rebound to the view once, here).
     overlap_with_ddp           PyTorch runs the step inside DDP's communication hook; not
                                supported here (a ValueError says so).
     """
@@ -129,7 +129,7 @@ class ZeroRedundancyOptimizer(Optimizer):
     def _build_param_buckets(self):
         """Move each rank's parameters into one flat array per rank (views keep the data)."""
         params = [p for g in self.param_groups for p in g["params"]]
-        dtypes = {p.data.dtype for p in params}
+        dtypes = {p._array.dtype for p in params}
         if len(dtypes) != 1:
             raise TypeError(f"parameters_as_bucket_view=True needs parameters of one dtype, "
                             f"got {sorted(map(str, dtypes))}")
@@ -141,8 +141,8 @@ class ZeroRedundancyOptimizer(Optimizer):
             offset = 0
             for p in owned:
                 view = flat[offset:offset + p.numel()].reshape(p.shape)
-                np.copyto(view, p.data)
-                p.data = view
+                np.copyto(view, p._array)
+                p._array = view
                 offset += p.numel()
             self._buckets.append(flat)
 
@@ -167,7 +167,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         if self.parameters_as_bucket_view:
             messages = [(flat, r) for r, flat in enumerate(self._buckets)]
         else:
-            messages = [(p.data, r) for r, groups in enumerate(self._partition_parameters())
+            messages = [(p._array, r) for r, groups in enumerate(self._partition_parameters())
                         for g in groups for p in g["params"]]
         requests = [self._comm.Ibcast(_contiguous(array), root=r) for array, r in messages]
         with blocked(self.process_group, "ZeroRedundancyOptimizer's parameter broadcast"):
@@ -194,8 +194,8 @@ class ZeroRedundancyOptimizer(Optimizer):
             entry = {}
             for key, value in values.items():
                 if isinstance(value, Tensor):
-                    entry[key] = ("tensor", value.data.shape, value.data.dtype.str)
-                    arrays.append(np.ascontiguousarray(value.data).view(np.uint8).reshape(-1))
+                    entry[key] = ("tensor", value._array.shape, value._array.dtype.str)
+                    arrays.append(np.ascontiguousarray(value._array).view(np.uint8).reshape(-1))
                 else:
                     entry[key] = ("value", value)
             layout[index[id(p)]] = entry

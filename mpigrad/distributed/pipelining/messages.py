@@ -56,7 +56,7 @@ class Outbox:
 
     def send(self, tensor, peer, kind, receiver_stage, microbatch, n_microbatches):
         """Send `tensor` (or "no tensor", for None) to global rank `peer`."""
-        array = None if tensor is None else np.ascontiguousarray(tensor.data)
+        array = None if tensor is None else np.ascontiguousarray(tensor._array)
         header = _header(array)
         self.peers.add(peer)
         self.works.append(isend(header, peer, self.group,

@@ -140,7 +140,7 @@ def _compare_chain(module, stages, args, kwargs):
             given = ((out,), {})
     if not (isinstance(expected, Tensor) and isinstance(out, Tensor)
             and expected.shape == out.shape
-            and np.allclose(expected.data, out.data, rtol=1e-6, atol=1e-6, equal_nan=True)):
+            and np.allclose(expected._array, out._array, rtol=1e-6, atol=1e-6, equal_nan=True)):
         raise ValueError(f"pipeline: {module.__class__.__name__}'s forward is not the chain of "
                          "its children (its output differs from running them one after the "
                          "other), so it cannot be cut at module boundaries; make it an "

@@ -180,7 +180,7 @@ class _Codec:
         if context_id is None:
             return None
         send_id = dist_engine.record_send(context_id, dest, grad_tensors)
-        return context_id, send_id, [wire.layout(t.data) for t in grad_tensors]
+        return context_id, send_id, [wire.layout(t._array) for t in grad_tensors]
 
     def decode(self, source, autograd, body, arrays):
         node = None

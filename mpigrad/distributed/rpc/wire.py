@@ -117,7 +117,7 @@ class _References:
         if known is not None:
             return known
         is_array = type(obj) is np.ndarray
-        array = obj if is_array else obj.data
+        array = obj if is_array else obj._array
         if array.dtype not in _SENDABLE:
             return None
         span, strides = _span(array)

@@ -110,7 +110,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if is_causal:
         keep = np.tri(query.shape[-2], key.shape[-2], dtype=np.bool_)
     elif attn_mask is not None and attn_mask.dtype == np.bool_:
-        keep = attn_mask.data
+        keep = attn_mask._array
     elif attn_mask is not None:
         scores = scores + (attn_mask if attn_mask.dtype == scores.dtype
                            else attn_mask.to(scores.dtype))
@@ -151,7 +151,7 @@ def _additive_mask(mask, name, dtype):
         return None
     mask = as_tensor(mask)
     if mask.dtype == np.bool_:
-        return Tensor.wrap(np.where(mask.data, -np.inf, 0.0).astype(dtype))
+        return Tensor.wrap(np.where(mask._array, -np.inf, 0.0).astype(dtype))
     if not dtypes.is_floating_point(mask.dtype):
         raise AssertionError(f"only bool and floating types of {name} are supported")
     return mask

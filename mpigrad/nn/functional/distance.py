@@ -21,7 +21,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     if p == 0:
         # The count of nonzero entries: piecewise constant, so its gradient is zero, as in
         # torch (the zero sum keeps the result on the graph).
-        count = (size.data != 0).sum(-1, keepdims=keepdim).astype(size.dtype)
+        count = (size._array != 0).sum(-1, keepdims=keepdim).astype(size.dtype)
         return (size * 0).sum(-1, keepdim=keepdim) + Tensor.wrap(count)
     return (size ** p).sum(-1, keepdim=keepdim) ** (1 / p)
 

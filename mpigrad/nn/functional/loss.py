@@ -114,7 +114,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if target.dtype != input.dtype:
         raise RuntimeError(f"Found dtype {torch_name(target.dtype)} but expected "
                            f"{torch_name(input.dtype)}")
-    for name, values in (("input", input.data), ("target", target.data)):
+    for name, values in (("input", input._array), ("target", target._array)):
         if not ((values >= 0) & (values <= 1)).all():
             raise RuntimeError(f"all elements of {name} should be between 0 and 1")
     loss = ops.binary_cross_entropy(input, target)
@@ -164,7 +164,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         loss = ops.exp(target) * (target - input)
     else:
         # t log t with its limit 0 at t = 0, and a finite gradient there (torch's is 0 / 0).
-        zero = Tensor.wrap(target.data == 0)
+        zero = Tensor.wrap(target._array == 0)
         loss = ops.where(zero, 0.0, target * ops.log(ops.where(zero, 1.0, target))) - target * input
     if reduction != "batchmean":
         return _reduce(loss, reduction)
@@ -194,7 +194,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     squares = (((input1 * input1).sum(dim) + _COSINE_EPSILON)
                * ((input2 * input2).sum(dim) + _COSINE_EPSILON))
     cos = (input1 * input2).sum(dim) / squares.sqrt()
-    t = target.data
+    t = target._array
     loss = (ops.where(Tensor.wrap(t == 1), 1 - cos, 0.0)
             + ops.where(Tensor.wrap(t == -1), ops.clamp(cos - margin, min=0.0), 0.0))
     return _reduce(loss, reduction)
@@ -274,7 +274,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     elif not isinstance(var, Tensor):
         raise TypeError(f"gaussian_nll_loss: var must be a Tensor or a float, got "
                         f"{type(var).__name__}")
-    elif (var.data < 0).any():
+    elif (var._array < 0).any():
         raise ValueError("var has negative entry/entries")
     var = _gaussian_var(var, input)
     if reduction not in ("mean", "sum", "none"):
@@ -303,7 +303,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
     else:
         loss = input - target * ops.log(input + eps)
     if full:
-        small = Tensor.wrap(target.data <= 1)
+        small = Tensor.wrap(target._array <= 1)
         # Where t <= 1 the term is dropped; its log would see 0 or a negative there.
         with np.errstate(divide="ignore", invalid="ignore"):
             stirling = (target * ops.log(target) - target
@@ -329,7 +329,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     target = as_tensor(target)
     _checks.broadcastable(input.shape, target.shape)
-    t = target.data
+    t = target._array
     return _reduce(ops.where(Tensor.wrap(t != 1), ops.clamp(margin - input, min=0.0), 0.0)
                    + ops.where(Tensor.wrap(t != -1), input, 0.0), reduction)
 
@@ -369,7 +369,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     if weight is not None and weight.ndim != 1:
         raise ValueError("weight must be one-dimensional")
     _check_margin_scores(input)
-    t = as_tensor(target).data
+    t = as_tensor(target)._array
     if input.ndim == 1 and t.shape == (1,):
         t = t.reshape(())
     expected = input.shape[:-1]
@@ -393,7 +393,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     # The target's own class is left out; the class weight is torch's constant, not learned.
     scale = (np.arange(classes) != index) / classes
     if weight is not None:
-        scale = scale * weight.data[index]
+        scale = scale * weight._array[index]
     return _reduce((hinge * Tensor.wrap(scale.astype(input.dtype))).sum(-1), reduction)
 
 
@@ -404,7 +404,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     _check_margin_scores(input)
-    t = as_tensor(target).data
+    t = as_tensor(target)._array
     if t.shape != input.shape:
         raise RuntimeError(f"inconsistent target size: {list(t.shape)} for input of size: "
                            f"{list(input.shape)}")
@@ -426,7 +426,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
 
 def _lengths(values, what):
     """input_lengths or target_lengths (a tensor or a sequence of ints) as an int64 array."""
-    array = np.asarray(values.data if isinstance(values, Tensor) else values)
+    array = np.asarray(values._array if isinstance(values, Tensor) else values)
     if array.dtype.kind not in "iu":
         raise RuntimeError(f"{what} must be integral")
     return array.astype(np.int64).reshape(-1)
@@ -434,7 +434,7 @@ def _lengths(values, what):
 
 def _ctc_labels(targets, target_lengths, batch, classes):
     """The targets as a (batch, longest) array, padded or concatenated as torch takes them."""
-    t = np.asarray(targets.data if isinstance(targets, Tensor) else targets).astype(np.int64)
+    t = np.asarray(targets._array if isinstance(targets, Tensor) else targets).astype(np.int64)
     longest = int(target_lengths.max(initial=0))
     if t.ndim == 1 and batch > 1 or t.ndim == 0:
         total = int(target_lengths.sum())
@@ -513,7 +513,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     loss = -ops.logsumexp(ops.cat([ops.take_along_dim(alpha, last, 1), before], 1), 1)
     frames = ops.exp(log_probs) * running
     loss = loss + (frames - frames.detach()).sum((0, 2))
-    impossible = loss.data > -log_zero / 2
+    impossible = loss._array > -log_zero / 2
     if impossible.any():
         loss = ops.where(Tensor.wrap(impossible), 0.0 if zero_infinity else np.inf, loss)
     if reduction == "mean":
@@ -541,7 +541,7 @@ def _class_dim(input):
 def _class_target(scores, target, class_dim):
     """The class-index array of target after torch's checks against scores (C,) or
     (N, C, d1, ...); unbatched scores also take a target of shape (1,), as in torch."""
-    t = target.data
+    t = target._array
     if scores.ndim == 1 and t.shape == (1,):
         t = t.reshape(())
     batch = t.shape[0] if t.ndim else 0
@@ -584,7 +584,7 @@ def _class_target_loss(log_probs, target, weight, ignore_index, reduction, label
     # Weight of each element's target class; None when every element counts once.
     target_weight = None
     if weight is not None:
-        target_weight = weight.data[index]
+        target_weight = weight._array[index]
         if any_ignored:
             target_weight = np.where(ignored, 0, target_weight)
     elif any_ignored:
@@ -620,7 +620,7 @@ def _fused_class_cross_entropy(input, target, weight, ignore_index, reduction, s
     if input.ndim > 2:
         input = input.permute((0,) + tuple(range(2, input.ndim)) + (1,))
     scores = input.reshape(-1, classes)
-    w = None if weight is None else weight.data
+    w = None if weight is None else weight._array
     loss = ops.cross_entropy(scores, target=t.reshape(-1), weight=w, ignore_index=ignore_index,
                              label_smoothing=smoothing)
     if reduction == "none":

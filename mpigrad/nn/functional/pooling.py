@@ -58,7 +58,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     if not return_indices:
         return out.squeeze(0) if unbatched else out
     # One winner per window (the first maximum), as torch returns.
-    taps = conv_ops.winning_taps(x.data, out.data, **geometry)
+    taps = conv_ops.winning_taps(x._array, out._array, **geometry)
     tap_row, tap_col = np.divmod(taps.astype(np.int64), kernel_size[1])
     oh, ow = out.shape[2:]
     rows = np.arange(oh)[:, None] * stride[0] - padding[0] + tap_row * dilation[0]
@@ -93,7 +93,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
         else:
             counted[..., ph:ph + h, pw:pw + w] = 1
         divisor = conv_ops.unfold(Tensor.wrap(counted), kernel_size=kernel_size,
-                                  dilation=(1, 1), padding=(0, 0), stride=stride).data.sum(1)
+                                  dilation=(1, 1), padding=(0, 0), stride=stride)._array.sum(1)
     out = (sums / divisor).reshape(n, c, oh, ow)
     return out.squeeze(0) if unbatched else out
 
@@ -148,7 +148,7 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
                            f"{list(input.shape)}")
     height, width = _adaptive_sizes("adaptive_max_pool2d", input, output_size, 2)
     h, w = input.shape[-2:]
-    planes = input.data
+    planes = input._array
     winners = np.empty(planes.shape[:-2] + (height, width), np.int64)
     for i, (top, bottom) in enumerate(_adaptive_bins(h, height)):
         for j, (left, right) in enumerate(_adaptive_bins(w, width)):

@@ -27,19 +27,19 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     row's gradient is divided by its index's count in input."""
     padding_idx = _checks.embedding_padding_idx("embedding", weight.shape[0], padding_idx, sparse)
     input = as_tensor(input)
-    _check_indices(input.data, weight.shape[0], "embedding", "num_embeddings", IndexError)
+    _check_indices(input._array, weight.shape[0], "embedding", "num_embeddings", IndexError)
     if max_norm is not None:
-        _renorm_rows(weight, np.unique(input.data), max_norm, norm_type)
+        _renorm_rows(weight, np.unique(input._array), max_norm, norm_type)
     rows = weight[input]
     if scale_grad_by_freq and rows.requires_grad:
         # Each looked-up row's gradient divided by how often its index occurs in input; the
         # value (and the tangent) are untouched, as in torch.
-        _, where_from, counts = np.unique(input.data, return_inverse=True, return_counts=True)
+        _, where_from, counts = np.unique(input._array, return_inverse=True, return_counts=True)
         scale = Tensor.wrap((1.0 / counts[where_from.reshape(input.shape)])[..., None]
                             .astype(weight.dtype))
         rows.register_hook(lambda grad: grad * scale)
     if padding_idx is not None:
-        keep = input.data != padding_idx
+        keep = input._array != padding_idx
         if not keep.all():
             rows = ops.where(Tensor.wrap(keep[..., None]), rows, rows.detach())
     return rows
@@ -47,7 +47,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 
 def _renorm_rows(weight, rows, max_norm, norm_type):
     with grad_mode.no_grad():
-        picked = weight.data[rows]
+        picked = weight._array[rows]
         norms = np.linalg.norm(picked, ord=norm_type, axis=1, keepdims=True)
         # torch's embedding_renorm_ adds 1e-7 to the norm.
         scale = np.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
@@ -60,9 +60,9 @@ def one_hot(tensor, num_classes=-1):
     if tensor.dtype.kind not in "iu":
         raise RuntimeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
     if num_classes == -1:
-        num_classes = int(tensor.data.max()) + 1 if tensor.data.size else 0
-    _check_indices(tensor.data, num_classes, "one_hot", "num_classes", RuntimeError)
-    return Tensor.wrap((tensor.data[..., None] == np.arange(num_classes)).astype(np.int64))
+        num_classes = int(tensor._array.max()) + 1 if tensor._array.size else 0
+    _check_indices(tensor._array, num_classes, "one_hot", "num_classes", RuntimeError)
+    return Tensor.wrap((tensor._array[..., None] == np.arange(num_classes)).astype(np.int64))
 
 
 def _bags(input, offsets, include_last_offset):
@@ -74,13 +74,13 @@ def _bags(input, offsets, include_last_offset):
                              f"is a mini-batch of fixed length sequences. However, found offsets "
                              f"of type {type(offsets)}")
         bags, width = input.shape
-        return input.data.reshape(-1), [(b * width, (b + 1) * width) for b in range(bags)]
+        return input._array.reshape(-1), [(b * width, (b + 1) * width) for b in range(bags)]
     if input.ndim != 1:
         raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
                          f"{input.ndim}")
     if offsets is None:
         raise ValueError("offsets has to be a 1D Tensor but got None")
-    offsets = np.asarray(offsets.data if isinstance(offsets, Tensor) else offsets)
+    offsets = np.asarray(offsets._array if isinstance(offsets, Tensor) else offsets)
     if offsets.ndim != 1:
         raise ValueError("offsets has to be a 1D Tensor")
     length = input.shape[0]
@@ -93,7 +93,7 @@ def _bags(input, offsets, include_last_offset):
     if (np.diff(offsets) < 0).any():
         raise RuntimeError(f"embedding_bag: offsets must not decrease, got {offsets.tolist()}")
     bounds = offsets.tolist() if include_last_offset else offsets.tolist() + [length]
-    return input.data, list(zip(bounds[:-1], bounds[1:]))
+    return input._array, list(zip(bounds[:-1], bounds[1:]))
 
 
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
@@ -144,7 +144,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
         for b in range(len(bags)):
             (held,) = np.nonzero(member[b])
             if held.size:
-                winners[b] = held[rows.data[held].argmax(0)]
+                winners[b] = held[rows._array[held].argmax(0)]
         filled = Tensor.wrap(member.any(1, keepdims=True).astype(weight.dtype))
         return rows.gather(0, Tensor.wrap(winners)) * filled
     if per_sample_weights is not None:

@@ -31,7 +31,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     norm_type = float(norm_type)
     if not tensors:
         return Tensor(np.array(0.0, dtype=np.float32))
-    arrays = [t.data for t in tensors]
+    arrays = [t._array for t in tensors]
     total = kernels.current().forwards["total_norm"](arrays, norm_type).astype(
         np.result_type(*arrays))
     if error_if_nonfinite and not np.isfinite(total):
@@ -47,7 +47,7 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     gradients = _gradients(parameters)
     if not gradients:
         return
-    total = np.asarray(total_norm.data if isinstance(total_norm, Tensor) else total_norm)
+    total = np.asarray(total_norm._array if isinstance(total_norm, Tensor) else total_norm)
     coefficient = np.minimum(total.dtype.type(float(max_norm)) / (total + total.dtype.type(1e-6)),
                              total.dtype.type(1.0))
     scale_ = kernels.current().forwards["scale_"]

@@ -18,8 +18,8 @@ def vector_to_parameters(vec, parameters):
     references to it."""
     if not isinstance(vec, Tensor):
         raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
-    flat, start = vec.data.reshape(-1), 0
+    flat, start = vec._array.reshape(-1), 0
     for param in parameters:
         with param.writing() as array:
             array[...] = flat[start:start + array.size].reshape(array.shape)
-        start += param.data.size
+        start += param._array.size

@@ -53,10 +53,10 @@ def flat_shard(array, rank, world):
 def sharded_state(net, optimizer, rank, world):
     """`{"model", "optim"}` with every tensor as this rank's FlatShard (zeros when `net` is
     fresh: a target to load into); the optimizer's numbers and groups as they are."""
-    model_state = {name: flat_shard(t.data, rank, world) for name, t in
+    model_state = {name: flat_shard(t._array, rank, world) for name, t in
                    net.state_dict().items()}
     optim_state = optimizer.state_dict()
-    state = {index: {key: flat_shard(value.data, rank, world)
+    state = {index: {key: flat_shard(value._array, rank, world)
                      if isinstance(value, mg.Tensor) else value
                      for key, value in values.items()}
              for index, values in optim_state["state"].items()}

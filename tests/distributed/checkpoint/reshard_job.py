@@ -54,10 +54,10 @@ def check_equal(actual, expected, where="state"):
             check_equal(actual[key], expected[key], f"{where}.{key}")
     elif isinstance(expected, dcp.FlatShard):
         assert (actual.offset, actual.global_shape) == (expected.offset, expected.global_shape)
-        np.testing.assert_array_equal(actual.local.data[:actual.length],
-                                      expected.local.data[:expected.length], err_msg=where)
+        np.testing.assert_array_equal(actual.local._array[:actual.length],
+                                      expected.local._array[:expected.length], err_msg=where)
     elif isinstance(expected, mg.Tensor):
-        np.testing.assert_array_equal(actual.data, expected.data, err_msg=where)
+        np.testing.assert_array_equal(actual._array, expected._array, err_msg=where)
     else:
         assert actual == expected, (where, actual, expected)
 

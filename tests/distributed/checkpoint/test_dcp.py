@@ -58,15 +58,15 @@ def test_saved_shards_load_into_other_splits_and_whole_tensors(shared_dir, rank,
         dcp.load(target, checkpoint_id=shared_dir)
         for name, value in net.state_dict().items():
             shard = target["model"][name]
-            np.testing.assert_array_equal(shard.local.data[:shard.length],
-                                          expected_slice(value.data, shard))
-            assert np.all(shard.local.data[shard.length:] == -7.0)  # padding left alone
+            np.testing.assert_array_equal(shard.local._array[:shard.length],
+                                          expected_slice(value._array, shard))
+            assert np.all(shard.local._array[shard.length:] == -7.0)  # padding left alone
         saved = optimizer.state_dict()
         for index, values in saved["state"].items():
             assert target["optim"]["state"][index]["step"] == values["step"] == 3
             shard = target["optim"]["state"][index]["exp_avg_sq"]
-            np.testing.assert_array_equal(shard.local.data[:shard.length],
-                                          expected_slice(values["exp_avg_sq"].data, shard))
+            np.testing.assert_array_equal(shard.local._array[:shard.length],
+                                          expected_slice(values["exp_avg_sq"]._array, shard))
         assert target["optim"]["param_groups"] == saved["param_groups"]
 
     # Whole: a fresh model and optimizer (empty state), loaded, step on as the original.
@@ -79,7 +79,7 @@ def test_saved_shards_load_into_other_splits_and_whole_tensors(shared_dir, rank,
     train_step(fresh, fresh_optimizer, 3)
     for (name, mine), theirs in zip(fresh.state_dict().items(),
                                     reference.state_dict().values()):
-        np.testing.assert_array_equal(mine.data, theirs.data, err_msg=name)
+        np.testing.assert_array_equal(mine._array, theirs._array, err_msg=name)
 
 
 def test_a_save_by_fewer_ranks_removes_the_shards_of_the_others(shared_dir, rank, size):
@@ -101,7 +101,7 @@ def test_replicated_tensors_and_values_round_trip(shared_dir, rank, size):
     w_before = target["w"]
     dcp.load(target, storage_reader=dcp.FileSystemReader(shared_dir))
     assert target["w"] is w_before
-    np.testing.assert_array_equal(target["w"].data, weights.data)
+    np.testing.assert_array_equal(target["w"]._array, weights._array)
     assert target["empty"] == [] and target["nested"] == {"k": [1, 2.5, "x", None]}
     np.testing.assert_array_equal(target["array"], np.arange(3))
     assert target["tuple"] == (0.9, 0.99)
@@ -122,7 +122,7 @@ def test_a_damaged_or_missing_shard_is_a_value_error_naming_it_on_every_rank(
     dist.barrier()
     with pytest.raises(ValueError, match=f"__{size - 1}_0.distcp"):
         dcp.load(target, checkpoint_id=shared_dir)
-    assert np.all(target["s"].data == 0)  # nothing written on a failed load
+    assert np.all(target["s"]._array == 0)  # nothing written on a failed load
     dist.barrier()
     if rank == 0:
         os.remove(last)
@@ -162,9 +162,9 @@ def test_ranks_holding_different_entries_as_pipeline_stages_do(shared_dir, rank,
                  for k, v in own(other).items()},
               "lr": None, "pair": mg.zeros(3, dtype=mg.float64)}
     dcp.load(target, checkpoint_id=shared_dir)
-    np.testing.assert_array_equal(target[f"layer{other}"].data, own(other)[f"layer{other}"].data)
+    np.testing.assert_array_equal(target[f"layer{other}"]._array, own(other)[f"layer{other}"]._array)
     assert target[f"count{other}"] == 10 * other and target["lr"] == 0.5
-    np.testing.assert_array_equal(target["pair"].data, shared["pair"].data)
+    np.testing.assert_array_equal(target["pair"]._array, shared["pair"]._array)
 
 
 def test_state_dicts_that_do_not_fit_together_fail_on_every_rank(shared_dir, rank, size):

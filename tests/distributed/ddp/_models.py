@@ -57,4 +57,4 @@ def blobs(n, d=8, classes=3, seed=2, dtype=np.float64, spread=2.0):
 
 
 def params_of(model):
-    return [p.data.copy() for p in model.parameters()]
+    return [p._array.copy() for p in model.parameters()]

@@ -68,7 +68,7 @@ def join_uneven(rank):
             x, y = regression_data(4, seed=10 * s + rank)
             mse(model(mg.tensor(x)), mg.tensor(y)).backward()
             opt.step()
-    flat = np.concatenate([p.data.ravel() for p in model.parameters()])
+    flat = np.concatenate([p._array.ravel() for p in model.parameters()])
     everyone = dist.group.WORLD.comm.allgather(flat)
     assert all(np.array_equal(f, flat) for f in everyone), "parameters differ after Join"
 

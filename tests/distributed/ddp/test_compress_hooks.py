@@ -61,7 +61,7 @@ def local_gradients(rank, size):
     model = MLP(seed=0, dtype=np.float32)
     x, y = regression_data(4, seed=rank, dtype=np.float32)
     mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-    return [p.grad.data / np.float32(size) for p in model.parameters()]
+    return [p.grad._array / np.float32(size) for p in model.parameters()]
 
 
 def ddp_gradients(rank, hook):
@@ -69,7 +69,7 @@ def ddp_gradients(rank, hook):
     model.register_comm_hook(None, hook)
     x, y = regression_data(4, seed=rank, dtype=np.float32)
     mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-    return [p.grad.data.copy() for p in model.parameters()]
+    return [p.grad._array.copy() for p in model.parameters()]
 
 
 def ring_oracle(codec, arrays):

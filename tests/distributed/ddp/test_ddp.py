@@ -95,7 +95,7 @@ def test_matches_single_process_oracle(rank, size, bucket_cap_mb, as_view, reduc
     assert_matches_oracle(model, batches)
     if reduction == "shared-memory":  # `.grad` left a view of this rank's shared buckets
         for p in model.parameters():
-            assert model.reducer.shared.holds(p.grad.data)
+            assert model.reducer.shared.holds(p.grad._array)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -118,10 +118,10 @@ def test_grad_is_average_and_view_mode_keeps_views(rank, size, monkeypatch):
     ref = MLP(seed=0)
     mse(ref(mg.tensor(x)), mg.tensor(y)).backward()
     for i, (p, q) in enumerate(zip(model.parameters(), ref.parameters())):
-        np.testing.assert_allclose(p.grad.data, q.grad.data, atol=1e-12)
+        np.testing.assert_allclose(p.grad._array, q.grad._array, atol=1e-12)
         bucket = reducer._bucket_of[i]
         if not bucket.in_place:
-            assert np.shares_memory(p.grad.data, bucket.buffer)
+            assert np.shares_memory(p.grad._array, bucket.buffer)
 
 
 def test_large_parameters_get_a_bucket_of_their_own():
@@ -154,7 +154,7 @@ def test_large_parameter_reduced_in_the_array_the_engine_stored(rank, size, as_v
     # Registered before DDP's hooks, so it sees `.grad` as the engine left it.
     for name, p in inner.named_parameters():
         p.register_post_accumulate_grad_hook(
-            lambda p, name=name: stored.__setitem__(name, (p.grad.data, p.grad.data.ctypes.data)))
+            lambda p, name=name: stored.__setitem__(name, (p.grad._array, p.grad._array.ctypes.data)))
     model = DDP(inner, gradient_as_bucket_view=as_view)
     reduced = []  # the buffers the reductions ran on
 
@@ -175,7 +175,7 @@ def test_large_parameter_reduced_in_the_array_the_engine_stored(rank, size, as_v
         reduced.clear()
         mse(model(mg.tensor(x)), mg.tensor(y)).backward()
         array, address = stored["w1"]
-        assert inner.w1.grad.data is array and inner.w1.grad.data.ctypes.data == address
+        assert inner.w1.grad._array is array and inner.w1.grad._array.ctypes.data == address
         buffer = next(buf for params, buf in reduced if params == [inner.w1])
         assert buffer.ctypes.data == address and np.shares_memory(buffer, array)
         arrays.append(array)
@@ -195,9 +195,9 @@ def test_unusable_grad_array_is_copied_on_that_rank_only(rank, size, as_view):
 
     def spoil(p):
         if rank == 1:
-            p.grad = Tensor.wrap(np.asfortranarray(p.grad.data))
+            p.grad = Tensor.wrap(np.asfortranarray(p.grad._array))
         elif rank == 2:
-            p.grad.data.flags.writeable = False
+            p.grad._array.flags.writeable = False
     inner.w1.register_post_accumulate_grad_hook(spoil)
     model = DDP(inner, gradient_as_bucket_view=as_view)
     train(model, batches, rank)
@@ -234,7 +234,7 @@ def test_buckets_rebuilt_in_ready_order_same_on_every_rank(rank):
     assert all(layout == after for layout in layouts)
     # And training still agrees across ranks with the new layout.
     mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-    assert_identical_across_ranks([p.grad.data for p in params])
+    assert_identical_across_ranks([p.grad._array for p in params])
 
 
 @pytest.mark.mpi(min_size=2)
@@ -256,7 +256,7 @@ def test_no_sync_accumulates_then_one_synced_step(rank, size, as_view, bucket_ca
         for j in range(k):
             micro_loss(j).backward()
     # Inside no_sync the gradients are this rank's own: they differ across ranks.
-    local_grads = MPI.COMM_WORLD.allgather(next(model.parameters()).grad.data.copy())
+    local_grads = MPI.COMM_WORLD.allgather(next(model.parameters()).grad._array.copy())
     assert not np.allclose(local_grads[0], local_grads[1])
     micro_loss(k).backward()
     opt.step()
@@ -275,10 +275,10 @@ def test_buffers_broadcast_from_rank0_each_forward(rank):
     model = MLP(seed=0)
     model.register_buffer("shift", mg.tensor(np.full(3, float(rank))))
     ddp = DDP(model)
-    assert np.all(model.shift.data == 0)
-    model.shift.data[...] = 10 + rank
+    assert np.all(model.shift._array == 0)
+    model.shift._array[...] = 10 + rank
     ddp(mg.tensor(np.zeros((1, 5))))
-    assert np.all(model.shift.data == 10)
+    assert np.all(model.shift._array == 10)
 
 
 @pytest.mark.mpi(min_size=2)

@@ -50,7 +50,7 @@ def test_parameter_unused_on_all_ranks_is_an_error_naming_it(rank):
     model.module.use_extra = True
     model.zero_grad()
     step(model, rank)
-    grads = MPI.COMM_WORLD.allgather(model.module.extra.grad.data.copy())
+    grads = MPI.COMM_WORLD.allgather(model.module.extra.grad._array.copy())
     assert all(np.array_equal(g, grads[0]) for g in grads)
 
 
@@ -93,9 +93,9 @@ def test_an_exception_inside_backward_is_an_error_from_that_backward_on_every_ra
     x, y = regression_data(4, seed=10 + rank)  # step()'s batch for seed=1
     mse(local(mg.tensor(x)), mg.tensor(y)).backward()
     expected = [np.mean(grads, axis=0) for grads in
-                zip(*MPI.COMM_WORLD.allgather([p.grad.data for p in local.parameters()]))]
+                zip(*MPI.COMM_WORLD.allgather([p.grad._array for p in local.parameters()]))]
     for param, average in zip(model.parameters(), expected):
-        np.testing.assert_allclose(param.grad.data, average, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(param.grad._array, average, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.mpi(min_size=2)

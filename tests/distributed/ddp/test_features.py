@@ -71,7 +71,7 @@ def train_classifier(rank, size, hook=None, state=None, steps=40):
     test_x, test_labels = blobs(64 * size + 400, seed=3, classes=4, spread=0.8)
     test_x, test_labels = test_x[-400:], test_labels[-400:]
     with mg.no_grad():
-        predicted = model.module(mg.tensor(test_x)).data.argmax(1)
+        predicted = model.module(mg.tensor(test_x))._array.argmax(1)
     return float((predicted == test_labels).mean()), params_of(model)
 
 
@@ -107,7 +107,7 @@ def one_backward_grads(rank, hook):
         model.register_comm_hook(None, hook)
     x, y = regression_data(4, seed=rank)
     mse(model(mg.tensor(x)), mg.tensor(y)).backward()
-    return [p.grad.data.copy() for p in model.parameters()]
+    return [p.grad._array.copy() for p in model.parameters()]
 
 
 @pytest.mark.mpi(min_size=2)
@@ -145,7 +145,7 @@ def test_hook_returning_a_new_array_fills_grad(rank, size, as_view):
             mse(model(mg.tensor(x)), mg.tensor(y)).backward()
         if hook is not None:
             assert calls == expected
-        return [p.grad.data.copy() for p in model.parameters()]
+        return [p.grad._array.copy() for p in model.parameters()]
     for exact, got in zip(grads(None), grads(out_of_place)):
         np.testing.assert_allclose(got, exact, rtol=1e-14, atol=1e-15)
 

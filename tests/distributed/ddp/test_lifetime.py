@@ -26,7 +26,7 @@ def test_wrappers_created_in_a_loop_free_their_communicators(process_group):
         model = DDP(nn.Linear(2, 2))
     model(mg.ones(3, 2) * (dist.get_rank() + 1)).sum().backward()  # the last one still works
     world = dist.get_world_size()
-    assert model.module.weight.grad.data.tolist() == [[1.5 * (world + 1)] * 2] * 2
+    assert model.module.weight.grad._array.tolist() == [[1.5 * (world + 1)] * 2] * 2
 
 
 def test_destroying_the_group_frees_its_wrappers_communicators(process_group):
@@ -98,8 +98,8 @@ def test_wrappers_in_reference_cycles_collected_at_different_moments_on_each_ran
                 gc.collect()
                 assert MPI.COMM_NULL not in dropped[-3:], "the cycle collector freed them"
             _train(live, live_optimizer, rank, steps=1)
-            gathered = np.empty((size,) + live.module.w0.data.shape)
-            world.comm.Allgather(np.ascontiguousarray(live.module.w0.data), gathered)
+            gathered = np.empty((size,) + live.module.w0._array.shape)
+            world.comm.Allgather(np.ascontiguousarray(live.module.w0._array), gathered)
             assert all(np.array_equal(gathered[0], g) for g in gathered)
         gc.collect()
         free_released(world)

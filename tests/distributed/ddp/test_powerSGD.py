@@ -102,8 +102,8 @@ def mnist_shaped(rank, size, hook=None, state=None, steps=300, per_rank=32):
         loss_fn(model(images[lo:lo + per_rank]), labels[lo:lo + per_rank]).backward()
         opt.step()
     with mg.no_grad():
-        predicted = net(test_set.tensors[0]).data.argmax(1)
-    return float((predicted == test_set.tensors[1].data).mean())
+        predicted = net(test_set.tensors[0])._array.argmax(1)
+    return float((predicted == test_set.tensors[1]._array).mean())
 
 
 @pytest.mark.mpi(min_size=2)

@@ -54,4 +54,4 @@ def full_params(model):
     """name -> full value of every parameter of a (possibly sharded) model (collective)."""
     from mpigrad.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    return {name: value.data for name, value in full.items()}
+    return {name: value._array for name, value in full.items()}

@@ -23,9 +23,9 @@ def measure(sharded=True):
     tracemalloc.start()
     mg.manual_seed(0)
     model = GPT(13, 4, LAYERS, 2, WIDTH, 0.0).double()
-    total = sum(p.data.nbytes for p in model.parameters())
+    total = sum(p._array.nbytes for p in model.parameters())
     tensors = len(list(model.parameters()))
-    unit = sum(p.data.nbytes for p in model.h[0].parameters())
+    unit = sum(p._array.nbytes for p in model.h[0].parameters())
     if sharded:
         for block in model.h:
             fully_shard(block)
@@ -46,8 +46,8 @@ def measure(sharded=True):
     step()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    kept = sum(p.data.nbytes + p.grad.data.nbytes for p in model.parameters())
-    kept += sum(v.data.nbytes for s in opt.state.values() for v in s.values()
+    kept = sum(p._array.nbytes + p.grad._array.nbytes for p in model.parameters())
+    kept += sum(v._array.nbytes for s in opt.state.values() for v in s.values()
                 if isinstance(v, mg.Tensor))
     return peak, kept, unit, total, tensors
 

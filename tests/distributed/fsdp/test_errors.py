@@ -37,7 +37,7 @@ def test_different_modules_are_an_error_on_every_rank(rank, size):
 
 def test_modules_of_one_dtype_per_unit(rank, size):
     model = build()
-    model.ln_f.weight.data = model.ln_f.weight.data.astype("float32")
+    model.ln_f.weight._array = model.ln_f.weight._array.astype("float32")
     with pytest.raises(TypeError, match="share a dtype"):
         fully_shard(model)
     with pytest.raises(ValueError, match="already applied"):

@@ -68,7 +68,7 @@ def test_no_shard_keeps_whole_parameters(rank, size):
                  auto_wrap_policy=BY_BLOCK)
     reference = build()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        np.testing.assert_array_equal(p.data, q.data.reshape(-1))
+        np.testing.assert_array_equal(p._array, q._array.reshape(-1))
 
 
 def test_bad_arguments_are_errors(rank, size):
@@ -84,7 +84,7 @@ def test_sync_module_states_takes_rank0s_values(rank, size):
     model = FSDP(build(seed=rank), auto_wrap_policy=BY_BLOCK, sync_module_states=True)
     got = full_params(model)
     for name, p in build(seed=0).named_parameters():
-        np.testing.assert_array_equal(got[name], p.data, err_msg=name)
+        np.testing.assert_array_equal(got[name], p._array, err_msg=name)
 
 
 def test_summon_full_params_shows_and_writes_back_full_values(rank, size):
@@ -93,9 +93,9 @@ def test_summon_full_params_shows_and_writes_back_full_values(rank, size):
     with FSDP.summon_full_params(model):
         params = dict(model.named_parameters())
         for name, p in reference.named_parameters():
-            np.testing.assert_array_equal(params["_fsdp_wrapped_module." + name].data, p.data)
+            np.testing.assert_array_equal(params["_fsdp_wrapped_module." + name]._array, p._array)
         with mg.no_grad():
             params["_fsdp_wrapped_module.ln_f.bias"].add_(1.0)
     assert model.module.ln_f.bias.ndim == 1
     np.testing.assert_array_equal(full_params(model)["ln_f.bias"],
-                                  reference.ln_f.bias.data + 1.0)
+                                  reference.ln_f.bias._array + 1.0)

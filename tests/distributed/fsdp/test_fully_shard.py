@@ -23,7 +23,7 @@ def oracle(data, **kwargs):
     params = list(model.parameters())
     _, losses, norms = train(model, data, 0, 1, clip_norm=MAX_NORM,
                              clip=lambda m: clip_grad_norm_(params, m))
-    return {n: p.data for n, p in model.state_dict().items()}, losses, norms
+    return {n: p._array for n, p in model.state_dict().items()}, losses, norms
 
 
 def shard_gpt(model, **kwargs):
@@ -83,11 +83,11 @@ def test_shards_are_one_nth_of_each_parameter(rank, size):
     assert any(n % 2 for n in sizes.values()) and any(n % 3 for n in sizes.values())
     model = shard_gpt(build())
     for name, shard in model.named_parameters():
-        np.testing.assert_array_equal(shard.data, shard_of(full.get_parameter(name).data,
+        np.testing.assert_array_equal(shard._array, shard_of(full.get_parameter(name)._array,
                                                            rank, size))
     got = full_params(model)
     for name, p in full.named_parameters():
-        np.testing.assert_array_equal(got[name], p.data)
+        np.testing.assert_array_equal(got[name], p._array)
 
 
 class Tiny(nn.Module):
@@ -126,7 +126,7 @@ def test_empty_shards_train_like_one_process(rank, size):
     assert model.b.bias.shape == ((1,) if rank == 0 else (0,))
     got = full_params(model)
     for name, p in ref.named_parameters():
-        np.testing.assert_allclose(got[name], p.data, rtol=0, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(got[name], p._array, rtol=0, atol=1e-12, err_msg=name)
 
 
 def test_mixed_precision_gathers_in_param_dtype(rank, size):
@@ -138,10 +138,10 @@ def test_mixed_precision_gathers_in_param_dtype(rank, size):
     opt, _, _ = train(model, data, rank, size)
     reference = build()
     train(reference, data, 0, 1)
-    grads = {name: p.grad.data for name, p in reference.named_parameters()}
+    grads = {name: p.grad._array for name, p in reference.named_parameters()}
     for name, shard in model.named_parameters():
         assert shard.dtype == np.float64 and shard.grad.dtype == np.float64
-        np.testing.assert_allclose(shard.grad.data, shard_of(grads[name], rank, size),
+        np.testing.assert_allclose(shard.grad._array, shard_of(grads[name], rank, size),
                                    rtol=1e-4, atol=1e-6, err_msg=name)
     assert all(v.dtype == np.float64 for s in opt.state.values() for v in s.values()
                if isinstance(v, mg.Tensor))
@@ -161,9 +161,9 @@ def test_unshard_and_reshard_by_hand(rank, size):
     block.unshard()
     full = {q.fqn: q.full for q in block._fsdp_state.unit.params}
     for name, p in reference.h[0].named_parameters():
-        np.testing.assert_array_equal(full[name].data, p.data)
+        np.testing.assert_array_equal(full[name]._array, p._array)
     block.reshard()
-    assert all(q.full.data.strides == (0,) * q.full.ndim or q.full.ndim == 0
+    assert all(q.full._array.strides == (0,) * q.full.ndim or q.full.ndim == 0
                for q in block._fsdp_state.unit.params)
 
 
@@ -213,7 +213,7 @@ def test_training_goes_on_after_evaluation_and_a_failed_backward(rank, size):
     train(reference, kept, 0, 1)
     got = full_params(model)
     for name, p in reference.named_parameters():
-        np.testing.assert_allclose(got[name], p.data, rtol=0, atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(got[name], p._array, rtol=0, atol=1e-10, err_msg=name)
 
 
 def test_next_units_gather_and_reduction_overlap_compute(rank, size):
@@ -251,4 +251,4 @@ def test_frozen_block_trains_like_one_process(rank, size):
     got = full_params(model)
     assert all(p.grad is None for p in model.h[0].parameters())
     for name, p in reference.named_parameters():
-        np.testing.assert_allclose(got[name], p.data, rtol=0, atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(got[name], p._array, rtol=0, atol=1e-10, err_msg=name)

@@ -36,7 +36,7 @@ def test_full_state_dicts_hold_one_process_values(rank, size):
     expected = reference.state_dict()
     assert list(full) == list(expected)  # the same names, in the same order, tied ones too
     for name, value in expected.items():
-        np.testing.assert_allclose(full[name].data, value.data, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(full[name]._array, value._array, rtol=0, atol=1e-12)
     optim = get_optimizer_state_dict(model, opt, options=FULL)
     ref_state = {name: ref_opt.state[p] for name, p in reference.named_parameters()}
     assert set(optim["state"]) == set(ref_state)
@@ -59,7 +59,7 @@ def test_sharded_state_dict_is_this_ranks_pieces(rank, size):
     for name, value in sharded.items():
         if name in full and isinstance(value, FlatShard):
             assert value.global_shape == full[name].shape
-            np.testing.assert_array_equal(value.local.data, shard_of(full[name], rank, size))
+            np.testing.assert_array_equal(value.local._array, shard_of(full[name], rank, size))
             assert value.offset == min(rank * -(-full[name].size // size), full[name].size)
     assert all(isinstance(v, FlatShard) for k, v in sharded.items() if k.endswith("weight"))
     first = next(iter(optim["state"].values()))
@@ -68,9 +68,9 @@ def test_sharded_state_dict_is_this_ranks_pieces(rank, size):
     name = "h.0.attn.c_attn.weight"
     with sharded[name].local.writing() as local:
         local[...] = 7.0
-    assert (model.get_parameter(name).data == 7.0).all()
+    assert (model.get_parameter(name)._array == 7.0).all()
     set_model_state_dict(model, sharded)  # loading a dict onto itself changes nothing
-    assert (model.get_parameter(name).data == 7.0).all()
+    assert (model.get_parameter(name)._array == 7.0).all()
 
 
 @pytest.mark.parametrize("form", ["sharded", "full", "full-from-rank0"])
@@ -124,7 +124,7 @@ def test_fsdp1_names_drop_the_wrapper_prefix(rank, size):
     fresh = FSDP(build(seed=3), auto_wrap_policy=BY_BLOCK)
     set_model_state_dict(fresh, full)
     for name, value in get_model_state_dict(fresh, options=FULL).items():
-        np.testing.assert_array_equal(value.data, full[name].data)
+        np.testing.assert_array_equal(value._array, full[name]._array)
 
 
 def test_bad_state_dicts_are_errors(rank, size):
@@ -166,7 +166,7 @@ def test_one_process_full_state_loads_into_any_world_size(rank, size):
     np.testing.assert_allclose(np.mean(all_ranks(got), axis=0), want, rtol=1e-10)
     after = full_params(model)
     for name, p in reference.named_parameters():
-        np.testing.assert_allclose(after[name], p.data, rtol=0, atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(after[name], p._array, rtol=0, atol=1e-10, err_msg=name)
 
 
 def all_ranks(values):

@@ -70,7 +70,7 @@ def zero_run(name, rank, size, steps=STEPS, as_view=False, stage=1):
 
 
 def state_bytes(optimizer):
-    return sum(v.data.nbytes for values in optimizer.state.values() for v in values.values()
+    return sum(v._array.nbytes for values in optimizer.state.values() for v in values.values()
                if isinstance(v, mg.Tensor))
 
 
@@ -82,8 +82,8 @@ def test_same_parameters_as_the_plain_optimizer(rank, size, name, as_view, stage
     net, opt = zero_run(name, rank, size, as_view=as_view, stage=stage)
     want, plain = plain_run(name, size)
     for got, expected in zip(net.parameters(), want.parameters()):
-        np.testing.assert_allclose(got.data, expected.data, rtol=0, atol=1e-10)
-    flat = np.concatenate([p.data.ravel() for p in net.parameters()])
+        np.testing.assert_allclose(got._array, expected._array, rtol=0, atol=1e-10)
+    flat = np.concatenate([p._array.ravel() for p in net.parameters()])
     everyone = MPI.COMM_WORLD.allgather(flat)
     assert all(np.array_equal(other, flat) for other in everyone)
     # Each rank keeps state only for what it owns; together that is the whole state, once.
@@ -105,11 +105,11 @@ def test_learning_rate_changes_reach_the_local_optimizer(rank, size):
     opt = ZeroRedundancyOptimizer(net.parameters(), SGD, lr=0.1)
     for group in opt.param_groups:
         group["lr"] = 0.0
-    before = [p.data.copy() for p in net.parameters()]
+    before = [p._array.copy() for p in net.parameters()]
     for p in net.parameters():
         p.grad = mg.tensor(np.ones(p.shape))
     opt.step()
-    assert all(np.array_equal(a, p.data) for a, p in zip(before, net.parameters()))
+    assert all(np.array_equal(a, p._array) for a, p in zip(before, net.parameters()))
     assert all(g["lr"] == 0.0 for g in opt.optim.param_groups)
 
 
@@ -169,7 +169,7 @@ def assert_same_state_dict(got, want):
         assert got["state"][i].keys() == values.keys()
         for key, value in values.items():
             if isinstance(value, mg.Tensor):
-                np.testing.assert_allclose(got["state"][i][key].data, value.data, rtol=0,
+                np.testing.assert_allclose(got["state"][i][key]._array, value._array, rtol=0,
                                            atol=1e-10)
             else:
                 assert got["state"][i][key] == value
@@ -187,12 +187,12 @@ def run_on_first(k, name, data, resume=None):
         opt = ZeroRedundancyOptimizer(param_groups(net), cls, process_group=group, **kwargs)
         if resume is not None:
             for p, w in zip(net.parameters(), resume[0]):
-                p.data[...] = w
+                p._array[...] = w
             opt.load_state_dict(resume[1])
         train(net, opt, data, 0, len(data[0][0]))
         opt.consolidate_state_dict(to=0)
         if group.rank() == 0:
-            result = ([p.data.copy() for p in net.parameters()], opt.state_dict())
+            result = ([p._array.copy() for p in net.parameters()], opt.state_dict())
         dist.destroy_process_group(group)
     return MPI.COMM_WORLD.bcast(result, root=0)
 
@@ -209,7 +209,7 @@ def test_state_dict_moves_between_world_sizes(size, name):
         weights, state_dict = run_on_first(second, name, data[half:],
                                            resume=run_on_first(first, name, data[:half]))
         for got, expected in zip(weights, want.parameters()):
-            np.testing.assert_allclose(got, expected.data, rtol=0, atol=1e-10)
+            np.testing.assert_allclose(got, expected._array, rtol=0, atol=1e-10)
         assert_same_state_dict(state_dict, plain.state_dict())
 
 
@@ -226,9 +226,9 @@ def test_optimizer_state_is_sharded(rank, size):
         p.grad = mg.zeros(p.shape)
     opt.step()
     per_rank = MPI.COMM_WORLD.allgather(state_bytes(opt.optim))
-    unsharded = 2 * sum(p.data.nbytes for p in net.parameters())
+    unsharded = 2 * sum(p._array.nbytes for p in net.parameters())
     assert sum(per_rank) == unsharded
-    largest = max(p.data.nbytes for p in net.parameters())
+    largest = max(p._array.nbytes for p in net.parameters())
     # The greedy rule's guarantee: no rank exceeds the ideal share by more than one parameter.
     assert max(per_rank) <= unsharded / size + 2 * largest
 

@@ -45,12 +45,12 @@ def main():
         reference_optimizer.zero_grad()
         mse(reference(x), y).backward()
         for name, param in module.named_parameters():
-            np.testing.assert_allclose(param.grad.data, reference_params[name].grad.data,
+            np.testing.assert_allclose(param.grad._array, reference_params[name].grad._array,
                                        err_msg=f"step {step} {name}", **TOL)
         optimizer.step()
         reference_optimizer.step()
     for name, param in module.named_parameters():
-        np.testing.assert_allclose(param.data, reference_params[name].data, err_msg=name, **TOL)
+        np.testing.assert_allclose(param._array, reference_params[name]._array, err_msg=name, **TOL)
     print(f"rank {rank} (pipeline {replica}, stage {stage_index}): equals one process",
           flush=True)
     dist.destroy_process_group()

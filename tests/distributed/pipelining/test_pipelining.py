@@ -54,7 +54,7 @@ def test_a_schedule_equals_one_process(schedule_name, optimizer, rank, size):
         reference_out = reference(x)
         mse(reference_out, y).backward()
         if num_stages - 1 in mine:
-            np.testing.assert_allclose(out.data, reference_out.data, **TOL)
+            np.testing.assert_allclose(out._array, reference_out._array, **TOL)
             size_mb = x.shape[0] // n_microbatches
             expected = [mse(reference_out[i:i + size_mb], y[i:i + size_mb]).item()
                         for i in range(0, x.shape[0], size_mb)]
@@ -63,13 +63,13 @@ def test_a_schedule_equals_one_process(schedule_name, optimizer, rank, size):
             assert out is None and losses == []
         for module in modules:
             for name, param in module.named_parameters():
-                np.testing.assert_allclose(param.grad.data, reference_params[name].grad.data,
+                np.testing.assert_allclose(param.grad._array, reference_params[name].grad._array,
                                            err_msg=f"step {step}, {name}", **TOL)
         stage_optimizer.step()
         reference_optimizer.step()
     for module in modules:
         for name, param in module.named_parameters():
-            np.testing.assert_allclose(param.data, reference_params[name].data, err_msg=name,
+            np.testing.assert_allclose(param._array, reference_params[name]._array, err_msg=name,
                                        **TOL)
 
 
@@ -81,7 +81,7 @@ def test_forward_only_and_uneven_micro_batches(rank, size):
     schedule = Schedule1F1B(pipe.build_stage(rank), 3)
     out = schedule.step(*((x,) if rank == 0 else ()))
     if rank == size - 1:
-        np.testing.assert_allclose(out.data, chain(size)(x).data, **TOL)
+        np.testing.assert_allclose(out._array, chain(size)(x)._array, **TOL)
         assert all(p.grad is None for p in pipe.get_stage_module(rank).parameters())
 
 
@@ -169,7 +169,7 @@ def test_pipeline_cuts_a_chain_of_named_children_and_keeps_their_names():
     out = x
     for i in range(3):
         out = pipe.get_stage_module(i)(out)
-    np.testing.assert_allclose(out.data, model(x).data, **TOL)
+    np.testing.assert_allclose(out._array, model(x)._array, **TOL)
 
 
 def test_pipeline_refuses_what_it_cannot_cut():
@@ -224,11 +224,11 @@ def test_pipeline_checks_the_cut_in_eval_mode_and_restores_each_mode():
                           nn.Linear(5, 2)).double()
     model[2].eval()
     x, _ = batch(0)
-    before = model[2].running_mean.data.copy()
+    before = model[2].running_mean._array.copy()
     pipe = pipeline(model, (x[:4],), split_spec={"2": SplitPoint.BEGINNING})
     assert pipe.num_stages == 2
     assert [m.training for m in model] == [True, True, False, True]
-    np.testing.assert_array_equal(model[2].running_mean.data, before)
+    np.testing.assert_array_equal(model[2].running_mean._array, before)
 
 
 @pytest.mark.mpi_skip  # launches its own jobs of 2 ranks

@@ -108,9 +108,9 @@ def test_distributed_autograd_matches_torch_rpc(workers):
                     m_grads = {n: rpc.rpc_sync(_owner(n), mg_grad, args=(n, mid)) for n in arrays}
                     m_x = dist_autograd.get_gradients(mid)[xm]
             np.testing.assert_allclose(m_loss.item(), t_loss.item(), rtol=1e-10)
-            np.testing.assert_allclose(m_x.data, t_x.numpy(), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(m_x._array, t_x.numpy(), rtol=1e-10, atol=1e-12)
             for name in arrays:
-                np.testing.assert_allclose(m_grads[name].data, t_grads[name].numpy(),
+                np.testing.assert_allclose(m_grads[name]._array, t_grads[name].numpy(),
                                            rtol=1e-10, atol=1e-12)
     finally:
         trpc.shutdown()

@@ -38,7 +38,7 @@ def test_mpigrad_ops_travel_by_name(workers):
     rank, _ = workers
     if rank == 0:
         out = rpc.rpc_sync(1, mg.add, args=(mg.ones(3), 2))
-        np.testing.assert_array_equal(out.data, np.full(3, 3.0))
+        np.testing.assert_array_equal(out._array, np.full(3, 3.0))
 
 
 def test_rpc_async_future_api(workers):

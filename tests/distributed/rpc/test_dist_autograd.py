@@ -36,7 +36,7 @@ def _oracle(x_array):
 
     loss = _remote.split_loss(x, local["W0"], lambda: local["W1"], stage1)
     loss.backward()
-    return loss.item(), x.grad.data, {name: p.grad.data for name, p in local.items()}
+    return loss.item(), x.grad._array, {name: p.grad._array for name, p in local.items()}
 
 
 def _remote_grad(name, context_id):
@@ -49,15 +49,15 @@ def test_split_model_matches_one_process(model):
     if rank != 0:
         return
     x = _input()
-    expected_loss, expected_x, expected = _oracle(x.data)
+    expected_loss, expected_x, expected = _oracle(x._array)
     with bounded(60), dist_autograd.context() as context_id:
         loss = _remote.distributed_split_loss(x)
         dist_autograd.backward(context_id, [loss])
         np.testing.assert_allclose(loss.item(), expected_loss, **TOL)
         grads = dist_autograd.get_gradients(context_id)
-        np.testing.assert_allclose(grads[x].data, expected_x, **TOL)
+        np.testing.assert_allclose(grads[x]._array, expected_x, **TOL)
         for name in ("W0", "W1", "W2"):
-            np.testing.assert_allclose(_remote_grad(name, context_id).data, expected[name], **TOL)
+            np.testing.assert_allclose(_remote_grad(name, context_id)._array, expected[name], **TOL)
         # Gradients live in the context only.
         assert x.grad is None and _remote.param("W0").grad is None
         assert rpc.rpc_sync(1, _remote.grad_attribute, args=("W1",)) is None
@@ -70,14 +70,14 @@ def test_backward_twice_with_retain_graph_accumulates_in_the_context(model):
     if rank != 0:
         return
     x = _input(1)
-    _, expected_x, expected = _oracle(x.data)
+    _, expected_x, expected = _oracle(x._array)
     with bounded(60), dist_autograd.context() as context_id:
         loss = _remote.distributed_split_loss(x)
         dist_autograd.backward(context_id, [loss], retain_graph=True)
         dist_autograd.backward(context_id, [loss])
-        np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+        np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x]._array,
                                    2 * expected_x, **TOL)
-        np.testing.assert_allclose(_remote_grad("W2", context_id).data, 2 * expected["W2"],
+        np.testing.assert_allclose(_remote_grad("W2", context_id)._array, 2 * expected["W2"],
                                    **TOL)
 
 
@@ -142,7 +142,7 @@ def test_a_pass_after_a_timed_out_one_takes_only_its_own_gradients(process_group
                     dist_autograd.backward(context_id, [y.sum()], retain_graph=True)
                 rpc.rpc_sync(1, _remote.set_slow, args=(0.0, 5.0))
                 dist_autograd.backward(context_id, [y.sum()])
-                np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+                np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x]._array,
                                            np.full(3, 5.0), **TOL)
                 assert rpc.rpc_sync(0, _remote.gradients_waiting, args=(context_id,)) == 0
     finally:
@@ -178,8 +178,8 @@ def test_concurrent_contexts_stay_apart(model):
                 for _ in range(5):
                     loss = _remote.distributed_split_loss(x)
                     dist_autograd.backward(context_id, [loss])
-                results[seed] = (x.data.copy(), dist_autograd.get_gradients(context_id)[x].data,
-                                 _remote_grad("W1", context_id).data)
+                results[seed] = (x._array.copy(), dist_autograd.get_gradients(context_id)[x]._array,
+                                 _remote_grad("W1", context_id)._array)
         except Exception as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -205,19 +205,19 @@ def test_rref_backward_equals_dist_autograd_backward(model):
         with dist_autograd.context() as context_id:
             loss = rpc.rpc_sync("worker1", _remote.squared_sum, args=(x,))
             dist_autograd.backward(context_id, [loss])
-            expected = dist_autograd.get_gradients(context_id)[x].data.copy()
+            expected = dist_autograd.get_gradients(context_id)[x]._array.copy()
         with dist_autograd.context() as context_id:
             rref = rpc.remote("worker1", _remote.squared_sum, args=(x,))
             rref.backward(context_id)
-            np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+            np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x]._array,
                                        expected, **TOL)
-        np.testing.assert_allclose(expected, 2 * x.data, **TOL)
+        np.testing.assert_allclose(expected, 2 * x._array, **TOL)
         with pytest.raises(RuntimeError, match="only the owner"):
             rref.backward()
         # On the owner, without a context: the local pass, into .grad.
         local = rpc.RRef(_remote.squared_sum(x))
         local.backward()
-        np.testing.assert_allclose(x.grad.data, 2 * x.data, **TOL)
+        np.testing.assert_allclose(x.grad._array, 2 * x._array, **TOL)
 
 
 @pytest.mark.mpi(min_size=3)
@@ -235,7 +235,7 @@ def test_a_worker_fenced_still_forwards_passes_and_releases(workers):
             y = rpc.rpc_sync(1, _remote.call_back, args=(2, _remote.scaled, (x, 2.0)))
             rpc.rpc_sync(1, _remote.fence_for, args=(30.0,))
             dist_autograd.backward(context_id, [y.sum()])
-            np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x].data,
+            np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x]._array,
                                        np.full(3, 2.0), **TOL)
         # Waits for the release, which went through worker1 to worker2.
         assert rpc.rpc_sync(2, _remote.context_count) == 0

@@ -37,7 +37,7 @@ def _local_training(optimizer_class, inputs, **hyper):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    return losses, {n: p.data for n, p in params.items()}
+    return losses, {n: p._array for n, p in params.items()}
 
 
 @pytest.mark.parametrize("optimizer_class, hyper", [
@@ -62,7 +62,7 @@ def test_steps_match_a_local_optimizer(model, optimizer_class, hyper):
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-10, atol=1e-10)
     for name in NAMES:
         value = rpc.rpc_sync(_remote.state["owners"][name], _remote.param, args=(name,))
-        np.testing.assert_allclose(value.data, expected[name], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(value._array, expected[name], rtol=1e-10, atol=1e-10)
 
 
 def test_an_owner_error_reaches_the_caller(model):

@@ -31,7 +31,7 @@ def test_rpc_while_ddp_trains(workers):
                 peers = [(rank + k) % size for k in range(1, size)]
                 futures = [rpc.rpc_async(p, _remote.scaled, args=(t, p + 1.0)) for p in peers]
                 for peer, fut in zip(peers, futures):
-                    np.testing.assert_array_equal(fut.wait().data, t.data * (peer + 1.0))
+                    np.testing.assert_array_equal(fut.wait()._array, t._array * (peer + 1.0))
                     checked.append(peer)
         except Exception as exc:  # reported by the test thread
             errors.append(exc)

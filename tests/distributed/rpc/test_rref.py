@@ -65,9 +65,9 @@ def test_local_rref_and_rrefs_of_tensors(workers):
     assert local.to_here() is t and local.owner_name() == "worker0"
     # The owner's own object comes back when the RRef returns to its owner.
     assert rpc.rpc_sync(1, _remote.identity, args=(local,)).local_value() is t
-    assert rpc.rpc_sync(1, _remote.to_here_of, args=(local,)).data.tolist() == list(range(6))
+    assert rpc.rpc_sync(1, _remote.to_here_of, args=(local,))._array.tolist() == list(range(6))
     remote_tensor = rpc.remote(1, _remote.random_tensor, args=(3, (4,)))
-    np.testing.assert_array_equal(remote_tensor.to_here().data,
+    np.testing.assert_array_equal(remote_tensor.to_here()._array,
                                   np.random.default_rng(3).standard_normal(4))
 
 

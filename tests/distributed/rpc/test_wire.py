@@ -26,7 +26,7 @@ def test_tensors_and_arrays_round_trip_exactly(workers):
         tensor = mg.from_numpy(array.copy())
         back = rpc.rpc_sync(1, _remote.identity, args=(tensor,))
         assert isinstance(back, mg.Tensor) and back.dtype == tensor.dtype
-        np.testing.assert_array_equal(back.data, tensor.data)
+        np.testing.assert_array_equal(back._array, tensor._array)
 
 
 def test_shapes_views_and_large_tensors(workers):
@@ -40,8 +40,8 @@ def test_shapes_views_and_large_tensors(workers):
     strided = np.arange(40.0).reshape(5, 8)[:, ::3]  # not contiguous: sent as a copy
     np.testing.assert_array_equal(rpc.rpc_sync(1, _remote.identity, args=(strided,)), strided)
     big = mg.from_numpy(np.random.default_rng(1).standard_normal(2 * 1024 * 1024))  # 16 MB
-    np.testing.assert_array_equal(rpc.rpc_sync(1, _remote.scaled, args=(big, 2.0)).data,
-                                  big.data * 2)
+    np.testing.assert_array_equal(rpc.rpc_sync(1, _remote.scaled, args=(big, 2.0))._array,
+                                  big._array * 2)
 
 
 def test_requires_grad_is_kept_outside_a_context(workers):
@@ -59,7 +59,7 @@ def test_one_tensor_twice_in_a_message_stays_one_tensor(workers):
         t = mg.arange(4, dtype=mg.float64)
         a, b = rpc.rpc_sync(1, _remote.identity, args=(t, t))
         assert a is b
-        np.testing.assert_array_equal(a.data, t.data)
+        np.testing.assert_array_equal(a._array, t._array)
 
 
 def test_tensors_inside_containers_and_objects(workers):
@@ -67,7 +67,7 @@ def test_tensors_inside_containers_and_objects(workers):
     if rank == 0:
         payload = {"w": [mg.ones(2), (np.arange(3), "s")], "n": None}
         back = rpc.rpc_sync(1, _remote.identity, args=(payload,))
-        np.testing.assert_array_equal(back["w"][0].data, np.ones(2))
+        np.testing.assert_array_equal(back["w"][0]._array, np.ones(2))
         np.testing.assert_array_equal(back["w"][1][0], np.arange(3))
         assert back["w"][1][1] == "s" and back["n"] is None
         objects = np.array([{"a": 1}, None], dtype=object)  # no MPI type: goes by pickle
@@ -88,7 +88,7 @@ def test_views_keep_their_strides_inline_and_apart(workers):
                               (base.transpose(1, 0, 2), True), (base[:, ::2, 1:], False)):
             back = rpc.rpc_sync(1, _remote.identity, args=(mg.Tensor.wrap(view),))
             if spanned:
-                assert back.data.strides == view.strides
+                assert back._array.strides == view.strides
             else:
-                assert back.data.flags.c_contiguous
-            np.testing.assert_array_equal(back.data, view)
+                assert back._array.flags.c_contiguous
+            np.testing.assert_array_equal(back._array, view)

@@ -95,7 +95,7 @@ def test_a_call_with_tensors_is_fast():
     assert form == wire.FAST
     func, (tensor, two), kwargs = back
     assert func is _remote.add and two == 2 and kwargs == {"scale": 3}
-    np.testing.assert_array_equal(tensor.data, t.data)
+    np.testing.assert_array_equal(tensor._array, t._array)
 
 
 PICKLED_VALUES = [
@@ -110,7 +110,7 @@ def test_other_values_fall_back_to_pickle(value):
     back, form = round_trip((value, mg.ones(2)))
     assert form == wire.PICKLED
     assert type(back[0]) is type(value) and back[0] == value
-    np.testing.assert_array_equal(back[1].data, np.ones(2))  # the tensor still travels raw
+    np.testing.assert_array_equal(back[1]._array, np.ones(2))  # the tensor still travels raw
 
 
 def test_shared_and_recursive_containers_keep_their_identity():
@@ -161,7 +161,7 @@ def test_tensors_keep_dtype_shape_strides_and_requires_grad(name, form, inline):
             (tensor, view, tensor, extra), inline)
         assert used == (wire.PICKLED if form == "pickled" else wire.FAST)
         assert back_tensor is same  # one tensor twice in a message stays one tensor
-        for back in (back_tensor.data, back_array):
+        for back in (back_tensor._array, back_array):
             assert back.dtype == view.dtype and back.shape == view.shape
             if name in SPANNED:
                 assert back.strides == view.strides, (name, dtype)
@@ -175,8 +175,8 @@ def test_tensors_keep_dtype_shape_strides_and_requires_grad(name, form, inline):
 def test_negative_strides_arrive_as_a_contiguous_copy():
     flipped = np.arange(12.0).reshape(3, 4)[::-1, ::2]
     back, _ = round_trip(mg.Tensor.wrap(flipped))
-    np.testing.assert_array_equal(back.data, flipped)
-    assert back.data.flags.c_contiguous
+    np.testing.assert_array_equal(back._array, flipped)
+    assert back._array.flags.c_contiguous
 
 
 def wire_bytes(payload, inline):
@@ -194,14 +194,14 @@ def test_a_column_of_a_large_matrix_sends_the_column_not_the_matrix(inline):
     column = matrix[:, 3]
     assert wire_bytes(mg.Tensor.wrap(column), inline) < column.nbytes + 512
     back, _ = round_trip(mg.Tensor.wrap(column), inline)
-    np.testing.assert_array_equal(back.data, column)
-    assert back.data.flags.c_contiguous and back.data.flags.writeable
-    back.data[0] = -1.0
+    np.testing.assert_array_equal(back._array, column)
+    assert back._array.flags.c_contiguous and back._array.flags.writeable
+    back._array[0] = -1.0
     assert matrix[0, 3] == 3.0
     # Within twice its bytes the span goes as is, strides kept: every other column.
     every_other = matrix[:8, ::2]
     assert wire_bytes(mg.Tensor.wrap(every_other), inline) < 2 * every_other.nbytes + 512
-    assert round_trip(mg.Tensor.wrap(every_other), inline)[0].data.strides == \
+    assert round_trip(mg.Tensor.wrap(every_other), inline)[0]._array.strides == \
         every_other.strides
 
 
@@ -213,7 +213,7 @@ def test_a_broadcast_view_arrives_as_independent_writeable_elements(as_tensor, i
     sent = mg.Tensor.wrap(view).expand(1000, 4) if as_tensor else view
     assert wire_bytes(sent, inline) >= view.size * view.itemsize  # a copy of every element
     back, _ = round_trip(sent, inline)
-    array = back.data if as_tensor else back
+    array = back._array if as_tensor else back
     np.testing.assert_array_equal(array, view)
     assert array.shape == (1000, 4) and array.flags.c_contiguous and array.flags.writeable
     array[0, 0] = -1.0
@@ -223,10 +223,10 @@ def test_a_broadcast_view_arrives_as_independent_writeable_elements(as_tensor, i
 def test_received_tensors_are_writable_and_independent():
     a, b = mg.ones(3), mg.zeros(2)
     back_a, back_b = round_trip((a, b))[0]
-    back_a.data += 1
-    np.testing.assert_array_equal(back_a.data, [2, 2, 2])
-    np.testing.assert_array_equal(back_b.data, [0, 0])
-    np.testing.assert_array_equal(a.data, [1, 1, 1])
+    back_a._array += 1
+    np.testing.assert_array_equal(back_a._array, [2, 2, 2])
+    np.testing.assert_array_equal(back_b._array, [0, 0])
+    np.testing.assert_array_equal(a._array, [1, 1, 1])
 
 
 @pytest.mark.parametrize("pickled", [False, True])

@@ -49,7 +49,7 @@ def _hand_made_ring_all_reduce(t):
     to the right neighbour and adds what comes from the left."""
     rank, size = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % size, (rank - 1) % size
-    outgoing, total = t.data.copy(), t.data.copy()
+    outgoing, total = t._array.copy(), t._array.copy()
     incoming = np.empty_like(outgoing)
     for _ in range(size - 1):
         sending = dist.isend(outgoing, dst=right)
@@ -57,7 +57,7 @@ def _hand_made_ring_all_reduce(t):
         sending.wait()
         total += incoming
         outgoing, incoming = incoming, outgoing
-    t.data[...] = total
+    t._array[...] = total
     t.mark_written()
 
 
@@ -100,8 +100,8 @@ def test_data_parallel_sgd_stays_in_sync_with_one_process(rank, size):
     for _ in range(3):
         grad = _mse_grad(w_parallel, *_batch(rank))
         dist.all_reduce(grad, op=dist.ReduceOp.AVG)
-        w_parallel = w_parallel - 0.1 * grad.data
-        w_single = w_single - 0.1 * _mse_grad(w_single, *everything).data
+        w_parallel = w_parallel - 0.1 * grad._array
+        w_single = w_single - 0.1 * _mse_grad(w_single, *everything)._array
     assert_matches(w_parallel, w_single)
     replicas = [None] * size
     dist.all_gather_object(replicas, w_parallel.tobytes())

@@ -108,7 +108,7 @@ class SharedBuckets:
             platform.machine().lower() in _TOTAL_STORE_ORDER
         slots = len(params) + 1
         flags_bytes = _aligned(slots * 2 * 8, _PAGE)
-        data_bytes = _aligned(sum(p.data.nbytes + _ALIGN for p in params), _PAGE)
+        data_bytes = _aligned(sum(p._array.nbytes + _ALIGN for p in params), _PAGE)
         stride = flags_bytes + data_bytes
         what = "DistributedDataParallel's shared-memory buckets"
         with blocked(process_group, f"making {what}"):
