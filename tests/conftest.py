@@ -49,28 +49,20 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.mpi)
 
 
-@pytest.fixture(scope="session")
-def process_group():
-    """The default process group, started once per session unless something else did."""
-    import mpigrad.distributed as dist  # importing it initialises MPI, so only when needed
-    mine = not dist.is_initialized()
-    if mine:
-        dist.init_process_group()
-    yield dist.group.WORLD
-    if mine and dist.is_initialized():
-        dist.destroy_process_group()
+# `process_group` (the default group, started once per session) is the fixture of mpigrad's
+# own pytest plugin (mpigrad/testing/plugin.py), which installing mpigrad registers.
 
 
 # Looked up per test: a test of init/destroy may have replaced the default group.
 @pytest.fixture
 def rank(process_group):
-    import mpigrad.distributed as dist  # not at the top: see process_group
+    import mpigrad.distributed as dist  # not at the top: importing it may start MPI
     return dist.get_rank()
 
 
 @pytest.fixture
 def size(process_group):
-    import mpigrad.distributed as dist  # not at the top: see process_group
+    import mpigrad.distributed as dist  # not at the top: importing it may start MPI
     return dist.get_world_size()
 
 

@@ -9,6 +9,7 @@ import numbers
 import os
 import re
 import warnings
+import weakref
 import zlib
 
 import numpy as np
@@ -186,6 +187,46 @@ def free_released(group):
     members = {key: size for released in everyone for key, size in released}
     for key in sorted(key for key in candidates if reports[key] == members[key]):
         candidates[key].free()
+
+
+class DuplicatedCommunicators:
+    """Base of the objects that talk on duplicates of a group's communicator of their own, so
+    their messages never match the user's (DDP's Channel, FSDP's ShardComm): `count`
+    duplicates made collectively at construction, under the watchdog as `owner: ...`, and
+    held as the group's `Communicators`, so that the holder's collection only releases them.
+    Once the group is destroyed they are gone, and using them is an error that says `again`."""
+
+    def __init__(self, process_group, owner, again, count=2):
+        self.process_group = process_group
+        self._owner, self._again = owner, again
+        comms = []
+        with self.blocked("duplicating the group's communicator"):  # Dup is collective
+            free_released(process_group)  # earlier holders' ones, dropped on every rank
+            try:
+                for _ in range(count):
+                    comms.append(duplicate(process_group.comm, owner))
+            except BaseException:
+                for comm in comms:
+                    comm.Free()
+                raise
+        communicators = Communicators(process_group, comms)
+        self._comms = communicators.comms  # emptied when the group is destroyed
+        weakref.finalize(self, communicators.release)
+
+    @property
+    def control(self):
+        """The second duplicate: the holder's small blocking messages."""
+        return self._open()[1]
+
+    def _open(self):
+        if not self._comms:
+            raise RuntimeError(f"{self._owner}: its process group was destroyed "
+                               f"(destroy_process_group); {self._again}, in a live group")
+        return self._comms
+
+    def blocked(self, what):
+        """A watch (see watchdog) for a blocking wait of the holder's on this group."""
+        return watchdog.blocked(self.process_group, f"{self._owner}: {what}")
 
 
 class _NonGroupMember:

@@ -14,35 +14,21 @@ wrapper's construction, `new_group`), or when the group is destroyed: MPI has a 
 of them per process (2048 in MPICH), which a sweep creating DDP wrappers in a loop would
 otherwise exhaust. Never freed by the collector itself, whose timing differs between ranks.
 """
-import weakref
-
 import numpy as np
 from mpi4py import MPI
 
 from ..buffers import mpi_type
-from ..fault.watchdog import blocked
-from ..process_group import Communicators, duplicate, free_released
+from ..process_group import DuplicatedCommunicators, duplicate
 
 
-class Channel:
+class Channel(DuplicatedCommunicators):
     """The communicators and blocking operations DDP (the Reducer, DDP itself, Join's DDP
     hook) uses on `process_group`."""
 
     def __init__(self, process_group):
-        self.process_group = process_group
-        with self.blocked("duplicating the group's communicator"):  # Dup is collective
-            free_released(process_group)  # earlier wrappers' ones, dropped on every rank
-            comm = duplicate(process_group.comm, "DistributedDataParallel")
-            try:
-                control = duplicate(process_group.comm, "DistributedDataParallel")
-            except BaseException:
-                comm.Free()
-                raise
-        self._communicators = Communicators(process_group, [comm, control])
-        self._comms = self._communicators.comms
-        self.rank = comm.Get_rank()
-        self.world_size = comm.Get_size()
-        weakref.finalize(self, self._communicators.release)
+        super().__init__(process_group, "DistributedDataParallel", "wrap the model again")
+        self.rank = self.comm.Get_rank()
+        self.world_size = self.comm.Get_size()
         # For hooks reducing in several rounds (rounds.py): a communicator per round after
         # the first.
         self._round_comms = []
@@ -60,20 +46,6 @@ class Channel:
     @property
     def comm(self):
         return self._open()[0]
-
-    @property
-    def control(self):
-        return self._open()[1]
-
-    def _open(self):
-        if not self._comms:
-            raise RuntimeError("DistributedDataParallel: its process group was destroyed "
-                               "(destroy_process_group); wrap the model again, in a live group")
-        return self._comms
-
-    def blocked(self, what):
-        """A watch (see watchdog) for a blocking wait of DDP's on this group."""
-        return blocked(self.process_group, f"DistributedDataParallel: {what}")
 
     def allreduce_max(self, array, what):
         """The elementwise maximum over the ranks of `array` (a small int64 vector of control

@@ -18,8 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..buffers import mpi_float_type, mpi_type
-from ..fault.watchdog import blocked
-from ..process_group import Communicators, duplicate, free_released
+from ..process_group import DuplicatedCommunicators
 from ..work import Work
 
 _by_group = weakref.WeakKeyDictionary()
@@ -34,22 +33,11 @@ def for_group(pg):
     return comm
 
 
-class ShardComm:
+class ShardComm(DuplicatedCommunicators):
     def __init__(self, pg):
-        self.process_group = pg
-        with self.blocked("duplicating the group's communicator"):  # Dup is collective
-            free_released(pg)  # dropped wrappers' ones, released on every rank
-            data = duplicate(pg.comm, "FSDP")
-            try:
-                control = duplicate(pg.comm, "FSDP")
-            except BaseException:
-                data.Free()
-                raise
-        communicators = Communicators(pg, [data, control])
-        self._comms = communicators.comms  # emptied when the group is destroyed
-        self.rank = data.Get_rank()
-        self.size = data.Get_size()
-        weakref.finalize(self, communicators.release)
+        super().__init__(pg, "FSDP", "shard the model again")
+        self.rank = self.data.Get_rank()
+        self.size = self.data.Get_size()
 
     @property
     def live(self):
@@ -58,19 +46,6 @@ class ShardComm:
     @property
     def data(self):
         return self._open()[0]
-
-    @property
-    def control(self):
-        return self._open()[1]
-
-    def _open(self):
-        if not self._comms:
-            raise RuntimeError("FSDP: its process group was destroyed (destroy_process_group); "
-                               "shard the model again, in a live group")
-        return self._comms
-
-    def blocked(self, what):
-        return blocked(self.process_group, f"FSDP: {what}")
 
     # ------------------------------------------------------------------ data (nonblocking)
     def all_gather(self, send, recv, what):
