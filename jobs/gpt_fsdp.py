@@ -7,7 +7,6 @@ the sharded state dicts (every rank writes its shards; a resume at another world
 reshards); before the final save and the sample, rank 0 rebuilds the whole GPT from the full
 state dict.
 """
-import mpigrad as mg
 import mpigrad.distributed as dist
 import mpigrad.distributed.checkpoint as dcp
 from mpigrad.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
@@ -37,10 +36,8 @@ class ShardedGPT:
                 "rng": {} if rng is None else rng,  # empty: filled by load
                 "global_batch": global_batch}
 
-    def save_checkpoint(self, directory, optimizer, schedule, step, global_batch):
-        dcp.save(self.state(optimizer, schedule, step, mg.get_rng_state(), global_batch),
-                 checkpoint_id=directory)
-
+    # The pipeline's: both save their own state() through DCP and find checkpoints alike.
+    save_checkpoint = PipelinedGPT.save_checkpoint
     newest_checkpoint = staticmethod(PipelinedGPT.newest_checkpoint)
 
     def load_checkpoint(self, path, optimizer, schedule):
