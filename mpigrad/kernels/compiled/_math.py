@@ -10,7 +10,12 @@
 - `cache=True`: compiled once per machine, loaded from disk by later processes;
 - `nogil=True`: a loop lets other threads run, as numpy's passes did (DDP's and RPC's
   threads keep communicating while backward computes);
-- serial loops (no `parallel=`): one thread per process, as mpiexec runs one rank per core.
+- no `parallel=`: `_threads.parallel` makes a loop written with `prange` into a serial and a
+  threaded twin, and picks one on each call.
+
+`cache=True` needs a writable directory (numba tries NUMBA_CACHE_DIR, the package's
+`__pycache__`, then the user's cache directory, e.g. ~/.cache/numba for a read-only
+site-packages); where there is none, the loops compile in every process instead of failing.
 
 pip's llvmlite has no vector math library, so `math.exp` and `math.erf` are scalar calls
 that stop a loop from vectorising. `exp` and `erf_f32` here are arithmetic, `floor` and a bit
@@ -20,6 +25,7 @@ rounding of the exact result; torch's own float32 kernels are a few ulps off). P
 literals are float64 anyway; the float64 arithmetic is the choice, not an accident.
 """
 import math
+import warnings
 
 import numba
 import numpy as np
@@ -27,7 +33,24 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-jit = numba.njit(error_model="numpy", fastmath=False, cache=True, nogil=True)
+OPTIONS = dict(error_model="numpy", fastmath=False, nogil=True)
+_uncached = []  # set once numba found no writable cache directory
+
+
+def jit(function, **extra):
+    """numba's dispatcher for `function` with OPTIONS (and `extra`), cached on disk when a
+    directory is writable; it compiles (or loads) on its first call."""
+    if not _uncached:
+        try:
+            return numba.njit(cache=True, **OPTIONS, **extra)(function)
+        except RuntimeError as error:  # "cannot cache function ...: no locator available"
+            if "no locator" not in str(error):
+                raise
+            _uncached.append(error)
+            warnings.warn(f"mpigrad's compiled loops cannot be cached ({error}); they compile "
+                          "in every process. Set NUMBA_CACHE_DIR to a writable directory.",
+                          RuntimeWarning, stacklevel=2)
+    return numba.njit(cache=False, **OPTIONS, **extra)(function)
 
 
 @intrinsic
