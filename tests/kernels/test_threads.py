@@ -293,19 +293,3 @@ def test_with_gnu_openmp_a_forked_worker_runs_serially():
     assert numba is not None
     # GNU OpenMP kills a child that enters it after its parent did; the guard runs serially
     assert _run(GUARDS, NUMBA_THREADING_LAYER="omp") == [0, 3, True]
-
-
-def test_no_writable_cache_directory_compiles_uncached(monkeypatch):
-    from numba.core import caching
-
-    from mpigrad.kernels.compiled import _math
-    implementation = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # numba < 0.65
-    monkeypatch.setattr(implementation, "_locator_classes", [])
-    monkeypatch.setattr(_math, "_uncached", [])
-
-    def double(x):
-        return 2 * x
-
-    with pytest.warns(RuntimeWarning, match="NUMBA_CACHE_DIR"):
-        loop = _math.jit(double)
-    assert loop(4) == 8

@@ -16,6 +16,7 @@
 `cache=True` needs a writable directory (numba tries NUMBA_CACHE_DIR, the package's
 `__pycache__`, then the user's cache directory, e.g. ~/.cache/numba for a read-only
 site-packages); where there is none, the loops compile in every process instead of failing.
+A cached loop is stale once any file of this package changes (`_cache.py`).
 
 pip's llvmlite has no vector math library, so `math.exp` and `math.erf` are scalar calls
 that stop a loop from vectorising. `exp` and `erf_f32` here are arithmetic, `floor` and a bit
@@ -24,14 +25,44 @@ element, compute in float64 and round once when they store (so they are within f
 rounding of the exact result; torch's own float32 kernels are a few ulps off). Python float
 literals are float64 anyway; the float64 arithmetic is the choice, not an accident.
 """
+import importlib.util
 import math
+import sys
 import warnings
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core.registry import cpu_target
 from numba.extending import intrinsic
+
+from . import _cache  # noqa: F401  (before any loop: keys their cache by the package)
+
+_SCIPY_BLAS = "scipy.linalg.cython_blas"
+
+
+def _load_numba_tables():
+    """Fill numba's tables of implementations now, as its first compile or cache load would,
+    but without importing scipy.linalg: numba.np.arraymath imports it only to learn whether
+    np.convolve/np.correlate may call BLAS, which no loop here does, and it was 0.4-0.8 s
+    of a warm start (scipy.linalg pulls in numpy.f2py). The answer is put back to what the
+    import would have said (scipy is there), and numba imports scipy.linalg itself when a
+    function that uses BLAS is compiled."""
+    if _SCIPY_BLAS in sys.modules or importlib.util.find_spec("scipy") is None:
+        cpu_target.target_context.refresh()
+        return
+    sys.modules[_SCIPY_BLAS] = None  # its import fails at once
+    try:
+        cpu_target.target_context.refresh()
+    finally:
+        if sys.modules.get(_SCIPY_BLAS, 0) is None:
+            del sys.modules[_SCIPY_BLAS]
+    from numba.np import arraymath  # imported by the refresh above; not at the top (see there)
+    arraymath._HAVE_BLAS = True
+
+
+_load_numba_tables()
 
 OPTIONS = dict(error_model="numpy", fastmath=False, nogil=True)
 _uncached = []  # set once numba found no writable cache directory
