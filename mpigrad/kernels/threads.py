@@ -1,17 +1,19 @@
 """How many threads the compiled loops and numpy's BLAS use: torch's `set_num_threads` family.
 
 Numbers only, and no numba: `import mpigrad` settles the default here, and the compiled
-loops (kernels/compiled/_threads.py) read `intra_op()` on each call. The default, in order:
+loops (kernels/compiled/_threads.py) read `Settings.intra_op` on each call. The default:
 
 - `OMP_NUM_THREADS` (`MKL_NUM_THREADS` over it, as torch reads them) when set;
 - one thread when a launcher placed several ranks on this node and none is bound to cores
   of its own (torchrun sets `OMP_NUM_THREADS=1` for the same reason): N ranks with all the
   node's cores each would run N times more threads than there are cores;
-- otherwise every CPU this process may run on (its affinity mask; a launcher that binds each
-  rank to its cores gives each rank its own).
+- otherwise the cores this process may run on (its affinity mask, hyperthreads of a core
+  counted once as torch does; a launcher that binds each rank to its cores gives each rank
+  its own).
 
 numpy's BLAS follows `set_num_threads`; at import it is changed only when the default is not
-what it picked by itself (no thread variable set, several ranks on the node), through
+what it picked by itself (no thread variable set; several ranks on the node, or
+hyperthreads), through
 threadpoolctl, which knows every BLAS numpy is built with (OpenBLAS, MKL, BLIS, Accelerate).
 """
 import os
@@ -23,12 +25,25 @@ _BLAS_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"
                    "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
-def cpus():
-    """The CPUs this process may run on."""
+def _allowed_cpus():
     try:
-        return len(os.sched_getaffinity(0))
+        return os.sched_getaffinity(0)
     except AttributeError:  # no affinity masks (macOS)
-        return os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
+
+
+def cpus(topology="/sys/devices/system/cpu"):
+    """The cores this process may run on: CPUs of its affinity mask, hyperthreads of one
+    core counted once, as torch counts cores for its default."""
+    allowed = _allowed_cpus()
+    cores = set()
+    for cpu in allowed:
+        try:
+            with open(f"{topology}/cpu{cpu}/topology/thread_siblings_list") as siblings:
+                cores.add(siblings.read().strip())
+        except OSError:  # no sysfs topology: every CPU a core
+            return len(allowed)
+    return len(cores)
 
 
 def _from_variables(environ):
@@ -51,13 +66,13 @@ def default_threads(environ=os.environ):
     if threads is not None:
         return threads
     ranks = ranks_on_node(environ)
-    own = cpus()
-    if ranks is not None and ranks > 1 and own >= (os.cpu_count() or own):
+    if ranks is not None and ranks > 1 and len(_allowed_cpus()) >= (os.cpu_count() or 1):
         return 1
-    return own
+    return cpus()
 
 
-class _Settings:
+class Settings:
+    """The process's counts; the compiled loops read `Settings.intra_op` on every call."""
     intra_op = default_threads()
     interop = cpus()
     interop_fixed = False  # torch allows one set_num_interop_threads per process
@@ -69,7 +84,7 @@ _blas_controller = None
 
 def _set_blas_threads(threads):
     global _blas_controller
-    if _Settings.blas == threads:
+    if Settings.blas == threads:
         return
     if _blas_controller is None:
         # Here, not at the top: finding the loaded BLAS libraries takes 10-20 ms, paid only
@@ -78,7 +93,7 @@ def _set_blas_threads(threads):
         import numpy  # noqa: F401  (its BLAS must be loaded to be found)
         _blas_controller = threadpoolctl.ThreadpoolController()
     _blas_controller.limit(limits=threads, user_api="blas")
-    _Settings.blas = threads
+    Settings.blas = threads
 
 
 def _positive(name, threads):
@@ -96,16 +111,12 @@ def set_num_threads(threads):
     (`NUMBA_NUM_THREADS`, the machine's CPUs by default); BLAS takes the number given."""
     threads = _positive("set_num_threads", threads)
     _set_blas_threads(threads)
-    _Settings.intra_op = threads
+    Settings.intra_op = threads
 
 
 def get_num_threads():
     """torch.get_num_threads."""
-    return _Settings.intra_op
-
-
-def intra_op():
-    return _Settings.intra_op
+    return Settings.intra_op
 
 
 def set_num_interop_threads(threads):
@@ -113,17 +124,18 @@ def set_num_interop_threads(threads):
     mpigrad runs each op on the calling thread and keeps no inter-op pool, so it changes no
     computation."""
     threads = _positive("set_num_interop_threads", threads)
-    if _Settings.interop_fixed:
+    if Settings.interop_fixed:
         raise RuntimeError("Error: cannot set number of interop threads after parallel work "
                            "has started or set_num_interop_threads called")
-    _Settings.interop, _Settings.interop_fixed = threads, True
+    Settings.interop, Settings.interop_fixed = threads, True
 
 
 def get_num_interop_threads():
     """torch.get_num_interop_threads: the CPUs this process may run on, unless set."""
-    return _Settings.interop
+    return Settings.interop
 
 
-if (_Settings.intra_op != cpus()
+# BLAS started with one thread per CPU of the mask unless told otherwise
+if (Settings.intra_op != len(_allowed_cpus())
         and not any(os.environ.get(name, "").strip() for name in _BLAS_VARIABLES)):
-    _set_blas_threads(_Settings.intra_op)
+    _set_blas_threads(Settings.intra_op)

@@ -91,23 +91,36 @@ print(json.dumps(out))
 # --- the default a process starts with ---------------------------------------------------
 
 def test_default_from_variables_and_launchers(monkeypatch):
-    monkeypatch.setattr(threads, "cpus", lambda: os.cpu_count())
-    cores = os.cpu_count()
-    assert threads.default_threads({}) == cores
+    everything = set(range(os.cpu_count()))
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: everything)
+    monkeypatch.setattr(threads, "cpus", lambda: 6)
+    assert threads.default_threads({}) == 6
     assert threads.default_threads({"OMP_NUM_THREADS": "3"}) == 3
     assert threads.default_threads({"OMP_NUM_THREADS": " 5,2"}) == 5  # OpenMP's nesting list
     assert threads.default_threads({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}) == 2
     # several ranks on the node, none bound to its own cores: one thread each
     assert threads.default_threads({"MPI_LOCALNRANKS": "2"}) == 1
-    assert threads.default_threads({"MPI_LOCALNRANKS": "1"}) == cores
+    assert threads.default_threads({"MPI_LOCALNRANKS": "1"}) == 6
     assert threads.default_threads({"MPI_LOCALNRANKS": "4", "OMP_NUM_THREADS": "2"}) == 2
-    # a launcher that bound this rank to its own cores: all of them
-    monkeypatch.setattr(threads, "cpus", lambda: 1 if cores > 1 else 0)
-    if cores > 1:
-        assert threads.default_threads({"MPI_LOCALNRANKS": "2"}) == 1
+    # a launcher that bound each rank to cores of its own: all of them
+    if os.cpu_count() > 1:
+        monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0})
+        assert threads.default_threads({"MPI_LOCALNRANKS": "2"}) == 6
     for bad in ("0", "two", "-1", ","):
         with pytest.raises(ValueError, match="OMP_NUM_THREADS"):
             threads.default_threads({"OMP_NUM_THREADS": bad})
+
+
+def test_cores_count_hyperthreads_once(monkeypatch, tmp_path):
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings)
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0, 1, 2, 3})
+    assert threads.cpus(str(tmp_path)) == 2
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0, 2})
+    assert threads.cpus(str(tmp_path)) == 1
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0, 7})  # no topology for cpu 7
+    assert threads.cpus(str(tmp_path)) == 2
 
 
 def test_ranks_on_node_from_each_launcher():
@@ -186,7 +199,8 @@ def _kernels():
     cases.append((activations.gelu_f64, lambda: [x, np.empty(x.size)]))
     cases.append((activations.gelu_backward_f64, lambda: [g, x, np.empty(x.size)]))
     for name in ("softmax", "log_softmax"):
-        cases.append((getattr(softmax, name), lambda: [rows.astype(f32), np.empty(rows.shape, f32)]))
+        cases.append((getattr(softmax, name),
+                      lambda: [rows.astype(f32), np.empty(rows.shape, f32)]))
     for name in ("softmax_backward", "log_softmax_backward"):
         cases.append((getattr(softmax, name), lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
                                                         np.empty(rows.shape, f32)]))
@@ -217,7 +231,7 @@ def test_threaded_loops_equal_the_serial_ones_bit_for_bit(monkeypatch, restore_t
         for n in (1, 2, 3, 2):
             mg.set_num_threads(n)
             args = arguments()
-            assert kernel.threads_for(args) == min(n, _threads.numba.config.NUMBA_NUM_THREADS)
+            assert kernel.threads_for(args) == min(n, _threads._POOL)
             returned = kernel(*args)
             results.append([a.copy() for a in args if isinstance(a, np.ndarray)]
                            + [np.asarray(returned)])

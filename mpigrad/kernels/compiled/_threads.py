@@ -29,11 +29,12 @@ import types
 import numba
 import numpy as np
 
-from ..threads import intra_op
+from ..threads import Settings
 from ._math import jit
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
+_POOL = numba.config.NUMBA_NUM_THREADS  # numba's threads, fixed at its import
 
 
 class _Region:
@@ -78,23 +79,23 @@ class Parallel:
 
     def threads_for(self, args):
         """How many threads a call on `args` gets (1: the serial twin)."""
-        threads = min(intra_op(), numba.config.NUMBA_NUM_THREADS)
-        if threads < 2 or _Region.serial_only:
+        if Settings.intra_op < 2 or _Region.serial_only:
             return 1
         work = max(arg.size for arg in args if isinstance(arg, np.ndarray))
-        return max(1, min(threads, work // self.grain))
+        return max(1, min(Settings.intra_op, _POOL, work // self.grain))
 
     def __call__(self, *args):
-        threads = self.threads_for(args)
-        if threads > 1 and _Region.lock.acquire(blocking=False):
-            try:
-                _Region.started = True
-                loop = self.threaded
-                if numba.get_num_threads() != threads:
-                    numba.set_num_threads(threads)  # per Python thread in numba
-                return loop(*args, threads) if self.partitioned else loop(*args)
-            finally:
-                _Region.lock.release()
+        if Settings.intra_op > 1:  # the one test a call on one thread pays
+            threads = self.threads_for(args)
+            if threads > 1 and _Region.lock.acquire(blocking=False):
+                try:
+                    _Region.started = True
+                    loop = self.threaded
+                    if numba.get_num_threads() != threads:
+                        numba.set_num_threads(threads)  # per Python thread in numba
+                    return loop(*args, threads) if self.partitioned else loop(*args)
+                finally:
+                    _Region.lock.release()
         return self.serial(*args, 1) if self.partitioned else self.serial(*args)
 
 
