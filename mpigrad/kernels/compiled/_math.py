@@ -49,8 +49,9 @@ def _load_numba_tables():
     of a warm start (scipy.linalg pulls in numpy.f2py). The answer is put back to what the
     import would have said (scipy is there), and numba imports scipy.linalg itself when a
     function that uses BLAS is compiled."""
-    if _SCIPY_BLAS in sys.modules or importlib.util.find_spec("scipy") is None:
-        cpu_target.target_context.refresh()
+    if (_SCIPY_BLAS in sys.modules or "numba.np.arraymath" in sys.modules
+            or importlib.util.find_spec("scipy") is None):
+        cpu_target.target_context.refresh()  # nothing to spare
         return
     sys.modules[_SCIPY_BLAS] = None  # its import fails at once
     try:
