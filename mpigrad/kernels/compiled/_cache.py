@@ -3,9 +3,10 @@
 numba checks a cached loop against the file that defines it only, so a loop in
 activations.py that inlines `_math.exp` would keep loading the old exp after `_math.py`
 changed. Each loop's locator here is numba's own (NUMBA_CACHE_DIR, then the package's
-`__pycache__`, then the user's cache directory), with the stamp of this whole package:
-changing any of its files invalidates every loop's cache, and nothing else does (a fresh
-clone of the same code finds an outside cache directory's entries).
+`__pycache__`, then the user's cache directory) with a hash of this whole package's files
+as its stamp: changing any of them invalidates every loop's cache, and nothing else does
+(a touched file, or a fresh clone of the same code at the same path with NUMBA_CACHE_DIR
+kept from before, still loads).
 """
 import hashlib
 import os
@@ -37,7 +38,9 @@ class PackageLocator:
         return getattr(self._inner, name)
 
     def get_source_stamp(self):
-        return self._inner.get_source_stamp(), PackageLocator.stamp
+        # the package's contents only, not numba's stamp of the one file (its modification
+        # time before numba 0.6x): a fresh clone or a touched file keeps the cache
+        return PackageLocator.stamp
 
     @classmethod
     def from_function(cls, py_func, py_file):
