@@ -131,7 +131,7 @@ def set_num_interop_threads(threads):
 
 
 def get_num_interop_threads():
-    """torch.get_num_interop_threads: the CPUs this process may run on, unless set."""
+    """torch.get_num_interop_threads: the cores this process may run on, unless set."""
     return Settings.interop
 
 

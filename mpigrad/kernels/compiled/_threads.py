@@ -64,6 +64,9 @@ def _twin(function):
 
 
 class Parallel:
+    """A loop's serial twin (`serial`, a numba dispatcher), its threaded twin (`threaded`,
+    made on first use) and the rule that picks one per call; called as the loop is."""
+
     def __init__(self, function, grain, partitioned):
         self.function = function
         self.grain = grain
