@@ -38,7 +38,8 @@ def main():
     cases = {
         "gelu f32": (activations.gelu_f32, lambda: (x, out)),
         "gelu backward f32": (activations.gelu_backward_f32, lambda: (x, x, out)),
-        "softmax (attention rows)": (softmax.softmax, lambda: (attention, np.empty_like(attention))),
+        "softmax (attention rows)": (softmax.softmax,
+                                     lambda: (attention, np.empty_like(attention))),
         "cross-entropy": (softmax.cross_entropy, lambda: (scores, target, weight, -100, 0.0,
                                                           np.empty(rows, np.float32))),
         "cross-entropy backward": (softmax.cross_entropy_backward,
