@@ -31,6 +31,8 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
 from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softmax)
 from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401
+from .kernels.threads import (set_num_threads, get_num_threads,  # noqa: F401
+                              set_num_interop_threads, get_num_interop_threads)
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler  # noqa: F401

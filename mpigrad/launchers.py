@@ -16,6 +16,8 @@ MPI_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMI_ID", "PMIX_RANK
 PMI_PORT_VARIABLES = ("PMI_PORT", "PMI_ID")
 # The rank among the processes of one node: torchrun's, then MPICH's (Hydra) and Open MPI's.
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
+# How many processes of the job share this node, in the same launchers' order.
+LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 # Everything a launcher may set to place a process: the families of the MPI launchers (PMI,
 # PMIx, Open MPI and its PRRTE runtime, Hydra, MPIR's debugger interface) and of torchrun's
 # agent, by prefix, and torchrun's own names. A superset of the three lists above.
@@ -35,3 +37,21 @@ def launcher_variables(environ=os.environ):
     process it starts as something else (a DataLoader worker) must not inherit."""
     return [name for name in environ
             if name.startswith(LAUNCHER_PREFIXES) or name in TORCHRUN_VARIABLES]
+
+
+def ranks_on_node(environ=os.environ):
+    """How many ranks of this job the launcher placed on this node, or None when no launcher
+    says (a plain `python script.py`). srun gives tasks per node as a list, "2(x3),1", read
+    at this node's SLURM_NODEID."""
+    for name in LOCAL_SIZE_VARIABLES:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    per_node, node = environ.get("SLURM_STEP_TASKS_PER_NODE"), environ.get("SLURM_NODEID")
+    if per_node and node is not None and node.isdigit():
+        counts = []
+        for part in per_node.split(","):
+            count, _, repeat = part.partition("(x")
+            counts += [count] * (int(repeat.rstrip(")")) if repeat else 1)
+        if int(node) < len(counts) and counts[int(node)].isdigit():
+            return int(counts[int(node)])
+    return None

@@ -10,7 +10,13 @@
 - `cache=True`: compiled once per machine, loaded from disk by later processes;
 - `nogil=True`: a loop lets other threads run, as numpy's passes did (DDP's and RPC's
   threads keep communicating while backward computes);
-- serial loops (no `parallel=`): one thread per process, as mpiexec runs one rank per core.
+- no `parallel=`: `_threads.parallel` makes a loop written with `prange` into a serial and a
+  threaded twin, and picks one on each call.
+
+`cache=True` needs a writable directory (numba tries NUMBA_CACHE_DIR, the package's
+`__pycache__`, then the user's cache directory, e.g. ~/.cache/numba for a read-only
+site-packages); where there is none, the loops compile in every process instead of failing.
+A cached loop is stale once any file of this package changes (`_cache.py`).
 
 pip's llvmlite has no vector math library, so `math.exp` and `math.erf` are scalar calls
 that stop a loop from vectorising. `exp` and `erf_f32` here are arithmetic, `floor` and a bit
@@ -19,15 +25,64 @@ element, compute in float64 and round once when they store (so they are within f
 rounding of the exact result; torch's own float32 kernels are a few ulps off). Python float
 literals are float64 anyway; the float64 arithmetic is the choice, not an accident.
 """
+import importlib.util
 import math
+import sys
+import warnings
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-jit = numba.njit(error_model="numpy", fastmath=False, cache=True, nogil=True)
+from . import _cache  # noqa: F401  (before any loop: keys their cache by the package)
+
+_SCIPY_BLAS = "scipy.linalg.cython_blas"
+
+
+def _load_numba_tables():
+    """Fill numba's tables of implementations now, as its first compile or cache load would,
+    but without importing scipy.linalg: numba.np.arraymath imports it only to learn whether
+    np.convolve/np.correlate may call BLAS, which no loop here does, and it was 0.4-0.8 s
+    of a warm start (scipy.linalg pulls in numpy.f2py). The answer is put back to what the
+    import would have said (scipy is there), and numba imports scipy.linalg itself when a
+    function that uses BLAS is compiled."""
+    if (_SCIPY_BLAS in sys.modules or "numba.np.arraymath" in sys.modules
+            or importlib.util.find_spec("scipy") is None):
+        cpu_target.target_context.refresh()  # nothing to spare
+        return
+    sys.modules[_SCIPY_BLAS] = None  # its import fails at once
+    try:
+        cpu_target.target_context.refresh()
+    finally:
+        if sys.modules.get(_SCIPY_BLAS, 0) is None:
+            del sys.modules[_SCIPY_BLAS]
+    from numba.np import arraymath  # imported by the refresh above; not at the top (see there)
+    arraymath._HAVE_BLAS = True
+
+
+_load_numba_tables()
+
+OPTIONS = dict(error_model="numpy", fastmath=False, nogil=True)
+_uncached = []  # set once numba found no writable cache directory
+
+
+def jit(function, **extra):
+    """numba's dispatcher for `function` with OPTIONS (and `extra`), cached on disk when a
+    directory is writable; it compiles (or loads) on its first call."""
+    if not _uncached:
+        try:
+            return numba.njit(cache=True, **OPTIONS, **extra)(function)
+        except RuntimeError as error:  # "cannot cache function ...: no locator available"
+            if "no locator" not in str(error):
+                raise
+            _uncached.append(error)
+            warnings.warn(f"mpigrad's compiled loops cannot be cached ({error}); they compile "
+                          "in every process. Set NUMBA_CACHE_DIR to a writable directory.",
+                          RuntimeWarning, stacklevel=2)
+    return numba.njit(cache=False, **OPTIONS, **extra)(function)
 
 
 @intrinsic

@@ -1,11 +1,15 @@
 """GELU (exact and tanh) and SiLU, forward and backward, one pass each over flat arrays.
 
 Each loop reads its inputs once and writes its output once; the float32 loops compute in
-float64 (see _math.py). `x`, `g` and `out` are contiguous 1-d arrays of one length.
+float64 (see _math.py). `x`, `g` and `out` are contiguous 1-d arrays of one length, split
+among threads by element (see _threads.py).
 """
 import math
 
+from numba import prange
+
 from ._math import erf_f32, exp, jit
+from ._threads import parallel
 
 _SQRT1_2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
@@ -13,32 +17,32 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 _CUBIC = 0.044715
 
 
-@jit
+@parallel()
 def gelu_f32(x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = float(x[i])
         out[i] = 0.5 * v * (1.0 + erf_f32(v * _SQRT1_2))
 
 
-@jit
+@parallel()
 def gelu_backward_f32(g, x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = float(x[i])
         cdf = 0.5 * (1.0 + erf_f32(v * _SQRT1_2))
         out[i] = g[i] * (cdf + v * _INV_SQRT_2PI * exp(-0.5 * v * v))
 
 
 # float64: math.erf (a scalar libm call, exact to an ulp); the erf above is float32's.
-@jit
+@parallel()
 def gelu_f64(x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = x[i]
         out[i] = 0.5 * v * (1.0 + math.erf(v * _SQRT1_2))
 
 
-@jit
+@parallel()
 def gelu_backward_f64(g, x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = x[i]
         cdf = 0.5 * (1.0 + math.erf(v * _SQRT1_2))
         out[i] = g[i] * (cdf + v * _INV_SQRT_2PI * exp(-0.5 * v * v))
@@ -51,32 +55,32 @@ def _tanh(u):
     return 1.0 - 2.0 / (exp(2.0 * u) + 1.0)
 
 
-@jit
+@parallel()
 def gelu_tanh(x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = float(x[i])
         out[i] = 0.5 * v * (1.0 + _tanh(_SQRT_2_OVER_PI * (v + _CUBIC * v * v * v)))
 
 
-@jit
+@parallel()
 def gelu_tanh_backward(g, x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = float(x[i])
         t = _tanh(_SQRT_2_OVER_PI * (v + _CUBIC * v * v * v))
         slope = _SQRT_2_OVER_PI * (1.0 + 3.0 * _CUBIC * v * v)
         out[i] = g[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * slope)
 
 
-@jit
+@parallel()
 def silu(x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = float(x[i])
         out[i] = v / (1.0 + exp(-v))
 
 
-@jit
+@parallel()
 def silu_backward(g, x, out):
-    for i in range(x.size):
+    for i in prange(x.size):
         v = float(x[i])
         s = 1.0 / (1.0 + exp(-v))
         out[i] = g[i] * s * (1.0 + v * (1.0 - s))

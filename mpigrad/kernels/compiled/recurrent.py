@@ -1,8 +1,12 @@
 """One LSTM step's gate arithmetic in one pass: from the pre-activations' two halves to the
-new cell, hidden state and gates, instead of a numpy pass (and a temporary) per operation."""
+new cell, hidden state and gates, instead of a numpy pass (and a temporary) per operation.
+The batch's rows are split among threads (see _threads.py)."""
 import math
 
+from numba import prange
+
 from ._math import exp, jit
+from ._threads import parallel
 
 
 @jit
@@ -10,14 +14,14 @@ def _sigmoid(v):
     return 1.0 / (1.0 + exp(-v))
 
 
-@jit
+@parallel()
 def lstm_step(xg, gh, c_prev, exact_tanh, out):
     """xg, gh (n, 4 size) in torch's gate order i, f, g, o; c_prev (n, size); out (n, 6 size)
     receives [h, c, i, f, g, o]. Computed in float64; tanh is math.tanh for float64 results
     (exact to an ulp; a scalar call) and 1 - 2 / (e^2u + 1) for float32 ones (vectorisable,
     within 1e-16 of tanh, far below float32's rounding)."""
     size = c_prev.shape[1]
-    for r in range(xg.shape[0]):
+    for r in prange(xg.shape[0]):
         for k in range(size):
             i = _sigmoid(float(xg[r, k]) + float(gh[r, k]))
             f = _sigmoid(float(xg[r, size + k]) + float(gh[r, size + k]))
@@ -34,13 +38,13 @@ def lstm_step(xg, gh, c_prev, exact_tanh, out):
             out[r, 5 * size + k] = o
 
 
-@jit
+@parallel()
 def gru_step(xg, gh, h_prev, exact_tanh, out):
     """xg, gh (n, 3 size) in torch's gate order r, z, n; h_prev (n, size); out (n, 5 size)
     receives [h, r, z, n, hidden_n] with n = tanh(xg_n + r hidden_n), hidden_n = gh_n,
     h = n + z (h_prev - n). tanh as in lstm_step."""
     size = h_prev.shape[1]
-    for r in range(xg.shape[0]):
+    for r in prange(xg.shape[0]):
         for k in range(size):
             reset = _sigmoid(float(xg[r, k]) + float(gh[r, k]))
             update = _sigmoid(float(xg[r, size + k]) + float(gh[r, size + k]))

@@ -1,13 +1,16 @@
 """softmax, log_softmax and cross-entropy over the rows of a (rows, C) array, forward and
 backward; each row is read in a few passes while it is in cache and written once.
 
-Sums and the log-sum-exp are in float64 whatever the input (see _math.py).
+Sums and the log-sum-exp are in float64 whatever the input (see _math.py). Rows are split
+among threads (see _threads.py); each row is computed as on one thread.
 """
 import math
 
 import numpy as np
+from numba import prange
 
 from ._math import exp, jit
+from ._threads import parallel
 
 
 @jit
@@ -19,9 +22,9 @@ def _row_max(x, r):
     return top
 
 
-@jit
+@parallel()
 def softmax(x, out):
-    for r in range(x.shape[0]):
+    for r in prange(x.shape[0]):
         top = _row_max(x, r)
         if top == -np.inf:
             top = 0.0  # a row that is -inf everywhere: nan, as torch gives
@@ -35,9 +38,9 @@ def softmax(x, out):
             out[r, c] = float(out[r, c]) * scale
 
 
-@jit
+@parallel()
 def log_softmax(x, out):
-    for r in range(x.shape[0]):
+    for r in prange(x.shape[0]):
         top = _row_max(x, r)
         if top == -np.inf:
             top = 0.0
@@ -51,9 +54,9 @@ def log_softmax(x, out):
             out[r, c] = (float(x[r, c]) - top) - log_total
 
 
-@jit
+@parallel()
 def softmax_backward(g, y, out):
-    for r in range(y.shape[0]):
+    for r in prange(y.shape[0]):
         dot = 0.0
         for c in range(y.shape[1]):
             dot += float(g[r, c]) * float(y[r, c])
@@ -61,9 +64,9 @@ def softmax_backward(g, y, out):
             out[r, c] = float(y[r, c]) * (float(g[r, c]) - dot)
 
 
-@jit
+@parallel()
 def log_softmax_backward(g, y, out):
-    for r in range(y.shape[0]):
+    for r in prange(y.shape[0]):
         total = 0.0
         for c in range(y.shape[1]):
             total += float(g[r, c])
@@ -84,44 +87,43 @@ def _log_sum_exp(x, r):
     return top, math.log(total)
 
 
-@jit
+@parallel()
 def cross_entropy(x, target, weight, ignore_index, smoothing, out):
     """Per row: (1 - s) w[t] (lse - x[t]) + s / C sum_c w[c] (lse - x[c]); 0 where t is
     ignore_index (torch's formula). `weight` holds C ones when none is given."""
     classes = x.shape[1]
-    for r in range(x.shape[0]):
+    for r in prange(x.shape[0]):
         t = target[r]
-        if t == ignore_index:
-            out[r] = 0.0
-            continue
-        top, log_total = _log_sum_exp(x, r)
-        loss = (1.0 - smoothing) * float(weight[t]) * (log_total - (float(x[r, t]) - top))
-        if smoothing > 0.0:
-            spread = 0.0
-            for c in range(classes):
-                spread += float(weight[c]) * (log_total - (float(x[r, c]) - top))
-            loss += smoothing / classes * spread
+        loss = 0.0
+        if t != ignore_index:
+            top, log_total = _log_sum_exp(x, r)
+            loss = (1.0 - smoothing) * float(weight[t]) * (log_total - (float(x[r, t]) - top))
+            if smoothing > 0.0:
+                spread = 0.0
+                for c in range(classes):
+                    spread += float(weight[c]) * (log_total - (float(x[r, c]) - top))
+                loss += smoothing / classes * spread
         out[r] = loss
 
 
-@jit
+@parallel()
 def cross_entropy_backward(g, x, target, weight, ignore_index, smoothing, out):
     """d/dx[c] = g ((1 - s) w[t] (p[c] - [c = t]) + s / C (W p[c] - w[c])), W = sum w."""
     classes = x.shape[1]
     total_weight = 0.0
     for c in range(classes):
         total_weight += float(weight[c])
-    for r in range(x.shape[0]):
+    for r in prange(x.shape[0]):
         t = target[r]
         if t == ignore_index:
             for c in range(classes):
                 out[r, c] = 0.0
-            continue
-        top, log_total = _log_sum_exp(x, r)
-        gr = float(g[r])
-        picked = (1.0 - smoothing) * float(weight[t])
-        spread = smoothing / classes
-        for c in range(classes):
-            p = exp((float(x[r, c]) - top) - log_total)
-            out[r, c] = gr * (picked * p + spread * (total_weight * p - float(weight[c])))
-        out[r, t] = float(out[r, t]) - gr * picked
+        else:
+            top, log_total = _log_sum_exp(x, r)
+            gr = float(g[r])
+            picked = (1.0 - smoothing) * float(weight[t])
+            spread = smoothing / classes
+            for c in range(classes):
+                p = exp((float(x[r, c]) - top) - log_total)
+                out[r, c] = gr * (picked * p + spread * (total_weight * p - float(weight[c])))
+            out[r, t] = float(out[r, t]) - gr * picked

@@ -1,0 +1,305 @@
+"""Threads: torch's set_num_threads family (values, errors, the defaults a process starts
+with), the compiled loops' threaded twins against their serial ones (bit for bit), and the
+guards: several Python threads entering threaded loops at once, and DataLoader workers
+forked after a threaded loop ran."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpigrad as mg
+from mpigrad.kernels import threads
+from mpigrad.launchers import ranks_on_node
+
+torch = pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(program, **variables):
+    """`program`'s last printed line, as JSON, from a new process with `variables` set (None
+    removes one) and every launcher and thread variable of this one removed."""
+    environ = {name: value for name, value in os.environ.items()
+               if not name.startswith(("PMI_", "MPI_LOCAL", "OMPI_", "SLURM_", "HYDI_"))
+               and name not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                "LOCAL_WORLD_SIZE")}
+    environ["PYTHONPATH"] = os.pathsep.join([ROOT, environ.get("PYTHONPATH", "")])
+    environ.update({name: value for name, value in variables.items() if value is not None})
+    done = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def restore_threads():
+    before = mg.get_num_threads()
+    yield
+    mg.set_num_threads(before)
+
+
+# --- the settings, against torch ---------------------------------------------------------
+
+def _error(call):
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001  (the type itself is compared)
+        return type(error), str(error)
+    return None
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True, None])
+def test_set_num_threads_refuses_what_torch_refuses(bad, restore_threads):
+    ours = _error(lambda: mg.set_num_threads(bad))
+    theirs = _error(lambda: torch.set_num_threads(bad))
+    assert ours is not None and ours == theirs
+
+
+def test_set_num_threads_takes_any_positive_int(restore_threads):
+    for n in (3, np.int64(2), 1):
+        mg.set_num_threads(n)
+        assert mg.get_num_threads() == n and type(mg.get_num_threads()) is int
+
+
+def test_interop_threads_are_set_once_as_in_torch():
+    program = """
+import json
+import {module} as m
+out = [m.get_num_interop_threads()]
+for bad in (0, 1.5, None):
+    try:
+        m.set_num_interop_threads(bad)
+    except Exception as error:
+        out.append([type(error).__name__, str(error)])
+m.set_num_interop_threads(3)
+out.append(m.get_num_interop_threads())
+try:
+    m.set_num_interop_threads(2)
+except Exception as error:
+    out.append([type(error).__name__, str(error)])
+print(json.dumps(out))
+"""
+    ours = _run(program.format(module="mpigrad"))
+    theirs = _run(program.format(module="torch"))
+    assert ours[1:] == theirs[1:]
+    assert ours[0] == threads.cpus()
+
+
+# --- the default a process starts with ---------------------------------------------------
+
+def test_default_from_variables_and_launchers(monkeypatch):
+    everything = set(range(os.cpu_count()))
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: everything)
+    monkeypatch.setattr(threads, "cpus", lambda: 6)
+    assert threads.default_threads({}) == 6
+    assert threads.default_threads({"OMP_NUM_THREADS": "3"}) == 3
+    assert threads.default_threads({"OMP_NUM_THREADS": " 5,2"}) == 5  # OpenMP's nesting list
+    assert threads.default_threads({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}) == 2
+    # several ranks on the node, none bound to its own cores: one thread each
+    assert threads.default_threads({"MPI_LOCALNRANKS": "2"}) == 1
+    assert threads.default_threads({"MPI_LOCALNRANKS": "1"}) == 6
+    assert threads.default_threads({"MPI_LOCALNRANKS": "4", "OMP_NUM_THREADS": "2"}) == 2
+    # a launcher that bound each rank to cores of its own: all of them
+    if os.cpu_count() > 1:
+        monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0})
+        assert threads.default_threads({"MPI_LOCALNRANKS": "2"}) == 6
+    for bad in ("0", "two", "-1", ","):
+        with pytest.raises(ValueError, match="OMP_NUM_THREADS"):
+            threads.default_threads({"OMP_NUM_THREADS": bad})
+
+
+def test_cores_count_hyperthreads_once(monkeypatch, tmp_path):
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings)
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0, 1, 2, 3})
+    assert threads.cpus(str(tmp_path)) == 2
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0, 2})
+    assert threads.cpus(str(tmp_path)) == 1
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: {0, 7})  # no topology for cpu 7
+    assert threads.cpus(str(tmp_path)) == 2
+
+
+def test_ranks_on_node_from_each_launcher():
+    assert ranks_on_node({}) is None
+    assert ranks_on_node({"LOCAL_WORLD_SIZE": "4"}) == 4
+    assert ranks_on_node({"MPI_LOCALNRANKS": "2"}) == 2
+    assert ranks_on_node({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}) == 3
+    slurm = {"SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3"}
+    assert ranks_on_node(slurm) == 1
+    assert ranks_on_node(dict(slurm, SLURM_NODEID="2")) == 2
+
+
+DEFAULTS = """
+import json
+import threadpoolctl
+import mpigrad
+blas = [pool["num_threads"] for pool in threadpoolctl.threadpool_info()
+        if pool["user_api"] == "blas"]
+print(json.dumps([mpigrad.get_num_threads(), blas]))
+"""
+
+
+def test_a_new_process_starts_with_the_default():
+    # (numpy's BLAS read OMP_NUM_THREADS itself when it loaded, capped at the CPUs)
+    assert _run(DEFAULTS, OMP_NUM_THREADS="3")[0] == 3
+    cores = _run(DEFAULTS)[0]
+    assert cores == threads.cpus()
+    # under mpiexec with two ranks here and no variable: one thread, numpy's BLAS too
+    assert _run(DEFAULTS, MPI_LOCALNRANKS="2", PMI_RANK="0") == [1, [1]]
+
+
+def test_a_malformed_variable_is_an_error_naming_it():
+    environ = dict(os.environ, OMP_NUM_THREADS="many", PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-c", "import mpigrad"], env=environ,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "OMP_NUM_THREADS='many'" in done.stderr
+
+
+def test_set_num_threads_sets_numpys_blas(restore_threads):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    for n in (2, 1):
+        mg.set_num_threads(n)
+        assert {pool["num_threads"] for pool in threadpoolctl.threadpool_info()
+                if pool["user_api"] == "blas"} == {n}
+
+
+# --- the threaded twins against the serial loops -----------------------------------------
+
+def _kernels():
+    from mpigrad.kernels.compiled import activations, clip, indexing, recurrent, softmax
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(1001) * 3
+    x[:6] = [np.nan, np.inf, -np.inf, 0.0, -30.0, 30.0]
+    g = rng.standard_normal(1001)
+    rows = rng.standard_normal((37, 29)) * 4
+    rows[3] = -np.inf  # a row that is -inf everywhere
+    target = rng.integers(0, 29, 37)
+    target[5] = -100
+    grow = rng.standard_normal(37)
+    weight = rng.random(29) + 0.5
+    gates = [rng.standard_normal((23, 4 * 11)), rng.standard_normal((23, 4 * 11)),
+             rng.standard_normal((23, 11))]
+    gru = [rng.standard_normal((23, 3 * 11)), rng.standard_normal((23, 3 * 11)),
+           rng.standard_normal((23, 11))]
+    positions = rng.integers(0, 13, 300)
+    positions[:20] = 4  # repeated: every occurrence adds, in order
+    scattered = rng.standard_normal((3, 300, 7))
+
+    f32 = np.float32
+    cases = []
+    for name in ("gelu_f32", "gelu_tanh", "silu"):
+        cases.append((getattr(activations, name), lambda: [x.astype(f32), np.empty(x.size, f32)]))
+    for name in ("gelu_backward_f32", "gelu_tanh_backward", "silu_backward"):
+        cases.append((getattr(activations, name),
+                      lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
+    cases.append((activations.gelu_f64, lambda: [x, np.empty(x.size)]))
+    cases.append((activations.gelu_backward_f64, lambda: [g, x, np.empty(x.size)]))
+    for name in ("softmax", "log_softmax"):
+        cases.append((getattr(softmax, name),
+                      lambda: [rows.astype(f32), np.empty(rows.shape, f32)]))
+    for name in ("softmax_backward", "log_softmax_backward"):
+        cases.append((getattr(softmax, name), lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
+                                                        np.empty(rows.shape, f32)]))
+    cases.append((softmax.cross_entropy, lambda: [rows.astype(f32), target, weight.astype(f32),
+                                                  -100, 0.1, np.empty(37, f32)]))
+    cases.append((softmax.cross_entropy_backward,
+                  lambda: [grow.astype(f32), rows.astype(f32), target, weight.astype(f32), -100,
+                           0.1, np.empty(rows.shape, f32)]))
+    cases.append((recurrent.lstm_step, lambda: [a.astype(f32) for a in gates]
+                  + [False, np.empty((23, 6 * 11), f32)]))
+    cases.append((recurrent.gru_step, lambda: [a.astype(f32) for a in gru]
+                  + [False, np.empty((23, 5 * 11), f32)]))
+    cases.append((indexing.add_along, lambda: [np.zeros((3, 13, 7), f32),
+                                               scattered.astype(f32), positions]))
+    cases.append((clip.scale, lambda: [x.astype(f32), f32(0.37)]))
+    for p in (2.0, 1.0, 0.0, 3.0, np.inf, -np.inf):
+        cases.append((clip.add_powers, lambda p=p: [np.abs(x[6:]) if p == -np.inf else x,
+                                                    p, np.inf if p == -np.inf else 0.0]))
+    return cases
+
+
+def test_threaded_loops_equal_the_serial_ones_bit_for_bit(monkeypatch, restore_threads):
+    from mpigrad.kernels.compiled import _threads
+    outputs = {}
+    for kernel, arguments in _kernels():
+        monkeypatch.setattr(kernel, "grain", 7)  # so that these small, odd sizes are split
+        results = []
+        for n in (1, 2, 3, 2):
+            mg.set_num_threads(n)
+            args = arguments()
+            assert kernel.threads_for(args) == min(n, _threads._POOL)
+            returned = kernel(*args)
+            results.append([a.copy() for a in args if isinstance(a, np.ndarray)]
+                           + [np.asarray(returned)])
+        for threaded in results[1:]:
+            for serial, other in zip(results[0], threaded):
+                np.testing.assert_array_equal(serial, other, err_msg=kernel.function.__name__)
+        outputs[kernel.function.__name__] = results[0]
+    assert _threads.numba.threading_layer() == "workqueue"
+    # the partitioned scatter-add agrees with np.add.at
+    out, g, positions = outputs["add_along"][:3]
+    expected = np.zeros((3, 13, 7), np.float32)
+    np.add.at(expected, (slice(None), positions), g)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_small_work_stays_on_one_thread(restore_threads):
+    from mpigrad.kernels.compiled import activations
+    mg.set_num_threads(2)
+    small = np.ones(activations.silu.grain, np.float32)
+    assert activations.silu.threads_for([small, small]) == 1
+    large = np.ones(4 * activations.silu.grain, np.float32)
+    assert activations.silu.threads_for([large, large]) == min(2, os.cpu_count())
+
+
+# --- the guards ---------------------------------------------------------------------------
+
+GUARDS = """
+import json, sys, threading
+import numpy as np
+import mpigrad as mg
+from mpigrad import data
+from mpigrad.kernels.compiled import activations
+F = mg.nn.functional
+mg.set_num_threads(2)
+activations.gelu_f32.grain = activations.silu.grain = 64
+x = np.linspace(-4, 4, 5000, dtype=np.float32)
+expected = F.gelu(mg.tensor(x)).numpy()
+
+# several Python threads entering threaded loops at once: one runs threaded, the others serial
+failures = []
+def work():
+    for _ in range(200):
+        if not np.array_equal(F.gelu(mg.tensor(x)).numpy(), expected):
+            failures.append(1)
+pool = [threading.Thread(target=work) for _ in range(4)]
+[t.start() for t in pool]
+[t.join() for t in pool]
+
+# DataLoader workers forked after threaded loops ran, running threaded loops themselves
+class Activated(data.Dataset):
+    def __len__(self):
+        return 6
+    def __getitem__(self, i):
+        return F.silu(mg.tensor(x + i))
+loader = data.DataLoader(Activated(), batch_size=2, num_workers=2)
+batches = [b.numpy() for b in loader]
+same = all(np.array_equal(b[j], F.silu(mg.tensor(x + (2 * k + j))).numpy())
+           for k, b in enumerate(batches) for j in range(2))
+print(json.dumps([len(failures), len(batches), same]))
+"""
+
+
+def test_concurrent_threaded_loops_and_forked_workers_neither_crash_nor_differ():
+    assert _run(GUARDS) == [0, 3, True]
+
+
+def test_with_gnu_openmp_a_forked_worker_runs_serially():
+    # numba's omp layer loads the system's libgomp: skipped where there is none
+    pytest.importorskip("numba.np.ufunc.omppool")
+    # GNU OpenMP kills a child that enters it after its parent did; the guard runs serially
+    assert _run(GUARDS, NUMBA_THREADING_LAYER="omp") == [0, 3, True]
