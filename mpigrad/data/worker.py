@@ -45,6 +45,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
+from ..kernels.threads import set_num_threads
 from ..launchers import launcher_variables
 from ..random import manual_seed
 
@@ -108,6 +109,9 @@ def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, paren
     # only the main process may hold it, or the pipe never ends when that process dies.
     parent_alive_writer.close()
     seed = base_seed + worker_id
+    # As torch's workers: the main process's threads already use every core, and a worker
+    # that started as many again would oversubscribe them num_workers times over.
+    set_num_threads(1)
     try:
         random.seed(seed)
         manual_seed(seed)

@@ -80,6 +80,19 @@ def test_each_worker_is_its_own_process_seeded_like_torch_without_launcher_varia
         assert s["mpigrad"] == mg.rand((), generator=mg.Generator(seed)).item()
 
 
+def test_workers_run_one_thread_each_as_torchs_do():
+    ds = _datasets()
+    before = mg.get_num_threads()
+    mg.set_num_threads(2)
+    try:
+        batches = list(DataLoader(ds.WhoLoadedMe(), batch_size=2, num_workers=2,
+                                  collate_fn=ds.as_list))
+        assert {sample["threads"] for batch in batches for sample in batch} == {1}
+        assert mg.get_num_threads() == 2
+    finally:
+        mg.set_num_threads(before)
+
+
 def test_numpy_seed_is_torchs():
     torch_worker = pytest.importorskip("torch.utils.data._utils.worker")
     for base_seed in (0, 1234, 2**62 + 12345, 2**63 - 2):

@@ -35,7 +35,7 @@ class WhoLoadedMe(Dataset):
         return {"index": index, "pid": os.getpid(), "worker": info.id, "seed": info.seed,
                 "num_workers": info.num_workers, "python": random.random(),
                 "numpy": np.random.random(), "mpigrad": mg.rand(()).item(),
-                "environment": set(os.environ)}
+                "environment": set(os.environ), "threads": mg.get_num_threads()}
 
     def __len__(self):
         return 8
