@@ -453,13 +453,16 @@ def winograd_fits(op, weight_shape, stride, dilation, out_size):
 
 
 # Per op, the fewest channels (on both sides) and output pixels per image that take the
-# Winograd path; measured with jobs/bench/bench_winograd.py at batch 32 on a shared machine (single
-# runs vary by 20%). The input's gradient replaces GEMM and col2im, the costlier pair, so it
-# gains already on 8x8 images (15-45% at 32 and 64 channels); the weight's gradient gains
-# 0-15% from 32 channels on 16x16 images, the forward 5-15% from 64. On 8x8 images a third
-# of the tiles are junk and both lose; at 16 channels every op loses.
-_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 16 * 16),
-                  "conv_transpose2d": (32, 8 * 8)}
+# Winograd path; measured with jobs/bench/bench_winograd.py at batch 32 on a shared machine
+# (single runs vary by 10-20%), against the column paths as they are now: the input's
+# gradient a correlation like the forward (no col2im), the weight's gradient computed
+# transposed. Both then win by Winograd only on bigger images: the input's gradient is even
+# on 16x16 and gains 7-30% on 32x32 (at 32 and 64 channels), the weight's gradient loses
+# 5-25% on 16x16 and gains 9% on 32x32; the forward gains 10% from 64 channels on 16x16, and
+# 20-30% on 32x32 (32 channels there too, not taken: each threshold is on its own). On 8x8
+# images a third of the tiles are junk and all lose; at 16 channels every op loses (1.6-2.1x).
+_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 32 * 32),
+                  "conv_transpose2d": (32, 16 * 16)}
 
 
 class _Tiles:
