@@ -33,7 +33,8 @@ CONV_CASES = [
     ((3, 8, 7, 6), (3, 8, 3, 3), (2, 2), (1, 1), (1, 1)),
     ((2, 6, 2, 2), (3, 6, 1, 1), (1, 1), (0, 0), (1, 1)),
     # Stride 1: the input's gradient is a correlation of g (no col2im), dilated and odd-sized
-    # too; with a padding as wide as the kernel on one axis it folds columns instead.
+    # too; with a padding as wide as the kernel on one axis, or a kernel as big as the image
+    # (above), it folds columns instead.
     ((1, 4, 6, 5), (5, 4, 3, 3), (1, 1), (1, 1), (2, 2)),
     ((3, 7, 11, 13), (5, 7, 3, 3), (1, 1), (1, 1), (1, 1)),
     ((2, 3, 5, 6), (2, 3, 2, 2), (1, 1), (2, 1), (1, 1)),
@@ -115,7 +116,7 @@ def test_conv2d_reads_non_contiguous_and_float32_inputs():
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CONV_CASES, ids=CONV_IDS)
-def test_input_gradient_folds_columns_only_with_stride_or_a_padding_past_the_kernel(
+def test_input_gradient_folds_columns_with_stride_a_padding_past_the_kernel_or_a_small_g(
         x_shape, w_shape, stride, padding, dilation, monkeypatch):
     folds = collections.Counter()
     fold_into = conv_kernels._fold_into
@@ -128,7 +129,9 @@ def test_input_gradient_folds_columns_only_with_stride_or_a_padding_past_the_ker
     conv_kernels.conv_transpose2d(g, rng.standard_normal(w_shape), x_shape[2:], stride,
                                   padding, dilation)
     extent = conv_kernels.kernel_extent(w_shape[2:], dilation)
-    correlation = stride == (1, 1) and all(p < e for p, e in zip(padding, extent))
+    growth = x_shape[2] * x_shape[3] / (out_size[0] * out_size[1])
+    correlation = (stride == (1, 1) and all(p < e for p, e in zip(padding, extent))
+                   and growth <= conv_kernels._CORRELATION_MAX_GROWTH)
     assert bool(folds) != correlation
 
 
@@ -260,8 +263,11 @@ def test_winograd_matches_the_general_path_and_torch(n, c, o, h, w, p, chunking,
     geometry = ((1, 1), (p, p), (1, 1))
     out = conv_ops.conv2d(x, weight, bias, *geometry)
     grads = mg.autograd.grad(out, (x, weight, bias), g)
-    # Forward, the input's gradient (unless the padding is over 2) and the weight's.
-    assert winograd_everywhere == {"_winograd_conv2d": 1 + (p <= 2),
+    # Forward, the input's gradient (unless the padding is over 2, or g is much smaller than
+    # the image: then columns are folded) and the weight's.
+    as_correlation = conv_kernels._correlation_fits((h, w), g.shape[2:], (1, 1), (p, p), (3, 3))
+    assert as_correlation == (p <= 2 and h * w <= 2 * g.shape[2] * g.shape[3])
+    assert winograd_everywhere == {"_winograd_conv2d": 1 + as_correlation,
                                    "_winograd_conv2d_weight": 1}
     general = _general_conv(x, weight, bias, *geometry)
     np.testing.assert_allclose(out.data, general.data, **TOL)
