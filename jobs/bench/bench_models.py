@@ -35,8 +35,9 @@ in matrix products (GEMM; convolutions and their gradients' GEMMs) against the r
 both libraries, and the costliest kernels, from instrumented runs. `--breakdown`: mpigrad's
 step by bench_engine's categories.
 """
-from harness import (CATEGORIES, TORCH_GEMM, gemm_share, kernel_profile,  # first: threads
-                     print_breakdown, breakdown, time_call, torch_op_profile, use_threads)
+from harness import (CATEGORIES, TORCH_GEMM, TORCH_RECURRENT, breakdown,  # first: threads
+                     gemm_share, kernel_profile, print_breakdown, time_call,
+                     torch_op_profile, use_threads)
 import harness  # noqa: E402
 
 import argparse  # noqa: E402
@@ -219,17 +220,16 @@ def main():
           f"{args.threads} thread(s) per library, "
           f"{'CPU time of the thread' if args.threads == 1 else 'wall time'}"
           + (f"\nnote: {note}" if note else ""))
-    missed = []
-    for name in args.only:
-        if not bench_model(name, torch, args) and torch is not None:
-            missed.append(name)
+    timed = {name: bench_model(name, torch, args) for name in args.only}
     if args.profile and torch is not None:
-        for name in args.only if args.profile == "all" else missed:
-            print_profile(name, torch, args.steps)
+        for name, (met, medians) in timed.items():
+            if args.profile == "all" or not met:
+                print_profile(name, torch, args.steps, medians)
 
 
 def bench_model(name, torch, args):
-    """Time model `name` in both libraries; True when its targets are met (or untimed)."""
+    """Time model `name` in both libraries: whether its targets are met (or untimed), and
+    each library's median seconds per step."""
     steps = model_steps(name, torch)
     first = {lib: run() for lib, run in steps.items()}
     print(f"\n{name}: first-step loss " + ", ".join(f"{k} {v:.6f}" for k, v in first.items()))
@@ -262,30 +262,32 @@ def bench_model(name, torch, args):
     if args.breakdown:
         print("  mpigrad's step by category (ms per step, instrumented; clipping not timed)")
         print_breakdown(name, breakdown(steps["mpigrad"], args.steps))
-    return met
+    return met, {lib: statistics.median(t) for lib, t in times.items()}
 
 
-def print_profile(name, torch, steps, top=12):
+def print_profile(name, torch, steps, medians, top=12):
     """What bounds model `name`'s step in each library: the time in matrix products (BLAS
-    GEMMs, and in torch also oneDNN's convolutions and RNN cells) against everything else, then
-    the costliest kernels. Instrumented runs: mpigrad's kernels timed by the benchmark's
-    KernelTimer (exclusive, harness.clock), torch's ATen ops by its profiler (self CPU time);
-    both add their own cost, so read shares, not absolute times."""
+    GEMMs; convolutions: mpigrad's GEMMs without their im2col, oneDNN's whole kernels) and in
+    whole recurrences against everything else, then the costliest kernels. Instrumented runs: mpigrad's kernels timed by the benchmark's
+    KernelTimer (exclusive, harness.clock), torch's ATen ops by its profiler (self time, wall
+    clock); both add their own cost, so each split is read as shares, also shown applied to
+    the library's timed step (`medians`)."""
     runs = model_steps(name, torch)
     for run in runs.values():
         run()
     ours = kernel_profile(runs["mpigrad"], steps)
     theirs = torch_op_profile(torch, runs["torch"], steps)
-    print(f"\n{name}: where the step goes (ms per step, instrumented)")
-    for lib, parts, gemm_names in (("mpigrad", ours, CATEGORIES["gemm"]),
-                                   ("torch", theirs, TORCH_GEMM)):
-        gemm, rest = gemm_share(parts, gemm_names)
-        total = gemm + rest
-        recurrences = sum(v for k, v in parts.items() if k in CATEGORIES["recurrent"])
-        print(f"  {lib:8s} {total:8.2f} = products {gemm:7.2f} ({gemm / total:.0%}) "
-              f"+ the rest {rest:7.2f} ({rest / total:.0%})"
-              + (f", of which whole recurrences (their products and gates) {recurrences:.2f}"
-                 if recurrences else ""))
+    print(f"\n{name}: where the step goes (ms per step: the instrumented runs' shares of the "
+          "timed step; then the costliest kernels, instrumented ms and share)")
+    for lib, parts, names in (("mpigrad", ours, (CATEGORIES["gemm"], CATEGORIES["recurrent"])),
+                              ("torch", theirs, (TORCH_GEMM, TORCH_RECURRENT))):
+        gemm, recurrences, rest = gemm_share(parts, *names)
+        # The shares applied to the timed step: ms that compare across the libraries.
+        scale = medians[lib] * 1e3 / (gemm + recurrences + rest)
+        print(f"  {lib:8s} timed {medians[lib] * 1e3:7.2f} = products {gemm * scale:7.2f} "
+              + (f"+ whole recurrences (products and gates) {recurrences * scale:7.2f} "
+                 if recurrences else "")
+              + f"+ the rest {rest * scale:7.2f}")
     for lib, parts in (("mpigrad", ours), ("torch", theirs)):
         total = sum(parts.values())
         costliest = sorted(parts.items(), key=lambda kv: -kv[1])[:top]

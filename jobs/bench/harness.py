@@ -233,12 +233,14 @@ def kernel_profile(run, steps):
     return {k: v / steps * 1e3 for k, v in seconds.items()}
 
 
-# torch's ATen ops whose own time is a BLAS or oneDNN product, for the same split.
+# torch's ATen ops whose own time is a BLAS or oneDNN product, for the same split; and its
+# whole recurrences (oneDNN's LSTM/GRU layers: their products and gate arithmetic together,
+# as mpigrad's recurrent ops).
 TORCH_GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
               "aten::mkldnn_convolution", "aten::convolution_backward",
               "aten::thnn_conv2d", "aten::_slow_conv2d_forward",
-              "aten::_slow_conv2d_backward", "aten::mkldnn_rnn_layer",
-              "aten::mkldnn_rnn_layer_backward"}
+              "aten::_slow_conv2d_backward"}
+TORCH_RECURRENT = {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
 
 
 def torch_op_profile(torch, run, steps):
@@ -258,10 +260,11 @@ def torch_op_profile(torch, run, steps):
     return {k: v / steps * 1e3 for k, v in seconds.items()}
 
 
-def gemm_share(parts, gemm_names):
-    """(ms in the named products, ms in everything else)."""
+def gemm_share(parts, gemm_names, recurrent_names):
+    """(ms in the named products, ms in whole recurrences, ms in everything else)."""
     gemm = sum(v for k, v in parts.items() if k in gemm_names)
-    return gemm, sum(parts.values()) - gemm
+    recurrent = sum(v for k, v in parts.items() if k in recurrent_names)
+    return gemm, recurrent, sum(parts.values()) - gemm - recurrent
 
 
 def use_threads(n, torch=None):
