@@ -31,7 +31,7 @@ from timers put around the Reducer's and the shared-memory reduction's functions
 more steps (each part's own time, without the parts it calls).
 """
 from harness import (BATCH, SIZES, MlpStep, TorchRun, init_torch_gloo,  # first: sets threads
-                     mpigrad_mlp, timed)
+                     mlp, timed)
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
@@ -43,6 +43,7 @@ from unittest import mock  # noqa: E402
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
+import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 from mpigrad.distributed.algorithms.ddp_comm_hooks import (  # noqa: E402
     shared_memory as shared_memory_hook)
@@ -54,7 +55,7 @@ from mpigrad.optim import SGD  # noqa: E402
 
 class MpigradRun(MlpStep):
     def __init__(self, rank, ddp, bucket_cap_mb, shared_memory=True):
-        model = mpigrad_mlp()
+        model = mlp(mg)
         if ddp:
             with mock.patch.dict(os.environ,
                                  {shared_memory_hook.ENV: "1" if shared_memory else "0"}):

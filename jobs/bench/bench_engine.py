@@ -35,20 +35,15 @@ import numpy as np  # noqa: E402
 import mpigrad as mg  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from harness import breakdown, print_breakdown, time_call  # noqa: E402
-from mpigrad import nn, optim  # noqa: E402
+from mpigrad import optim  # noqa: E402
 from mpigrad.kernels.numpy import conv as conv_ops  # noqa: E402
+import models  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
 
 
-def tutorial_cnn(nn):
-    return nn.Sequential(
-        nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
-        nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
-        nn.Flatten(), nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, 10))
-
-
-def cifar_cnn(nn):
+def cifar_cnn(lib):
+    nn = lib.nn
     return nn.Sequential(
         nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -56,18 +51,10 @@ def cifar_cnn(nn):
         nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
-def mlp(nn):
-    sizes = [784, 1024, 1024, 1024, 10]
-    layers = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
 # name: (builder, input shape without the batch, batch size)
-MODELS = {"tutorial": (tutorial_cnn, (1, 28, 28), 64),
+MODELS = {"tutorial": (models.tutorial_cnn, (1, 28, 28), 64),
           "cifar": (cifar_cnn, (3, 32, 32), 32),
-          "mlp": (mlp, (784,), 64)}
+          "mlp": (models.mlp, (784,), 64)}
 
 
 class MpigradStep:
@@ -106,10 +93,10 @@ def model_runners(name, torch):
     x = rng.standard_normal((batch,) + shape).astype(np.float32)
     y = rng.integers(0, 10, batch)
     mg.manual_seed(0)
-    model = build(nn)
+    model = build(mg)
     runners = {"mpigrad": MpigradStep(model, x, y)}
     if torch is not None:
-        twin = build(torch.nn)
+        twin = build(torch)
         with torch.no_grad():
             for (key, p), (_, q) in zip(model.state_dict().items(), twin.state_dict().items()):
                 q.copy_(torch.from_numpy(p.numpy().copy()))

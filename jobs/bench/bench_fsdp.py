@@ -3,7 +3,7 @@ torch's fully_shard (FSDP2) over gloo, on the same model, batch and optimizer.
 
     OMP_NUM_THREADS=1 timeout 900 mpiexec -n 2 python jobs/bench/bench_fsdp.py
 
-Model: a nanoGPT (written once below for both libraries: pre-norm blocks, causal
+Model: models.py's nanoGPT (written once for both libraries: pre-norm blocks, causal
 scaled_dot_product_attention, tied embedding and head), float32, AdamW; each rank its own
 batch. Sharded runs apply fully_shard to every block, then to the model. Configurations run
 in alternating rounds (the machine may be shared); each number is the median over rounds
@@ -22,58 +22,22 @@ import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 from mpigrad.distributed.fsdp import fully_shard  # noqa: E402
 from mpigrad.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-
-
-def gpt(lib, vocab, block_size, n_layer, n_head, n_embd):
-    """The benchmark's GPT, built from `lib` (mpigrad or torch)."""
-    nn, F = lib.nn, lib.nn.functional
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
-            self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-            self.c_proj = nn.Linear(n_embd, n_embd)
-            self.fc, self.proj = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-            q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-            return x + self.proj(F.gelu(self.fc(self.ln_2(x))))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block_size, n_embd)
-            self.h = nn.ModuleList([Block() for _ in range(n_layer)])
-            self.ln_f = nn.LayerNorm(n_embd)
-            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
-            self.lm_head.weight = self.wte.weight
-
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(lib.arange(idx.shape[1]))
-            for block in self.h:
-                x = block(x)
-            logits = self.lm_head(self.ln_f(x))
-            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
-
-    return GPT()
+from models import gpt  # noqa: E402
 
 
 class Step:
     """One AdamW training step of `model` (from `lib`) on this rank's batch."""
 
     def __init__(self, lib, model, idx, targets):
-        self.model = model
+        self.lib, self.model = lib, model
         self.opt = lib.optim.AdamW(model.parameters(), lr=1e-4)
         self.idx, self.targets = lib.from_numpy(idx), lib.from_numpy(targets)
 
     def step(self):
         self.opt.zero_grad()
-        self.model(self.idx, self.targets).backward()
+        logits = self.model(self.idx)
+        self.lib.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                             self.targets.view(-1)).backward()
         self.opt.step()
 
     def state_bytes(self):

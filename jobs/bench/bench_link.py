@@ -35,7 +35,7 @@ time is the median over rounds of the slowest rank's mean step. For the cost mod
 Allreduce over the link, and the no-communication step is split into forward, backward and
 optimizer.
 """
-from harness import (BATCH, SIZES, MlpStep, init_torch_gloo, mpigrad_mlp,  # first: sets threads
+from harness import (BATCH, SIZES, MlpStep, init_torch_gloo, mlp,  # first: sets threads
                      timed)
 from harness import TorchRun as TorchStep
 
@@ -51,6 +51,7 @@ from unittest import mock  # noqa: E402
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
+import mpigrad as mg  # noqa: E402
 import mpigrad.distributed as dist  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
@@ -92,7 +93,7 @@ def mpigrad_hooks():
 
 class MpigradRun(MlpStep):
     def __init__(self, rank, hook=None, environment=None):
-        model = mpigrad_mlp()
+        model = mlp(mg)
         if hook is not None:
             with mock.patch.dict(os.environ, environment or {}):
                 model = DDP(model)

@@ -46,7 +46,7 @@ def run_worker(way, cores, steps):
 
 def worker(way, cores, steps):
     """Inside the launched process(es): time `way`'s step and print it as JSON (rank 0)."""
-    from harness import SIZES, init_torch_gloo, mpigrad_mlp, torch_mlp
+    from harness import SIZES, init_torch_gloo, mlp
     import numpy as np
     import mpigrad as mg
     import mpigrad.nn.functional as F
@@ -68,17 +68,17 @@ def worker(way, cores, steps):
     if way.startswith("torch"):
         if distributed:
             torch = init_torch_gloo(comm)
-            model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch))
+            model = torch.nn.parallel.DistributedDataParallel(mlp(torch))
         else:
             import torch  # the oracle, only for its side of the table
             torch.set_num_threads(cores)
-            model = torch_mlp(torch)
+            model = mlp(torch)
         loss_fn = torch.nn.functional.cross_entropy
         xs, ys = torch.from_numpy(x), torch.from_numpy(y)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     else:
         from mpigrad.nn.parallel import DistributedDataParallel
-        model = mpigrad_mlp()
+        model = mlp(mg)
         if way == "mpigrad DDP":
             model = DistributedDataParallel(model)
         loss_fn, xs, ys = F.cross_entropy, mg.tensor(x), mg.tensor(y)

@@ -1,11 +1,13 @@
-"""Winograd F(2x2, 3x3) against im2col for 3x3 stride-1 convolutions, op by op.
+"""Winograd F(2x2, 3x3) against the column paths (im2col and a GEMM; the input's gradient a
+correlation of g) for 3x3 stride-1 convolutions, op by op.
 
     python jobs/bench/bench_winograd.py [--reps 15]
 
 Times conv2d's forward, its input's gradient (conv_transpose2d) and its weight's gradient
 (conv2d_weight) on both paths, float32, one BLAS thread, padding 1, at the shapes of the
-CIFAR-shaped CNN of jobs/bench/bench_engine.py and a few more. The two paths alternate rep by rep,
-so a busy neighbour slows both alike; medians of the thread's CPU time are reported.
+CIFAR-shaped CNN of jobs/bench/bench_engine.py, bench_models' ResNet and a few more. The two
+paths alternate rep by rep, so a busy neighbour slows both alike; medians of the thread's CPU
+time are reported. conv/_WINOGRAD_FROM's thresholds come from this table.
 """
 import harness  # noqa: F401  (first: one BLAS thread per process)
 
@@ -18,8 +20,8 @@ import numpy as np  # noqa: E402
 from mpigrad.kernels.numpy import conv  # noqa: E402
 
 # (batch, in channels, out channels, image size)
-SHAPES = [(32, 64, 64, 16), (32, 64, 64, 8), (32, 64, 64, 32), (32, 32, 32, 16),
-          (32, 16, 16, 16)]
+SHAPES = [(32, 64, 64, 16), (32, 64, 64, 8), (32, 64, 64, 32), (32, 32, 32, 32),
+          (32, 32, 32, 16), (32, 32, 32, 8), (32, 16, 16, 16)]
 OPS = ("conv2d", "conv_transpose2d", "conv2d_weight")
 PATHS = {"im2col": (1 << 62, 0), "winograd": (1, 1)}  # every op's _WINOGRAD_FROM
 

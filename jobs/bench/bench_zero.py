@@ -17,7 +17,7 @@ Bytes are counted after a step: Adam's state arrays held by the rank, and the `.
 it keeps between steps.
 """
 import argparse
-from harness import MlpStep, mpigrad_mlp, timed  # first: sets threads
+from harness import MlpStep, mlp, timed  # first: sets threads
 
 import statistics  # noqa: E402
 
@@ -34,7 +34,7 @@ from mpigrad.optim import Adam  # noqa: E402
 
 class Run(MlpStep):
     def __init__(self, rank, zero=None):
-        model = DDP(mpigrad_mlp())
+        model = DDP(mlp(mg))
         if zero is None:
             opt = Adam(model.parameters(), lr=1e-4)
             self.local = opt

@@ -8,7 +8,11 @@ the caller set otherwise, so that ranks and the torch side do not fight over cor
   `timed`, the slowest rank's mean step time.
 - `time_call` and the clocks, and `breakdown`: one instrumented training step split into numpy
   kernels by kind, the optimizer and the Python overhead of dispatch and of the engine
-  (bench_engine, bench_models).
+  (bench_engine, bench_models); `kernel_profile` and `torch_op_profile`, a step's time per
+  kernel in each library, and `gemm_share` (bench_models --profile); `use_threads`.
+- `init_torch_gloo`: torch.distributed over gloo inside an mpiexec job (bench_ddp,
+  bench_fsdp, bench_ddp_gpt, ...).
+The models themselves are in models.py, written once for both libraries.
 """
 import os
 
@@ -23,32 +27,14 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mpigrad as mg  # noqa: E402
-import mpigrad.nn as nn  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad import kernels  # noqa: E402
 from mpigrad.kernels.numpy import conv as conv_ops  # noqa: E402
 from mpigrad.ops.core import Op  # noqa: E402
+from models import MLP_SIZES, mlp  # noqa: E402
 
-SIZES = (784, 1024, 1024, 1024, 10)
+SIZES = MLP_SIZES
 BATCH = 64
-
-
-def mpigrad_mlp():
-    layers = []
-    for k in range(len(SIZES) - 1):
-        layers.append(nn.Linear(SIZES[k], SIZES[k + 1]))
-        if k < len(SIZES) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
-
-
-def torch_mlp(torch):
-    layers = []
-    for k in range(len(SIZES) - 1):
-        layers.append(torch.nn.Linear(SIZES[k], SIZES[k + 1]))
-        if k < len(SIZES) - 2:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
 
 
 def batch(rank):
@@ -86,7 +72,7 @@ class TorchRun:
 
     def __init__(self, torch, rank, **ddp_options):
         self.torch = torch
-        self.model = torch.nn.parallel.DistributedDataParallel(torch_mlp(torch), **ddp_options)
+        self.model = torch.nn.parallel.DistributedDataParallel(mlp(torch), **ddp_options)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         x, y = batch(rank)
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
@@ -154,7 +140,7 @@ class KernelTimer:
     """Wraps every forward and fused backward kernel of the backend in use (forwards are
     called by backward's rules too), the one backward function of each joint Op (a
     recurrence's whole backward through time) and a few kernels with timers, and adds up
-    seconds per category, exclusive of nested timed calls."""
+    seconds per kernel name, exclusive of nested timed calls."""
 
     def __init__(self):
         self.seconds = collections.Counter()
@@ -167,8 +153,6 @@ class KernelTimer:
         self._nested = [0.0]
 
     def _wrap(self, name, fn):
-        category = _category(name)
-
         def timed(*args, **kwargs):
             self._nested.append(0.0)
             start = clock()
@@ -176,7 +160,7 @@ class KernelTimer:
                 return fn(*args, **kwargs)
             finally:
                 elapsed = clock() - start
-                self.seconds[category] += elapsed - self._nested.pop()
+                self.seconds[name] += elapsed - self._nested.pop()
                 self._nested[-1] += elapsed
         return timed
 
@@ -204,6 +188,13 @@ class KernelTimer:
         return seconds
 
 
+def _by_category(seconds):
+    totals = collections.Counter()
+    for name, t in seconds.items():
+        totals[_category(name)] += t
+    return totals
+
+
 def breakdown(step, steps):
     """Milliseconds per step in each category, averaged over `steps` instrumented steps."""
     totals = collections.Counter()
@@ -212,11 +203,11 @@ def breakdown(step, steps):
             start = clock()
             loss = step.forward()
             forward = clock() - start
-            forward_kernels = kernels.take()
+            forward_kernels = _by_category(kernels.take())
             start = clock()
             loss.backward()
             backward = clock() - start
-            backward_kernels = kernels.take()
+            backward_kernels = _by_category(kernels.take())
             start = clock()
             step.optimizer.step()
             totals["optimizer"] += clock() - start
@@ -226,6 +217,71 @@ def breakdown(step, steps):
             totals["overhead: forward dispatch"] += forward - sum(forward_kernels.values())
             totals["overhead: backward engine"] += backward - sum(backward_kernels.values())
     return {k: v / steps * 1e3 for k, v in totals.items()}
+
+
+def kernel_profile(run, steps):
+    """Milliseconds per step of `run` (a whole training step) in each kernel, exclusive,
+    and under "(outside kernels)" the rest: Python dispatch, the engine, the optimizer's and
+    clipping's own numpy."""
+    with KernelTimer() as kernels:
+        start = clock()
+        for _ in range(steps):
+            run()
+        total = clock() - start
+        seconds = kernels.take()
+    seconds["(outside kernels)"] = total - sum(seconds.values())
+    return {k: v / steps * 1e3 for k, v in seconds.items()}
+
+
+# torch's ATen ops whose own time is a BLAS or oneDNN product, for the same split; and its
+# whole recurrences (oneDNN's LSTM/GRU layers: their products and gate arithmetic together,
+# as mpigrad's recurrent ops).
+TORCH_GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+              "aten::mkldnn_convolution", "aten::convolution_backward",
+              "aten::thnn_conv2d", "aten::_slow_conv2d_forward",
+              "aten::_slow_conv2d_backward"}
+TORCH_RECURRENT = {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
+
+
+def torch_op_profile(torch, run, steps):
+    """Milliseconds per step of `run` in each ATen op (self time, wall clock, torch's
+    profiler; its own cost lands on the ops and under "(outside ops)")."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]):  # the profiler's first start is slow
+        run()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            run()
+    total = time.perf_counter() - start
+    seconds = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()
+               if e.self_cpu_time_total > 0}
+    seconds["(outside ops)"] = max(0.0, total - sum(seconds.values()))
+    return {k: v / steps * 1e3 for k, v in seconds.items()}
+
+
+def gemm_share(parts, gemm_names, recurrent_names):
+    """(ms in the named products, ms in whole recurrences, ms in everything else)."""
+    gemm = sum(v for k, v in parts.items() if k in gemm_names)
+    recurrent = sum(v for k, v in parts.items() if k in recurrent_names)
+    return gemm, recurrent, sum(parts.values()) - gemm - recurrent
+
+
+def use_threads(n, torch=None):
+    """Run BLAS and mpigrad's compiled kernels, and torch, on `n` threads each; returns a
+    note when mpigrad has no set_num_threads of its own (then only its BLAS follows)."""
+    note = None
+    set_num_threads = getattr(mg, "set_num_threads", None)
+    if set_num_threads is not None:
+        set_num_threads(n)
+    else:
+        from threadpoolctl import threadpool_limits  # in the venv (scikit-learn's)
+        threadpool_limits(n, user_api="blas")
+        note = ("mpigrad.set_num_threads is missing here: numpy's BLAS runs on "
+                f"{n} thread(s) (threadpoolctl), mpigrad's compiled kernels on one")
+    if torch is not None:
+        torch.set_num_threads(n)
+    return note
 
 
 def print_breakdown(name, parts):

@@ -56,13 +56,22 @@ def sliding_output_size(size, kernel_size, dilation, padding, stride):
                  for n, k, d, p, s in zip(size, kernel_size, dilation, padding, stride))
 
 
+def _strided(array, shape, strides):
+    """as_strided's view of `array`, made through np.ndarray where `array` is contiguous:
+    as_strided builds a Python array interface per call, 10x the time (about 15 us against
+    1.5), and a training step makes hundreds of these views."""
+    if array.flags.c_contiguous:
+        return np.ndarray(shape, array.dtype, array, 0, strides)
+    return as_strided(array, shape, strides)
+
+
 def windows(padded, kernel_size, dilation, stride, out_size):
     """The (N, C, kh, kw, oh, ow) view of every window of `padded` (N, C, H, W); writable, so
     col2im can add into it tap by tap."""
     (kh, kw), (dh, dw), (sh, sw), (oh, ow) = kernel_size, dilation, stride, out_size
     n, c, row, col = padded.strides
-    return as_strided(padded, padded.shape[:2] + (kh, kw, oh, ow),
-                      (n, c, dh * row, dw * col, sh * row, sw * col))
+    return _strided(padded, padded.shape[:2] + (kh, kw, oh, ow),
+                    (n, c, dh * row, dw * col, sh * row, sw * col))
 
 
 def _pad(x, padding, value=0, extra=(0, 0)):
@@ -147,7 +156,7 @@ class _Columns:
         if not self.flat:
             return windows(padded, self.kernel_size, self.dilation, self.stride, self.out_size)
         (dh, dw), (n, c, row, col) = self.dilation, padded.strides
-        return as_strided(padded, padded.shape[:2] + self.kernel_size + (self.length,),
+        return _strided(padded, padded.shape[:2] + self.kernel_size + (self.length,),
                           (n, c, dh * row, dw * col, col))
 
     def padded_chunks(self, x, step):
@@ -188,7 +197,7 @@ class _Columns:
     def crop(self, product):
         """Columns (N, O, length) as the (N, O, oh, ow) view of their real windows."""
         n, c, q = product.strides
-        return as_strided(product, product.shape[:2] + self.out_size, (n, c, self.pitch * q, q))
+        return _strided(product, product.shape[:2] + self.out_size, (n, c, self.pitch * q, q))
 
 
 def kernel_extent(kernel_size, dilation):
@@ -255,26 +264,28 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
 
 
 def conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1):
-    """The input's gradient of conv2d: columns W^T g, folded back onto the image. For a 3x3
-    stride-1 kernel that is again a 3x3 correlation, of g padded by 2 - padding with the
-    kernel flipped and its channels swapped (the taps that a padding over 2 crops off are
-    not, so those take columns)."""
+    """The input's gradient of conv2d. Without stride it is again a correlation: of g padded
+    by d (k - 1) - padding, with the kernel flipped and each group's channels swapped, which
+    costs what the forward does (im2col and a GEMM; for 3x3 kernels with enough channels,
+    Winograd's). With stride, a padding beyond the kernel, or an input much bigger than the
+    output, columns W^T g are folded back onto the image."""
+    extent = kernel_extent(weight.shape[2:], dilation)
+    if _correlation_fits(input_size, g.shape[2:], stride, padding, extent):
+        flipped = _flipped_transposed(weight, groups)
+        flipped_padding = tuple(e - 1 - p for p, e in zip(padding, extent))
+        if groups == 1 and winograd_fits("conv_transpose2d", weight.shape, stride, dilation,
+                                         input_size):
+            return _winograd_conv2d(g, flipped, None, flipped_padding)
+        return conv2d(g, flipped, None, stride, flipped_padding, dilation, groups)
     if groups > 1:
         return _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation,
                                          groups)
-    if (winograd_fits("conv_transpose2d", weight.shape, stride, dilation, input_size)
-            and max(padding) <= 2):
-        return _winograd_conv2d(g, weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), None,
-                                (2 - padding[0], 2 - padding[1]))
     n, out_channels = g.shape[:2]
     channels = weight.shape[1]
     layout = _Columns(input_size, weight.shape[2:], dilation, padding, stride)
     matrix = weight.reshape(out_channels, -1).T
     dtype = np.result_type(g, weight)
     out = np.empty((n, channels) + layout.in_size, dtype)
-    if layout.pointwise:
-        np.matmul(matrix, g.reshape(n, out_channels, -1), out=out.reshape(n, channels, -1))
-        return out
     step = _chunk_size(n, matrix.shape[0] * layout.length * dtype.itemsize)
     cols = _scratch_array((step, matrix.shape[0], layout.length), dtype, "columns")
     spread = layout.spread_buffer(step, out_channels, g.dtype)
@@ -290,6 +301,32 @@ def conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1)
     return out
 
 
+# How many times the outputs' area the input's may be for its gradient to be computed as a
+# correlation: each input pixel then takes a whole window of g, its zero border included,
+# where folding columns multiplies only the outputs' own pixels. Measured (float32, batch 32
+# and 64): the correlation takes 0.56-0.92x the time of folding for inputs 1 to 1.8 times the
+# outputs' area, 1.27x for 2.25 times (the tutorial CNN's unpadded 5x5 on 8x8 outputs).
+_CORRELATION_MAX_GROWTH = 2.0
+
+
+def _correlation_fits(input_size, out_size, stride, padding, extent):
+    """Whether conv_transpose2d is computed as a correlation of g: without stride, with a
+    padding inside the kernel, and with few products of g's zero border."""
+    return (tuple(stride) == (1, 1) and all(p < e for p, e in zip(padding, extent))
+            and input_size[0] * input_size[1] <= _CORRELATION_MAX_GROWTH * out_size[0]
+            * out_size[1])
+
+
+def _flipped_transposed(weight, groups):
+    """weight (O, C / groups, kh, kw) with each group's channels swapped and the kernel
+    flipped, (C, O / groups, kh, kw): the kernel whose correlation is the transposed one."""
+    out_channels, per_group = weight.shape[:2]
+    grouped = weight.reshape((groups, out_channels // groups) + weight.shape[1:])
+    # Contiguous: matmul takes BLAS only for positive strides.
+    flipped = np.ascontiguousarray(grouped.transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
+    return flipped.reshape((per_group * groups, out_channels // groups) + weight.shape[2:])
+
+
 def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
     """The weight's gradient of conv2d: g times the columns, summed over the samples."""
     if groups > 1:
@@ -299,19 +336,23 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
         return _winograd_conv2d_weight(x, g, padding)
     n, out_channels = g.shape[:2]
     layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
-    total = np.zeros((out_channels, x.shape[1] * kernel_size[0] * kernel_size[1]),
-                     np.result_type(x, g))
+    rows = x.shape[1] * kernel_size[0] * kernel_size[1]
+    # The gradient's transpose, columns times g^T: OpenBLAS takes 0.6-0.95x the time of
+    # g times columns^T for the same product (measured from 16 to 128 channels, 8x8 to 32x32
+    # images), the more so the fewer output channels.
+    total = np.zeros((rows, out_channels), np.result_type(x, g))
     spread = layout.spread_buffer(_chunk_size(n, 1), out_channels, g.dtype)
     # Few columns per sample (fewer than rows): one GEMM over the chunk's samples side by side
     # beats a thin GEMM per sample; otherwise the per-sample GEMMs are the faster ones.
-    side_by_side = layout.length < total.shape[1]
+    side_by_side = layout.length < rows
     for start, stop, cols in _column_chunks(x, layout, side_by_side):
         g_cols = layout.spread(g[start:stop], spread)
         if side_by_side:
-            total += g_cols.transpose(1, 0, 2).reshape(out_channels, -1) @ cols.T
+            total += cols @ g_cols.transpose(1, 0, 2).reshape(out_channels, -1).T
         else:
-            total += np.matmul(g_cols, cols.transpose(0, 2, 1)).sum(0)
-    return total.reshape((out_channels, x.shape[1]) + tuple(kernel_size))
+            total += np.matmul(cols, g_cols.transpose(0, 2, 1)).sum(0)
+    return np.ascontiguousarray(total.T).reshape((out_channels, x.shape[1])
+                                                 + tuple(kernel_size))
 
 
 # ----------------------------------------------------------------------------- grouped
@@ -353,20 +394,10 @@ def _grouped_conv2d(x, weight, bias, stride, padding, dilation, groups):
 
 
 def _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups):
-    """Without stride, the correlation of g padded by d (k - 1) - padding with the kernel
-    flipped and each group's channels swapped, which costs what the forward does. Otherwise
-    (or for a padding beyond the kernel) a depthwise gradient adds each tap's scaled g into
-    the image, and other groups fold their columns W^T g back onto it."""
+    """With stride (or a padding beyond the kernel): a depthwise gradient adds each tap's
+    scaled g into the image, and other groups fold their columns W^T g back onto it."""
     n, out_channels = g.shape[:2]
     channels = weight.shape[1] * groups
-    extent = kernel_extent(weight.shape[2:], dilation)
-    if tuple(stride) == (1, 1) and all(p < e for p, e in zip(padding, extent)):
-        flipped = weight.reshape((groups, out_channels // groups) + weight.shape[1:])
-        # Contiguous: matmul takes BLAS only for positive strides.
-        flipped = np.ascontiguousarray(flipped.transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1])
-        return _grouped_conv2d(g, flipped.reshape((channels, -1) + weight.shape[2:]), None,
-                               stride, tuple(e - 1 - p for p, e in zip(padding, extent)),
-                               dilation, groups)
     layout = _Columns(input_size, weight.shape[2:], dilation, padding, stride)
     dtype = np.result_type(g, weight)
     if out_channels == channels == groups:
@@ -447,13 +478,16 @@ def winograd_fits(op, weight_shape, stride, dilation, out_size):
 
 
 # Per op, the fewest channels (on both sides) and output pixels per image that take the
-# Winograd path; measured with jobs/bench/bench_winograd.py at batch 32 on a shared machine (single
-# runs vary by 20%). The input's gradient replaces GEMM and col2im, the costlier pair, so it
-# gains already on 8x8 images (15-45% at 32 and 64 channels); the weight's gradient gains
-# 0-15% from 32 channels on 16x16 images, the forward 5-15% from 64. On 8x8 images a third
-# of the tiles are junk and both lose; at 16 channels every op loses.
-_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 16 * 16),
-                  "conv_transpose2d": (32, 8 * 8)}
+# Winograd path; measured with jobs/bench/bench_winograd.py at batch 32 on a shared machine
+# (single runs vary by 10-20%), against the column paths as they are now: the input's
+# gradient a correlation like the forward (no col2im), the weight's gradient computed
+# transposed. Both then win by Winograd only on bigger images: the input's gradient is even
+# on 16x16 and gains 7-30% on 32x32 (at 32 and 64 channels), the weight's gradient loses
+# 5-25% on 16x16 and gains 9% on 32x32; the forward gains 10% from 64 channels on 16x16, and
+# 20-30% on 32x32 (32 channels there too, not taken: each threshold is on its own). On 8x8
+# images a third of the tiles are junk and all lose; at 16 channels every op loses (1.6-2.1x).
+_WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 32 * 32),
+                  "conv_transpose2d": (32, 16 * 16)}
 
 
 class _Tiles:
