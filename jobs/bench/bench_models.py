@@ -215,11 +215,10 @@ def main():
     except ImportError:
         torch = None
         print("torch is not installed: mpigrad times only")
-    note = use_threads(args.threads, torch)
+    use_threads(args.threads, torch)
     print(f"median of {args.rounds} interleaved rounds of {args.steps} steps, float32, "
           f"{args.threads} thread(s) per library, "
-          f"{'CPU time of the thread' if args.threads == 1 else 'wall time'}"
-          + (f"\nnote: {note}" if note else ""))
+          f"{'CPU time of the thread' if args.threads == 1 else 'wall time'}")
     timed = {name: bench_model(name, torch, args) for name in args.only}
     if args.profile and torch is not None:
         for name, (met, medians) in timed.items():

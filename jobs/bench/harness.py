@@ -268,20 +268,10 @@ def gemm_share(parts, gemm_names, recurrent_names):
 
 
 def use_threads(n, torch=None):
-    """Run BLAS and mpigrad's compiled kernels, and torch, on `n` threads each; returns a
-    note when mpigrad has no set_num_threads of its own (then only its BLAS follows)."""
-    note = None
-    set_num_threads = getattr(mg, "set_num_threads", None)
-    if set_num_threads is not None:
-        set_num_threads(n)
-    else:
-        from threadpoolctl import threadpool_limits  # in the venv (scikit-learn's)
-        threadpool_limits(n, user_api="blas")
-        note = ("mpigrad.set_num_threads is missing here: numpy's BLAS runs on "
-                f"{n} thread(s) (threadpoolctl), mpigrad's compiled kernels on one")
+    """Run mpigrad (its compiled kernels and numpy's BLAS) and torch on `n` threads each."""
+    mg.set_num_threads(n)
     if torch is not None:
         torch.set_num_threads(n)
-    return note
 
 
 def print_breakdown(name, parts):
