@@ -206,6 +206,8 @@ def main():
                              "for the models that miss their target (or all)")
     parser.add_argument("--child-memory", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2: the spread of the ratios needs two")
     if args.child_memory:
         child_memory(*args.child_memory, args.steps, args.threads)
         return
