@@ -26,6 +26,7 @@ for _name in ("layer_norm", "rms_norm"):
 # Not ops: the optimizers' updates and gradient clipping's passes, by name (optim/ and
 # nn/utils/clip_grad.py call them through the backend).
 NUMPY.register("sgd_update", forward=optim.sgd_update)
-NUMPY.register("adam_update", forward=optim.adam_update)
+for _name in ("adam", "adamax", "nadam", "radam", "adagrad", "adadelta", "rmsprop"):
+    NUMPY.register(_name + "_update", forward=getattr(optim, _name + "_update"))
 NUMPY.register("total_norm", forward=clip.total_norm)
 NUMPY.register("scale_", forward=clip.scale_)

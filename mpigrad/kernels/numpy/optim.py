@@ -65,3 +65,61 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step_size,
               [t(step_size), t(bias_correction2_sqrt), t(lerp_weight), t(1 - lerp_weight),
                t(beta2), t(1 - beta2), t(eps), t(decay_factor), t(weight_decay),
                bool(maximize)])
+
+
+def _typed(param, *scalars):
+    t = param.dtype.type
+    return [t(s) for s in scalars]
+
+
+def _optional(array, param):
+    return _empty(param) if array is None else array
+
+
+def adagrad_update(param, grad, total, clr, weight_decay, eps, maximize):
+    """One Adagrad step (`clr`, the lr decayed for this step) on `param` and `total`."""
+    _in_place(loops("optim").adagrad, [param, np.asarray(grad, param.dtype), total],
+              _typed(param, clr, weight_decay, eps) + [bool(maximize)])
+
+
+def adadelta_update(param, grad, square_avg, acc_delta, lr, rho, eps, weight_decay, maximize):
+    _in_place(loops("optim").adadelta,
+              [param, np.asarray(grad, param.dtype), square_avg, acc_delta],
+              _typed(param, lr, rho, 1 - rho, eps, weight_decay) + [bool(maximize)])
+
+
+def rmsprop_update(param, grad, square_avg, grad_avg, buffer, lr, alpha, eps, weight_decay,
+                   momentum, maximize):
+    """One RMSprop step (`grad_avg` None unless centered, `buffer` None without momentum)."""
+    _in_place(loops("optim").rmsprop,
+              [param, np.asarray(grad, param.dtype), square_avg,
+               _optional(grad_avg, param), _optional(buffer, param)],
+              _typed(param, lr, alpha, 1 - alpha, eps, weight_decay, momentum)
+              + [bool(maximize)])
+
+
+def adamax_update(param, grad, exp_avg, exp_inf, clr, beta1, beta2, eps, weight_decay,
+                  maximize):
+    _in_place(loops("optim").adamax, [param, np.asarray(grad, param.dtype), exp_avg, exp_inf],
+              _typed(param, clr, 1 - beta1, beta1, beta2, eps, weight_decay)
+              + [bool(maximize)])
+
+
+def nadam_update(param, grad, exp_avg, exp_avg_sq, grad_scale, momentum_scale,
+                 bias_correction2, beta1, beta2, eps, decay_factor, weight_decay, maximize):
+    _in_place(loops("optim").nadam,
+              [param, np.asarray(grad, param.dtype), exp_avg, exp_avg_sq],
+              _typed(param, grad_scale, momentum_scale, bias_correction2, 1 - beta1, beta1,
+                     beta2, 1 - beta2, eps, decay_factor, weight_decay) + [bool(maximize)])
+
+
+def radam_update(param, grad, exp_avg, exp_avg_sq, lr, bias_correction1,
+                 bias_correction2_sqrt, rect, beta1, beta2, eps, decay_factor, weight_decay,
+                 maximize):
+    """One RAdam step; `rect` None while the adaptive step is off (rho_t <= 5)."""
+    _in_place(loops("optim").radam,
+              [param, np.asarray(grad, param.dtype), exp_avg, exp_avg_sq],
+              _typed(param, lr, bias_correction1, bias_correction2_sqrt,
+                     0 if rect is None else rect) + [rect is not None]
+              + _typed(param, 1 - beta1, beta1, beta2, 1 - beta2, eps, decay_factor,
+                       weight_decay) + [bool(maximize)])
