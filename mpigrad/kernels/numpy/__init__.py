@@ -20,7 +20,7 @@ NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
 NUMPY.register("index_scatter", forward=indexing.index_scatter)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
-for _name in ("layer_norm", "rms_norm"):
+for _name in ("layer_norm", "rms_norm", "batch_norm"):
     NUMPY.register(_name, forward=getattr(normalization, _name),
                    backward=getattr(normalization, _name + "_backward"))
 # Not ops: the optimizers' updates and gradient clipping's passes, by name (optim/ and
