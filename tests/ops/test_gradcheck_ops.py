@@ -76,6 +76,7 @@ CASES = [
      [((3, 4), _normal), ((4,), _normal), ((4,), _normal)]),
     ("rms_norm", lambda a, w: mg.nn.functional.rms_norm(a, (2, 4), w, eps=1e-6),
      [((3, 2, 4), _normal), ((2, 4), _normal)]),
+    ("dropout", lambda a: mg.ops.dropout(a, p=0.3, seed=5, span=2), [((3, 4), _normal)]),
     ("batch_norm", lambda a, w, b: mg.nn.functional.batch_norm(a, None, None, w, b,
                                                                training=True),
      [((3, 2, 5), _normal), ((2,), _normal), ((2,), _normal)]),

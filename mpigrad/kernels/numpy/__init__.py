@@ -3,8 +3,8 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import (activations, clip, conv, elementwise, indexing, normalization, optim, reduction,
-               softmax)
+from . import (activations, clip, conv, dropout, elementwise, indexing, normalization, optim,
+               reduction, softmax)
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
@@ -20,6 +20,7 @@ NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
 NUMPY.register("index_scatter", forward=indexing.index_scatter)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
+NUMPY.register("dropout", forward=dropout.dropout, backward=dropout.dropout_backward)
 for _name in ("layer_norm", "rms_norm", "batch_norm"):
     NUMPY.register(_name, forward=getattr(normalization, _name),
                    backward=getattr(normalization, _name + "_backward"))
