@@ -32,6 +32,9 @@ def test_the_mask_drops_at_rate_p_with_independent_neighbours(p):
     assert _sigmas(both, p * p, dropped[:, 1:].size) < 5
     rows = (dropped[1:] & dropped[:-1]).mean()
     assert _sigmas(rows, p * p, dropped[1:].size) < 5
+    # So are the masks of successive calls (successive seeds).
+    again = F.dropout(mg.ones(400, 500), p).numpy() == 0
+    assert _sigmas((dropped & again).mean(), p * p, dropped.size) < 5
     # The kept values keep the expectation: 1 / (1 - p) each, as torch scales them.
     np.testing.assert_array_equal(np.unique(out), [0, np.float32(1) / np.float32(1 - p)])
     theirs = torch.nn.functional.dropout(torch.ones(400, 500), p).numpy()

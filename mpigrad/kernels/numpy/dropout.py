@@ -9,7 +9,8 @@ from ._compiled import flat, fresh, loops, result
 
 
 def _threshold(p):
-    return np.uint64(min(math.ceil(p * 2.0 ** 53), 2 ** 53))
+    # p = 1 drops everything through a zero scale; the threshold only has to fit
+    return np.uint32(min(math.ceil(p * 2.0 ** 32), 2 ** 32 - 1))
 
 
 def dropout(x, p, seed, span):
@@ -18,8 +19,8 @@ def dropout(x, p, seed, span):
     out = fresh(x.shape, x.dtype)
     dtype = out.dtype.type
     scale = dtype(0) if p >= 1 else dtype(1) / dtype(1 - p)
-    loops("dropout").dropout(flat(x), np.uint64(seed), _threshold(p), int(span), scale,
-                             out.reshape(-1))
+    loops("dropout").dropout(flat(x), np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32),
+                             _threshold(p), int(span), scale, out.reshape(-1))
     return result(out, x.dtype)
 
 
