@@ -224,7 +224,7 @@ def check_capturable(group, what="params and state_steps"):
                              "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla'].")
 
 
-def check_lr_tensor(name, lr, foreach, capturable):
+def check_lr_tensor(lr, foreach, capturable):
     """torch's Adam and AdamW take a Tensor lr except with foreach=True and not capturable."""
     if isinstance(lr, Tensor) and foreach and not capturable:
         raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
