@@ -158,3 +158,14 @@ def test_gradcheck_and_gradgradcheck():
     for functional in (F.dropout, F.dropout1d):
         assert gradcheck(seeded(functional), (x,))
         assert gradgradcheck(seeded(functional), (x,))
+
+
+def test_in_place_dropout_inside_a_graph_sends_the_gradient_through_its_mask():
+    x = mg.ones(50, requires_grad=True)
+    y = x * 2
+    mg.manual_seed(4)
+    assert F.dropout(y, 0.5, inplace=True) is y
+    y.sum().backward()
+    kept = y.detach().numpy() != 0
+    assert 0 < kept.mean() < 1
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(kept, 4.0, 0.0))
