@@ -78,9 +78,8 @@ NUMPY_ALLOWED = {
     "mpigrad.nn.utils.rnn": "packing sorts lengths and builds integer index arrays",
     "mpigrad.nn.utils.clip_grad": "the total norm's reduction over parameters (to become a "
                                   "fused kernel)",
-    "mpigrad.optim": "the optimizers' state is created as arrays; the Adam variants, Adagrad, "
-                     "Adadelta and RMSprop still update with numpy block by block (SGD and "
-                     "Adam/AdamW use the backend's one-pass kernels)",
+    "mpigrad.optim": "the optimizers' state is created as arrays (zeros, the accumulator's "
+                     "fill); every update runs through the backend's one-pass kernels",
     "mpigrad.testing": "assert_close compares host arrays, as torch.testing does; the ranks "
                        "check and isolation move buffers through MPI",
 }

@@ -27,6 +27,8 @@ x = mg.randn(256, 512, requires_grad=True)  # 131072 elements: four grains of wo
 w, b = mg.ones(512, requires_grad=True), mg.zeros(512, requires_grad=True)
 y = F.layer_norm(x, (512,), w, b)
 y = F.gelu(y) + F.gelu(y, approximate="tanh") + F.silu(y) + F.rms_norm(y, (512,), w)
+y = F.dropout(F.batch_norm(y.reshape(256, 512, 1), None, None, w, b, training=True), 0.1)
+y = y.reshape(256, 512)
 loss = F.cross_entropy(y, mg.randint(0, 512, (256,)))
 loss = loss + F.softmax(y, 1).sum() + F.log_softmax(y, 1).sum()
 loss.backward()

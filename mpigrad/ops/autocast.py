@@ -166,6 +166,8 @@ def _forward_in_float32(forward):
         out = forward(*[a.astype(np.float32)
                         if isinstance(a, np.ndarray) and a.dtype in dtypes.HALF_PRECISION else a
                         for a in arrays], **params)
+        if type(out) is tuple:  # (out, kept): the twin runs no fused backward to use kept
+            out = out[0]
         if (result_dtype is not None and isinstance(out, (np.ndarray, np.generic))
                 and dtypes.is_floating_point(out.dtype) and out.dtype != result_dtype):
             out = np.asarray(out).astype(result_dtype)

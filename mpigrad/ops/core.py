@@ -16,7 +16,9 @@ their ops read the inputs' primal values.
 The forward itself is not the Op's: it is looked up by the op's name in the active backend's
 kernel table (`mpigrad.kernels`, numpy by default), and so is a fused backward, which runs
 instead of the gradient rules when no graph of the gradient is wanted (create_graph=False)
-and no dual level is active.
+and no dual level is active. A forward kernel may return `(out, kept)`: `kept`, what it
+computed on the way that its fused backward needs (LayerNorm's mean and rstd), is held by the
+node and handed to that backward as `kept=`, so the backward need not compute it again.
 """
 import inspect
 
@@ -184,6 +186,9 @@ def run(op, args, params):
         out = op.forward(*arrays, **params)
     finally:
         _loud(token)
+    kept = None
+    if type(out) is tuple:
+        out, kept = out
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     # numpy's advanced indexing returns a copy that still has a base; only real views share.
@@ -195,7 +200,9 @@ def run(op, args, params):
         needs = _needs(args)
         if needs is not None:
             params = params or _NO_PARAMS
-            result.set_history(_node_class(op, args, params)(op, args, params, needs, result))
+            node = _node_class(op, args, params)(op, args, params, needs, result)
+            node.kept = kept
+            result.set_history(node)
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
         _push_tangent(op, args, params, result)
@@ -287,7 +294,7 @@ def _node_class(op, args, params):
 
 
 class OpNode(Node):
-    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed")
+    __slots__ = ("op", "inputs", "params", "needs", "versions", "ans", "packed", "kept")
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
@@ -319,6 +326,7 @@ class OpNode(Node):
         self.versions = versions or ()
         self.packed = hooks is not None
         self.ans = None
+        self.kept = None
         if op.saves_ans:
             self.rebind_output(result)
 
@@ -393,6 +401,8 @@ class OpNode(Node):
     def _fused(self, kernel, g, ans, inputs, params):
         """The gradients from the backend's fused backward: arrays in, arrays out, no graph."""
         arrays = [x._array if isinstance(x, Tensor) else x for x in inputs]
+        if self.kept is not None:
+            params = {**params, "kept": self.kept}
         out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays, **params)
         grads = []
         for need, gi, like in zip(self.needs, out, inputs):
@@ -410,6 +420,7 @@ class OpNode(Node):
             self._freed = True
             self.inputs = None
             self.ans = None
+            self.kept = None
 
 
 _metas = {}

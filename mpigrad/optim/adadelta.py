@@ -2,8 +2,9 @@
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
-from .optimizer import Optimizer, addcmul_, check_non_negative, regularized_grad
+from .optimizer import Optimizer, check_capturable, check_implementation, check_non_negative
 
 __all__ = ["Adadelta"]
 
@@ -25,6 +26,7 @@ class Adadelta(Optimizer):
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *,
                  capturable=False, maximize=False, differentiable=False):
+        check_implementation("Adadelta", foreach, None, differentiable)
         defaults = {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay,
                     "maximize": maximize, "foreach": foreach, "capturable": capturable,
                     "differentiable": differentiable}
@@ -37,23 +39,13 @@ class Adadelta(Optimizer):
         check_non_negative(group, "eps", "weight_decay")
 
     def _update(self, param, grad, group):
-        p = param._array
-        rho, eps = group["rho"], group["eps"]
+        check_capturable(group)
         state = self.state[param]
         if not state:
             state["step"] = 0
-            state["square_avg"] = Tensor(np.zeros_like(p))
-            state["acc_delta"] = Tensor(np.zeros_like(p))
+            state["square_avg"] = Tensor(np.zeros_like(param._array))
+            state["acc_delta"] = Tensor(np.zeros_like(param._array))
         state["step"] += 1
-        square_avg, acc_delta = state["square_avg"]._array, state["acc_delta"]._array
-        g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
-        square_avg *= rho
-        addcmul_(square_avg, g, g, 1 - rho)
-        std = np.sqrt(square_avg + eps)
-        delta = np.sqrt(acc_delta + eps)
-        delta /= std
-        delta *= g
-        acc_delta *= rho
-        addcmul_(acc_delta, delta, delta, 1 - rho)
-        delta *= group["lr"]
-        p -= delta
+        kernels.current().forwards["adadelta_update"](
+            param._array, grad, state["square_avg"]._array, state["acc_delta"]._array,
+            group["lr"], group["rho"], group["eps"], group["weight_decay"], group["maximize"])

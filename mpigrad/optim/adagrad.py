@@ -2,8 +2,9 @@
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
-from .optimizer import Optimizer, addcmul_, check_non_negative, regularized_grad
+from .optimizer import Optimizer, check_implementation, check_non_negative
 
 __all__ = ["Adagrad"]
 
@@ -24,6 +25,7 @@ class Adagrad(Optimizer):
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,
                  eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None):
+        check_implementation("Adagrad", foreach, fused, differentiable)
         defaults = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
                     "initial_accumulator_value": initial_accumulator_value,
                     "foreach": foreach, "maximize": maximize, "differentiable": differentiable,
@@ -41,16 +43,9 @@ class Adagrad(Optimizer):
                            "eps")
 
     def _update(self, param, grad, group):
-        p = param._array
         state = self.state[param]
         state["step"] += 1
-        g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
-        total = state["sum"]._array
-        addcmul_(total, g, g, 1)
-        std = np.sqrt(total)
-        std += group["eps"]
-        # torch's addcdiv_ rounds as (value * g) / std.
-        step = np.multiply(g, -clr)
-        step /= std
-        p += step
+        kernels.current().forwards["adagrad_update"](
+            param._array, grad, state["sum"]._array, clr, group["weight_decay"], group["eps"],
+            group["maximize"])

@@ -4,7 +4,8 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
-from .optimizer import Optimizer, check_implementation
+from .optimizer import (Optimizer, check_capturable, check_implementation, check_lr_tensor,
+                        decay_split)
 
 __all__ = ["Adam", "AdamW"]
 
@@ -30,12 +31,11 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False):
+        check_lr_tensor(lr, foreach, capturable)
         check_implementation(type(self).__name__, foreach, fused, differentiable)
-        if capturable:
-            raise NotImplementedError(f"{type(self).__name__}: capturable=True (CUDA graphs) "
-                                      "is not supported")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "amsgrad": amsgrad, "maximize": maximize,
+                    "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
+                    "capturable": capturable, "differentiable": differentiable, "fused": fused,
                     "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, defaults)
 
@@ -53,6 +53,7 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
     def _update(self, param, grad, group):
+        check_capturable(group)
         p = param._array
         beta1, beta2 = group["betas"]
         state = self.state[param]
@@ -64,11 +65,7 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = Tensor(np.zeros_like(p))
         state["step"] += 1
         step = state["step"]
-        decay_factor = 1.0
-        weight_decay = group["weight_decay"]
-        if group["decoupled_weight_decay"]:
-            decay_factor = 1 - group["lr"] * weight_decay if weight_decay != 0 else 1.0
-            weight_decay = 0.0
+        decay_factor, weight_decay = decay_split(group, group["decoupled_weight_decay"])
         kernels.current().forwards["adam_update"](
             p, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array,
             state["max_exp_avg_sq"]._array if group["amsgrad"] else None,

@@ -2,38 +2,37 @@
 (infinity norm), each with torch.optim's arguments, update rule and state.
 
 They share Adam's first moment (`exp_avg`, a lerp toward the gradient) and its checks of the
-hyper-parameters; each differs in how the step is scaled. Updates run block by block like
-Adam's, whatever `foreach` says.
+hyper-parameters; each differs in how the step is scaled. Each parameter is updated in one
+pass (the backend's `nadam_update`, `radam_update` and `adamax_update` kernels), whatever
+`foreach` says.
 """
 import math
 
 import numpy as np
 
+from .. import kernels
 from ..dtypes import get_default_dtype
 from ..tensor import Tensor
 from .adam import Adam
-from .optimizer import (Optimizer, WorkArrays, adam_moments_, blocks, check_implementation,
-                        lerp_, regularized_grad)
+from .optimizer import Optimizer, check_capturable, check_implementation, decay_split
 
 __all__ = ["NAdam", "RAdam", "Adamax"]
 
 
 class _AdamFamily(Optimizer):
-    """Shared construction and per-parameter state of the three; a subclass writes `_step`."""
+    """Shared construction and per-parameter state of the three; a subclass writes `_update`."""
 
     _check_hyperparameters = Adam._check_hyperparameters
 
     def __init__(self, params, defaults, foreach, differentiable, capturable):
         check_implementation(type(self).__name__, foreach, None, differentiable)
-        if capturable:
-            raise NotImplementedError(f"{type(self).__name__}: capturable=True (CUDA graphs) "
-                                      "is not supported")
         # torch's flags sit in the groups too, so state dicts have torch's keys.
         super().__init__(params, {**defaults, "foreach": foreach, "capturable": capturable,
                                   "differentiable": differentiable})
-        self._work = WorkArrays()
 
-    def _state(self, param, second_moment, **scalars):
+    def _state(self, param, group, second_moment, **scalars):
+        check_capturable(group, "params, mu_products and state_steps" if scalars
+                         else "params and state_steps")
         state = self.state[param]
         if not state:
             state["step"] = 0
@@ -42,15 +41,6 @@ class _AdamFamily(Optimizer):
             state[second_moment] = Tensor(np.zeros_like(param._array))
         state["step"] += 1
         return state
-
-    def _decayed_grad(self, p, g, group, decoupled, slot=0):
-        """The gradient to descend, after weight decay: decoupled shrinks `p` in place."""
-        weight_decay = group["weight_decay"]
-        if decoupled and weight_decay != 0:
-            p *= 1 - group["lr"] * weight_decay
-            weight_decay = 0
-        return regularized_grad(p, g, weight_decay, group["maximize"],
-                                out=self._work.like(p, slot))
 
 
 class NAdam(_AdamFamily):
@@ -75,7 +65,7 @@ class NAdam(_AdamFamily):
         # default dtype is float64) and multiplies in that precision: so do we, or the
         # parameters drift apart at 1e-8.
         scalar = np.float64 if get_default_dtype() == np.float64 else np.float32
-        state = self._state(param, "exp_avg_sq", mu_product=scalar(1.0))
+        state = self._state(param, group, "exp_avg_sq", mu_product=scalar(1.0))
         lr, eps = group["lr"], group["eps"]
         beta1, beta2 = group["betas"]
         step, decay = state["step"], group["momentum_decay"]
@@ -86,19 +76,10 @@ class NAdam(_AdamFamily):
         mu_product = float(state["mu_product"])
         grad_scale = -lr * (1.0 - mu) / (1.0 - mu_product)
         momentum_scale = -lr * mu_next / (1.0 - mu_product * mu_next)
-        for p, g, m, v in blocks(param._array, grad, state["exp_avg"]._array,
-                                 state["exp_avg_sq"]._array):
-            g = self._decayed_grad(p, g, group, group["decoupled_weight_decay"])
-            scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
-            denom = np.divide(v, bias_correction2, out=scratch)
-            np.sqrt(denom, out=denom)
-            denom += eps
-            step_part = np.divide(g, denom, out=self._work.like(p, 2))
-            step_part *= grad_scale
-            p += step_part
-            np.divide(m, denom, out=step_part)
-            step_part *= momentum_scale
-            p += step_part
+        kernels.current().forwards["nadam_update"](
+            param._array, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array,
+            grad_scale, momentum_scale, bias_correction2, beta1, beta2, eps,
+            *decay_split(group, group["decoupled_weight_decay"]), group["maximize"])
 
 
 class RAdam(_AdamFamily):
@@ -116,7 +97,7 @@ class RAdam(_AdamFamily):
                          foreach, differentiable, capturable)
 
     def _update(self, param, grad, group):
-        state = self._state(param, "exp_avg_sq")
+        state = self._state(param, group, "exp_avg_sq")
         lr, eps = group["lr"], group["eps"]
         beta1, beta2 = group["betas"]
         step = state["step"]
@@ -124,25 +105,14 @@ class RAdam(_AdamFamily):
         bias_correction2 = 1 - beta2 ** step
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2 ** step) / bias_correction2
-        rectified = rho_t > 5.0
-        if rectified:
+        rect = None
+        if rho_t > 5.0:
             rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf
                              / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
-        for p, g, m, v in blocks(param._array, grad, state["exp_avg"]._array,
-                                 state["exp_avg_sq"]._array):
-            g = self._decayed_grad(p, g, group, group["decoupled_weight_decay"])
-            scratch = adam_moments_(m, v, g, beta1, beta2, out=self._work.like(p, 1))
-            # In torch's order of operations: (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps))
-            # * rect, subtracted.
-            update = np.divide(m, bias_correction1, out=self._work.like(p, 2))
-            update *= lr
-            if rectified:
-                adaptive = np.sqrt(v, out=scratch)
-                adaptive += eps
-                np.divide(bias_correction2 ** 0.5, adaptive, out=adaptive)
-                update *= adaptive
-                update *= rect
-            p -= update
+        kernels.current().forwards["radam_update"](
+            param._array, grad, state["exp_avg"]._array, state["exp_avg_sq"]._array, lr,
+            bias_correction1, bias_correction2 ** 0.5, rect, beta1, beta2, eps,
+            *decay_split(group, group["decoupled_weight_decay"]), group["maximize"])
 
 
 class Adamax(_AdamFamily):
@@ -156,17 +126,9 @@ class Adamax(_AdamFamily):
                          foreach, differentiable, capturable)
 
     def _update(self, param, grad, group):
-        state = self._state(param, "exp_inf")
+        state = self._state(param, group, "exp_inf")
         beta1, beta2 = group["betas"]
         clr = group["lr"] / (1 - beta1 ** state["step"])
-        for p, g, m, u in blocks(param._array, grad, state["exp_avg"]._array,
-                                 state["exp_inf"]._array):
-            g = self._decayed_grad(p, g, group, decoupled=False)
-            scratch = lerp_(m, g, 1 - beta1, out=self._work.like(p, 1))
-            u *= beta2
-            np.abs(g, out=scratch)
-            scratch += group["eps"]
-            np.maximum(u, scratch, out=u)
-            np.divide(m, u, out=scratch)
-            scratch *= clr
-            p -= scratch
+        kernels.current().forwards["adamax_update"](
+            param._array, grad, state["exp_avg"]._array, state["exp_inf"]._array, clr, beta1,
+            beta2, group["eps"], group["weight_decay"], group["maximize"])

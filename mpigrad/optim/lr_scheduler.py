@@ -22,11 +22,23 @@ followed by cosine decay::
 import math
 from bisect import bisect_right
 
+from ..autograd.grad_mode import no_grad
+from ..tensor import Tensor
 from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "LinearLR",
            "PolynomialLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
            "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
+
+
+def set_lr(group, lr):
+    """A group's new lr; a Tensor lr (torch allows one) is filled in place, as torch does, so
+    the user's tensor follows the schedule."""
+    if isinstance(group["lr"], Tensor):
+        with no_grad():
+            group["lr"].fill_(float(lr))
+    else:
+        group["lr"] = lr
 
 
 class LRScheduler:
@@ -44,7 +56,9 @@ class LRScheduler:
         self.optimizer = optimizer
         if last_epoch == -1:
             for group in optimizer.param_groups:
-                group.setdefault("initial_lr", group["lr"])
+                # A Tensor lr is filled in place at each step (below): its start is a copy.
+                group.setdefault("initial_lr", group["lr"].clone()
+                                 if isinstance(group["lr"], Tensor) else group["lr"])
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
@@ -92,7 +106,7 @@ class LRScheduler:
 
     def _apply_last_lr(self):
         for group, lr in zip(self.optimizer.param_groups, self._last_lr):
-            group["lr"] = lr
+            set_lr(group, lr)
 
     def _undo_first_step(self):
         """Forget the step the constructor took, so that SequentialLR decides
@@ -325,7 +339,8 @@ class CyclicLR(LRScheduler):
         base_lrs = _per_group("base_lr", base_lr, optimizer)
         if last_epoch == -1:
             for lr, group in zip(base_lrs, optimizer.param_groups):
-                group["lr"] = group["initial_lr"] = lr
+                set_lr(group, lr)
+                group["initial_lr"] = lr
         self.max_lrs = _per_group("max_lr", max_lr, optimizer)
         up = float(step_size_up)
         down = float(step_size_down) if step_size_down is not None else up
@@ -501,7 +516,7 @@ class SequentialLR(LRScheduler):
         self._milestones = list(milestones)
         self.last_epoch = last_epoch + 1
         for group in optimizer.param_groups:
-            group["lr"] = group["initial_lr"]
+            set_lr(group, group["initial_lr"])
         self._undo_first_step()
         active = self._schedulers[bisect_right(self._milestones, 0)]
         active.step()
@@ -593,7 +608,7 @@ class ReduceLROnPlateau(LRScheduler):
                 old = float(group["lr"])
                 new = max(old * self.factor, min_lr)
                 if old - new > self.eps:
-                    group["lr"] = new
+                    set_lr(group, new)
             self.cooldown_counter = self.cooldown
             self.num_bad_epochs = 0
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]

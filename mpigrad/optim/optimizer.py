@@ -166,7 +166,8 @@ class Optimizer:
                 raise ValueError(f"loaded parameter group {i} has {len(saved['params'])} "
                                  f"parameters, but the optimizer's group {i} has "
                                  f"{len(group['params'])}")
-            missing = self.defaults.keys() - saved.keys()
+            # A dict saved before the groups held torch's kernel flags takes this optimizer's.
+            missing = self.defaults.keys() - saved.keys() - _KERNEL_FLAGS
             if missing:
                 raise ValueError(f"loaded parameter group {i} lacks {sorted(missing)}: was it "
                                  f"saved from a different optimizer than {type(self).__name__}?")
@@ -180,7 +181,8 @@ class Optimizer:
             param = params[index]
             state[param] = {key: _copy_state(value, param, index, key)
                             for key, value in values.items()}
-        self.param_groups = [{**copy.deepcopy({k: v for k, v in saved.items() if k != "params"}),
+        self.param_groups = [{**{k: group[k] for k in _KERNEL_FLAGS & group.keys()},
+                              **copy.deepcopy({k: v for k, v in saved.items() if k != "params"}),
                               "params": group["params"]}
                              for group, saved in zip(self.param_groups, saved_groups)]
         self.state = state
@@ -193,48 +195,39 @@ class Optimizer:
         raise NotImplementedError
 
 
-# Elements per block of a blocked update: the few arrays of one block stay in cache from the
-# first op of the update to the last, so a step reads and writes each array about once
-# instead of once per op. Measured against whole-array ops on the MLP's 1M-element weights.
-BLOCK = 1 << 18
-
-
-def blocks(*arrays):
-    """One parameter's arrays (value, gradient, state, all the same shape) cut into matching
-    flat blocks of BLOCK elements; the arrays whole when small or not all contiguous."""
-    if arrays[0].size <= BLOCK or not all(a.flags.c_contiguous for a in arrays):
-        yield arrays
-        return
-    flat = [a.reshape(-1) for a in arrays]
-    for start in range(0, flat[0].size, BLOCK):
-        yield [a[start:start + BLOCK] for a in flat]
+_KERNEL_FLAGS = frozenset({"foreach", "fused", "capturable", "differentiable"})
 
 
 def check_implementation(name, foreach, fused, differentiable):
-    """torch's choice of kernels (foreach, fused) is accepted and has one answer here: every
-    update is blocked, one pass per parameter. differentiable=True (a step autograd records)
-    is not supported."""
+    """torch's choice of kernels, with torch's errors for the combinations it refuses. Every
+    choice runs the same here: one pass per parameter through the backend's update kernel
+    (`fused` is accepted where torch accepts it on CPU: SGD, Adam, AdamW, Adagrad).
+    differentiable=True (a step autograd records) is not supported."""
     for flag, value in (("foreach", foreach), ("fused", fused)):
         if value not in (None, True, False):
             raise TypeError(f"{name}: {flag} must be None, True or False, got {value!r}")
+    if fused:
+        if differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
     if differentiable:
         raise NotImplementedError(f"{name}: differentiable=True is not supported; mpigrad's "
                                   "optimizers step in place under no_grad")
 
 
-class WorkArrays:
-    """Scratch arrays for blocked updates, kept across steps (one per slot and dtype)."""
+def check_capturable(group, what="params and state_steps"):
+    """capturable=True asks for CUDA-graph-safe steps, which torch refuses at the step on CPU
+    (unless fused, whose CPU kernel serves it): the same error here."""
+    if group.get("capturable") and not group.get("fused"):
+        raise AssertionError(f"If capturable=True, {what} must be on supported devices: "
+                             "['cuda', 'xpu', 'hpu', 'privateuseone', 'xla'].")
 
-    def __init__(self):
-        self._arrays = {}
 
-    def like(self, array, slot=0):
-        key = (slot, array.dtype)
-        buffer = self._arrays.get(key)
-        if buffer is None or buffer.size < array.size:
-            buffer = self._arrays[key] = np.empty(max(array.size, min(BLOCK, 1 << 16)),
-                                                  array.dtype)
-        return buffer[:array.size].reshape(array.shape)
+def check_lr_tensor(lr, foreach, capturable):
+    """torch's Adam and AdamW take a Tensor lr except with foreach=True and not capturable."""
+    if isinstance(lr, Tensor) and foreach and not capturable:
+        raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
 
 
 def check_non_negative(group, *names):
@@ -245,48 +238,14 @@ def check_non_negative(group, *names):
             raise ValueError(f"Invalid {label}: {group[name]}")
 
 
-def regularized_grad(param, grad, weight_decay, maximize, out=None):
-    """The gradient a step descends: `grad`, negated to maximize, plus the
-    L2 term `weight_decay * param`. Either `grad` itself or an array
-    written into `out` (new if None), never `grad` modified: it belongs
-    to the parameter."""
-    if weight_decay != 0:
-        g = np.multiply(param, weight_decay, out=out)
-        return np.subtract(g, grad, out=g) if maximize else np.add(g, grad, out=g)
-    return np.negative(grad, out=out) if maximize else grad
-
-
-def adam_moments_(m, v, g, beta1, beta2, out):
-    """Adam's two running averages, in place: m = lerp(m, g, 1 - beta1) (torch's rounding),
-    v = beta2 * v + (1 - beta2) * g * g. Returns `out`, the scratch used, free again."""
-    scratch = lerp_(m, g, 1 - beta1, out=out)
-    np.multiply(g, 1 - beta2, out=scratch)
-    scratch *= g
-    v *= beta2
-    v += scratch
-    return scratch
-
-
-def lerp_(start, end, weight, out=None):
-    """`start = lerp(start, end, weight)` in place, the way torch computes it: from
-    `start` for a small weight, back from `end` otherwise, whichever rounds less.
-    Returns the scratch array it used (`out` if given), free for the caller's next
-    temporary."""
-    scratch = np.subtract(end, start, out=out)
-    if weight < 0.5:
-        scratch *= weight
-        start += scratch
-    else:
-        scratch *= 1 - weight
-        np.subtract(end, scratch, out=start)
-    return scratch
-
-
-def addcmul_(target, tensor1, tensor2, value):
-    """`target += value * tensor1 * tensor2` in place, rounded as torch's addcmul_."""
-    product = np.multiply(tensor1, value)
-    product *= tensor2
-    target += product
+def decay_split(group, decoupled):
+    """(decay_factor, weight_decay) for an Adam-family kernel: decoupled decay (AdamW's) shrinks
+    p by 1 - lr weight_decay before the step; coupled decay adds weight_decay p to the
+    gradient."""
+    weight_decay = group["weight_decay"]
+    if decoupled:
+        return (1 - group["lr"] * weight_decay if weight_decay != 0 else 1.0), 0.0
+    return 1.0, weight_decay
 
 
 def _copy_state(value, param, index, key):

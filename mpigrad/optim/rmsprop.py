@@ -2,8 +2,9 @@
 
 import numpy as np
 
+from .. import kernels
 from ..tensor import Tensor
-from .optimizer import Optimizer, addcmul_, check_non_negative, lerp_, regularized_grad
+from .optimizer import Optimizer, check_capturable, check_implementation, check_non_negative
 
 __all__ = ["RMSprop"]
 
@@ -27,6 +28,7 @@ class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
                  centered=False, capturable=False, foreach=None, maximize=False,
                  differentiable=False):
+        check_implementation("RMSprop", foreach, None, differentiable)
         defaults = {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps,
                     "centered": centered, "weight_decay": weight_decay,
                     "capturable": capturable, "foreach": foreach, "maximize": maximize,
@@ -37,8 +39,9 @@ class RMSprop(Optimizer):
         check_non_negative(group, "lr", "eps", "momentum", "weight_decay", "alpha")
 
     def _update(self, param, grad, group):
+        check_capturable(group)
         p = param._array
-        alpha, momentum = group["alpha"], group["momentum"]
+        momentum = group["momentum"]
         state = self.state[param]
         if not state:
             state["step"] = 0
@@ -48,26 +51,9 @@ class RMSprop(Optimizer):
             if group["centered"]:
                 state["grad_avg"] = Tensor(np.zeros_like(p))
         state["step"] += 1
-        g = regularized_grad(p, grad, group["weight_decay"], group["maximize"])
-        square_avg = state["square_avg"]._array
-        square_avg *= alpha
-        addcmul_(square_avg, g, g, 1 - alpha)
-        if group["centered"]:
-            grad_avg = state["grad_avg"]._array
-            lerp_(grad_avg, g, 1 - alpha)
-            avg = square_avg.copy()
-            addcmul_(avg, grad_avg, grad_avg, -1)
-            np.sqrt(avg, out=avg)
-        else:
-            avg = np.sqrt(square_avg)
-        avg += group["eps"]
-        if momentum > 0:
-            buffer = state["momentum_buffer"]._array
-            buffer *= momentum
-            buffer += g / avg
-            p -= group["lr"] * buffer
-        else:
-            # torch's addcdiv_ rounds as (value * g) / avg.
-            step = np.multiply(g, -group["lr"])
-            step /= avg
-            p += step
+        kernels.current().forwards["rmsprop_update"](
+            p, grad, state["square_avg"]._array,
+            state["grad_avg"]._array if group["centered"] else None,
+            state["momentum_buffer"]._array if momentum > 0 else None,
+            group["lr"], group["alpha"], group["eps"], group["weight_decay"], momentum,
+            group["maximize"])

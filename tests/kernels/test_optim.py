@@ -1,5 +1,6 @@
 """The optimizers' one-pass updates (kernels/compiled/optim.py) in float32, float16 and on
-strided parameters, against torch; float64 is covered by tests/optim against torch."""
+strided parameters, against torch (every optimizer in float32, run to run identical); float64
+is covered by tests/optim against torch."""
 import numpy as np
 import pytest
 
@@ -16,6 +17,16 @@ CASES = {
     "adam": (optim.Adam, torch.optim.Adam, dict(lr=0.01, weight_decay=0.1)),
     "adam_amsgrad": (optim.Adam, torch.optim.Adam, dict(lr=0.01, amsgrad=True, maximize=True)),
     "adamw": (optim.AdamW, torch.optim.AdamW, dict(lr=0.01, betas=(0.3, 0.9))),
+    "adamax": (optim.Adamax, torch.optim.Adamax, dict(lr=0.01, weight_decay=0.1, maximize=True)),
+    "nadam": (optim.NAdam, torch.optim.NAdam, dict(lr=0.01, weight_decay=0.1,
+                                                   decoupled_weight_decay=True)),
+    "radam": (optim.RAdam, torch.optim.RAdam, dict(lr=0.01, betas=(0.8, 0.9), weight_decay=0.1)),
+    "adagrad": (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.01,
+                                                         weight_decay=0.1)),
+    "adadelta": (optim.Adadelta, torch.optim.Adadelta, dict(lr=0.5, weight_decay=0.1,
+                                                            maximize=True)),
+    "rmsprop_centered_momentum": (optim.RMSprop, torch.optim.RMSprop,
+                                  dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1)),
 }
 
 
@@ -30,7 +41,7 @@ def _run(lib, make, kwargs, initial, grads, transpose=False):
     return [p.detach().numpy().astype(np.float64) for p in params]
 
 
-def _problem(dtype, steps=6):
+def _problem(dtype, steps=20):
     rng = np.random.default_rng(0)
     shapes = [(5, 7), (9,)]
     initial = [rng.standard_normal(s).astype(dtype) for s in shapes]
@@ -50,7 +61,7 @@ def test_float32_steps_match_torch(case):
         np.testing.assert_array_equal(g, a)
 
 
-@pytest.mark.parametrize("case", ["sgd", "adamw"])
+@pytest.mark.parametrize("case", ["sgd", "adamw", "radam", "rmsprop_centered_momentum"])
 def test_strided_and_half_parameters(case):
     ours, theirs, kwargs = CASES[case]
     initial, grads = _problem(np.float64)

@@ -147,7 +147,8 @@ def test_state_dict_has_torchs_layout():
     assert [g["params"] for g in state["param_groups"]] == [[0, 1], [2]]
     assert state["param_groups"][1] == {"lr": 0.5, "momentum": 0.9, "dampening": 0,
                                         "weight_decay": 0, "nesterov": False,
-                                        "maximize": False, "params": [2]}
+                                        "maximize": False, "foreach": None,
+                                        "differentiable": False, "fused": None, "params": [2]}
     assert set(state["state"]) == {0, 2}
     np.testing.assert_array_equal(state["state"][2]["momentum_buffer"].data, [1.0])
 
@@ -262,3 +263,18 @@ def test_a_subclass_step_decorated_with_no_grad_runs_without_grad():
         kind([w], lr=0.25).step()
         np.testing.assert_array_equal(w.data, np.full(3, 0.5))
         assert mg.is_grad_enabled()
+
+
+def test_a_state_dict_saved_without_torchs_kernel_flags_still_loads():
+    """Groups saved before SGD and Adam kept foreach/fused/differentiable take the new
+    optimizer's flags."""
+    a = leaf([1.0, 2.0])
+    optimizer = optim.Adam([a], lr=0.1, fused=True)
+    with_grad(a, [1.0, 1.0])
+    optimizer.step()
+    saved = optimizer.state_dict()
+    for key in ("foreach", "fused", "capturable", "differentiable"):
+        del saved["param_groups"][0][key]
+    resumed = optim.Adam([leaf([1.0, 2.0])], lr=0.1, fused=True)
+    resumed.load_state_dict(saved)
+    assert resumed.param_groups[0]["fused"] is True and resumed.param_groups[0]["lr"] == 0.1

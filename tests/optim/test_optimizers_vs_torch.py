@@ -5,13 +5,13 @@ import itertools
 import numpy as np
 import pytest
 
+import mpigrad as mg
 from mpigrad import Tensor, optim
-from mpigrad.optim import optimizer as optimizer_module
 
 torch = pytest.importorskip("torch")
 
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
-STEPS = 10
+STEPS = 20
 
 
 def make_problem(seed, dtype=np.float64):
@@ -64,16 +64,8 @@ SGD_GRID = [
 ]
 
 
-@pytest.fixture(params=[None, 5], ids=["whole-arrays", "blocks-of-5"])
-def blocked(request, monkeypatch):
-    """Updates on whole arrays, and cut into blocks of 5 elements (the 12 of a (4, 3)
-    parameter: two full blocks and a ragged one), as large parameters are."""
-    if request.param is not None:
-        monkeypatch.setattr(optimizer_module, "BLOCK", request.param)
-
-
 @pytest.mark.parametrize("kwargs", SGD_GRID, ids=str)
-def test_sgd_matches_torch(kwargs, blocked):
+def test_sgd_matches_torch(kwargs):
     assert_matches_torch(optim.SGD, torch.optim.SGD, kwargs)
 
 
@@ -86,17 +78,16 @@ ADAM_GRID = [
 
 @pytest.mark.parametrize("kwargs", ADAM_GRID, ids=str)
 @pytest.mark.parametrize("name", ["Adam", "AdamW"])
-def test_adam_matches_torch(name, kwargs, blocked):
+def test_adam_matches_torch(name, kwargs):
     assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
 
 
 @pytest.mark.parametrize("name, kwargs", [("SGD", dict(lr=0.1, momentum=0.9, dampening=0.2)),
                                           ("Adam", dict(amsgrad=True, weight_decay=0.1)),
                                           ("AdamW", dict(maximize=True))])
-def test_non_contiguous_parameters_update_whole_and_match_torch(name, kwargs, monkeypatch):
-    monkeypatch.setattr(optimizer_module, "BLOCK", 5)
+def test_non_contiguous_parameters_match_torch(name, kwargs):
     initial, grads = make_problem(seed=4)
-    # A transposed parameter cannot be cut into flat blocks without copying it.
+    # A transposed parameter: the kernels update it through a contiguous copy.
     initial[0] = np.asfortranarray(initial[0])
     got, _ = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), initial, grads)
     expected = run_torch(lambda ps: getattr(torch.optim, name)(ps, **kwargs), initial, grads)
@@ -104,15 +95,73 @@ def test_non_contiguous_parameters_update_whole_and_match_torch(name, kwargs, mo
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
-def test_torchs_kernel_choices_are_accepted_and_differentiable_steps_refused(name):
+ALL = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta", "RMSprop"]
+FLAGS = [dict(fused=True), dict(fused=False), dict(foreach=True), dict(foreach=False),
+         dict(foreach=True, fused=True), dict(fused=True, differentiable=True),
+         dict(capturable=True), dict(capturable=True, foreach=True),
+         dict(fused=True, capturable=True), dict(fused=True, amsgrad=True)]
+
+
+def _outcome(lib, name, flags):
+    """Where torch's choice of kernels `flags` fails (construction or step) and how."""
+    param = lib.ones(3, dtype=lib.float64, requires_grad=True)
+    try:
+        optimizer = getattr(lib.optim, name)([param], lr=0.1, **flags)
+    except (TypeError, ValueError, RuntimeError, AssertionError) as error:
+        return "construction", type(error)
+    param.grad = lib.ones(3, dtype=lib.float64)
+    try:
+        optimizer.step()
+    except (TypeError, ValueError, RuntimeError, AssertionError) as error:
+        return "step", type(error)
+    return "ok", None
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_torchs_kernel_choices_are_accepted_or_refused_as_torch_does(name):
+    """fused= exists for SGD, Adam, AdamW and Adagrad (torch 2.13 runs those fused on CPU),
+    never with foreach=True or differentiable=True; capturable=True fails at the step on CPU
+    unless fused. Every accepted choice runs the same one-pass kernel."""
+    for flags in FLAGS:
+        assert _outcome(mg, name, flags) == _outcome(torch, name, flags), flags
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_differentiable_steps_are_refused_and_bad_flags_are_type_errors(name):
     params = [Tensor(np.ones(3), requires_grad=True)]
-    for flags in (dict(foreach=True), dict(foreach=False, fused=False), dict(fused=True)):
-        getattr(optim, name)(params, lr=0.1, **flags)
     with pytest.raises(NotImplementedError, match="differentiable=True"):
         getattr(optim, name)(params, lr=0.1, differentiable=True)
     with pytest.raises(TypeError, match="foreach must be None, True or False"):
         getattr(optim, name)(params, lr=0.1, foreach="yes")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_tensor_lr_follows_the_scheduler_in_place_and_matches_torch(name):
+    kwargs = dict(momentum=0.9) if name == "SGD" else {}
+
+    initial, grads = make_problem(seed=7)
+
+    def train(lib):
+        params = [lib.tensor(p.copy(), requires_grad=True) for p in initial]
+        lr = lib.tensor(0.05, dtype=lib.float64)
+        optimizer = getattr(lib.optim, name)(params, lr=lr, **kwargs)
+        scheduler = lib.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=7)
+        for step_grads in grads:
+            for param, grad in zip(params, step_grads):
+                param.grad = None if grad is None else lib.tensor(grad)
+            optimizer.step()
+            scheduler.step()
+        assert optimizer.param_groups[0]["lr"] is lr
+        return [p.detach().numpy() for p in params], float(lr)
+
+    (got, our_lr), (expected, their_lr) = train(mg), train(torch)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
+    # The user's tensor was filled in place with the schedule's lr.
+    assert our_lr == pytest.approx(their_lr, abs=1e-15) and our_lr != 0.05
+    with pytest.raises(ValueError, match="lr as a Tensor is not supported"):
+        (optim.AdamW if name == "AdamW" else optim.Adam)(
+            [Tensor(np.ones(2), requires_grad=True)], lr=mg.tensor(0.1), foreach=True)
 
 
 @pytest.mark.parametrize("name, kwargs", [("SGD", dict(momentum=0.9, nesterov=True)),
@@ -264,7 +313,7 @@ VARIANT_GRID = (
          [False, True])]
     + [("RAdam", dict(lr=lr, betas=betas, weight_decay=wd, decoupled_weight_decay=dwd,
                       maximize=mx))
-       # beta2 = 0.9 turns the rectified step on from step 6 (rho_t > 5); 0.999 never in 10.
+       # The rectified step switches on at step 6 (rho_t > 5): both phases are compared.
        for lr, betas, wd, dwd, mx in itertools.product(
            [0.05], [(0.9, 0.999), (0.8, 0.9)], [0.0, 0.1], [False, True], [False, True])]
     + [("Adamax", dict(lr=lr, betas=betas, eps=eps, weight_decay=wd, maximize=mx))
@@ -273,7 +322,7 @@ VARIANT_GRID = (
 
 
 @pytest.mark.parametrize("name, kwargs", VARIANT_GRID, ids=str)
-def test_nadam_radam_adamax_match_torch(name, kwargs, blocked):
+def test_nadam_radam_adamax_match_torch(name, kwargs):
     assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
 
 
@@ -317,3 +366,21 @@ def test_no_weight_decay_for_biases_and_norms_as_gpt_recipes_group_them(name):
                          grads)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name, kwargs", [
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1, maximize=True)),
+    ("Adam", dict(lr=0.05, weight_decay=0.1, amsgrad=True)),
+    ("AdamW", dict(lr=0.05, maximize=True)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01, weight_decay=0.1))])
+def test_fused_steps_match_torchs_fused_cpu_kernels(name, kwargs, dtype):
+    """torch runs these four with fused=True on CPU in its own kernels; ours run the same
+    one-pass kernel as always, and agree over 20 steps."""
+    initial, grads = make_problem(seed=8, dtype=dtype)
+    fused = dict(kwargs, fused=True)
+    got, _ = run_mpigrad(lambda ps: getattr(optim, name)(ps, **fused), initial, grads)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(ps, **fused), initial, grads)
+    tolerance = dict(rtol=0, atol=1e-12) if dtype == np.float64 else dict(rtol=1.3e-6, atol=1e-5)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, **tolerance)

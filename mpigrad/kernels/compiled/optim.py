@@ -13,6 +13,29 @@ from ._math import jit
 
 
 @jit
+def _regularized(p, g, weight_decay, maximize):
+    """The gradient a step descends: negated to maximize, plus weight_decay p (torch's
+    grad.add(param, alpha=weight_decay), which rounds as p weight_decay + g)."""
+    g = -g if maximize else g
+    return p * weight_decay + g if weight_decay != 0 else g
+
+
+@jit
+def _lerp(start, end, weight, complement):
+    # torch's lerp: from start for a small weight, back from end otherwise
+    return start + (end - start) * weight if weight < 0.5 else end - (end - start) * complement
+
+
+@jit
+def _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2, beta2_complement):
+    mi = _lerp(m[i], gi, lerp_weight, lerp_complement)
+    m[i] = mi
+    vi = v[i] * beta2 + gi * beta2_complement * gi
+    v[i] = vi
+    return mi, vi
+
+
+@jit
 def sgd(p, g, buffer, lr, momentum, dampening_complement, weight_decay, nesterov, maximize,
         first):
     """torch.optim.SGD: g = -g if maximize; g = weight_decay p + g; b = g on the first step
@@ -20,9 +43,7 @@ def sgd(p, g, buffer, lr, momentum, dampening_complement, weight_decay, nesterov
     `buffer` is empty without momentum."""
     with_momentum = buffer.size > 0
     for i in range(p.size):
-        gi = -g[i] if maximize else g[i]
-        if weight_decay != 0:
-            gi = p[i] * weight_decay + gi
+        gi = _regularized(p[i], g[i], weight_decay, maximize)
         if with_momentum:
             if first:
                 b = gi
@@ -45,19 +66,112 @@ def adam(p, g, m, v, v_max, step_size, bias_correction2_sqrt, lerp_weight, lerp_
     amsgrad = v_max.size > 0
     for i in range(p.size):
         pi = p[i] * decay_factor
-        gi = -g[i] if maximize else g[i]
-        if weight_decay != 0:
-            gi = pi * weight_decay + gi
-        mi = m[i]
-        if lerp_weight < 0.5:
-            mi = mi + (gi - mi) * lerp_weight
-        else:
-            mi = gi - (gi - mi) * lerp_complement
-        m[i] = mi
-        vi = v[i] * beta2 + gi * beta2_complement * gi
-        v[i] = vi
+        gi = _regularized(pi, g[i], weight_decay, maximize)
+        mi, vi = _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2,
+                               beta2_complement)
         if amsgrad:
             vi = max(v_max[i], vi)
             v_max[i] = vi
         denom = math.sqrt(vi) / bias_correction2_sqrt + eps
         p[i] = pi - mi / denom * step_size
+
+
+@jit
+def adagrad(p, g, total, clr, weight_decay, eps, maximize):
+    """torch.optim.Adagrad: s += g g; p -= clr g / (sqrt(s) + eps), clr the decayed lr
+    (as addcdiv_(g, std, value=-clr): (-clr g) / std)."""
+    for i in range(p.size):
+        gi = _regularized(p[i], g[i], weight_decay, maximize)
+        s = total[i] + gi * gi
+        total[i] = s
+        p[i] = p[i] + gi * -clr / (math.sqrt(s) + eps)
+
+
+@jit
+def adadelta(p, g, square_avg, acc_delta, lr, rho, rho_complement, eps, weight_decay,
+             maximize):
+    """torch.optim.Adadelta: v = rho v + (1 - rho) g g; delta = sqrt(u + eps) / sqrt(v + eps)
+    g; u = rho u + (1 - rho) delta delta; p -= lr delta."""
+    for i in range(p.size):
+        gi = _regularized(p[i], g[i], weight_decay, maximize)
+        v = square_avg[i] * rho + gi * rho_complement * gi
+        square_avg[i] = v
+        delta = math.sqrt(acc_delta[i] + eps) / math.sqrt(v + eps) * gi
+        acc_delta[i] = acc_delta[i] * rho + delta * rho_complement * delta
+        p[i] = p[i] - delta * lr
+
+
+@jit
+def rmsprop(p, g, square_avg, grad_avg, buffer, lr, alpha, alpha_complement, eps,
+            weight_decay, momentum, maximize):
+    """torch.optim.RMSprop: v = alpha v + (1 - alpha) g g; a = lerp(a, g, 1 - alpha) and
+    d = sqrt(v - a a) + eps when centered (`grad_avg` not empty), else sqrt(v) + eps;
+    b = momentum b + g / d, p -= lr b with momentum (`buffer` not empty), else
+    p -= lr g / d."""
+    centered = grad_avg.size > 0
+    with_momentum = buffer.size > 0
+    for i in range(p.size):
+        gi = _regularized(p[i], g[i], weight_decay, maximize)
+        v = square_avg[i] * alpha + gi * alpha_complement * gi
+        square_avg[i] = v
+        if centered:
+            a = _lerp(grad_avg[i], gi, alpha_complement, alpha)
+            grad_avg[i] = a
+            v = v - a * a  # torch's addcmul(a, a, value=-1), exactly
+        avg = math.sqrt(v) + eps
+        if with_momentum:
+            b = buffer[i] * momentum + gi / avg
+            buffer[i] = b
+            p[i] = p[i] + b * -lr
+        else:
+            p[i] = p[i] + gi * -lr / avg
+
+
+@jit
+def adamax(p, g, m, u, clr, lerp_weight, lerp_complement, beta2, eps, weight_decay,
+           maximize):
+    """torch.optim.Adamax: m = lerp(m, g, 1 - beta1); u = max(beta2 u, |g| + eps);
+    p -= clr m / u, clr = lr / (1 - beta1^t)."""
+    for i in range(p.size):
+        gi = _regularized(p[i], g[i], weight_decay, maximize)
+        mi = _lerp(m[i], gi, lerp_weight, lerp_complement)
+        m[i] = mi
+        ui = u[i] * beta2
+        bound = abs(gi) + eps
+        ui = bound if bound > ui or bound != bound else ui
+        u[i] = ui
+        p[i] = p[i] - mi / ui * clr
+
+
+@jit
+def nadam(p, g, m, v, grad_scale, momentum_scale, bias_correction2, lerp_weight,
+          lerp_complement, beta2, beta2_complement, eps, decay_factor, weight_decay,
+          maximize):
+    """torch.optim.NAdam: Adam's moments, d = sqrt(v / (1 - beta2^t)) + eps, then
+    p += grad_scale g / d and p += momentum_scale m / d (each scale carries -lr and the
+    mu products; decoupled decay as Adam's `decay_factor`)."""
+    for i in range(p.size):
+        pi = p[i] * decay_factor
+        gi = _regularized(pi, g[i], weight_decay, maximize)
+        mi, vi = _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2,
+                               beta2_complement)
+        denom = math.sqrt(vi / bias_correction2) + eps
+        pi = pi + gi / denom * grad_scale
+        p[i] = pi + mi / denom * momentum_scale
+
+
+@jit
+def radam(p, g, m, v, lr, bias_correction1, bias_correction2_sqrt, rect, rectified,
+          lerp_weight, lerp_complement, beta2, beta2_complement, eps, decay_factor,
+          weight_decay, maximize):
+    """torch.optim.RAdam: Adam's moments; the step (m / (1 - beta1^t)) lr, times
+    sqrt(1 - beta2^t) / (sqrt(v) + eps) and `rect` once `rectified` (rho_t > 5)."""
+    for i in range(p.size):
+        pi = p[i] * decay_factor
+        gi = _regularized(pi, g[i], weight_decay, maximize)
+        mi, vi = _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2,
+                               beta2_complement)
+        update = mi / bias_correction1 * lr
+        if rectified:
+            update = update * (bias_correction2_sqrt / (math.sqrt(vi) + eps)) * rect
+        p[i] = pi - update

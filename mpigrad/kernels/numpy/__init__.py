@@ -3,8 +3,8 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import (activations, clip, conv, elementwise, indexing, normalization, optim, reduction,
-               softmax)
+from . import (activations, clip, conv, dropout, elementwise, indexing, normalization, optim,
+               reduction, softmax)
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
@@ -20,12 +20,14 @@ NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
 NUMPY.register("index_scatter", forward=indexing.index_scatter)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
-for _name in ("layer_norm", "rms_norm"):
+NUMPY.register("dropout", forward=dropout.dropout, backward=dropout.dropout_backward)
+for _name in ("layer_norm", "rms_norm", "batch_norm"):
     NUMPY.register(_name, forward=getattr(normalization, _name),
                    backward=getattr(normalization, _name + "_backward"))
 # Not ops: the optimizers' updates and gradient clipping's passes, by name (optim/ and
 # nn/utils/clip_grad.py call them through the backend).
 NUMPY.register("sgd_update", forward=optim.sgd_update)
-NUMPY.register("adam_update", forward=optim.adam_update)
+for _name in ("adam", "adamax", "nadam", "radam", "adagrad", "adadelta", "rmsprop"):
+    NUMPY.register(_name + "_update", forward=getattr(optim, _name + "_update"))
 NUMPY.register("total_norm", forward=clip.total_norm)
 NUMPY.register("scale_", forward=clip.scale_)

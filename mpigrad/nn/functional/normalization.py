@@ -1,5 +1,6 @@
 """Normalisation: layer, group, batch, instance and RMS norms, and normalize (division by a
 p-norm)."""
+import contextlib
 import numbers
 
 import numpy as np
@@ -67,7 +68,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
     In training, batch statistics are used (biased variance) and the running estimates, if
     given, are updated in place: running = (1 - momentum) * running + momentum * batch, with
-    the unbiased variance. Otherwise the running estimates are used.
+    the unbiased variance; one op, whose fused backward reads the batch's mean and 1 / std kept
+    by its forward. Otherwise the running estimates are used.
     """
     if input.ndim < 2:
         raise RuntimeError(f"batch_norm: expected an input of shape (N, C, ...), got shape "
@@ -85,15 +87,23 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if count <= 1:
             raise ValueError(f"expected more than 1 value per channel when training, got input "
                              f"of shape {tuple(input.shape)}")
-        dims = (0,) + tuple(range(2, input.ndim))
-        mean = input.mean(dims, keepdim=True)
-        var = input.var(dims, keepdim=True, correction=0)
-        _update_running_stats(running_mean, running_var, mean, var, count, momentum)
-    else:
-        if running_mean is None or running_var is None:
-            raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
-        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
-    return _normalize_per_channel(input, mean, var, weight, bias, eps)
+        # The kernel moves the running statistics in place (one pass over the batch for
+        # them and the output); each buffer counts as written.
+        with contextlib.ExitStack() as writes:
+            running = [None if t is None else writes.enter_context(t.writing())
+                       for t in (running_mean, running_var)]
+            tracked = running_mean is not None or running_var is not None
+            return ops.batch_norm(input, weight, bias, eps=float(eps),
+                                  running=(*running, float(momentum)) if tracked else None)
+    if running_mean is None or running_var is None:
+        raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+    # In eval, an affine map per channel: input * scale + shift, as torch computes it.
+    scale = (running_var + eps).rsqrt()
+    if weight is not None:
+        scale = scale * weight
+    shift = running_mean * scale
+    shift = -shift if bias is None else bias - shift
+    return input * scale.reshape(shape) + shift.reshape(shape)
 
 
 def _update_running_stats(running_mean, running_var, mean, var, count, momentum):

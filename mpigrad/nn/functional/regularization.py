@@ -3,27 +3,32 @@ import warnings
 
 import numpy as np
 
-from ... import random
-from ...tensor import Tensor
+from ... import dtypes, ops, random
 from .. import _checks
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
-    """Zeroes each element with probability p (mask from mpigrad's default generator) and
-    scales the rest by 1/(1-p), so the expectation is unchanged; the identity when not
-    training."""
+    """Zeroes each element with probability p and scales the rest by 1/(1-p), so the
+    expectation is unchanged; the identity when not training. One pass (the `dropout` op's
+    kernel): the mask is drawn from a seed taken from mpigrad's default generator, so
+    `manual_seed` decides it, and backward draws it again rather than keeping it."""
     _checks.probability("dropout probability", p)
     return _masked_dropout(input, p, training, inplace, input.shape)
 
 
 def _masked_dropout(input, p, training, inplace, mask_shape):
-    """Dropout with one keep/drop draw per element of `mask_shape`, broadcast over input."""
+    """Dropout with one keep/drop draw per element of `mask_shape`, broadcast over input: its
+    leading dimensions, then ones (whole channels), so each draw covers a run of `span`
+    consecutive elements."""
     if not training or p == 0:
         return input
-    keep = random.uniform_array(mask_shape, 0.0, 1.0, np.float64) >= p
-    scale = Tensor.wrap(keep.astype(input.dtype) / (1 - p) if p < 1
-                        else np.zeros(mask_shape, input.dtype))
-    return input.mul_(scale) if inplace else input * scale
+    if not dtypes.is_floating_point(input.dtype):
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{dtypes.torch_name(input.dtype)}")
+    seed = int(random.integers_array(0, 2 ** 63, (), np.int64))
+    drawn = int(np.prod(mask_shape, dtype=np.int64))
+    params = dict(p=float(p), seed=seed, span=input.numel() // drawn if drawn else 1)
+    return ops.inplace(ops.dropout, input, **params) if inplace else ops.dropout(input, **params)
 
 
 def _feature_dropout(input, p, training, inplace):
