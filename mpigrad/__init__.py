@@ -37,6 +37,8 @@ from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler 
 from . import serialization  # noqa: F401
 from . import amp, cpu, _dynamo  # noqa: F401
 from ._compile import compile  # noqa: F401
+from .backends.cuda import (set_float32_matmul_precision,  # noqa: F401
+                            get_float32_matmul_precision)
 from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401
                                 set_autocast_dtype, is_autocast_cpu_enabled,
                                 get_autocast_cpu_dtype)
