@@ -108,6 +108,9 @@ class Tensor:
 
     is_cuda = False
     is_meta = False
+    # A dense array; mpigrad.sparse's SparseTensor says otherwise.
+    is_sparse = False
+    layout = dtypes.strided
 
     @property
     def is_leaf(self):
@@ -439,6 +442,10 @@ class Tensor:
         return ops.inplace(ops.div, self, other)
 
     def add_(self, other, alpha=1):
+        if isinstance(other, Tensor) and other.is_sparse:
+            # dense += sparse: only the rows the sparse tensor holds change (an optimizer's
+            # step on a sparse gradient).
+            return other._add_into(self, alpha)
         return ops.inplace(ops.add, self, other if alpha == 1 else other * alpha)
 
     def sub_(self, other, alpha=1):
@@ -885,6 +892,8 @@ def zero_grads(tensors, set_to_none=True):
             continue
         if set_to_none:
             t.grad = None
+        elif t.grad.is_sparse:
+            t.grad.zero_()  # no entries left, as torch's
         else:
             with t.grad.writing() as grad:
                 grad.fill(0)
@@ -905,6 +914,12 @@ class _Writing:
 
 def _init(t, array):
     t._array = array
+    init_autograd_state(t)
+
+
+def init_autograd_state(t):
+    """A new tensor's autograd fields: a leaf that needs no gradient, with its own version
+    counter (also for tensors without an `_array` of their own, mpigrad.sparse's)."""
     t.requires_grad = False
     t.grad = None
     t.grad_fn = None

@@ -18,7 +18,7 @@ from .loss import binary_cross_entropy, cross_entropy  # noqa: F401
 from .normalization import layer_norm, rms_norm  # noqa: F401
 from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
-                       index_add_, roll, flip, repeat_interleave)
+                       index_add_, roll, flip, repeat_interleave, embedding)
 from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish,  # noqa: F401
                           threshold, leaky_relu)
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401

@@ -382,7 +382,7 @@ class OpNode(Node):
                 gi = None if rule is None else rule(g, ans, *inputs, **params)
             else:
                 gi = vjps(i, g, ans, *inputs, **params)
-            if gi is not None:
+            if gi is not None and not gi.is_sparse:  # a sparse one is built to fit
                 like = inputs[i]
                 array = gi._array
                 if array.shape != like.shape or array.dtype != like.dtype:
