@@ -345,7 +345,7 @@ class Tensor:
         return ops.sub(self, other)
 
     def __rsub__(self, other):
-        return ops.sub(other, self)
+        return ops.named(ops.sub(other, self), "RsubBackward1", self)
 
     def __mul__(self, other):
         return ops.mul(self, other)
@@ -627,7 +627,7 @@ class Tensor:
         return ops.sqrt(self)
 
     def square(self):
-        return ops.mul(self, self)
+        return ops.pow(self, 2)  # torch's square is pow(x, 2), PowBackward0
 
     def abs(self):
         return ops.abs(self)
@@ -839,7 +839,7 @@ class Tensor:
     def t(self):
         if self.ndim > 2:
             raise RuntimeError("t() expects a tensor with <= 2 dimensions; use transpose()")
-        return self.T
+        return ops.named(self.T, "TBackward0", self)
 
     def permute(self, *dims):
         return ops.permute(self, _shape_arg(dims))

@@ -1,5 +1,5 @@
 """Differentiable operations: the forward and gradient rules, grouped by kind."""
-from .core import Op, apply, inplace  # noqa: F401
+from .core import Op, apply, inplace, named  # noqa: F401
 from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clone,  # noqa: F401
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
                          isnan, isfinite, allclose, lerp, remainder, fmod)

@@ -93,7 +93,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if running_mean is None or running_var is None:
             raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
-    return _normalize_per_channel(input, mean, var, weight, bias, eps)
+    return ops.named(_normalize_per_channel(input, mean, var, weight, bias, eps),
+                     "NativeBatchNormBackward0", input)
 
 
 def _update_running_stats(running_mean, running_var, mean, var, count, momentum):
