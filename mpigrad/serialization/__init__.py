@@ -113,7 +113,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     with open(f, "rb") as file:
         if _is_safetensors(f):
             _refuse_pickle_module(pickle_module)
-            return _reading(f, "safetensors file", lambda: safetensors.read(file, f))
+            return _reading(f, "safetensors file", lambda: safetensors.read(file))
         return _load_open(file, os.fspath(f), pickle_module, weights_only)
 
 
