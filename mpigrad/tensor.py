@@ -10,6 +10,7 @@ Tensor owns that state: the rest of mpigrad creates, aliases, writes and links t
 through `Tensor.wrap`, `alias`, `writing` (or `mark_written`) and `set_history`, never by
 setting the fields.
 """
+import numbers
 import weakref
 
 import numpy as np
@@ -194,6 +195,20 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype, copy=False)
+
+    # DLPack, as torch's tensors: `torch.tensor(t)` and `np.from_dlpack(t)` read the storage
+    # (torch would otherwise take a tensor for a sequence, and fail at its 0-d elements).
+    def __dlpack__(self, **kwargs):
+        if self.requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use "
+                              "tensor.detach()")
+        if self._array.dtype == dtypes.bfloat16:
+            raise BufferError("DLPack (numpy's) has no bfloat16: export t.float() and convert "
+                              "back on the other side")
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
 
     def item(self):
         if self._array.size != 1:
@@ -395,23 +410,27 @@ class Tensor:
     def __rmatmul__(self, other):
         return ops.matmul(other, self)
 
+    # Comparisons take tensors, arrays and numbers; with anything else (a list, None,
+    # pytest.approx) they return NotImplemented, as torch's do, so Python asks the other
+    # operand (`t == pytest.approx(...)` compares with tolerance) and `==` falls back to
+    # identity (False).
     def __eq__(self, other):
-        return ops.eq(self, other)
+        return ops.eq(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __ne__(self, other):
-        return ops.ne(self, other)
+        return ops.ne(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __lt__(self, other):
-        return ops.lt(self, other)
+        return ops.lt(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __le__(self, other):
-        return ops.le(self, other)
+        return ops.le(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __gt__(self, other):
-        return ops.gt(self, other)
+        return ops.gt(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __ge__(self, other):
-        return ops.ge(self, other)
+        return ops.ge(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __and__(self, other):
         return ops.logical_and(self, other)
@@ -882,6 +901,10 @@ class Tensor:
 
     def contiguous(self):
         return self if self._array.flags.c_contiguous else ops.clone(self, order="C")
+
+
+# What Tensor's comparison operators take (see Tensor.__eq__).
+_OPERANDS = (Tensor, numbers.Number, np.ndarray, np.generic)
 
 
 def zero_grads(tensors, set_to_none=True):
