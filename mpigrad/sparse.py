@@ -20,7 +20,7 @@ from . import dtypes
 from .autograd import grad_mode
 from .creation import as_tensor
 from .device import require_cpu
-from .tensor import Tensor, init_autograd_state
+from .tensor import Tensor, init_autograd_state, to_arguments
 
 __all__ = ["SparseTensor", "sparse_coo_tensor"]
 
@@ -173,9 +173,11 @@ class SparseTensor(Tensor):
         return self.make(self._sparse_indices, self._sparse_values, self._size, self._coalesced)
 
     def to(self, *args, **kwargs):
-        dtype = dtypes.to_dtype(kwargs.get("dtype", args[0] if args else None))
+        """Tensor.to's forms; only the dtype (of the values) can change."""
+        dtype, copy = to_arguments("Tensor.to", args, kwargs)
+        dtype = dtypes.to_dtype(dtype)
         if dtype is None or dtype == self.dtype:
-            return self
+            return self.clone() if copy else self
         return self.make(self._sparse_indices, self._sparse_values.astype(dtype), self._size,
                          self._coalesced)
 

@@ -110,6 +110,8 @@ def test_sparse_coo_tensor_is_torchs_constructor():
               torch.sparse_coo_tensor(*args, **theirs_kwargs))
     np.testing.assert_array_equal(mine.to_dense().numpy(), theirs.to_dense().numpy())
     assert mine.sum().item() == theirs.sum().item()
+    _same(mine.to(mg.float64), theirs.to(torch.float64))
+    _same(mine.double().coalesce(), theirs.double().coalesce())
     for bad in [(([[0, 1]], [1.0, 2.0, 3.0], (4,)), "indices and values must have same nnz"),
                 (([[2, 0, 2]], [[1.0], [2.0], [3.0]], (3,)), "len\\(size\\) == sparse_dim"),
                 (([[2, 0, 2]], [[1.0], [2.0], [3.0]], (3, 4)), "values has incorrect size"),
