@@ -138,3 +138,18 @@ def test_zero_grad_and_clipping_on_a_sparse_gradient_are_torchs():
             lib.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         with pytest.raises(NotImplementedError):
             lib.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+
+
+def test_grad_scaler_unscales_a_sparse_gradient_as_torchs():
+    results = []
+    for lib, (model, head) in zip((mg, torch), _models(np.float32)):
+        optimizer = lib.optim.SGD(model.parameters(), lr=0.1)
+        scaler = lib.amp.GradScaler("cpu", init_scale=1024.0)
+        for batch in BATCHES:
+            optimizer.zero_grad()
+            scaler.scale((model(lib.tensor(batch)) @ head).tanh().sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        assert model.weight.grad.is_sparse
+        results.append(model.weight.detach().numpy())
+    np.testing.assert_allclose(*results, rtol=1e-6, atol=1e-7)
