@@ -8,7 +8,7 @@ from . import _allocator  # noqa: F401  (first: tunes malloc before any large ar
 from .dtypes import (float16, half, bfloat16, float32, float, float64, double, int8,  # noqa: F401
                      uint8, int16, short, int32, int, int64, long, bool, complex64, cfloat,
                      complex128, cdouble, get_default_dtype, set_default_dtype,
-                     is_floating_point)
+                     is_floating_point, layout, strided, sparse_coo)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
 from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401
                        zeros_like, ones_like, empty_like, full_like, randn_like, rand_like,
@@ -33,12 +33,15 @@ from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401
 from .kernels.threads import (set_num_threads, get_num_threads,  # noqa: F401
                               set_num_interop_threads, get_num_interop_threads)
+from .sparse import sparse_coo_tensor  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler  # noqa: F401
-from . import serialization  # noqa: F401
+from . import serialization, sparse  # noqa: F401
 from . import amp, cpu, _dynamo  # noqa: F401
 from ._compile import compile  # noqa: F401
+from .backends.cuda import (set_float32_matmul_precision,  # noqa: F401
+                            get_float32_matmul_precision)
 from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401
                                 set_autocast_dtype, is_autocast_cpu_enabled,
                                 get_autocast_cpu_dtype)

@@ -22,6 +22,25 @@ complex128 = cdouble = np.dtype(np.complex128)
 _default = [float32]
 
 
+class layout:
+    """torch's memory layouts: `strided` (a dense array) and `sparse_coo` (indices and values,
+    mpigrad.sparse's SparseTensor)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+    def __reduce__(self):
+        return self.name  # one object per layout, as torch's
+
+
+strided = layout("strided")
+sparse_coo = layout("sparse_coo")
+
+
 def get_default_dtype():
     return _default[0]
 

@@ -10,6 +10,7 @@ Tensor owns that state: the rest of mpigrad creates, aliases, writes and links t
 through `Tensor.wrap`, `alias`, `writing` (or `mark_written`) and `set_history`, never by
 setting the fields.
 """
+import numbers
 import weakref
 
 import numpy as np
@@ -108,6 +109,9 @@ class Tensor:
 
     is_cuda = False
     is_meta = False
+    # A dense array; mpigrad.sparse's SparseTensor says otherwise.
+    is_sparse = False
+    layout = dtypes.strided
 
     @property
     def is_leaf(self):
@@ -191,6 +195,20 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype, copy=False)
+
+    # DLPack, as torch's tensors: `torch.tensor(t)` and `np.from_dlpack(t)` read the storage
+    # (torch would otherwise take a tensor for a sequence, and fail at its 0-d elements).
+    def __dlpack__(self, **kwargs):
+        if self.requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use "
+                              "tensor.detach()")
+        if self._array.dtype == dtypes.bfloat16:
+            raise BufferError("DLPack (numpy's) has no bfloat16: export t.float() and convert "
+                              "back on the other side")
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
 
     def item(self):
         if self._array.size != 1:
@@ -342,7 +360,7 @@ class Tensor:
         return ops.sub(self, other)
 
     def __rsub__(self, other):
-        return ops.sub(other, self)
+        return ops.named(ops.sub(other, self), "RsubBackward1", self)
 
     def __mul__(self, other):
         return ops.mul(self, other)
@@ -392,23 +410,27 @@ class Tensor:
     def __rmatmul__(self, other):
         return ops.matmul(other, self)
 
+    # Comparisons take tensors, arrays and numbers; with anything else (a list, None,
+    # pytest.approx) they return NotImplemented, as torch's do, so Python asks the other
+    # operand (`t == pytest.approx(...)` compares with tolerance) and `==` falls back to
+    # identity (False).
     def __eq__(self, other):
-        return ops.eq(self, other)
+        return ops.eq(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __ne__(self, other):
-        return ops.ne(self, other)
+        return ops.ne(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __lt__(self, other):
-        return ops.lt(self, other)
+        return ops.lt(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __le__(self, other):
-        return ops.le(self, other)
+        return ops.le(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __gt__(self, other):
-        return ops.gt(self, other)
+        return ops.gt(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __ge__(self, other):
-        return ops.ge(self, other)
+        return ops.ge(self, other) if isinstance(other, _OPERANDS) else NotImplemented
 
     def __and__(self, other):
         return ops.logical_and(self, other)
@@ -439,6 +461,10 @@ class Tensor:
         return ops.inplace(ops.div, self, other)
 
     def add_(self, other, alpha=1):
+        if isinstance(other, Tensor) and other.is_sparse:
+            # dense += sparse: only the rows the sparse tensor holds change (an optimizer's
+            # step on a sparse gradient).
+            return other._add_into(self, alpha)
         return ops.inplace(ops.add, self, other if alpha == 1 else other * alpha)
 
     def sub_(self, other, alpha=1):
@@ -620,7 +646,7 @@ class Tensor:
         return ops.sqrt(self)
 
     def square(self):
-        return ops.mul(self, self)
+        return ops.pow(self, 2)  # torch's square is pow(x, 2), PowBackward0
 
     def abs(self):
         return ops.abs(self)
@@ -832,7 +858,7 @@ class Tensor:
     def t(self):
         if self.ndim > 2:
             raise RuntimeError("t() expects a tensor with <= 2 dimensions; use transpose()")
-        return self.T
+        return ops.named(self.T, "TBackward0", self)
 
     def permute(self, *dims):
         return ops.permute(self, _shape_arg(dims))
@@ -877,6 +903,10 @@ class Tensor:
         return self if self._array.flags.c_contiguous else ops.clone(self, order="C")
 
 
+# What Tensor's comparison operators take (see Tensor.__eq__).
+_OPERANDS = (Tensor, numbers.Number, np.ndarray, np.generic)
+
+
 def zero_grads(tensors, set_to_none=True):
     """Module.zero_grad and Optimizer.zero_grad: drop each tensor's `.grad`, or with
     `set_to_none=False` fill it with zeros in place."""
@@ -885,6 +915,8 @@ def zero_grads(tensors, set_to_none=True):
             continue
         if set_to_none:
             t.grad = None
+        elif t.grad.is_sparse:
+            t.grad.zero_()  # no entries left, as torch's
         else:
             with t.grad.writing() as grad:
                 grad.fill(0)
@@ -905,6 +937,12 @@ class _Writing:
 
 def _init(t, array):
     t._array = array
+    init_autograd_state(t)
+
+
+def init_autograd_state(t):
+    """A new tensor's autograd fields: a leaf that needs no gradient, with its own version
+    counter (also for tensors without an `_array` of their own, mpigrad.sparse's)."""
     t.requires_grad = False
     t.grad = None
     t.grad_fn = None

@@ -28,7 +28,8 @@ LAYERS = [
      "mpigrad.autograd.engine", "mpigrad.launchers", "mpigrad._allocator"},
     {"mpigrad.kernels"},
     {"mpigrad.tensor"},
-    {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization"},
+    {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization",
+     "mpigrad.sparse"},
     {"mpigrad.nn", "mpigrad.optim", "mpigrad.data", "mpigrad.utils", "mpigrad.func",
      "mpigrad.multiprocessing", "mpigrad.amp", "mpigrad.cpu",
      "mpigrad._dynamo", "mpigrad._compile"},
@@ -61,6 +62,8 @@ NUMPY_ALLOWED = {
                    "in place in torch's order (float32 multiply, one rounding); autocast's "
                    "dtype is a numpy dtype",
     "mpigrad.random": "the generators are numpy Generators",
+    "mpigrad.sparse": "a sparse tensor's storage is an index array and a values array; "
+                      "coalescing sorts and sums them",
     "mpigrad.autograd": "the engine sums and zero-fills gradient arrays; gradcheck's finite "
                         "differences and functional's Jacobians assemble arrays",
     "mpigrad.data": "datasets read files into host arrays; collate and samplers index them",

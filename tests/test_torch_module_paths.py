@@ -125,3 +125,30 @@ def test_a_whole_torch_model_loads_as_mpigrads_when_trusted():
     x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     np.testing.assert_allclose(ours(mg.tensor(x)).data,
                                model(torch.tensor(x)).detach().numpy(), rtol=1e-6)
+
+
+def test_float32_matmul_precision_is_kept_validated_and_tied_to_allow_tf32_as_torchs():
+    a, b = np.random.default_rng(0).standard_normal((2, 16, 16)).astype(np.float32)
+    before = (mg.tensor(a) @ mg.tensor(b)).numpy().copy()
+    assert mg.get_float32_matmul_precision() == torch.get_float32_matmul_precision() == "highest"
+    try:
+        for precision in ("high", "medium", "highest"):
+            for module in (mg, torch):
+                module.set_float32_matmul_precision(precision)
+            assert mg.get_float32_matmul_precision() == precision
+            assert mg.backends.cuda.matmul.allow_tf32 is torch.backends.cuda.matmul.allow_tf32
+            # On the CPU the precision changes nothing, in torch's build as here.
+            np.testing.assert_array_equal((mg.tensor(a) @ mg.tensor(b)).numpy(), before)
+        for module in (mg, torch):
+            with pytest.warns(UserWarning, match="is not one of 'highest', 'high', or 'medium'"):
+                module.set_float32_matmul_precision("HIGH")
+            assert module.get_float32_matmul_precision() == "highest"
+            with pytest.raises(RuntimeError, match="expects a str, but got int"):
+                module.set_float32_matmul_precision(3)
+            module.backends.cuda.matmul.allow_tf32 = True
+            assert module.get_float32_matmul_precision() == "high"
+            module.backends.cuda.matmul.allow_tf32 = False
+            assert module.get_float32_matmul_precision() == "highest"
+    finally:
+        for module in (mg, torch):
+            module.set_float32_matmul_precision("highest")

@@ -84,7 +84,9 @@ class GradScaler:
                     continue
                 if p.grad.dtype == dtypes.float16:
                     raise ValueError("Attempting to unscale FP16 gradients.")
-                with p.grad.writing() as grad:
+                # A sparse gradient (Embedding(sparse=True)'s) unscales its values, as torch's.
+                target = p.grad._values() if p.grad.is_sparse else p.grad
+                with target.writing() as grad:
                     if not np.isfinite(grad).all():
                         found_inf = True
                     # In float32 (float64 for float64), rounded once to the gradient's dtype.

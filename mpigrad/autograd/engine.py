@@ -134,8 +134,15 @@ def _add_to_buffer(buffers, owned, node, nr, grad, fresh):
         buf[nr] = grad
         owned[node][nr] = fresh
     else:
-        buf[nr] = buf[nr] + grad
+        buf[nr] = _sum(buf[nr], grad)
         owned[node][nr] = True
+
+
+def _sum(a, b):
+    """a + b for two gradients, either of which may be sparse (Embedding(sparse=True)'s):
+    sparse + sparse stays sparse, and a dense one with a sparse one is dense, added in the
+    one order sparse tensors allow."""
+    return b + a if a.is_sparse and not b.is_sparse else a + b
 
 
 def _is_fresh(grad, *others):
@@ -143,12 +150,15 @@ def _is_fresh(grad, *others):
     other code holds) is it or a view of it. An array that owns its memory shares it with no
     other owner, and numpy points every view's base at the owner itself, so identity
     answers what np.may_share_memory would, at a fraction of the cost per node."""
+    if grad.is_sparse:
+        return False  # its arrays may be shared with the tensor it was built from
     data = grad._array
     if data.base is not None:
         return False
     for group in others:
         for other in group:
-            if other is not None and (other._array is data or other._array.base is data):
+            if (other is not None and not other.is_sparse
+                    and (other._array is data or other._array.base is data)):
                 return False
     return True
 
@@ -181,7 +191,16 @@ def _accumulate_into_leaf(variable, grad, create_graph, owned):
             variable.grad = (grad if owned else grad.clone() if create_graph
                              else grad.detach().clone())
         elif create_graph or current.requires_grad:
-            variable.grad = current + grad
+            variable.grad = _sum(current, grad)
+        elif current.is_sparse:
+            # sparse += sparse in place (torch's uncoalesced sum); sparse += dense makes a
+            # new dense gradient, as torch's
+            if grad.is_sparse:
+                current.add_(grad)
+            else:
+                variable.grad = grad + current
+        elif grad.is_sparse:
+            current.add_(grad)
         else:
             with current.writing() as data:
                 np.add(data, grad._array, out=data)
@@ -192,7 +211,8 @@ def _accumulate_into_leaf(variable, grad, create_graph, owned):
 
 def _check_finite(node, grads):
     for i, g in enumerate(grads):
-        if g is not None and not np.isfinite(g._array).all():
+        if g is not None and not np.isfinite(g._values()._array if g.is_sparse
+                                             else g._array).all():
             where = node.creation_stack or "(no forward trace was recorded)\n"
             raise RuntimeError(f"Function '{node.name()}' returned nan or inf values in its "
                                f"{i}th output (the gradient for its input {i}). The forward "

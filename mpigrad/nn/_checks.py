@@ -119,10 +119,8 @@ def legacy_reduction(size_average, reduce, reduction_name, extra=()):
     return reduction_name
 
 
-def embedding_padding_idx(what, num_embeddings, padding_idx, sparse):
-    """padding_idx as a non-negative row (or None); sparse gradients are refused."""
-    if sparse:
-        raise NotImplementedError(f"{what}: sparse gradients are not supported")
+def embedding_padding_idx(what, num_embeddings, padding_idx):
+    """padding_idx as a non-negative row (or None)."""
     if padding_idx is None:
         return None
     if not -num_embeddings <= padding_idx < num_embeddings:

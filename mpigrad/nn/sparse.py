@@ -9,7 +9,9 @@ from .parameter import Parameter
 
 class Embedding(Module):
     """weight[indices] for integer indices, weight of shape (num_embeddings, embedding_dim)
-    initialised N(0, 1). The padding_idx row starts at zero and receives no gradient."""
+    initialised N(0, 1). The padding_idx row starts at zero and receives no gradient. With
+    sparse=True the weight's gradient is a sparse COO tensor of the looked-up rows (for
+    optim.SparseAdam, SGD or Adagrad), as torch's."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
@@ -18,8 +20,7 @@ class Embedding(Module):
         check_device(device, "Embedding")
         self.num_embeddings = positive_int("num_embeddings", num_embeddings, "Embedding")
         self.embedding_dim = positive_int("embedding_dim", embedding_dim, "Embedding")
-        self.padding_idx = _checks.embedding_padding_idx("Embedding", num_embeddings, padding_idx,
-                                                         sparse)
+        self.padding_idx = _checks.embedding_padding_idx("Embedding", num_embeddings, padding_idx)
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
@@ -76,8 +77,11 @@ class EmbeddingBag(Module):
         check_device(device, "EmbeddingBag")
         self.num_embeddings = positive_int("num_embeddings", num_embeddings, "EmbeddingBag")
         self.embedding_dim = positive_int("embedding_dim", embedding_dim, "EmbeddingBag")
+        if sparse:
+            raise NotImplementedError("EmbeddingBag: sparse gradients are not supported; use "
+                                      "sparse=False, or Embedding(sparse=True) and a sum")
         self.padding_idx = _checks.embedding_padding_idx("EmbeddingBag", num_embeddings,
-                                                         padding_idx, sparse)
+                                                         padding_idx)
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
         self.include_last_offset = include_last_offset

@@ -1,5 +1,5 @@
 """Differentiable operations: the forward and gradient rules, grouped by kind."""
-from .core import Op, apply, inplace  # noqa: F401
+from .core import Op, apply, inplace, named  # noqa: F401
 from .arithmetic import (add, sub, mul, div, neg, pow, matmul, linear, cast, clone,  # noqa: F401
                          eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_not,
                          isnan, isfinite, allclose, lerp, remainder, fmod)
@@ -19,7 +19,7 @@ from .normalization import batch_norm, layer_norm, rms_norm  # noqa: F401
 from .regularization import dropout  # noqa: F401
 from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
-                       index_add_, roll, flip, repeat_interleave)
+                       index_add_, roll, flip, repeat_interleave, embedding)
 from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish,  # noqa: F401
                           threshold, leaky_relu)
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401

@@ -5,7 +5,7 @@ from ..autograd import grad_mode
 from .. import dtypes
 from ..dtypes import check_same_dtype
 from ..tensor import Tensor
-from .core import Op
+from .core import Op, named
 from .elementwise import log, where
 from .reduction import sum
 
@@ -93,14 +93,17 @@ def matmul(a, b):
     if a.ndim == 1 and b.ndim == 1:
         if a.shape != b.shape:
             raise RuntimeError(f"inconsistent tensor size: {a.shape} @ {b.shape}")
-        return sum((a * b), None, False, None)
+        return named(sum((a * b), None, False, None), "DotBackward0", a, b)
     if a.ndim == 1:
         return _matmul(a.unsqueeze(0), b).squeeze(-2)
     if b.ndim == 1:
-        return _matmul(a, b.unsqueeze(-1)).squeeze(-1)
+        out = _matmul(a, b.unsqueeze(-1)).squeeze(-1)
+        return named(out, "MvBackward0", a, b) if a.ndim == 2 else out
     if a.shape[-1] != b.shape[-2]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape} and {b.shape})")
-    return _matmul(a, b)
+    # torch multiplies a stack of matrices as one matrix product (or bmm) viewed back.
+    out = _matmul(a, b)
+    return named(out, "UnsafeViewBackward0", a, b) if a.ndim > 2 else out
 
 
 # Weight size (elements) from which linear's forward multiplies by W untransposed: below it the

@@ -38,7 +38,8 @@ PROMOTE = frozenset({"cat", "stack"})
 # that it does, rather than on float32 copies that would agree.
 SAME_DTYPE = frozenset({"linear"})
 # Exact in any dtype, and numpy runs them on ml_dtypes' arrays.
-MOVES_DATA = frozenset({"cast", "clone", "copy", "fill", "getitem", "index_put", "pad", "flip",
+MOVES_DATA = frozenset({"cast", "clone", "copy", "fill", "getitem", "embedding", "index_put",
+                        "pad", "flip",
                         "roll", "tril", "triu", "masked_fill", "take_along_dim"})
 
 

@@ -287,10 +287,28 @@ def _node_class(op, args, params):
     name = op.node_name
     if not isinstance(name, str):
         name = name(params, args) if op.name_reads_inputs else name(params)
+    return _class_named(name)
+
+
+def _class_named(name):
     node_class = _NODE_CLASSES.get(name)
     if node_class is None:
         node_class = _NODE_CLASSES[name] = type(name, (OpNode,), {"__slots__": ()})
     return node_class
+
+
+def named(result, name, *inputs):
+    """`result` with its node named `name`, torch's name for a result that mpigrad makes with
+    a shared op (transpose as a permute) or several ops (a loss ending in a mean), where
+    torch records a node of its own (TransposeBackward0, MseLossBackward0); `type(grad_fn)`
+    and the profiler then say what torch's say. Only the node that made `result` from
+    `inputs` just now is renamed, never one that an input already had (an op that returned
+    its input unchanged)."""
+    node = result.grad_fn
+    if isinstance(node, OpNode) and all(node is not getattr(x, "grad_fn", None)
+                                        for x in inputs):
+        node.__class__ = _class_named(name)
+    return result
 
 
 class OpNode(Node):
@@ -390,7 +408,7 @@ class OpNode(Node):
                 gi = None if rule is None else rule(g, ans, *inputs, **params)
             else:
                 gi = vjps(i, g, ans, *inputs, **params)
-            if gi is not None:
+            if gi is not None and not gi.is_sparse:  # a sparse one is built to fit
                 like = inputs[i]
                 array = gi._array
                 if array.shape != like.shape or array.dtype != like.dtype:

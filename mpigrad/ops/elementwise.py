@@ -89,7 +89,10 @@ def _in_range(x, min, max):
 
 clamp_op = Op("clamp", lambda x, min, max: np.clip(x, min, max),
               (lambda g, ans, x, min, max: g * _in_range(x, min, max),), saves="x",
-              elementwise=True)
+              elementwise=True,
+              # torch's names: ClampBackward1 for number bounds, ClampBackward0 for tensors.
+              grad_fn_name=lambda params: "ClampBackward0" if any(
+                  hasattr(params[k], "shape") for k in ("min", "max")) else "ClampBackward1")
 
 
 def clamp(x, min=None, max=None):

@@ -1,5 +1,5 @@
-"""Writing by index (scatter, scatter_add, index_add), reordering (roll, flip) and repeating
-(repeat_interleave), each with torch's semantics.
+"""Writing by index (scatter, scatter_add, index_add), reordering (roll, flip), repeating
+(repeat_interleave) and embedding lookups, each with torch's semantics.
 
 The scatters are linear in the input and in the source together, so each tangent rule is the
 op itself applied to the tangents, and each gradient is the matching read: what a scatter
@@ -7,10 +7,11 @@ wrote, `gather` reads back; what index_add added, `index_select` reads back.
 """
 import numpy as np
 
+from ..sparse import SparseTensor
 from ..tensor import Tensor
 from .core import Op, inplace
 from .reduction import normalize_dims
-from .shape import gather, index_select, pad
+from .shape import gather, index_select, index_scatter, pad
 
 
 def _axis(dim, ndim):
@@ -246,3 +247,36 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
         raise RuntimeError(f"allocated size does not match required size: output_size "
                            f"{output_size}, required {order.size}")
     return index_select(input if input.ndim else input.reshape(1), axis, Tensor(order))
+
+
+def _embedding_gradient(g, ans, weight, indices, padding_idx, scale, sparse):
+    """Each looked-up row's gradient (times its `scale`, with scale_grad_by_freq), added into
+    its row of weight; padding_idx's row gets none. With `sparse`, the same sum as a sparse
+    tensor of one entry per lookup, in lookup order, padding left out, as torch's."""
+    if scale is not None:
+        g = g * Tensor.wrap(scale)
+    if sparse:
+        flat = indices.reshape(-1).astype(np.int64)
+        rows = g._array.reshape(flat.size, weight.shape[1])
+        if padding_idx is not None:
+            keep = flat != padding_idx
+            flat, rows = flat[keep], rows[keep]
+        return SparseTensor.make(flat.reshape(1, -1), np.array(rows), weight.shape,
+                                 coalesced=flat.size <= 1)
+    if padding_idx is not None:
+        g = g * Tensor.wrap((indices != padding_idx)[..., None].astype(g.dtype))
+    return index_scatter(g, index=indices, shape=weight.shape)
+
+
+_embedding = Op(
+    "embedding", lambda weight, indices, padding_idx, scale, sparse: weight[indices],
+    (_embedding_gradient,),
+    (lambda t, ans, weight, indices, padding_idx, scale, sparse:
+        _embedding(t, indices=indices, padding_idx=None, scale=None, sparse=False),))
+
+
+def embedding(weight, indices, padding_idx=None, scale=None, sparse=False):
+    """weight's rows at the integer array `indices` (checked by the caller), as
+    F.embedding's lookup: see _embedding_gradient for what flows back."""
+    return _embedding(weight, indices=indices, padding_idx=padding_idx, scale=scale,
+                      sparse=sparse)

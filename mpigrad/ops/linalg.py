@@ -15,7 +15,7 @@ import numpy as np
 from ..dtypes import check_same_dtype
 from ..tensor import Tensor
 from .arithmetic import matmul
-from .core import Op
+from .core import Op, named
 from .shape import expand, reshape
 
 _LETTERS = string.ascii_letters
@@ -158,7 +158,7 @@ def _check_matrix_operands(first, second, dims):
 def bmm(input, mat2):
     """Batched matrix product of (b, n, m) and (b, m, p): no broadcasting, as torch."""
     _check_matrix_operands(input, mat2, 3)
-    return matmul(input, mat2)
+    return named(matmul(input, mat2), "BmmBackward0", input, mat2)
 
 
 def _scaled_sum(input, product, beta, alpha):
@@ -172,13 +172,15 @@ def _scaled_sum(input, product, beta, alpha):
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (batch1 @ batch2), batched; input broadcasts to the result."""
     _check_matrix_operands(batch1, batch2, 3)
-    return _scaled_sum(input, matmul(batch1, batch2), beta, alpha)
+    return named(_scaled_sum(input, matmul(batch1, batch2), beta, alpha), "BaddbmmBackward0",
+                 input, batch1, batch2)
 
 
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2); input broadcasts to the result."""
     _check_matrix_operands(mat1, mat2, 2)
-    return _scaled_sum(input, matmul(mat1, mat2), beta, alpha)
+    return named(_scaled_sum(input, matmul(mat1, mat2), beta, alpha), "AddmmBackward0", input,
+                 mat1, mat2)
 
 
 def outer(input, vec2):

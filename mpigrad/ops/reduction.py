@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import dtypes
 from ..tensor import Tensor
-from .core import Op
+from .core import Op, named
 from .elementwise import where
 
 
@@ -97,7 +97,7 @@ def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction).sqrt()
+    return named(var(x, dim, unbiased, keepdim, correction).sqrt(), "StdBackward0", x)
 
 
 def _norm_grad(g, ans, x, p, dim, keepdim):
@@ -121,7 +121,8 @@ def _norm_tangent(t, ans, x, p, dim, keepdim):
     return where(ans == 0, 0.0, (t * x).sum(dim, keepdim=keepdim) / where(ans == 0, 1.0, ans))
 
 
-_norm = Op("norm", _norm_forward, (_norm_grad,), (_norm_tangent,), saves="x ans")
+_norm = Op("norm", _norm_forward, (_norm_grad,), (_norm_tangent,), saves="x ans",
+           grad_fn_name="LinalgVectorNormBackward0")
 
 
 def norm(x, p=2, dim=None, keepdim=False):
@@ -182,21 +183,22 @@ def _with_indices(x, dim, keepdim, pick):
     values = take_along_dim(x, indices, dim)
     if not keepdim:
         values, indices = values.squeeze(dim), indices.squeeze(dim)
-    return MinMax(values, indices)
+    return MinMax(named(values, "MaxBackward0" if pick is argmax else "MinBackward0", x),
+                  indices)
 
 
 def max(x, dim=None, keepdim=False):
     """Full reduction without `dim`; with it, (values, indices) as in torch."""
     if dim is None:
         _check_nonempty(x, "max")
-        return amax(x)
+        return named(amax(x), "MaxBackward1", x)
     return _with_indices(x, dim, keepdim, argmax)
 
 
 def min(x, dim=None, keepdim=False):
     if dim is None:
         _check_nonempty(x, "min")
-        return amin(x)
+        return named(amin(x), "MinBackward1", x)
     return _with_indices(x, dim, keepdim, argmin)
 
 
@@ -280,12 +282,12 @@ def prod(x, dim=None, keepdim=False, dtype=None):
         x = x.to(dtype)
     if dim is None:
         out = _product_along(x.reshape(-1), 0)
-        return out.reshape((1,) * x.ndim) if keepdim else out
+        return named(out.reshape((1,) * x.ndim) if keepdim else out, "ProdBackward0", x)
     (axis,) = normalize_dims(dim, x.ndim)
     if x.ndim == 0:
         return x * 1
     out = _product_along(x, axis)
-    return out.unsqueeze(axis) if keepdim else out
+    return named(out.unsqueeze(axis) if keepdim else out, "ProdBackward1", x)
 
 
 def _product_along(x, dim):
@@ -316,7 +318,7 @@ def sort(x, dim=-1, descending=False, stable=False):
         keys = -keys.astype(np.float64) if keys.dtype.kind in "bu" else -keys
     order = np.argsort(keys, axis=axis, kind="stable")
     indices = Tensor.wrap(order.astype(np.int64))
-    return SortResult(take_along_dim(x, indices, axis), indices)
+    return SortResult(named(take_along_dim(x, indices, axis), "SortBackward0", x), indices)
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
@@ -328,7 +330,8 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
                            f"size {size}")
     values, indices = sort(x, axis, descending=largest)
     head = (slice(None),) * axis
-    return SortResult(values[head + (slice(0, k),)], indices[head + (slice(0, k),)])
+    return SortResult(named(values[head + (slice(0, k),)], "TopkBackward0", x),
+                      indices[head + (slice(0, k),)])
 
 
 def _softmax_rule(t, ans, x, keep, dim):

@@ -4,7 +4,7 @@ import warnings
 import numpy as np
 
 from ..tensor import Tensor
-from .core import Op, inplace
+from .core import Op, inplace, named
 from .reduction import normalize_dims
 
 
@@ -58,7 +58,7 @@ def transpose(x, dim0, dim1):
     dims = list(range(x.ndim))
     a, b = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
     dims[a], dims[b] = dims[b], dims[a]
-    return _permute(x, dims=tuple(dims))
+    return named(_permute(x, dims=tuple(dims)), "TransposeBackward0", x)
 
 
 def squeeze(x, dim=None):
@@ -67,7 +67,9 @@ def squeeze(x, dim=None):
     else:
         dims = normalize_dims(dim, x.ndim)
         shape = tuple(s for d, s in enumerate(x.shape) if not (d in dims and s == 1))
-    return reshape(x, shape)
+    # torch names the three forms apart: all dims, one dim, a tuple of dims.
+    variant = 0 if dim is None else 2 if isinstance(dim, (tuple, list)) else 1
+    return named(reshape(x, shape), f"SqueezeBackward{variant}", x)
 
 
 def unsqueeze(x, dim):
@@ -75,7 +77,7 @@ def unsqueeze(x, dim):
     if not -ndim <= dim < ndim:
         raise IndexError(f"unsqueeze: dim {dim} out of range for a {x.ndim}-d tensor")
     d = dim % ndim
-    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+    return named(reshape(x, x.shape[:d] + (1,) + x.shape[d:]), "UnsqueezeBackward0", x)
 
 
 _expand = Op("expand", lambda x, shape: np.broadcast_to(x, shape),
@@ -237,9 +239,12 @@ def split(x, split_size_or_sections, dim=0):
         if sum(sizes) != n:
             raise RuntimeError(f"split: sections {sizes} add up to {sum(sizes)}, but dimension "
                                f"{dim} has size {n}")
+    name = ("SplitBackward0" if isinstance(split_size_or_sections, int)
+            else "SplitWithSizesBackward0")
     out, start = [], 0
     for size in sizes:
-        out.append(getitem(x, (slice(None),) * d + (slice(start, start + size),)))
+        out.append(named(getitem(x, (slice(None),) * d + (slice(start, start + size),)), name,
+                         x))
         start += size
     return tuple(out)
 
@@ -304,7 +309,8 @@ def pad(x, pad, mode="constant", value=None):
         if any(lo < 0 or hi < 0 for lo, hi in widths):
             x = getitem(x, crop)
             widths = tuple((max(0, lo), max(0, hi)) for lo, hi in widths)
-        return _pad(x, widths=widths, value=0.0 if value is None else value)
+        return named(_pad(x, widths=widths, value=0.0 if value is None else value),
+                     "ConstantPadNdBackward0", x)
     if mode not in ("reflect", "replicate", "circular"):
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
     if value is not None and value != 0:
@@ -317,12 +323,16 @@ def pad(x, pad, mode="constant", value=None):
             f"4D with 4, 4D or 5D with 6")
     # One gather per padded dimension: its gradient (adding each copy back onto its source)
     # and its tangent come from getitem's.
+    source = x
     for axis in range(x.ndim - dims, x.ndim):
         before, after = widths[axis]
         if before or after:
             index = _source_positions(mode, x.shape[axis], before, after)
             x = getitem(x, (slice(None),) * axis + (index,))
-    return x
+    if mode == "circular":  # torch's is several ops too
+        return x
+    kind = "Reflection" if mode == "reflect" else "Replication"
+    return named(x, f"{kind}Pad{dims}DBackward0", source)
 
 
 # ----------------------------------------------------------------------------- torch's selections
@@ -333,7 +343,8 @@ def index_select(x, dim, index):
     if index.ndim > 1 or index.dtype.kind not in "iu":
         raise IndexError(f"index_select(): index must be a 1-D integer tensor, got a "
                          f"{index.ndim}-D {index.dtype} tensor")
-    return getitem(x, (slice(None),) * _dim(dim, x.ndim) + (index._array.reshape(-1),))
+    return named(getitem(x, (slice(None),) * _dim(dim, x.ndim) + (index._array.reshape(-1),)),
+                 "IndexSelectBackward0", x)
 
 
 def gather(x, dim, index):
@@ -348,7 +359,7 @@ def gather(x, dim, index):
                            f"{tuple(x.shape)} in a dimension other than {axis}")
     from .reduction import take_along_dim  # reduction imports this module
     window = tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(index.shape))
-    return take_along_dim(getitem(x, window), index, axis)
+    return named(take_along_dim(getitem(x, window), index, axis), "GatherBackward0", x)
 
 
 def repeat(x, sizes):
@@ -361,13 +372,15 @@ def repeat(x, sizes):
     shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
     interleaved = reshape(x, tuple(v for s in shape for v in (1, s)))
     tiled = expand(interleaved, tuple(v for r, s in zip(sizes, shape) for v in (r, s)))
-    return reshape(tiled, tuple(r * s for r, s in zip(sizes, shape)))
+    return named(reshape(tiled, tuple(r * s for r, s in zip(sizes, shape))), "RepeatBackward0",
+                 x)
 
 
 def unbind(x, dim=0):
     """The slices of `x` along `dim`, as a tuple."""
     axis = _dim(dim, x.ndim)
-    return tuple(getitem(x, (slice(None),) * axis + (i,)) for i in range(x.shape[axis]))
+    return tuple(named(getitem(x, (slice(None),) * axis + (i,)), "UnbindBackward0", x)
+                 for i in range(x.shape[axis]))
 
 
 def broadcast_to(x, size):

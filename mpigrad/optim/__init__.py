@@ -9,6 +9,7 @@ from .lbfgs import LBFGS
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
+from .sparse_adam import SparseAdam
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adadelta",
-           "Adagrad", "RMSprop", "LBFGS", "lr_scheduler"]
+           "Adagrad", "RMSprop", "LBFGS", "SparseAdam", "lr_scheduler"]

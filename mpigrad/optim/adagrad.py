@@ -4,6 +4,7 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
+from . import sparse_steps
 from .optimizer import Optimizer, check_implementation, check_non_negative
 
 __all__ = ["Adagrad"]
@@ -20,8 +21,11 @@ class Adagrad(Optimizer):
 
     As in torch, the state exists from construction: `state[p]` holds `step`
     (a Python int, 0 before the first step; torch keeps a 0-d tensor) and `sum`,
-    filled with `initial_accumulator_value`. Sparse gradients do not exist here.
+    filled with `initial_accumulator_value`. A sparse gradient (Embedding(sparse=True)'s)
+    updates only its rows, as torch's (optim/sparse_steps.py).
     """
+    sparse_refusal = None
+    _update_sparse = sparse_steps.adagrad
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,
                  eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None):

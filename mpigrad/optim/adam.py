@@ -27,6 +27,8 @@ class Adam(Optimizer):
     updated in one pass (the backend's `adam_update` kernel: all of the above per element),
     whatever `foreach` and `fused` say.
     """
+    # torch's words, for AdamW too.
+    sparse_refusal = "Adam does not support sparse gradients, please consider SparseAdam instead"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,

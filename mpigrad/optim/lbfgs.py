@@ -131,8 +131,10 @@ class LBFGS(Optimizer):
             raise ValueError(f"Invalid learning rate: {group['lr']}")
 
     def _flat_grad(self):
+        # A sparse gradient (Embedding(sparse=True)'s) is made dense, as torch's LBFGS does.
         return np.concatenate([np.zeros(p.numel(), p.dtype) if p.grad is None
-                               else p.grad._array.reshape(-1) for p in self._params])
+                               else (p.grad.to_dense() if p.grad.is_sparse else p.grad)
+                               ._array.reshape(-1) for p in self._params])
 
     def _add_to_params(self, step, direction):
         offset = 0

@@ -119,10 +119,18 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    with param.writing():
-                        self._update(param, param.grad._array, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            # As torch: a sparse gradient stops the step before this group changes, unless
+            # the optimizer has a sparse update (SGD, Adagrad, SparseAdam).
+            if self.sparse_refusal is not None and any(p.grad.is_sparse for p in params):
+                raise RuntimeError(self.sparse_refusal.format(name=type(self).__name__))
+            for param in params:
+                grad = param.grad
+                with param.writing():
+                    if grad.is_sparse:
+                        self._update_sparse(param, grad, group)
+                    else:
+                        self._update(param, grad._array, group)
         return loss
 
     def state_dict(self):
@@ -192,6 +200,13 @@ class Optimizer:
 
     def _update(self, param, grad, group):
         """Update `param._array` in place from `grad` (an ndarray)."""
+        raise NotImplementedError
+
+    # torch's error for a sparse gradient, or None where `_update_sparse` takes one.
+    sparse_refusal = "{name} does not support sparse gradients"
+
+    def _update_sparse(self, param, grad, group):
+        """Update `param` in place from the sparse `grad` (mpigrad.sparse.SparseTensor)."""
         raise NotImplementedError
 
 

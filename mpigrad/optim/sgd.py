@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import kernels
 from ..tensor import Tensor
+from . import sparse_steps
 from .optimizer import Optimizer, check_implementation
 
 __all__ = ["SGD"]
@@ -22,7 +23,13 @@ class SGD(Optimizer):
     The momentum buffer is `state[p]['momentum_buffer']`, kept only when
     `momentum != 0`. Each parameter is updated in one pass (the backend's `sgd_update`
     kernel: all of the above per element), whatever `foreach` and `fused` say.
+
+    A sparse gradient (Embedding(sparse=True)'s) changes only its rows, with torch's sparse
+    arithmetic: the momentum buffer is then sparse too, and weight decay is refused with
+    torch's error (it would make the gradient dense).
     """
+    sparse_refusal = None
+    _update_sparse = sparse_steps.sgd
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False,

@@ -14,9 +14,9 @@ The format follows the target:
 
 `load` tells the formats apart by their contents. Reading torch's format is unpickling:
 `weights_only=True`, the default as in torch 2.6 and later, resolves only an allow-list of
-names (tensors, state dicts, plain containers and numbers; see pickled.py and
-docs/security.md); `weights_only=False` is the opt-in for trusted files. Every write to a
-path is atomic (atomic.py).
+names (tensors, state dicts, plain containers and numbers; see pickled.py and the "Files"
+section of docs/security.md); `weights_only=False` is the opt-in for trusted files. Every
+write to a path is atomic (atomic.py).
 """
 import os
 
@@ -113,7 +113,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     with open(f, "rb") as file:
         if _is_safetensors(f):
             _refuse_pickle_module(pickle_module)
-            return _reading(f, "safetensors file", lambda: safetensors.read(file, f))
+            return _reading(f, "safetensors file", lambda: safetensors.read(file))
         return _load_open(file, os.fspath(f), pickle_module, weights_only)
 
 

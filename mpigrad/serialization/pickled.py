@@ -14,7 +14,7 @@ torch's tensor, parameter, storage, dtype, device and Size names, `OrderedDict`,
 `add_safe_globals` / `safe_globals`; any other global is an `UnpicklingError` before it is
 imported or called. Every callable the pickle can reach comes from that list, so a payload
 (`os.system` in a `__reduce__`) never runs. `weights_only=False` resolves any name: only for
-files from a source trusted like code (docs/security.md).
+files from a source trusted like code (docs/security.md, "Files").
 """
 import codecs
 import collections

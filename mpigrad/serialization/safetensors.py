@@ -10,16 +10,16 @@ Reading trusts nothing: the header's length is capped, its JSON must be an objec
 well-formed entries, every dtype must be one a tensor can hold, and the byte ranges must tile
 the data section exactly (each the size its shape and dtype need, none overlapping, no gap,
 none past the end), all checked before a byte of tensor data is read. Any violation is a
-`ValueError`. bfloat16 tensors (numpy has no such dtype) load as float32, exactly, with a
-warning.
+`ValueError`. bfloat16 is ml_dtypes' numpy dtype (mpigrad's `bfloat16`), so BF16 tensors
+load and save as bfloat16, bit for bit, as F16 ones do as float16.
 """
 import json
 import math
 import struct
-import warnings
 
 import numpy as np
 
+from ..dtypes import bfloat16
 from ..tensor import Tensor
 
 __all__ = ["encode", "write", "read", "read_metadata"]
@@ -28,9 +28,9 @@ __all__ = ["encode", "write", "read", "read_metadata"]
 _MAX_HEADER_BYTES = 100_000_000
 _DTYPES = {"BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8),
            "I16": np.dtype("<i2"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8"),
-           "F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
+           "F16": np.dtype("<f2"), "BF16": bfloat16, "F32": np.dtype("<f4"),
+           "F64": np.dtype("<f8")}
 _NAMES = {dtype.newbyteorder("="): name for name, dtype in _DTYPES.items()}
-_BF16 = "BF16"
 
 
 def encode(obj, metadata=None):
@@ -82,8 +82,8 @@ def write(encoded, file):
         file.write(array.astype(array.dtype.newbyteorder("<"), order="C", copy=False).tobytes())
 
 
-def read(file, name):
-    """The mapping of names to Tensors stored in the open binary `file`, whose name is `name`."""
+def read(file):
+    """The mapping of names to Tensors stored in the open binary `file`."""
     header, data_start, _ = _read_header(file)
     tensors = {}
     for key, (dtype_name, shape, begin, end) in header.items():
@@ -91,14 +91,8 @@ def read(file, name):
         raw = file.read(end - begin)
         if len(raw) != end - begin:
             raise ValueError(f"the data of {key!r} is cut short")
-        if dtype_name == _BF16:
-            warnings.warn(f"{name}: {key!r} is bfloat16, which numpy cannot hold; loaded as "
-                          "float32 (exact)", stacklevel=3)
-            # bfloat16 is the high half of a float32: shift it back into place.
-            array = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            array = np.frombuffer(raw, _DTYPES[dtype_name]).astype(
-                _DTYPES[dtype_name].newbyteorder("="))
+        array = np.frombuffer(raw, _DTYPES[dtype_name]).astype(
+            _DTYPES[dtype_name].newbyteorder("="))
         tensors[key] = Tensor(array.reshape(shape))
     return tensors
 
@@ -147,7 +141,7 @@ def _entry(key, value):
     if not (isinstance(value, dict) and {"dtype", "shape", "data_offsets"} <= value.keys()):
         raise ValueError(f"the header entry of {key!r} is not a tensor description")
     dtype_name, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
-    if dtype_name != _BF16 and dtype_name not in _DTYPES:
+    if dtype_name not in _DTYPES:
         raise ValueError(f"{key!r} has dtype {dtype_name!r}, which mpigrad cannot hold")
     if not (isinstance(shape, list)
             and all(type(n) is int and n >= 0 for n in shape)):
@@ -155,7 +149,7 @@ def _entry(key, value):
     if not (isinstance(offsets, list) and len(offsets) == 2
             and all(type(n) is int for n in offsets) and 0 <= offsets[0] <= offsets[1]):
         raise ValueError(f"{key!r} has data_offsets {offsets!r}")
-    itemsize = 2 if dtype_name == _BF16 else _DTYPES[dtype_name].itemsize
+    itemsize = _DTYPES[dtype_name].itemsize
     if offsets[1] - offsets[0] != math.prod(shape) * itemsize:
         raise ValueError(f"{key!r} spans {offsets[1] - offsets[0]} bytes, but shape {shape} "
                          f"of {dtype_name} needs {math.prod(shape) * itemsize}")

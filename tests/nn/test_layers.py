@@ -46,7 +46,7 @@ def test_kernel_size_must_be_int_or_pair():
 
 def test_unsupported_options_are_refused_not_ignored():
     with pytest.raises(NotImplementedError, match="sparse"):
-        nn.Embedding(3, 2, sparse=True)
+        nn.EmbeddingBag(3, 2, sparse=True)
 
 
 def test_parameters_take_the_default_dtype():

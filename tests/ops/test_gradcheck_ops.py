@@ -214,6 +214,10 @@ CASES = [
      [((3, 3), _normal), ((2, 3), _normal)]),
     ("index_add", lambda a, b: a.index_add(1, mg.tensor([2, 0, 2]), b, alpha=1.5),
      [((2, 4), _normal), ((2, 3), _normal)]),
+    # (padding_idx and scale_grad_by_freq change the gradient on purpose: tests/nn and
+    # tests/test_sparse.py check them against torch.)
+    ("embedding", lambda a: mg.nn.functional.embedding(mg.tensor([[2, 0], [2, 3]]), a),
+     [((4, 3), _normal)]),
     ("roll", lambda a: mg.roll(a, (1, -2), (0, 2)) + a.roll(3), [((3, 2, 4), _normal)]),
     ("flip", lambda a: mg.flip(a, (0, 2)) * a.flip(1), [((2, 3, 2), _normal)]),
     ("repeat_interleave", lambda a: a.repeat_interleave(mg.tensor([1, 0, 3]), dim=1).sum(1)

@@ -99,14 +99,31 @@ def test_arrays_written_by_the_reference_writer_load(tmp_path):
         assert not back[name].requires_grad
 
 
-def test_bfloat16_loads_as_float32_exactly_with_a_warning(tmp_path):
-    path = tmp_path / "bf16.safetensors"
-    values = torch.tensor([1.0, -2.5, 3.140625, 1e-30, float("inf")], dtype=torch.bfloat16)
-    safetensors_torch.save_file({"w": values}, str(path))
-    with pytest.warns(UserWarning, match="bf16.safetensors: 'w' is bfloat16"):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_tensors_keep_their_dtype_both_ways_bit_for_bit(tmp_path, dtype):
+    values = torch.tensor([1.0, -2.5, 3.140625, 1e-3, 6e-5, float("inf"), float("-inf"), 0.0,
+                           -0.0, 65504.0], dtype=getattr(torch, dtype))
+    matrix = torch.arange(12, dtype=torch.float32).reshape(3, 4).to(values.dtype) / 7
+    bits = {"w": values.view(torch.int16).numpy(), "m": matrix.view(torch.int16).numpy()}
+    # Written by torch's safetensors: loads as mpigrad's own 16-bit dtype.
+    path = tmp_path / "torch.safetensors"
+    safetensors_torch.save_file({"w": values, "m": matrix}, str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loading warns about nothing
         back = mg.load(path)
-    assert back["w"].dtype == np.float32
-    np.testing.assert_array_equal(back["w"].numpy(), values.float().numpy())
+    for key in ("w", "m"):
+        assert back[key].dtype == getattr(mg, dtype) and back[key].shape == tuple(bits[key].shape)
+        np.testing.assert_array_equal(back[key].numpy().view(np.int16), bits[key])
+    # Written by mpigrad: torch's reader and the numpy one see the same dtype and bits.
+    ours = tmp_path / "ours.safetensors"
+    mg.save({"w": back["w"], "m": back["m"] * 1}, ours)
+    loaded = safetensors_torch.load_file(str(ours))
+    for key in ("w", "m"):
+        assert loaded[key].dtype == values.dtype
+        np.testing.assert_array_equal(loaded[key].view(torch.int16).numpy(), bits[key])
+    if dtype == "float16":  # numpy has no bfloat16 of its own to read one into
+        np.testing.assert_array_equal(safetensors_numpy.load_file(str(ours))["w"],
+                                      values.numpy())
 
 
 def test_tied_weights_are_written_under_each_name(tmp_path):

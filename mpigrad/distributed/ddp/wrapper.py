@@ -45,6 +45,21 @@ from .timeline import Timeline, timeline_path
 __all__ = ["DistributedDataParallel"]
 
 
+def _refuse_sparse_gradients(module):
+    """torch's DDP gives each parameter of an Embedding(sparse=True) a bucket of its own and
+    sums its sparse gradients with an allgather of indices and values (on Gloo). mpigrad's
+    buckets are dense: rather than fail inside the first backward, say so at construction,
+    on every rank alike (the model is the same on all of them)."""
+    for name, child in module.named_modules():
+        if getattr(child, "sparse", False) is True:
+            weight = f"{name}.weight" if name else "weight"
+            raise NotImplementedError(
+                f"DistributedDataParallel: parameter '{weight}' gets sparse gradients "
+                f"({type(child).__name__}(sparse=True)), which mpigrad's DDP does not reduce; "
+                f"build it with sparse=False (a dense gradient, reduced like the others) or "
+                f"train that module outside DDP")
+
+
 def _check_cpu_placement(device_ids, output_device, dim):
     """torch's rule for a CPU module: no device ids, no output device (the CPU is fine)."""
     ids = list(device_ids) if device_ids is not None else []
@@ -111,6 +126,7 @@ class DistributedDataParallel(Module, Joinable):
             if value not in (None, False):
                 raise ValueError(f"DistributedDataParallel({name}=...) is not supported by "
                                  "mpigrad; leave it at its default")
+        _refuse_sparse_gradients(module)
         if bucket_cap_mb is None:
             bucket_cap_mb = 25  # torch's default
         pg = process_group if process_group is not None else \

@@ -14,7 +14,8 @@ def relu(input, inplace=False):
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     if not inplace:
-        return ops.where(input > 0, input, input * negative_slope)
+        return ops.named(ops.where(input > 0, input, input * negative_slope),
+                         "LeakyReluBackward0", input)
     if negative_slope < 0 and input.requires_grad and grad_mode.is_grad_enabled():
         raise RuntimeError("In-place leakyReLu backward calculation is triggered with a "
                            "negative slope which is not supported. Call the out-of-place "

@@ -98,6 +98,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     _checks.kernel_fits("conv2d", kernel_extent((kh, kw), dilation), x.shape[2:], padding)
     out = conv_ops.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
                           groups=groups)
+    # torch's one node for every convolution; mpigrad's last op of its composition.
+    out = ops.named(out, "ConvolutionBackward0", x)
     return out.squeeze(0) if unbatched else out
 
 
@@ -117,7 +119,8 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     out = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
                  (1,) + _checks.single("stride", stride, 1), padding,
                  (1,) + _checks.single("dilation", dilation, 1), groups)
-    return out.squeeze(-2)
+    return ops.named(out.squeeze(-2), "ConvolutionBackward0", input) if input.ndim == 3 \
+        else out.squeeze(-2)
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
@@ -163,6 +166,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                                     dilation=dilation, groups=groups)
     if bias is not None:
         out = out + bias.reshape(-1, 1, 1)
+    out = ops.named(out, "ConvolutionBackward0", x)
     return out.squeeze(0) if unbatched else out
 
 
@@ -179,4 +183,5 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            (0,) + _checks.single("padding", padding, 0),
                            (0,) + _checks.single("output_padding", output_padding, 0), groups,
                            (1,) + _checks.single("dilation", dilation, 1))
-    return out.squeeze(-2)
+    return ops.named(out.squeeze(-2), "ConvolutionBackward0", input) if input.ndim == 3 \
+        else out.squeeze(-2)

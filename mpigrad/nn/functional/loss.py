@@ -67,7 +67,9 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     _checks.floating("mse_cpu", input)
     diff = _difference(input, target)
-    return _weighted_reduce(diff * diff, weight, input, reduction, True)
+    loss = _weighted_reduce(diff * diff, weight, input, reduction, True)
+    # torch's node names: one node for the whole loss, unless a weight composes it.
+    return loss if weight is not None else ops.named(loss, "MseLossBackward0", input)
 
 
 def _huber(diff, delta):
@@ -86,8 +88,9 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     diff = _difference(input, target)
     if beta == 0:
-        return _reduce(diff.abs(), reduction)
-    return _reduce(_huber(diff, beta) / beta, reduction)
+        return _reduce(diff.abs(), reduction)  # l1_loss, as torch's
+    return ops.named(_reduce(_huber(diff, beta) / beta, reduction), "SmoothL1LossBackward0",
+                     input)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
@@ -97,8 +100,9 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     _checks.floating("huber_cpu", input)
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
-    return _weighted_reduce(_huber(_difference(input, target), delta), weight, input, reduction,
-                            False)
+    loss = _weighted_reduce(_huber(_difference(input, target), delta), weight, input,
+                            reduction, False)
+    return loss if weight is not None else ops.named(loss, "HuberLossBackward0", input)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
@@ -120,7 +124,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     loss = ops.binary_cross_entropy(input, target)
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return ops.named(_reduce(loss, reduction), "BinaryCrossEntropyBackward0", input)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
@@ -143,7 +147,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     loss = (1 - target) * input - log_weight * ops.log_sigmoid(input)
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return ops.named(_reduce(loss, reduction), "BinaryCrossEntropyWithLogitsBackward0", input)
 
 
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
@@ -643,7 +647,18 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """Negative log-likelihood of class-index targets, given log-probabilities (N, C, ...)."""
     input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
-    return _class_target_loss(input, as_tensor(target), weight, ignore_index, reduction, 0.0)
+    return _nll_named(_class_target_loss(input, as_tensor(target), weight, ignore_index,
+                                         reduction, 0.0), input, reduction)
+
+
+def _nll_named(loss, input, reduction):
+    """torch's node for a class-index loss: NllLossBackward0 up to (N, C), NllLoss2D beyond
+    (its 3-d input reshaped to 4-d, so reduction 'none' ends in a view)."""
+    if input.ndim <= 2:
+        return ops.named(loss, "NllLossBackward0", input)
+    if input.ndim == 4 or (input.ndim == 3 and reduction != "none"):
+        return ops.named(loss, "NllLoss2DBackward0", input)
+    return ops.named(loss, "ViewBackward0", input) if input.ndim == 3 else loss
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
@@ -663,8 +678,11 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     class_dim = _class_dim(input)
     _checks.floating("log_softmax_lastdim_kernel_impl", input)
     if target.shape != input.shape or not dtypes.is_floating_point(target.dtype):
-        return _fused_class_cross_entropy(input, target, weight, ignore_index, reduction,
+        loss = _fused_class_cross_entropy(input, target, weight, ignore_index, reduction,
                                           max(label_smoothing, 0.0))
+        # Smoothing is a sum of two terms in torch; without it, torch's NLL node.
+        return (ops.named(loss, "AddBackward0", input) if label_smoothing > 0
+                else _nll_named(loss, input, reduction))
     log_probs = ops.log_softmax(input, class_dim)
     if ignore_index >= 0:
         raise RuntimeError("ignore_index is not supported for floating point target")
@@ -675,4 +693,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     per_class = log_probs * target
     if weight is not None:
         per_class = per_class * _along_classes(weight, input, class_dim)
-    return _reduce(-per_class.sum(class_dim), reduction)
+    # torch sums, negates, then divides for 'mean'.
+    return ops.named(_reduce(-per_class.sum(class_dim), reduction),
+                     "DivBackward1" if reduction == "mean" else "NegBackward0", input)

@@ -103,7 +103,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         scale = scale * weight
     shift = running_mean * scale
     shift = -shift if bias is None else bias - shift
-    return input * scale.reshape(shape) + shift.reshape(shape)
+    return ops.named(input * scale.reshape(shape) + shift.reshape(shape),
+                     "NativeBatchNormBackward0", input)
 
 
 def _update_running_stats(running_mean, running_var, mean, var, count, momentum):

@@ -54,7 +54,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                               ceil_mode)
     geometry = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
                     extra=extra)
-    out = conv_ops.max_pool2d(x, **geometry)
+    out = ops.named(conv_ops.max_pool2d(x, **geometry), "MaxPool2DWithIndicesBackward0", x)
     if not return_indices:
         return out.squeeze(0) if unbatched else out
     # One winner per window (the first maximum), as torch returns.
@@ -94,7 +94,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
             counted[..., ph:ph + h, pw:pw + w] = 1
         divisor = conv_ops.unfold(Tensor.wrap(counted), kernel_size=kernel_size,
                                   dilation=(1, 1), padding=(0, 0), stride=stride)._array.sum(1)
-    out = (sums / divisor).reshape(n, c, oh, ow)
+    out = ops.named((sums / divisor).reshape(n, c, oh, ow), "AvgPool2DBackward0", x)
     return out.squeeze(0) if unbatched else out
 
 

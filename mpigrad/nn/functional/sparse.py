@@ -24,25 +24,23 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     """Rows of `weight` picked by the integer tensor `input`; repeated indices add their
     gradients. The padding_idx row gets no gradient. With max_norm, the picked rows are first
     rescaled in place to norm at most max_norm (as torch does). With scale_grad_by_freq, each
-    row's gradient is divided by its index's count in input."""
-    padding_idx = _checks.embedding_padding_idx("embedding", weight.shape[0], padding_idx, sparse)
+    row's gradient is divided by its index's count in input. With sparse, weight's gradient
+    is a sparse COO tensor of the looked-up rows (mpigrad.sparse), as torch's."""
+    padding_idx = _checks.embedding_padding_idx("embedding", weight.shape[0], padding_idx)
     input = as_tensor(input)
     _check_indices(input._array, weight.shape[0], "embedding", "num_embeddings", IndexError)
+    if sparse and scale_grad_by_freq and weight.requires_grad:
+        raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse "
+                           "gradients")
     if max_norm is not None:
         _renorm_rows(weight, np.unique(input._array), max_norm, norm_type)
-    rows = weight[input]
-    if scale_grad_by_freq and rows.requires_grad:
+    scale = None
+    if scale_grad_by_freq:
         # Each looked-up row's gradient divided by how often its index occurs in input; the
         # value (and the tangent) are untouched, as in torch.
         _, where_from, counts = np.unique(input._array, return_inverse=True, return_counts=True)
-        scale = Tensor.wrap((1.0 / counts[where_from.reshape(input.shape)])[..., None]
-                            .astype(weight.dtype))
-        rows.register_hook(lambda grad: grad * scale)
-    if padding_idx is not None:
-        keep = input._array != padding_idx
-        if not keep.all():
-            rows = ops.where(Tensor.wrap(keep[..., None]), rows, rows.detach())
-    return rows
+        scale = (1.0 / counts[where_from.reshape(input.shape)])[..., None].astype(weight.dtype)
+    return ops.embedding(weight, input._array, padding_idx, scale, bool(sparse))
 
 
 def _renorm_rows(weight, rows, max_norm, norm_type):
@@ -103,8 +101,10 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
     bags are the rows of 2-D input, or the runs of 1-D input that `offsets` start. Entries
     equal to padding_idx are left out of their bag (and of a mean's count); an empty bag
     gives zeros. per_sample_weights (mode 'sum') scale each looked-up row."""
-    padding_idx = _checks.embedding_padding_idx("embedding_bag", weight.shape[0], padding_idx,
-                                                sparse)
+    if sparse:
+        raise NotImplementedError("embedding_bag: sparse gradients are not supported; use "
+                                  "sparse=False, or embedding(..., sparse=True) and a sum")
+    padding_idx = _checks.embedding_padding_idx("embedding_bag", weight.shape[0], padding_idx)
     if scale_grad_by_freq:
         # torch 2.13's gradient here is not each row's divided by its count (a row seen once
         # can get half, another a third), so rather than differ silently, it is refused.

@@ -55,6 +55,20 @@ def test_parameter_unused_on_all_ranks_is_an_error_naming_it(rank):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_sparse_embedding_is_refused_at_construction_naming_its_weight(rank):
+    model = nn.Sequential(nn.Embedding(5, 3, sparse=True), nn.Linear(3, 1))
+    with pytest.raises(NotImplementedError, match="parameter '0.weight' gets sparse gradients"):
+        DDP(model)
+    # Every rank refused alone, before any collective: the group still works.
+    assert MPI.COMM_WORLD.allreduce(1) == MPI.COMM_WORLD.Get_size()
+    model[0].sparse = False
+    step_model = DDP(model)
+    step_model(mg.tensor([1, 2])).sum().backward()
+    grads = MPI.COMM_WORLD.allgather(model[0].weight.grad._array.copy())
+    assert all(np.array_equal(g, grads[0]) for g in grads)
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("bucket_cap_mb", [0, 25])
 @pytest.mark.parametrize("gradient_as_bucket_view", [False, True])
 def test_an_exception_inside_backward_is_an_error_from_that_backward_on_every_rank(
