@@ -16,6 +16,7 @@ from .shape import (reshape, flatten, permute, transpose, squeeze, unsqueeze, ex
 from .reduction import safe_softmax, masked_softmax  # noqa: F401
 from .loss import binary_cross_entropy, cross_entropy  # noqa: F401
 from .normalization import layer_norm, rms_norm  # noqa: F401
+from .attention import scaled_dot_product_attention  # noqa: F401
 from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
                        index_add_, roll, flip, repeat_interleave)

@@ -1,0 +1,262 @@
+"""scaled_dot_product_attention block by block (flash attention's scheme): no (B, H, L, S)
+array is ever written whole, forward or backward.
+
+The inputs are 4-d and contiguous: q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev), query
+head h reading key head h // (H / Hk) (grouped-query attention; Hk = H otherwise). `mask` is
+additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where it broadcasts.
+
+Forward, per (batch, head) and block of query rows: the scores of one block of keys come
+from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
+maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
+the maximum grows. Only the output and each row's log-sum-exp are written; the caller packs
+them as (B, H, L, Ev + 1), the log-sum-exp last.
+
+Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
+with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
+    dV += P_dropped^T dO,  dP = dO V^T (dropped as P was),  dS = P (dP - D) scale,
+    dQ += dS K,  dK += dS^T Q,
+five GEMMs per tile. A gradient reaching the log-sum-exp (g_lse) adds P g_lse to dS, which is
+folded into D.
+
+Dropout draws no array: an element's keep/drop is a hash (splitmix64) of a seed and the
+element's index ((b H + h) L + i) S + j, so backward finds the same mask from the stored
+seed. Accumulation order is fixed, so results are the same run to run.
+"""
+import math
+
+import numpy as np
+
+from ._math import exp, jit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@jit
+def _kept(seed, index, threshold):
+    """Whether element `index` survives dropout: the top 53 bits of splitmix64(seed, index)
+    against threshold = p 2**53."""
+    z = seed + (np.uint64(index) + np.uint64(1)) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)) >= threshold
+
+
+@jit
+def dropout_scale(seed, threshold, drop_scale, out):
+    """The dropout factors (0 or 1 / (1 - p)) of every element of out (B, H, L, S), for the
+    differentiable rules (which do write the whole array)."""
+    batch, heads, length, source = out.shape
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(length):
+                row = ((b * heads + h) * length + i) * source
+                for j in range(source):
+                    out[b, h, i, j] = drop_scale if _kept(seed, row + j, threshold) else 0.0
+
+
+@jit
+def _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, scale, out):
+    """out (nq, nk) = q_tile k_tile^T scale + mask, -inf above the diagonal when causal
+    (key j is seen by query i when j <= i, torch's top-left alignment)."""
+    np.dot(q_tile, k_tile.T, out)
+    nq, nk = out.shape
+    mb = b if mask.shape[0] > 1 else 0
+    mh = h if mask.shape[1] > 1 else 0
+    for r in range(nq):
+        i = i0 + r
+        for c in range(nk):
+            out[r, c] = float(out[r, c]) * scale
+        if has_mask:
+            mask_row = mask[mb, mh, i if mask.shape[2] > 1 else 0]
+            if mask.shape[3] == 1:
+                for c in range(nk):
+                    out[r, c] = float(out[r, c]) + float(mask_row[0])
+            else:
+                for c in range(nk):
+                    out[r, c] = float(out[r, c]) + float(mask_row[j0 + c])
+        if causal:
+            for c in range(max(i + 1 - j0, 0), nk):
+                out[r, c] = -np.inf
+
+
+@jit
+def _drop(tile, b, h, i0, j0, heads, length, source, seed, threshold, drop_scale, out):
+    for r in range(tile.shape[0]):
+        row = ((b * heads + h) * length + i0 + r) * source + j0
+        for c in range(tile.shape[1]):
+            out[r, c] = (float(tile[r, c]) * drop_scale
+                         if _kept(seed, row + c, threshold) else 0.0)
+
+
+@jit
+def _add(target, tile):
+    for r in range(tile.shape[0]):
+        for c in range(tile.shape[1]):
+            target[r, c] = float(target[r, c]) + float(tile[r, c])
+
+
+@jit
+def forward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
+            block_q, block_k, out):
+    batch, heads, length, _ = q.shape
+    key_heads, source = k.shape[1], k.shape[2]
+    value_width = v.shape[3]
+    group = heads // key_heads
+    dtype = q.dtype
+    scores_space = np.empty(block_q * block_k, dtype)
+    dropped_space = np.empty(block_q * block_k, dtype)
+    product_space = np.empty(block_q * value_width, dtype)
+    acc = np.empty((block_q, value_width), dtype)
+    top = np.empty(block_q)
+    total = np.empty(block_q)
+    for b in range(batch):
+        for h in range(heads):
+            kh = h // group
+            for i0 in range(0, length, block_q):
+                i1 = min(i0 + block_q, length)
+                nq = i1 - i0
+                q_tile = q[b, h, i0:i1]
+                top[:nq] = -np.inf
+                total[:nq] = 0.0
+                acc[:nq] = 0.0
+                for j0 in range(0, source, block_k):
+                    if causal and j0 > i1 - 1:
+                        break  # every key from here on comes after every query of the block
+                    j1 = min(j0 + block_k, source)
+                    nk = j1 - j0
+                    s = scores_space[:nq * nk].reshape((nq, nk))
+                    _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal,
+                            scale, s)
+                    for r in range(nq):
+                        tile_top = -np.inf
+                        for c in range(nk):
+                            x = float(s[r, c])
+                            tile_top = x if x > tile_top or x != x else tile_top
+                        new_top = tile_top if tile_top > top[r] or tile_top != tile_top \
+                            else top[r]
+                        if new_top == -np.inf:  # every key so far masked: nothing to add
+                            for c in range(nk):
+                                s[r, c] = 0.0
+                            continue
+                        rescale = exp(top[r] - new_top)
+                        row_sum = 0.0
+                        for c in range(nk):
+                            p = exp(float(s[r, c]) - new_top)
+                            s[r, c] = p
+                            row_sum += p
+                        total[r] = total[r] * rescale + row_sum
+                        top[r] = new_top
+                        for d in range(value_width):
+                            acc[r, d] = float(acc[r, d]) * rescale
+                    weights = s
+                    if dropping:
+                        weights = dropped_space[:nq * nk].reshape((nq, nk))
+                        _drop(s, b, h, i0, j0, heads, length, source, seed, threshold,
+                              drop_scale, weights)
+                    product = product_space[:nq * value_width].reshape((nq, value_width))
+                    np.dot(weights, v[b, kh, j0:j1], product)
+                    _add(acc[:nq], product)
+                for r in range(nq):
+                    row = out[b, h, i0 + r]
+                    if total[r] == 0.0:  # a row with every key masked: zeros, as torch
+                        row[:value_width] = 0.0
+                        row[value_width] = -np.inf
+                        continue
+                    inverse = 1.0 / total[r]
+                    for d in range(value_width):
+                        row[d] = float(acc[r, d]) * inverse
+                    row[value_width] = top[r] + math.log(total[r])
+
+
+@jit
+def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
+             block_q, block_k, ans, g, mask_grad, grad_q, grad_k, grad_v):
+    """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
+    the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
+    batch, heads, length, width = q.shape
+    key_heads, source = k.shape[1], k.shape[2]
+    value_width = v.shape[3]
+    group = heads // key_heads
+    dtype = q.dtype
+    wants_mask = mask_grad.size > 0
+    grad_out = np.empty((length, value_width), dtype)
+    lse = np.empty(length)
+    delta = np.empty(length)
+    p_space = np.empty(block_q * block_k, dtype)
+    dropped_space = np.empty(block_q * block_k, dtype)
+    ds_space = np.empty(block_q * block_k, dtype)
+    width_space = np.empty(max(block_q, block_k) * max(width, value_width), dtype)
+    for b in range(batch):
+        for h in range(heads):
+            kh = h // group
+            for i in range(length):
+                total = -float(g[b, h, i, value_width])
+                for d in range(value_width):
+                    grad_out[i, d] = g[b, h, i, d]
+                    total += float(g[b, h, i, d]) * float(ans[b, h, i, d])
+                delta[i] = total
+                lse[i] = ans[b, h, i, value_width]
+            for j0 in range(0, source, block_k):
+                j1 = min(j0 + block_k, source)
+                nk = j1 - j0
+                k_tile, v_tile = k[b, kh, j0:j1], v[b, kh, j0:j1]
+                for i0 in range(0, length, block_q):
+                    i1 = min(i0 + block_q, length)
+                    if causal and j0 > i1 - 1:
+                        continue  # every query of the block comes before every key
+                    nq = i1 - i0
+                    q_tile, go_tile = q[b, h, i0:i1], grad_out[i0:i1]
+                    p = p_space[:nq * nk].reshape((nq, nk))
+                    _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, scale, p)
+                    for r in range(nq):
+                        row_lse = lse[i0 + r]
+                        if row_lse == -np.inf:
+                            for c in range(nk):
+                                p[r, c] = 0.0
+                            continue
+                        for c in range(nk):
+                            p[r, c] = exp(float(p[r, c]) - row_lse)
+                    weights = p
+                    if dropping:
+                        weights = dropped_space[:nq * nk].reshape((nq, nk))
+                        _drop(p, b, h, i0, j0, heads, length, source, seed, threshold,
+                              drop_scale, weights)
+                    product = width_space[:nk * value_width].reshape((nk, value_width))
+                    np.dot(weights.T, go_tile, product)
+                    _add(grad_v[b, kh, j0:j1], product)
+                    ds = ds_space[:nq * nk].reshape((nq, nk))
+                    np.dot(go_tile, v_tile.T, ds)
+                    if dropping:
+                        _drop(ds, b, h, i0, j0, heads, length, source, seed, threshold,
+                              drop_scale, ds)
+                    for r in range(nq):
+                        row_delta = delta[i0 + r]
+                        for c in range(nk):
+                            ds[r, c] = float(p[r, c]) * (float(ds[r, c]) - row_delta)
+                    if wants_mask:
+                        _add_broadcast(mask_grad, ds, b, h, i0, j0)
+                    for r in range(nq):
+                        for c in range(nk):
+                            ds[r, c] = float(ds[r, c]) * scale
+                    product = width_space[:nq * width].reshape((nq, width))
+                    np.dot(ds, k_tile, product)
+                    _add(grad_q[b, h, i0:i1], product)
+                    product = width_space[:nk * width].reshape((nk, width))
+                    np.dot(ds.T, q_tile, product)
+                    _add(grad_k[b, kh, j0:j1], product)
+
+
+@jit
+def _add_broadcast(target, tile, b, h, i0, j0):
+    """Adds the (nq, nk) tile at (b, h, i0, j0) into `target`, summing over the dimensions
+    where target has size 1."""
+    mb = b if target.shape[0] > 1 else 0
+    mh = h if target.shape[1] > 1 else 0
+    for r in range(tile.shape[0]):
+        mi = i0 + r if target.shape[2] > 1 else 0
+        for c in range(tile.shape[1]):
+            mj = j0 + c if target.shape[3] > 1 else 0
+            target[mb, mh, mi, mj] += tile[r, c]

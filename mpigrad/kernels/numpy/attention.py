@@ -1,0 +1,69 @@
+"""scaled_dot_product_attention for the numpy backend: the block-by-block loops of
+kernels/compiled/attention.py, and the dropout factors the differentiable rules read.
+
+The op's inputs are 4-d: q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev) and an additive
+mask (1 or B, 1 or H, 1 or L, 1 or S) or None. Its output packs each row's attention output
+and log-sum-exp, (B, H, L, Ev + 1): the fused backward needs both, and an op has one output.
+"""
+import numpy as np
+
+from ._compiled import compute_dtype, loops, result
+
+# Query rows and keys per tile. A (64, 256) tile of scores is 64 KiB in float32, so a tile's
+# scores, probabilities and their gradient stay in L2 beside the rows of q, k and v they
+# come from; for sequences up to 256 keys a row's softmax is done in one tile (no rescaling).
+BLOCK_Q = 64
+BLOCK_K = 256
+
+_NO_MASK = {}
+
+
+def _dropout(dropout_p, seed):
+    """The loops' dropout arguments: whether to drop, the seed, the drop threshold on 53
+    random bits, and the factor a kept element is multiplied by."""
+    threshold = min(int(dropout_p * 2.0 ** 53), 2 ** 53)
+    drop_scale = 0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p)
+    return dropout_p > 0, np.uint64(seed), np.uint64(threshold), drop_scale
+
+
+def _arrays(query, key, value, mask):
+    dtype = compute_dtype(query.dtype)
+    q, k, v = (np.ascontiguousarray(x, dtype) for x in (query, key, value))
+    if mask is None:
+        padding = _NO_MASK.get(dtype)
+        if padding is None:
+            padding = _NO_MASK[dtype] = np.zeros((1, 1, 1, 1), dtype)
+        return q, k, v, padding, False
+    return q, k, v, np.ascontiguousarray(mask, dtype), True
+
+
+def attention(query, key, value, mask, scale, causal, dropout_p, seed):
+    q, k, v, mask, has_mask = _arrays(query, key, value, mask)
+    out = np.empty(q.shape[:3] + (v.shape[3] + 1,), q.dtype)
+    loops("attention").forward(q, k, v, mask, has_mask, causal, scale,
+                               *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K, out)
+    return result(out, query.dtype)
+
+
+def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed):
+    q, k, v, mask_array, has_mask = _arrays(query, key, value, mask)
+    grads = [np.zeros_like(x) for x in (q, k, v)]
+    wants_mask = has_mask and needs[3]
+    # Summed in float64: a broadcast mask's gradient adds up many tiles.
+    mask_grad = np.zeros(mask_array.shape if wants_mask else (0, 0, 0, 0))
+    loops("attention").backward(q, k, v, mask_array, has_mask, causal, scale,
+                                *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K,
+                                np.ascontiguousarray(ans, q.dtype),
+                                np.ascontiguousarray(g, q.dtype), mask_grad, *grads)
+    grads = [result(gi, x.dtype) if need else None
+             for gi, x, need in zip(grads, (query, key, value), needs)]
+    return (*grads, result(mask_grad, mask.dtype) if wants_mask else None)
+
+
+def attention_dropout(shape, dropout_p, seed, dtype):
+    """The factor (0 or 1 / (1 - p)) the forward multiplied each probability of a
+    (B, H, L, S) attention by."""
+    out = np.empty(shape, compute_dtype(dtype))
+    _, seed, threshold, drop_scale = _dropout(dropout_p, seed)
+    loops("attention").dropout_scale(seed, threshold, drop_scale, out)
+    return result(out, dtype)
