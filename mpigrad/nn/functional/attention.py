@@ -84,6 +84,8 @@ def _as_4d(x, outer, heads):
     shape = tuple(outer) + (heads,) + tuple(x.shape[-2:])
     if tuple(x.shape) != shape:
         x = x.expand(shape)
+    if len(shape) == 4:
+        return x
     return x.reshape((int(np.prod(outer, dtype=np.int64)), heads) + tuple(x.shape[-2:]))
 
 
@@ -150,7 +152,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         _as_4d(query, outer, heads), _as_4d(key, outer, key_heads),
         _as_4d(value, outer, key_heads), mask, scale=scale, causal=bool(is_causal),
         dropout_p=float(dropout_p), seed=seed)
-    return packed[..., :value_width].reshape(batch + (length, value_width))
+    out = packed[..., :value_width]
+    return out if len(batch) == 2 else out.reshape(batch + (length, value_width))
 
 
 def _check_mha_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):
