@@ -44,7 +44,7 @@ def _ungrouped(g, key_heads):
 
 def _probabilities(query, key, mask, scale, causal):
     """softmax(q k^T scale + mask), zeros in a row whose keys are all masked."""
-    scores = (query @ _grouped(key, query.shape[1]).transpose(-2, -1)) * scale
+    scores = (query * scale) @ _grouped(key, query.shape[1]).transpose(-2, -1)
     if mask is not None:
         scores = scores + mask
     keep = np.tri(scores.shape[-2], scores.shape[-1], dtype=np.bool_) if causal else None

@@ -1,9 +1,10 @@
 """scaled_dot_product_attention block by block (flash attention's scheme): no (B, H, L, S)
 array is ever written whole, forward or backward.
 
-The inputs are 4-d and contiguous: q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev), query
-head h reading key head h // (H / Hk) (grouped-query attention; Hk = H otherwise). `mask` is
-additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where it broadcasts.
+The inputs are 4-d and contiguous: q (B, H, L, E) already multiplied by the scale (so no
+pass over a tile scales its scores, forward or backward), k (B, Hk, S, E), v (B, Hk, S, Ev),
+query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H otherwise).
+`mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where it broadcasts.
 
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
@@ -13,8 +14,8 @@ them as (B, H, L, Ev + 1), the log-sum-exp last.
 
 Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
 with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
-    dV += P_dropped^T dO,  dP = dO V^T (dropped as P was),  dS = P (dP - D) scale,
-    dQ += dS K,  dK += dS^T Q,
+    dV += P_dropped^T dO,  dP = dO V^T (dropped as P was),  dS = P (dP - D),
+    dQ += dS K scale,  dK += dS^T (Q scale),
 five GEMMs per tile. A gradient reaching the log-sum-exp (g_lse) adds P g_lse to dS, which is
 folded into D.
 
@@ -25,12 +26,77 @@ seed. Accumulation order is fixed, so results are the same run to run.
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from ._math import exp, jit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
+def _bits_of_float(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+# float32 constants (a Python float literal would widen the arithmetic to float64).
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693359375)  # ln 2 in two parts: n * _LN2_HI is exact for |n| < 2**9
+_LN2_LO = np.float32(-2.12194440e-4)
+_ROUNDER = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the low bits
+_ROUNDER_BITS = np.int32(0x4B400000)
+_LOWEST = np.float32(-86.5)  # below, 0 (e**x < 3e-38, nothing beside a softmax's 1)
+_HIGHEST = np.float32(88.72)
+_TAYLOR = tuple(np.float32(1.0 / math.factorial(n)) for n in range(8))
+
+
+@jit
+def _exp32(x):
+    """e**x of a float32 in float32 arithmetic (twice the lanes of _math.exp, which works in
+    float64), to about 2 ulp: x = n ln2 + r, |r| <= ln2 / 2, e**r by its Taylor series to r**7
+    (the rest is below 1e-8), 2**n made from its bits. Vectorisable: no branches, no calls."""
+    clamped = min(max(x, _LOWEST), _HIGHEST)
+    shifted = clamped * _LOG2E + _ROUNDER
+    n = shifted - _ROUNDER
+    r = (clamped - n * _LN2_HI) - n * _LN2_LO
+    p = _TAYLOR[7]
+    p = p * r + _TAYLOR[6]
+    p = p * r + _TAYLOR[5]
+    p = p * r + _TAYLOR[4]
+    p = p * r + _TAYLOR[3]
+    p = p * r + _TAYLOR[2]
+    p = p * r + _TAYLOR[1]
+    p = p * r + _TAYLOR[0]
+    power = _float_from_bits((_bits_of_float(shifted) - _ROUNDER_BITS + np.int32(126))
+                             << np.int32(23))
+    out = p * power * np.float32(2.0)
+    out = np.float32(0.0) if x < _LOWEST else out
+    out = np.float32(np.inf) if x > _HIGHEST else out
+    return x if x != x else out
+
+
+@jit
+def _exp_shifted(row, shift, single):
+    """row[c] = e**(row[c] - shift), in float32 arithmetic when `single` (a float32 row)."""
+    if single:
+        shift32 = np.float32(shift)
+        for c in range(row.shape[0]):
+            row[c] = _exp32(np.float32(row[c]) - shift32)
+    else:
+        for c in range(row.shape[0]):
+            row[c] = exp(float(row[c]) - shift)
 
 
 @jit
@@ -58,17 +124,15 @@ def dropout_scale(seed, threshold, drop_scale, out):
 
 
 @jit
-def _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, scale, out):
-    """out (nq, nk) = q_tile k_tile^T scale + mask, -inf above the diagonal when causal
-    (key j is seen by query i when j <= i, torch's top-left alignment)."""
+def _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, out):
+    """out (nq, nk) = q_tile k_tile^T + mask, -inf above the diagonal when causal (key j is
+    seen by query i when j <= i, torch's top-left alignment)."""
     np.dot(q_tile, k_tile.T, out)
     nq, nk = out.shape
     mb = b if mask.shape[0] > 1 else 0
     mh = h if mask.shape[1] > 1 else 0
     for r in range(nq):
         i = i0 + r
-        for c in range(nk):
-            out[r, c] = float(out[r, c]) * scale
         if has_mask:
             mask_row = mask[mb, mh, i if mask.shape[2] > 1 else 0]
             if mask.shape[3] == 1:
@@ -135,20 +199,21 @@ def _sum(row):
 
 
 @jit
-def _add(target, tile):
+def _add(target, tile, factor):
     for r in range(tile.shape[0]):
         for c in range(tile.shape[1]):
-            target[r, c] = float(target[r, c]) + float(tile[r, c])
+            target[r, c] = float(target[r, c]) + float(tile[r, c]) * factor
 
 
 @jit
-def forward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
+def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
             block_q, block_k, out):
     batch, heads, length, _ = q.shape
     key_heads, source = k.shape[1], k.shape[2]
     value_width = v.shape[3]
     group = heads // key_heads
     dtype = q.dtype
+    single = q.itemsize == 4  # float32: exponentials in float32 arithmetic
     scores_space = np.empty(block_q * block_k, dtype)
     dropped_space = np.empty(block_q * block_k, dtype)
     product_space = np.empty(block_q * value_width, dtype)
@@ -171,8 +236,7 @@ def forward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, d
                     j1 = min(j0 + block_k, source)
                     nk = j1 - j0
                     s = scores_space[:nq * nk].reshape((nq, nk))
-                    _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal,
-                            scale, s)
+                    _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal, s)
                     for r in range(nq):
                         tile_top = _max(s[r])
                         new_top = tile_top if tile_top > top[r] or tile_top != tile_top \
@@ -184,8 +248,7 @@ def forward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, d
                         rescale = exp(top[r] - new_top)
                         # Exponentials and their sum in two loops: a float64 sum in the
                         # same loop kept the exponentials from vectorising (7x slower).
-                        for c in range(nk):
-                            s[r, c] = exp(float(s[r, c]) - new_top)
+                        _exp_shifted(s[r], new_top, single)
                         total[r] = total[r] * rescale + _sum(s[r])
                         top[r] = new_top
                         for d in range(value_width):
@@ -197,7 +260,7 @@ def forward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, d
                               drop_scale, weights)
                     product = product_space[:nq * value_width].reshape((nq, value_width))
                     np.dot(weights, v[b, kh, j0:j1], product)
-                    _add(acc[:nq], product)
+                    _add(acc[:nq], product, 1.0)
                 for r in range(nq):
                     row = out[b, h, i0 + r]
                     if total[r] == 0.0:  # a row with every key masked: zeros, as torch
@@ -220,6 +283,7 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
     value_width = v.shape[3]
     group = heads // key_heads
     dtype = q.dtype
+    single = q.itemsize == 4  # float32: exponentials in float32 arithmetic
     wants_mask = mask_grad.size > 0
     grad_out = np.empty((length, value_width), dtype)
     lse = np.empty(length)
@@ -249,15 +313,14 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
                     nq = i1 - i0
                     q_tile, go_tile = q[b, h, i0:i1], grad_out[i0:i1]
                     p = p_space[:nq * nk].reshape((nq, nk))
-                    _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, scale, p)
+                    _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, p)
                     for r in range(nq):
                         row_lse = lse[i0 + r]
                         if row_lse == -np.inf:
                             for c in range(nk):
                                 p[r, c] = 0.0
                             continue
-                        for c in range(nk):
-                            p[r, c] = exp(float(p[r, c]) - row_lse)
+                        _exp_shifted(p[r], row_lse, single)
                     weights = p
                     if dropping:
                         weights = dropped_space[:nq * nk].reshape((nq, nk))
@@ -265,7 +328,7 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
                               drop_scale, weights)
                     product = width_space[:nk * value_width].reshape((nk, value_width))
                     np.dot(weights.T, go_tile, product)
-                    _add(grad_v[b, kh, j0:j1], product)
+                    _add(grad_v[b, kh, j0:j1], product, 1.0)
                     ds = ds_space[:nq * nk].reshape((nq, nk))
                     np.dot(go_tile, v_tile.T, ds)
                     if dropping:
@@ -277,15 +340,12 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
                             ds[r, c] = float(p[r, c]) * (float(ds[r, c]) - row_delta)
                     if wants_mask:
                         _add_broadcast(mask_grad, ds, b, h, i0, j0)
-                    for r in range(nq):
-                        for c in range(nk):
-                            ds[r, c] = float(ds[r, c]) * scale
                     product = width_space[:nq * width].reshape((nq, width))
                     np.dot(ds, k_tile, product)
-                    _add(grad_q[b, h, i0:i1], product)
+                    _add(grad_q[b, h, i0:i1], product, scale)
                     product = width_space[:nk * width].reshape((nk, width))
                     np.dot(ds.T, q_tile, product)
-                    _add(grad_k[b, kh, j0:j1], product)
+                    _add(grad_k[b, kh, j0:j1], product, 1.0)
 
 
 @jit

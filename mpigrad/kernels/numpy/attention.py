@@ -30,9 +30,11 @@ def _dropout(dropout_p, seed):
     return dropout_p > 0, np.uint64(seed), np.uint64(threshold), drop_scale
 
 
-def _arrays(query, key, value, mask):
+def _arrays(query, key, value, mask, scale):
+    """The loops' inputs: contiguous, in the compute dtype, q times the scale."""
     dtype = compute_dtype(query.dtype)
-    q, k, v = (np.ascontiguousarray(x, dtype) for x in (query, key, value))
+    q = np.multiply(query, dtype(scale), dtype=dtype)
+    k, v = (np.ascontiguousarray(x, dtype) for x in (key, value))
     if mask is None:
         padding = _NO_MASK.get(dtype)
         if padding is None:
@@ -42,15 +44,15 @@ def _arrays(query, key, value, mask):
 
 
 def attention(query, key, value, mask, scale, causal, dropout_p, seed):
-    q, k, v, mask, has_mask = _arrays(query, key, value, mask)
+    q, k, v, mask, has_mask = _arrays(query, key, value, mask, scale)
     out = np.empty(q.shape[:3] + (v.shape[3] + 1,), q.dtype)
-    loops("attention").forward(q, k, v, mask, has_mask, causal, scale,
+    loops("attention").forward(q, k, v, mask, has_mask, causal,
                                *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K, out)
     return result(out, query.dtype)
 
 
 def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed):
-    q, k, v, mask_array, has_mask = _arrays(query, key, value, mask)
+    q, k, v, mask_array, has_mask = _arrays(query, key, value, mask, scale)
     grads = [np.zeros_like(x) for x in (q, k, v)]
     wants_mask = has_mask and needs[3]
     # Summed in float64: a broadcast mask's gradient adds up many tiles.
