@@ -37,18 +37,18 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-@intrinsic
-def _float_from_bits(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(types.int32), codegen
+def _bitcast(source, target, target_ir):
+    """An intrinsic reinterpreting a value's bits as another type of the same width."""
+    @intrinsic
+    def cast(typingctx, value):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], target_ir)
+        return target(source), codegen
+    return cast
 
 
-@intrinsic
-def _bits_of_float(typingctx, value):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-    return types.int32(types.float32), codegen
+_float_from_bits = _bitcast(types.int32, types.float32, ir.FloatType())
+_bits_of_float = _bitcast(types.float32, types.int32, ir.IntType(32))
 
 
 # float32 constants (a Python float literal would widen the arithmetic to float64).
@@ -199,6 +199,17 @@ def _sum(row):
 
 
 @jit
+def _dropped(tile, space, b, h, i0, j0, heads, length, source, dropping, seed, threshold,
+             drop_scale):
+    """The tile itself without dropout; with it, its dropped copy, written into `space`."""
+    if not dropping:
+        return tile
+    out = space[:tile.size].reshape(tile.shape)
+    _drop(tile, b, h, i0, j0, heads, length, source, seed, threshold, drop_scale, out)
+    return out
+
+
+@jit
 def _add(target, tile, factor):
     for r in range(tile.shape[0]):
         for c in range(tile.shape[1]):
@@ -206,14 +217,19 @@ def _add(target, tile, factor):
 
 
 @jit
+def _sizes(q, k, v):
+    """B, H, L, E, S, Ev; the query heads per key head; whether exponentials are taken in
+    float32 arithmetic (float32 inputs)."""
+    batch, heads, length, width = q.shape
+    return (batch, heads, length, width, k.shape[2], v.shape[3], heads // k.shape[1],
+            q.itemsize == 4)
+
+
+@jit
 def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
             block_q, block_k, out):
-    batch, heads, length, _ = q.shape
-    key_heads, source = k.shape[1], k.shape[2]
-    value_width = v.shape[3]
-    group = heads // key_heads
+    batch, heads, length, _, source, value_width, group, single = _sizes(q, k, v)
     dtype = q.dtype
-    single = q.itemsize == 4  # float32: exponentials in float32 arithmetic
     scores_space = np.empty(block_q * block_k, dtype)
     dropped_space = np.empty(block_q * block_k, dtype)
     product_space = np.empty(block_q * value_width, dtype)
@@ -253,11 +269,8 @@ def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_sca
                         top[r] = new_top
                         for d in range(value_width):
                             acc[r, d] = float(acc[r, d]) * rescale
-                    weights = s
-                    if dropping:
-                        weights = dropped_space[:nq * nk].reshape((nq, nk))
-                        _drop(s, b, h, i0, j0, heads, length, source, seed, threshold,
-                              drop_scale, weights)
+                    weights = _dropped(s, dropped_space, b, h, i0, j0, heads, length, source,
+                                       dropping, seed, threshold, drop_scale)
                     product = product_space[:nq * value_width].reshape((nq, value_width))
                     np.dot(weights, v[b, kh, j0:j1], product)
                     _add(acc[:nq], product, 1.0)
@@ -278,12 +291,8 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
              block_q, block_k, ans, g, mask_grad, grad_q, grad_k, grad_v):
     """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
     the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
-    batch, heads, length, width = q.shape
-    key_heads, source = k.shape[1], k.shape[2]
-    value_width = v.shape[3]
-    group = heads // key_heads
+    batch, heads, length, width, source, value_width, group, single = _sizes(q, k, v)
     dtype = q.dtype
-    single = q.itemsize == 4  # float32: exponentials in float32 arithmetic
     wants_mask = mask_grad.size > 0
     grad_out = np.empty((length, value_width), dtype)
     lse = np.empty(length)
@@ -321,11 +330,8 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
                                 p[r, c] = 0.0
                             continue
                         _exp_shifted(p[r], row_lse, single)
-                    weights = p
-                    if dropping:
-                        weights = dropped_space[:nq * nk].reshape((nq, nk))
-                        _drop(p, b, h, i0, j0, heads, length, source, seed, threshold,
-                              drop_scale, weights)
+                    weights = _dropped(p, dropped_space, b, h, i0, j0, heads, length, source,
+                                       dropping, seed, threshold, drop_scale)
                     product = width_space[:nk * value_width].reshape((nk, value_width))
                     np.dot(weights.T, go_tile, product)
                     _add(grad_v[b, kh, j0:j1], product, 1.0)
