@@ -11,11 +11,12 @@ from ._compiled import compute_dtype, loops, result
 
 # Query rows and keys per tile: a (64, 64) tile of scores and its gradient stay in L1/L2
 # beside the rows of q, k and v they come from, and a causal attention skips the tiles
-# above the diagonal. Measured (float32, fwd + bwd, one thread, a loaded machine) against
-# (64, 256), (128, 64) and (128, 128) tiles and against numpy's batched matmul over blocks
-# of 64 query rows of every head: at (16, 8, 256, 64) causal, 98 ms against 113-168 ms and
-# 242 ms; at (16, 4, 64, 32) and (16, 4, 64, 16) all tile sizes within noise, 4.4 and 3.5 ms
-# against numpy's 6.0 and 5.5 ms.
+# above the diagonal. Measured (float32, the kernels' forward + backward, one thread, on a
+# loaded machine, so as a comparison only) against (64, 256), (128, 64) and (128, 128)
+# tiles and against numpy's batched matmul over blocks of 64 query rows of every head: at
+# (16, 8, 256, 64) causal 86 ms against 98-139 ms and numpy's 244 ms (torch's whole call
+# with its graph: 116 ms); at (16, 4, 64, 32) and (16, 4, 64, 16), with one tile per head,
+# all tile sizes 3.5 and 2.0-2.3 ms against numpy's 5.5 and 4.4 ms.
 BLOCK_Q = 64
 BLOCK_K = 64
 
