@@ -2,11 +2,12 @@
 any call there): q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev), an additive mask
 broadcasting to (B, H, L, S) or None; query head h reads key head h // (H / Hk).
 
-The output packs, per query row, the attention output and the log-sum-exp of its scores,
-(B, H, L, Ev + 1): the backend's forward works block by block and the fused backward
-recomputes each block's probabilities from the log-sum-exp, so neither writes a (B, H, L, S)
-array (kernels/compiled/attention.py). The rules here, with P the probabilities, P' = P *
-drop (the dropout factors, from the stored seed) and g = [g_out | g_lse]:
+The output is one 1-d array packing the attention output (B, H, L, Ev), then the log-sum-exp
+of each row's scores (B, H, L): the backend's forward works block by block and the fused
+backward recomputes each block's probabilities from the log-sum-exp, so neither writes a
+(B, H, L, S) array (kernels/compiled/attention.py). The rules here, with P the
+probabilities, P' = P * drop (the dropout factors, from the stored seed) and g packed as
+[g_out | g_lse]:
 
     dV = P'^T g_out,  dP = (g_out V^T) * drop,  dS = P (dP - rowsum(dP P) + g_lse),
     dQ = dS K scale,  dK = dS^T Q scale,  dmask = dS
@@ -42,6 +43,14 @@ def _ungrouped(g, key_heads):
     return g.reshape((batch, key_heads, heads // key_heads, length, width)).sum(2)
 
 
+def _unpacked(x, query, value):
+    """The attention output's part (B, H, L, Ev) and the log-sum-exps' (B, H, L, 1) of a
+    packed gradient."""
+    shape = tuple(query.shape[:3]) + (value.shape[-1],)
+    size = int(np.prod(shape, dtype=np.int64))
+    return x[:size].reshape(shape), x[size:].reshape(shape[:3] + (1,))
+
+
 def _probabilities(query, key, mask, scale, causal):
     """softmax(q k^T scale + mask), zeros in a row whose keys are all masked."""
     scores = (query * scale) @ _grouped(key, query.shape[1]).transpose(-2, -1)
@@ -59,8 +68,8 @@ def _dropout_factor(probabilities, dropout_p, seed):
 
 
 def _backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed):
-    heads, width = query.shape[1], value.shape[-1]
-    g_out, g_lse = g[..., :width], g[..., width:]
+    heads = query.shape[1]
+    g_out, g_lse = _unpacked(g, query, value)
     p = _probabilities(query, key, mask, scale, causal)
     drop = _dropout_factor(p, dropout_p, seed)
     dropped = p if drop is None else p * drop
@@ -98,8 +107,8 @@ def _tangent(tangents, ans, query, key, value, mask, scale, causal, dropout_p, s
         term = (p if drop is None else p * drop) @ _grouped(t_value, heads)
         t_out = term if t_out is None else t_out + term
     if t_lse is None:
-        t_lse = Tensor.wrap(np.zeros(t_out.shape[:-1] + (1,), t_out.dtype))
-    return cat([t_out, t_lse.expand(t_out.shape[:-1] + (1,))], dim=-1)
+        t_lse = Tensor.wrap(np.zeros(t_out.shape[:-1], t_out.dtype))
+    return cat([t_out.reshape((-1,)), t_lse.reshape((-1,))])
 
 
 scaled_dot_product_attention = Op(

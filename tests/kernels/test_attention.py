@@ -143,6 +143,13 @@ def test_non_contiguous_inputs(tiles, dtype):
     check(run(F.scaled_dot_product_attention), run(_theirs()), arrays, dtype)
 
 
+def test_the_output_is_contiguous_as_torchs():
+    q, k, v = (mg.tensor(_data(s, i)) for i, s in enumerate(SHAPES["L<S"]))
+    out = F.scaled_dot_product_attention(q, k, v)
+    assert out.is_contiguous()
+    assert out.view(2, 3 * 9 * 4).shape == (2, 108)
+
+
 def test_half_precision_runs_in_float32():
     arrays = [_data(s, i).astype(np.float16) for i, s in enumerate(SHAPES["L<S"])]
     out = F.scaled_dot_product_attention(*(mg.tensor(a) for a in arrays), is_causal=True)

@@ -9,8 +9,8 @@ query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H oth
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
 maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
-the maximum grows. Only the output and each row's log-sum-exp are written; the caller packs
-them as (B, H, L, Ev + 1), the log-sum-exp last.
+the maximum grows. Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L) are
+written.
 
 Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
 with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
@@ -227,7 +227,7 @@ def _sizes(q, k, v):
 
 @jit
 def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
-            block_q, block_k, out):
+            block_q, block_k, out, lse):
     batch, heads, length, _, source, value_width, group, single = _sizes(q, k, v)
     dtype = q.dtype
     scores_space = np.empty(block_q * block_k, dtype)
@@ -277,25 +277,24 @@ def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_sca
                 for r in range(nq):
                     row = out[b, h, i0 + r]
                     if total[r] == 0.0:  # a row with every key masked: zeros, as torch
-                        row[:value_width] = 0.0
-                        row[value_width] = -np.inf
+                        row[:] = 0.0
+                        lse[b, h, i0 + r] = -np.inf
                         continue
                     inverse = 1.0 / total[r]
                     for d in range(value_width):
                         row[d] = float(acc[r, d]) * inverse
-                    row[value_width] = top[r] + math.log(total[r])
+                    lse[b, h, i0 + r] = top[r] + math.log(total[r])
 
 
 @jit
 def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-             block_q, block_k, ans, g, mask_grad, grad_q, grad_k, grad_v):
+             block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
+             grad_v):
     """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
     the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
     batch, heads, length, width, source, value_width, group, single = _sizes(q, k, v)
     dtype = q.dtype
     wants_mask = mask_grad.size > 0
-    grad_out = np.empty((length, value_width), dtype)
-    lse = np.empty(length)
     delta = np.empty(length)
     p_space = np.empty(block_q * block_k, dtype)
     dropped_space = np.empty(block_q * block_k, dtype)
@@ -305,12 +304,10 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
         for h in range(heads):
             kh = h // group
             for i in range(length):
-                total = -float(g[b, h, i, value_width])
+                total = -float(grad_lse[b, h, i])
                 for d in range(value_width):
-                    grad_out[i, d] = g[b, h, i, d]
-                    total += float(g[b, h, i, d]) * float(ans[b, h, i, d])
+                    total += float(grad_out[b, h, i, d]) * float(out[b, h, i, d])
                 delta[i] = total
-                lse[i] = ans[b, h, i, value_width]
             for j0 in range(0, source, block_k):
                 j1 = min(j0 + block_k, source)
                 nk = j1 - j0
@@ -320,11 +317,11 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
                     if causal and j0 > i1 - 1:
                         continue  # every query of the block comes before every key
                     nq = i1 - i0
-                    q_tile, go_tile = q[b, h, i0:i1], grad_out[i0:i1]
+                    q_tile, go_tile = q[b, h, i0:i1], grad_out[b, h, i0:i1]
                     p = p_space[:nq * nk].reshape((nq, nk))
                     _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, p)
                     for r in range(nq):
-                        row_lse = lse[i0 + r]
+                        row_lse = lse[b, h, i0 + r]
                         if row_lse == -np.inf:
                             for c in range(nk):
                                 p[r, c] = 0.0

@@ -152,8 +152,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         _as_4d(query, outer, heads), _as_4d(key, outer, key_heads),
         _as_4d(value, outer, key_heads), mask, scale=scale, causal=bool(is_causal),
         dropout_p=float(dropout_p), seed=seed)
-    out = packed[..., :value_width]
-    return out if len(batch) == 2 else out.reshape(batch + (length, value_width))
+    out_size = int(np.prod(batch, dtype=np.int64)) * length * value_width
+    return packed[:out_size].reshape(batch + (length, value_width))
 
 
 def _check_mha_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):
