@@ -17,6 +17,7 @@ from .reduction import safe_softmax, masked_softmax  # noqa: F401
 from .loss import binary_cross_entropy, cross_entropy  # noqa: F401
 from .normalization import batch_norm, layer_norm, rms_norm  # noqa: F401
 from .regularization import dropout  # noqa: F401
+from .attention import scaled_dot_product_attention  # noqa: F401
 from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
                        index_add_, roll, flip, repeat_interleave, embedding)

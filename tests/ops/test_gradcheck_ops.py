@@ -187,6 +187,10 @@ CASES = [
     ("safe_softmax", lambda a: mg._safe_softmax(a.masked_fill(
         mg.tensor([[False] * 4, [True] * 4, [True, False, True, False]]), float("-inf")), -1),
      [((3, 4), _normal)]),
+    ("scaled_dot_product_attention", lambda q, k, v, m: mg.nn.functional
+     .scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.7, enable_gqa=True),
+     [((1, 2, 3, 2), _normal), ((1, 1, 4, 2), _normal), ((1, 1, 4, 3), _normal),
+      ((3, 4), _normal)]),
     # transformer-era tensor ops (issue 20)
     ("tril", lambda a: mg.tril(a, -1) + a.tril(1), [((2, 3, 4), _normal)]),
     ("triu", lambda a: mg.triu(a) * a.triu(diagonal=2), [((4, 3), _normal)]),

@@ -3,13 +3,13 @@ import numbers
 
 import numpy as np
 
-from ... import dtypes, ops
+from ... import dtypes, ops, random
 from ...creation import as_tensor
 from ...ops.autocast import fused
 from ...ops.shape import pad
 from ...tensor import Tensor
 from .linalg import linear
-from .regularization import _masked_dropout, dropout
+from .regularization import dropout
 
 
 # The scalar type names torch's C++ checks print, for messages that quote them.
@@ -70,23 +70,54 @@ def _repeat_heads(x, repeats):
             .reshape((*batch, heads * repeats, length, width)))
 
 
+def _broadcast_batch(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise RuntimeError(f"scaled_dot_product_attention: the batch dimensions of query, key "
+                           f"and value do not broadcast: {', '.join(map(str, shapes))}") from None
+
+
+def _as_4d(x, outer, heads):
+    """x (..., n, d) with its batch dimensions broadcast to outer + (heads,), as
+    (prod(outer), heads, n, d): a view unless dimensions must be merged."""
+    shape = tuple(outer) + (heads,) + tuple(x.shape[-2:])
+    if tuple(x.shape) != shape:
+        x = x.expand(shape)
+    if len(shape) == 4:
+        return x
+    return x.reshape((int(np.prod(outer, dtype=np.int64)), heads) + tuple(x.shape[-2:]))
+
+
+def _mask_4d(mask, dtype, outer, scores_ndim):
+    """The mask made additive in `dtype` (a bool mask keeps where True), as (1 or B, 1 or H,
+    1 or L, 1 or S): its broadcast dimensions stay of size 1, so nothing the size of the
+    scores is made from a smaller mask."""
+    if mask.dtype == np.bool_:
+        mask = Tensor.wrap(np.where(mask._array, 0.0, -np.inf).astype(dtype))
+    elif mask.dtype != dtype:
+        mask = mask.to(dtype)
+    mask = mask.reshape((1,) * (scores_ndim - mask.ndim) + tuple(mask.shape))
+    batch = tuple(mask.shape[:-3])
+    if any(size != 1 for size in batch) and batch != tuple(outer):
+        mask = mask.expand(tuple(outer) + tuple(mask.shape[-3:]))
+    size = 1 if all(size == 1 for size in mask.shape[:-3]) else int(np.prod(outer, dtype=np.int64))
+    return mask.reshape((size,) + tuple(mask.shape[-3:]))
+
+
 @fused(lower_precision=True)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """softmax(query key^T * scale + mask) value over the last two dimensions, batch
     dimensions broadcast. A bool mask keeps where True, a float mask is added; is_causal
     masks keys after each query (top-left aligned). Rows whose keys are all masked give zeros,
-    as in torch. With enable_gqa, key and value heads (dimension -3) are repeated to the
-    query's number of heads.
+    as in torch. With enable_gqa, key and value heads (dimension -3) serve query heads in
+    groups (torch's repeat_interleave), without being copied.
 
-    Composed of differentiable ops (two products and a softmax that applies a bool mask
-    itself), so double backward and tangents need no rule of their own; measured on a
-    GPT-sized call (jobs/bench/bench_attention.py) this is within 10% of torch's fused CPU kernel,
-    and a dedicated op could save at most the graph's overhead. The backward keeps one
-    (..., L, S) array, the attention weights (the softmax's output, which the product with
-    value reads too): the scores die after the softmax, and the scale is applied to the query
-    so no (L, S) product is kept for it. Dropout adds its mask and the dropped weights, as in
-    torch's math backend.
+    One op over 4-d views of the inputs (ops/attention.py): the forward and the fused
+    backward go block by block and keep no (..., L, S) array; the graph saves q, k, v and the
+    output with its rows' log-sum-exp. Dropout's mask is a hash of a seed drawn here from
+    mpigrad's generator, so backward finds it again without storing it.
     """
     attn_mask = None if attn_mask is None else as_tensor(attn_mask)
     _check_attention_inputs(query, key, value, attn_mask, dropout_p)
@@ -94,30 +125,35 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
                            "when is_causal=True")
     if enable_gqa and query.ndim >= 3 and key.ndim >= 3 \
-            and query.shape[-3] != key.shape[-3]:
+            and not query.shape[-3] == key.shape[-3] == value.shape[-3]:
         heads, key_heads, value_heads = query.shape[-3], key.shape[-3], value.shape[-3]
         if heads % key_heads or heads % value_heads:
             raise RuntimeError("Number of heads in key and value must divide the number of "
                                "heads in ")
-        key = _repeat_heads(key, heads // key_heads)
-        value = _repeat_heads(value, heads // value_heads)
+        if key_heads != value_heads:  # the op serves one grouping: both to query's heads
+            key = _repeat_heads(key, heads // key_heads)
+            value = _repeat_heads(value, heads // value_heads)
+        outer = _broadcast_batch(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+        batch, key_heads = outer + (heads,), key.shape[-3]
+    else:
+        batch = _broadcast_batch(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        outer, heads = batch[:-1], (batch[-1] if batch else 1)
+        key_heads = heads
     # A Python float, so float32 inputs stay float32.
     scale = 1.0 / float(np.sqrt(query.shape[-1])) if scale is None else float(scale)
-    scores = (query * scale) @ key.transpose(-2, -1)
+    length, value_width = query.shape[-2], value.shape[-1]
+    scores_shape = batch + (length, key.shape[-2])
+    mask = None
     if attn_mask is not None:
-        _check_mask_fits(attn_mask, scores.shape)
-    keep = None
-    if is_causal:
-        keep = np.tri(query.shape[-2], key.shape[-2], dtype=np.bool_)
-    elif attn_mask is not None and attn_mask.dtype == np.bool_:
-        keep = attn_mask._array
-    elif attn_mask is not None:
-        scores = scores + (attn_mask if attn_mask.dtype == scores.dtype
-                           else attn_mask.to(scores.dtype))
-    weights = ops.masked_softmax(scores, keep, dim=-1)
-    if dropout_p > 0:
-        weights = _masked_dropout(weights, dropout_p, True, False, weights.shape)
-    return weights @ value
+        _check_mask_fits(attn_mask, scores_shape)
+        mask = _mask_4d(attn_mask, query.dtype, outer, len(outer) + 3)
+    seed = int(random.integers_array(0, 2 ** 63 - 1, (), np.int64)) if dropout_p > 0 else 0
+    packed = ops.scaled_dot_product_attention(
+        _as_4d(query, outer, heads), _as_4d(key, outer, key_heads),
+        _as_4d(value, outer, key_heads), mask, scale=scale, causal=bool(is_causal),
+        dropout_p=float(dropout_p), seed=seed)
+    out_size = int(np.prod(batch, dtype=np.int64)) * length * value_width
+    return packed[:out_size].reshape(batch + (length, value_width))
 
 
 def _check_mha_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):

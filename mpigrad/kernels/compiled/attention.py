@@ -1,0 +1,364 @@
+"""scaled_dot_product_attention block by block (flash attention's scheme): no (B, H, L, S)
+array is ever written whole, forward or backward.
+
+The inputs are 4-d and contiguous: q (B, H, L, E) already multiplied by the scale (so no
+pass over a tile scales its scores, forward or backward), k (B, Hk, S, E), v (B, Hk, S, Ev),
+query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H otherwise).
+`mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where it broadcasts.
+
+Forward, per (batch, head) and block of query rows: the scores of one block of keys come
+from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
+maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
+the maximum grows. Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L) are
+written.
+
+Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
+with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
+    dV += P_dropped^T dO,  dP = dO V^T (dropped as P was),  dS = P (dP - D),
+    dQ += dS K scale,  dK += dS^T (Q scale),
+five GEMMs per tile. A gradient reaching the log-sum-exp (g_lse) adds P g_lse to dS, which is
+folded into D.
+
+Dropout draws no array: an element's keep/drop is a hash (splitmix64) of a seed and the
+element's index ((b H + h) L + i) S + j, so backward finds the same mask from the stored
+seed. Accumulation order is fixed, so results are the same run to run.
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from ._math import exp, jit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _bitcast(source, target, target_ir):
+    """An intrinsic reinterpreting a value's bits as another type of the same width."""
+    @intrinsic
+    def cast(typingctx, value):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], target_ir)
+        return target(source), codegen
+    return cast
+
+
+_float_from_bits = _bitcast(types.int32, types.float32, ir.FloatType())
+_bits_of_float = _bitcast(types.float32, types.int32, ir.IntType(32))
+
+
+# float32 constants (a Python float literal would widen the arithmetic to float64).
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693359375)  # ln 2 in two parts: n * _LN2_HI is exact for |n| < 2**9
+_LN2_LO = np.float32(-2.12194440e-4)
+_ROUNDER = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the low bits
+_ROUNDER_BITS = np.int32(0x4B400000)
+_LOWEST = np.float32(-86.5)  # below, 0 (e**x < 3e-38, nothing beside a softmax's 1)
+_HIGHEST = np.float32(88.72)
+_TAYLOR = tuple(np.float32(1.0 / math.factorial(n)) for n in range(8))
+
+
+@jit
+def _exp32(x):
+    """e**x of a float32 in float32 arithmetic (twice the lanes of _math.exp, which works in
+    float64), to about 2 ulp: x = n ln2 + r, |r| <= ln2 / 2, e**r by its Taylor series to r**7
+    (the rest is below 1e-8), 2**n made from its bits. Vectorisable: no branches, no calls."""
+    clamped = min(max(x, _LOWEST), _HIGHEST)
+    shifted = clamped * _LOG2E + _ROUNDER
+    n = shifted - _ROUNDER
+    r = (clamped - n * _LN2_HI) - n * _LN2_LO
+    p = _TAYLOR[7]
+    p = p * r + _TAYLOR[6]
+    p = p * r + _TAYLOR[5]
+    p = p * r + _TAYLOR[4]
+    p = p * r + _TAYLOR[3]
+    p = p * r + _TAYLOR[2]
+    p = p * r + _TAYLOR[1]
+    p = p * r + _TAYLOR[0]
+    power = _float_from_bits((_bits_of_float(shifted) - _ROUNDER_BITS + np.int32(126))
+                             << np.int32(23))
+    out = p * power * np.float32(2.0)
+    out = np.float32(0.0) if x < _LOWEST else out
+    out = np.float32(np.inf) if x > _HIGHEST else out
+    return x if x != x else out
+
+
+@jit
+def _exp_shifted(row, shift, single):
+    """row[c] = e**(row[c] - shift), in float32 arithmetic when `single` (a float32 row)."""
+    if single:
+        shift32 = np.float32(shift)
+        for c in range(row.shape[0]):
+            row[c] = _exp32(np.float32(row[c]) - shift32)
+    else:
+        for c in range(row.shape[0]):
+            row[c] = exp(float(row[c]) - shift)
+
+
+@jit
+def _kept(seed, index, threshold):
+    """Whether element `index` survives dropout: the top 53 bits of splitmix64(seed, index)
+    against threshold = p 2**53."""
+    z = seed + (np.uint64(index) + np.uint64(1)) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)) >= threshold
+
+
+@jit
+def dropout_scale(seed, threshold, drop_scale, out):
+    """The dropout factors (0 or 1 / (1 - p)) of every element of out (B, H, L, S), for the
+    differentiable rules (which do write the whole array)."""
+    batch, heads, length, source = out.shape
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(length):
+                row = ((b * heads + h) * length + i) * source
+                for j in range(source):
+                    out[b, h, i, j] = drop_scale if _kept(seed, row + j, threshold) else 0.0
+
+
+@jit
+def _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, out):
+    """out (nq, nk) = q_tile k_tile^T + mask, -inf above the diagonal when causal (key j is
+    seen by query i when j <= i, torch's top-left alignment)."""
+    np.dot(q_tile, k_tile.T, out)
+    nq, nk = out.shape
+    mb = b if mask.shape[0] > 1 else 0
+    mh = h if mask.shape[1] > 1 else 0
+    for r in range(nq):
+        i = i0 + r
+        if has_mask:
+            mask_row = mask[mb, mh, i if mask.shape[2] > 1 else 0]
+            if mask.shape[3] == 1:
+                for c in range(nk):
+                    out[r, c] = float(out[r, c]) + float(mask_row[0])
+            else:
+                for c in range(nk):
+                    out[r, c] = float(out[r, c]) + float(mask_row[j0 + c])
+        if causal:
+            for c in range(max(i + 1 - j0, 0), nk):
+                out[r, c] = -np.inf
+
+
+@jit
+def _drop(tile, b, h, i0, j0, heads, length, source, seed, threshold, drop_scale, out):
+    for r in range(tile.shape[0]):
+        row = ((b * heads + h) * length + i0 + r) * source + j0
+        for c in range(tile.shape[1]):
+            out[r, c] = (float(tile[r, c]) * drop_scale
+                         if _kept(seed, row + c, threshold) else 0.0)
+
+
+@jit
+def _max(row):
+    """The row's maximum; nan if the row holds a nan and nothing else above -inf. (A nan
+    beside finite scores is skipped here, as a branch-free maximum does, and reaches the
+    output through its exponential anyway.)"""
+    a = b = c = d = -np.inf
+    n = row.shape[0]
+    whole = n - n % 4
+    for j in range(0, whole, 4):
+        x0, x1, x2, x3 = float(row[j]), float(row[j + 1]), float(row[j + 2]), float(row[j + 3])
+        a = x0 if x0 > a else a
+        b = x1 if x1 > b else b
+        c = x2 if x2 > c else c
+        d = x3 if x3 > d else d
+    for j in range(whole, n):
+        x = float(row[j])
+        a = x if x > a else a
+    top = max(max(a, b), max(c, d))
+    if top == -np.inf:
+        for j in range(n):
+            if row[j] != row[j]:
+                return np.nan
+    return top
+
+
+@jit
+def _sum(row):
+    """The row's sum in float64, in four interleaved partial sums (a fixed order, so the
+    same run to run; one chain of dependent additions would bound the loop by their
+    latency)."""
+    a = b = c = d = 0.0
+    n = row.shape[0]
+    whole = n - n % 4
+    for j in range(0, whole, 4):
+        a += float(row[j])
+        b += float(row[j + 1])
+        c += float(row[j + 2])
+        d += float(row[j + 3])
+    for j in range(whole, n):
+        a += float(row[j])
+    return (a + b) + (c + d)
+
+
+@jit
+def _dropped(tile, space, b, h, i0, j0, heads, length, source, dropping, seed, threshold,
+             drop_scale):
+    """The tile itself without dropout; with it, its dropped copy, written into `space`."""
+    if not dropping:
+        return tile
+    out = space[:tile.size].reshape(tile.shape)
+    _drop(tile, b, h, i0, j0, heads, length, source, seed, threshold, drop_scale, out)
+    return out
+
+
+@jit
+def _add(target, tile, factor):
+    for r in range(tile.shape[0]):
+        for c in range(tile.shape[1]):
+            target[r, c] = float(target[r, c]) + float(tile[r, c]) * factor
+
+
+@jit
+def _sizes(q, k, v):
+    """B, H, L, E, S, Ev; the query heads per key head; whether exponentials are taken in
+    float32 arithmetic (float32 inputs)."""
+    batch, heads, length, width = q.shape
+    return (batch, heads, length, width, k.shape[2], v.shape[3], heads // k.shape[1],
+            q.itemsize == 4)
+
+
+@jit
+def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
+            block_q, block_k, out, lse):
+    batch, heads, length, _, source, value_width, group, single = _sizes(q, k, v)
+    dtype = q.dtype
+    scores_space = np.empty(block_q * block_k, dtype)
+    dropped_space = np.empty(block_q * block_k, dtype)
+    product_space = np.empty(block_q * value_width, dtype)
+    acc = np.empty((block_q, value_width), dtype)
+    top = np.empty(block_q)
+    total = np.empty(block_q)
+    for b in range(batch):
+        for h in range(heads):
+            kh = h // group
+            for i0 in range(0, length, block_q):
+                i1 = min(i0 + block_q, length)
+                nq = i1 - i0
+                q_tile = q[b, h, i0:i1]
+                top[:nq] = -np.inf
+                total[:nq] = 0.0
+                acc[:nq] = 0.0
+                for j0 in range(0, source, block_k):
+                    if causal and j0 > i1 - 1:
+                        break  # every key from here on comes after every query of the block
+                    j1 = min(j0 + block_k, source)
+                    nk = j1 - j0
+                    s = scores_space[:nq * nk].reshape((nq, nk))
+                    _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal, s)
+                    for r in range(nq):
+                        tile_top = _max(s[r])
+                        new_top = tile_top if tile_top > top[r] or tile_top != tile_top \
+                            else top[r]
+                        if new_top == -np.inf:  # every key so far masked: nothing to add
+                            for c in range(nk):
+                                s[r, c] = 0.0
+                            continue
+                        rescale = exp(top[r] - new_top)
+                        # Exponentials and their sum in two loops: a float64 sum in the
+                        # same loop kept the exponentials from vectorising (7x slower).
+                        _exp_shifted(s[r], new_top, single)
+                        total[r] = total[r] * rescale + _sum(s[r])
+                        top[r] = new_top
+                        for d in range(value_width):
+                            acc[r, d] = float(acc[r, d]) * rescale
+                    weights = _dropped(s, dropped_space, b, h, i0, j0, heads, length, source,
+                                       dropping, seed, threshold, drop_scale)
+                    product = product_space[:nq * value_width].reshape((nq, value_width))
+                    np.dot(weights, v[b, kh, j0:j1], product)
+                    _add(acc[:nq], product, 1.0)
+                for r in range(nq):
+                    row = out[b, h, i0 + r]
+                    if total[r] == 0.0:  # a row with every key masked: zeros, as torch
+                        row[:] = 0.0
+                        lse[b, h, i0 + r] = -np.inf
+                        continue
+                    inverse = 1.0 / total[r]
+                    for d in range(value_width):
+                        row[d] = float(acc[r, d]) * inverse
+                    lse[b, h, i0 + r] = top[r] + math.log(total[r])
+
+
+@jit
+def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
+             block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
+             grad_v):
+    """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
+    the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
+    batch, heads, length, width, source, value_width, group, single = _sizes(q, k, v)
+    dtype = q.dtype
+    wants_mask = mask_grad.size > 0
+    delta = np.empty(length)
+    p_space = np.empty(block_q * block_k, dtype)
+    dropped_space = np.empty(block_q * block_k, dtype)
+    ds_space = np.empty(block_q * block_k, dtype)
+    width_space = np.empty(max(block_q, block_k) * max(width, value_width), dtype)
+    for b in range(batch):
+        for h in range(heads):
+            kh = h // group
+            for i in range(length):
+                total = -float(grad_lse[b, h, i])
+                for d in range(value_width):
+                    total += float(grad_out[b, h, i, d]) * float(out[b, h, i, d])
+                delta[i] = total
+            for j0 in range(0, source, block_k):
+                j1 = min(j0 + block_k, source)
+                nk = j1 - j0
+                k_tile, v_tile = k[b, kh, j0:j1], v[b, kh, j0:j1]
+                for i0 in range(0, length, block_q):
+                    i1 = min(i0 + block_q, length)
+                    if causal and j0 > i1 - 1:
+                        continue  # every query of the block comes before every key
+                    nq = i1 - i0
+                    q_tile, go_tile = q[b, h, i0:i1], grad_out[b, h, i0:i1]
+                    p = p_space[:nq * nk].reshape((nq, nk))
+                    _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, p)
+                    for r in range(nq):
+                        row_lse = lse[b, h, i0 + r]
+                        if row_lse == -np.inf:
+                            for c in range(nk):
+                                p[r, c] = 0.0
+                            continue
+                        _exp_shifted(p[r], row_lse, single)
+                    weights = _dropped(p, dropped_space, b, h, i0, j0, heads, length, source,
+                                       dropping, seed, threshold, drop_scale)
+                    product = width_space[:nk * value_width].reshape((nk, value_width))
+                    np.dot(weights.T, go_tile, product)
+                    _add(grad_v[b, kh, j0:j1], product, 1.0)
+                    ds = ds_space[:nq * nk].reshape((nq, nk))
+                    np.dot(go_tile, v_tile.T, ds)
+                    if dropping:
+                        _drop(ds, b, h, i0, j0, heads, length, source, seed, threshold,
+                              drop_scale, ds)
+                    for r in range(nq):
+                        row_delta = delta[i0 + r]
+                        for c in range(nk):
+                            ds[r, c] = float(p[r, c]) * (float(ds[r, c]) - row_delta)
+                    if wants_mask:
+                        _add_broadcast(mask_grad, ds, b, h, i0, j0)
+                    product = width_space[:nq * width].reshape((nq, width))
+                    np.dot(ds, k_tile, product)
+                    _add(grad_q[b, h, i0:i1], product, scale)
+                    product = width_space[:nk * width].reshape((nk, width))
+                    np.dot(ds.T, q_tile, product)
+                    _add(grad_k[b, kh, j0:j1], product, 1.0)
+
+
+@jit
+def _add_broadcast(target, tile, b, h, i0, j0):
+    """Adds the (nq, nk) tile at (b, h, i0, j0) into `target`, summing over the dimensions
+    where target has size 1."""
+    mb = b if target.shape[0] > 1 else 0
+    mh = h if target.shape[1] > 1 else 0
+    for r in range(tile.shape[0]):
+        mi = i0 + r if target.shape[2] > 1 else 0
+        for c in range(tile.shape[1]):
+            mj = j0 + c if target.shape[3] > 1 else 0
+            target[mb, mh, mi, mj] += tile[r, c]
