@@ -11,6 +11,8 @@ import json
 import os
 import pathlib
 import re
+import signal
+import socket
 import subprocess
 import sys
 
@@ -49,20 +51,74 @@ PROGRAMS = {
     "gpt_float16_resume": ("gpt.py", ["--init", "{init}", "--out_dir", ".", "--dtype",
                                       "float16", "--init_from", "resume", "--max_iters", "8"],
                            FLOAT16_AUTOCAST),
+    # Starts its own workers (mp.spawn), so it runs in a process of its own.
+    "rpc_rnn": ("rpc_rnn.py", ["--init", "{init}", "--port", "{port}"], FLOAT64),
 }
+ALONE = {"rpc_rnn"}
 # A resumed run continues the run before it, in the same directory.
 SHARES_DIRECTORY = {"gpt_bfloat16_resume": "gpt_bfloat16", "gpt_float16_resume": "gpt_float16"}
+COMMANDS = {"torch": [sys.executable], "mpigrad": [sys.executable, "-m", "mpigrad.compat"]}
 NUMBER = re.compile(r"[-+]?\d\.\d+e[-+]\d+")
+LIMIT_SECONDS = 600  # for a loaded machine; the programs take seconds
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _jobs(root, library):
     jobs = []
     for name, (script, argv, _) in PROGRAMS.items():
-        init = root / "init" / f"{SHARES_DIRECTORY.get(name, name)}.pt"
+        directory = SHARES_DIRECTORY.get(name, name)
         jobs.append({"name": name, "script": str(HERE / script),
-                     "cwd": str(root / library / SHARES_DIRECTORY.get(name, name)),
-                     "argv": [a.format(init=init) for a in argv]})
+                     "cwd": str(root / library / directory),
+                     "argv": [a.format(init=root / "init" / f"{directory}.pt",
+                                       port=_free_port()) for a in argv]})
     return jobs
+
+
+def _start(command, cwd):
+    os.makedirs(cwd, exist_ok=True)
+    return subprocess.Popen(command, cwd=cwd, env=job_environment(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _finish(process):
+    """(stdout, stderr, exit code); a process still running after LIMIT_SECONDS is killed
+    with its children (the workers it spawned)."""
+    try:
+        out, err = process.communicate(timeout=LIMIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        err += f"\nkilled after {LIMIT_SECONDS} s"
+    return out, err, process.returncode
+
+
+def _run_library(root, library):
+    """{name: (stdout, traceback or None)} of every program on one library: the ones that
+    share an interpreter in one _run_programs.py process, beside each ALONE one's own."""
+    jobs = _jobs(root, library)
+    shared = [job for job in jobs if job["name"] not in ALONE]
+    jobs_file = root / f"{library}.json"
+    jobs_file.write_text(json.dumps(shared))
+    runner = _start(COMMANDS[library] + [str(HERE / "_run_programs.py"), str(jobs_file)], root)
+    alone = {job["name"]: _start(COMMANDS[library] + [job["script"]] + job["argv"], job["cwd"])
+             for job in jobs if job["name"] in ALONE}
+    results = {}
+    for name, process in alone.items():
+        out, err, code = _finish(process)
+        results[name] = (out, None if code == 0 else f"exit code {code}\n{err[-3000:]}")
+    out, err, code = _finish(runner)
+    assert code == 0, f"_run_programs.py on {library} failed:\n{err[-3000:]}"
+    for job in shared:
+        directory = pathlib.Path(job["cwd"])
+        error = directory / f"{job['name']}.err"
+        results[job["name"]] = ((directory / f"{job['name']}.out").read_text(),
+                                error.read_text() if error.exists() else None)
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -72,25 +128,7 @@ def outputs(tmp_path_factory):
     pytest.importorskip("torch")
     root = tmp_path_factory.mktemp("programs")
     (root / "init").mkdir()
-    commands = {"torch": [sys.executable],
-                "mpigrad": [sys.executable, "-m", "mpigrad.compat"]}
-    results = {}
-    for library, command in commands.items():
-        jobs_file = root / f"{library}.json"
-        jobs = _jobs(root, library)
-        jobs_file.write_text(json.dumps(jobs))
-        run = subprocess.run(command + [str(HERE / "_run_programs.py"), str(jobs_file)],
-                             capture_output=True, text=True, timeout=600,
-                             env=job_environment(), cwd=root)
-        assert run.returncode == 0, run.stderr[-3000:]
-        results[library] = {}
-        for job in jobs:
-            directory = pathlib.Path(job["cwd"])
-            error = directory / f"{job['name']}.err"
-            results[library][job["name"]] = (
-                (directory / f"{job['name']}.out").read_text(),
-                error.read_text() if error.exists() else None)
-    return results
+    return {library: _run_library(root, library) for library in COMMANDS}
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
