@@ -69,3 +69,19 @@ def test_channel_dropout_repr_and_p_one_match_torch():
     assert repr(nn.Dropout1d(0.3)) == repr(torch.nn.Dropout1d(0.3))
     x = mg.ones(2, 3, 4, 4)
     np.testing.assert_array_equal(F.dropout2d(x, 1.0).data, 0)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("MaxPool2d", (3, 2, 1)), ("MaxPool2d", (2,)), ("MaxPool2d", ((2, 3), (1, 2), (1, 0))),
+    ("AvgPool2d", (3, 2, 1)), ("AvgPool2d", (2,)), ("AvgPool2d", ((2, 3), 1)),
+])
+def test_pooling_keeps_its_arguments_as_given_as_torch(name, args):
+    """Found by tests/programs/siamese_network.py printing its model: the sizes print (and
+    read back) as given, `MaxPool2d(kernel_size=3, stride=2, ...)`, not as pairs."""
+    ours, theirs = getattr(nn, name)(*args), getattr(torch.nn, name)(*args)
+    assert repr(ours) == repr(theirs)
+    for attribute in ("kernel_size", "stride", "padding"):
+        assert getattr(ours, attribute) == getattr(theirs, attribute)
+    x = np.random.default_rng(2).standard_normal((1, 2, 7, 8))
+    np.testing.assert_allclose(ours(mg.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy(),
+                               rtol=1e-12)

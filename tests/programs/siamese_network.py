@@ -141,6 +141,7 @@ def main():
     train_loader = torch.utils.data.DataLoader(PairDataset(12, 0), batch_size=args.batch_size)
     test_loader = torch.utils.data.DataLoader(PairDataset(8, 1), batch_size=args.batch_size)
     model = SiameseNetwork()
+    print(model)
     if os.path.exists(args.init):
         model.load_state_dict(torch.load(args.init))
     else:
