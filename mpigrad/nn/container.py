@@ -3,7 +3,7 @@ import collections
 import numbers
 
 from ..tensor import Tensor
-from .module import Module
+from .module import Module, _indented, _repr_with_lines
 from .parameter import Parameter
 
 
@@ -114,6 +114,20 @@ class ModuleList(_ModuleSequence):
 
     def __iadd__(self, modules):
         return self.extend(modules)
+
+    def __repr__(self):
+        """As torch's: a run of equal entries is one line, `(0-5): 6 x Block(...)`."""
+        runs = []  # [first index, last index, repr]
+        for index, module in enumerate(self._modules.values()):
+            text = repr(module)
+            if runs and runs[-1][2] == text:
+                runs[-1][1] = index
+            else:
+                runs.append([index, index, text])
+        lines = [_indented(f"({first}): {text}" if first == last
+                           else f"({first}-{last}): {last - first + 1} x {text}")
+                 for first, last, text in runs]
+        return _repr_with_lines(self, [], lines)
 
 
 class ModuleDict(Module):

@@ -85,3 +85,37 @@ def test_pooling_keeps_its_arguments_as_given_as_torch(name, args):
     x = np.random.default_rng(2).standard_normal((1, 2, 7, 8))
     np.testing.assert_allclose(ours(mg.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy(),
                                rtol=1e-12)
+
+
+def _module_lists(lib):
+    class Block(lib.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.fc = lib.nn.Linear(width, width)
+            self.act = lib.nn.GELU()
+
+    class Scaled(lib.nn.Module):
+        """extra_repr and children: torch puts the extra line above the children."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = lib.nn.ReLU()
+
+        def extra_repr(self):
+            return "scale=2"
+
+    return [
+        lib.nn.ModuleList([Block(4) for _ in range(3)]),
+        lib.nn.ModuleList([Block(4), Block(4), Block(5), Block(4), lib.nn.ReLU()]),
+        lib.nn.ModuleList([lib.nn.Tanh()]),
+        lib.nn.ModuleList(),
+        lib.nn.Sequential(lib.nn.ReLU(), lib.nn.ReLU()),  # not collapsed: only ModuleList is
+        lib.nn.ModuleDict({"h": lib.nn.ModuleList([Block(2), Block(2)]), "s": Scaled()}),
+    ]
+
+
+def test_module_and_module_list_reprs_are_torchs():
+    """Found by tests/programs/gpt.py printing its model: torch shows a ModuleList's run of
+    equal blocks as one `(0-1): 2 x Block(` entry."""
+    for ours, theirs in zip(_module_lists(mg), _module_lists(torch)):
+        assert repr(ours) == repr(theirs)

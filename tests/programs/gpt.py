@@ -217,6 +217,7 @@ def main():
         model.load_state_dict(state_dict)
         iter_num = checkpoint["iter_num"]
         best_val_loss = checkpoint["best_val_loss"]
+    print(model)
     print(f"number of parameters: {model.get_num_params()}")
     model.to(device)
 
