@@ -119,3 +119,10 @@ def test_module_and_module_list_reprs_are_torchs():
     equal blocks as one `(0-1): 2 x Block(` entry."""
     for ours, theirs in zip(_module_lists(mg), _module_lists(torch)):
         assert repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"bias": False}, {"elementwise_affine": False}])
+def test_layer_norm_repr_names_its_bias_as_torch(kwargs):
+    """Found by tests/programs/test_programs.py's word model (a TransformerEncoderLayer's
+    norms): torch 2.13 prints `bias=True` after elementwise_affine."""
+    assert repr(nn.LayerNorm((3, 4), **kwargs)) == repr(torch.nn.LayerNorm((3, 4), **kwargs))

@@ -1,8 +1,9 @@
-"""A word-level LSTM language model trained the way the classic example scripts train it:
-a Dictionary/Corpus over a text, batchify and get_batch, the hidden state detached between
-batches (repackage_hidden), clip_grad_norm_, SGD by hand through `p.data`, the learning rate
-annealed on the validation loss, and the best model saved whole with torch.save(model, f)
-and loaded back for the test evaluation."""
+"""A word-level language model trained the way the classic example scripts train one: a
+Dictionary/Corpus over a text, batchify and get_batch, an LSTM (or, with --model Transformer,
+an nn.Transformer subclass that uses its encoder under a causal mask), the hidden state
+detached between batches (repackage_hidden), clip_grad_norm_, SGD by hand through `p.data`,
+the learning rate annealed on the validation loss, and the best model saved whole with
+torch.save(model, f) and loaded back for the test evaluation."""
 import argparse
 import math
 import os
@@ -87,6 +88,62 @@ class RNNModel(nn.Module):
                 weight.new_zeros(self.nlayers, bsz, self.nhid))
 
 
+class PositionalEncoding(nn.Module):
+    """Sines and cosines of the position, added to the embeddings (a buffer, not learnt)."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=64):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0).transpose(0, 1)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        x = x + self.pe[:x.size(0), :]
+        return self.dropout(x)
+
+
+class TransformerModel(nn.Transformer):
+    """An nn.Transformer whose encoder alone is used, its decoder replaced by a Linear."""
+
+    def __init__(self, ntoken, ninp, nhead, nhid, nlayers, dropout=0.0):
+        super().__init__(d_model=ninp, nhead=nhead, dim_feedforward=nhid,
+                         num_encoder_layers=nlayers, dropout=dropout)
+        self.model_type = "Transformer"
+        self.src_mask = None
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+        self.input_emb = nn.Embedding(ntoken, ninp)
+        self.ninp = ninp
+        self.decoder = nn.Linear(ninp, ntoken)
+        self.init_weights()
+
+    def _generate_square_subsequent_mask(self, sz):
+        return torch.log(torch.tril(torch.ones(sz, sz)))
+
+    def init_weights(self):
+        initrange = 0.1
+        nn.init.uniform_(self.input_emb.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
+
+    def forward(self, src, has_mask=True):
+        if has_mask:
+            device = src.device
+            if self.src_mask is None or self.src_mask.size(0) != len(src):
+                self.src_mask = self._generate_square_subsequent_mask(len(src)).to(device)
+        else:
+            self.src_mask = None
+        src = self.input_emb(src) * math.sqrt(self.ninp)
+        src = self.pos_encoder(src)
+        output = self.encoder(src, mask=self.src_mask)
+        output = self.decoder(output)
+        return F.log_softmax(output, dim=-1)
+
+
 def batchify(data, bsz):
     nbatch = data.size(0) // bsz
     data = data.narrow(0, 0, nbatch * bsz)
@@ -113,6 +170,7 @@ def main():
     parser.add_argument("--clip", type=float, default=0.25)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--bptt", type=int, default=6)
+    parser.add_argument("--model", default="LSTM", choices=["LSTM", "Transformer"])
     parser.add_argument("--tied", action="store_true")
     parser.add_argument("--init", required=True)
     parser.add_argument("--save", required=True)
@@ -123,7 +181,11 @@ def main():
     val_data = batchify(corpus.valid, 2)
     test_data = batchify(corpus.test, 2)
     ntokens = len(corpus.dictionary)
-    model = RNNModel(ntokens, 16, 16, 2, tie_weights=args.tied)
+    if args.model == "Transformer":
+        model = TransformerModel(ntokens, 16, 2, 32, 2)
+    else:
+        model = RNNModel(ntokens, 16, 16, 2, tie_weights=args.tied)
+    print(model)
     if os.path.exists(args.init):
         model.load_state_dict(torch.load(args.init))
     else:
@@ -133,12 +195,16 @@ def main():
     def evaluate(data_source):
         model.eval()
         total_loss = 0.0
-        hidden = model.init_hidden(data_source.size(1))
+        if args.model != "Transformer":
+            hidden = model.init_hidden(data_source.size(1))
         with torch.no_grad():
             for i in range(0, data_source.size(0) - 1, args.bptt):
                 data, targets = get_batch(data_source, i, args.bptt)
-                output, hidden = model(data, hidden)
-                hidden = repackage_hidden(hidden)
+                if args.model == "Transformer":
+                    output = model(data).view(-1, ntokens)
+                else:
+                    output, hidden = model(data, hidden)
+                    hidden = repackage_hidden(hidden)
                 total_loss += len(data) * criterion(output, targets).item()
         return total_loss / (len(data_source) - 1)
 
@@ -146,12 +212,16 @@ def main():
     best_val_loss = None
     for epoch in range(1, args.epochs + 1):
         model.train()
-        hidden = model.init_hidden(train_data.size(1))
+        if args.model != "Transformer":
+            hidden = model.init_hidden(train_data.size(1))
         for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt)):
             data, targets = get_batch(train_data, i, args.bptt)
             model.zero_grad()
-            hidden = repackage_hidden(hidden)
-            output, hidden = model(data, hidden)
+            if args.model == "Transformer":
+                output = model(data).view(-1, ntokens)
+            else:
+                hidden = repackage_hidden(hidden)
+                output, hidden = model(data, hidden)
             loss = criterion(output, targets)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
@@ -170,7 +240,8 @@ def main():
 
     with open(args.save, "rb") as f:
         model = torch.load(f, weights_only=False)
-        model.rnn.flatten_parameters()
+        if args.model in ["RNN_TANH", "RNN_RELU", "LSTM", "GRU"]:
+            model.rnn.flatten_parameters()
     print(f"end of training test loss {evaluate(test_data):.15e}")
 
 
