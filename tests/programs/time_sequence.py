@@ -1,6 +1,7 @@
 """Sine waves predicted by two stacked LSTM cells, fitted with L-BFGS: the shape of the
-time-series example programs (float64 throughout, a closure that re-evaluates the loss,
-predictions `future` steps past the input under no_grad)."""
+time-series example programs (the generated data kept as a pickled numpy array through
+torch.save/torch.load, float64 throughout, a closure that re-evaluates the loss, predictions
+`future` steps past the input under no_grad, printed)."""
 import argparse
 import os
 
@@ -50,7 +51,9 @@ def main():
     parser.add_argument("--init", required=True, help="initial weights: read if present, "
                                                      "else written")
     args = parser.parse_args()
-    data = sine_waves(8, 24)
+    # The data is generated once and kept as the pickled numpy array, as the example does.
+    torch.save(sine_waves(8, 24), open("traindata.pt", "wb"))
+    data = torch.load("traindata.pt", weights_only=False)
     input = torch.from_numpy(data[2:, :-1])
     target = torch.from_numpy(data[2:, 1:])
     test_input = torch.from_numpy(data[:2, :-1])
@@ -78,6 +81,7 @@ def main():
             loss = criterion(pred[:, :-future], test_target)
             print(f"step {step} test loss {loss.item():.15e}")
             y = pred.detach().numpy()
+        print("predicted continuation:", pred[:, -future:])
         print(f"step {step} prediction tail {np.abs(y[:, -future:]).sum():.15e}")
 
 
