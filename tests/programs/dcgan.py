@@ -79,6 +79,8 @@ def main():
     netG.apply(weights_init)
     netD = Discriminator()
     netD.apply(weights_init)
+    print(netG)
+    print(netD)
     if os.path.exists(args.init):
         state = torch.load(args.init)
         netG.load_state_dict(state["G"])
