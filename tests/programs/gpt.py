@@ -2,9 +2,10 @@
 dataclass, weight tying, scaled init of the residual projections, AdamW with decay and
 no-decay parameter groups, a warmup-then-cosine learning rate, gradient accumulation under
 `torch.autocast` with a GradScaler (enabled for float16, as those trainers do), gradient
-clipping after unscale_, periodic evaluation, and a checkpoint dict (model and optimizer
-state, model args, iteration, best validation loss) written with torch.save.
-`--init_from resume` rebuilds the model from the checkpoint's args and continues.
+clipping after unscale_, periodic evaluation, a checkpoint dict (model, optimizer and scaler
+state, model args, iteration, best validation loss) written with torch.save, and a sample
+generated at the end (topk, masking by comparison, multinomial). `--init_from resume`
+rebuilds the model from the checkpoint's args and continues.
 
 The text is a fixed string encoded by characters; batches are drawn with numpy from a seed
 and the iteration number, so a resumed run draws what an uninterrupted one would."""
@@ -135,10 +136,28 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
+        if targets is None:  # inference: only the last position's logits are needed
+            return self.lm_head(x[:, [-1], :]), None
         logits = self.lm_head(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
                                ignore_index=-1)
         return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Extend each row of `idx` by sampling one token at a time."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size \
+                else idx[:, -self.config.block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("Inf")
+            probs = F.softmax(logits, dim=-1)
+            idx_next = torch.multinomial(probs, num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         param_dict = {pn: p for pn, p in self.named_parameters() if p.requires_grad}
@@ -290,6 +309,14 @@ def main():
         lossf = loss.item() * gradient_accumulation_steps
         print(f"iter {iter_num}: loss {lossf:.15e}, lr {lr:.6e}, scale {scaler.get_scale()}")
         iter_num += 1
+
+    # A sample, as the trainers' sample scripts take one. top_k=1 leaves one token with
+    # non-zero probability, so every library's multinomial draws the same.
+    model.eval()
+    start = torch.tensor([[stoi[c] for c in "it was the "]], dtype=torch.long, device=device)
+    with ctx:
+        sample = model.generate(start, max_new_tokens=12, top_k=1)
+    print("sample:", repr("".join(chars[i] for i in sample[0].tolist())))
 
 
 if __name__ == "__main__":
