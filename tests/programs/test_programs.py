@@ -41,6 +41,8 @@ PROGRAMS = {
     "word_language_model_transformer": ("word_language_model.py",
                                         ["--model", "Transformer", "--lr", "1.0", "--init",
                                          "{init}", "--save", "model.pt"], FLOAT32),
+    "mnist_rnn": ("mnist_rnn.py", ["--init", "{init}", "--save-model"], FLOAT32),
+    "regression": ("regression.py", ["--init", "{init}"], FLOAT64),
     "dcgan": ("dcgan.py", ["--init", "{init}", "--outf", "."], FLOAT32),
     "vae": ("vae.py", ["--init", "{init}"], FLOAT64),
     "siamese_network": ("siamese_network.py", ["--init", "{init}"], FLOAT32),
