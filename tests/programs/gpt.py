@@ -181,6 +181,7 @@ def main():
     parser.add_argument("--eval_interval", type=int, default=2)
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16",
                                                                 "float16"])
+    parser.add_argument("--init_scale", type=float, default=2.0 ** 16)
     args = parser.parse_args()
     batch_size, gradient_accumulation_steps, eval_iters = 4, 2, 2
     learning_rate, min_lr, warmup_iters, lr_decay_iters = 3e-3, 3e-4, 2, 8
@@ -240,7 +241,8 @@ def main():
     print(f"number of parameters: {model.get_num_params()}")
     model.to(device)
 
-    scaler = torch.amp.GradScaler(device_type, enabled=(args.dtype == "float16"))
+    scaler = torch.amp.GradScaler(device_type, init_scale=args.init_scale,
+                                  enabled=(args.dtype == "float16"))
     optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2),
                                            device_type)
     if args.init_from == "resume":
