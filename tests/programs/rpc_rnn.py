@@ -2,9 +2,10 @@
 parameter server ("ps") holds the embedding table and the decoder, built there with
 rpc.remote; the trainer holds the LSTM, calls the remote parts through their RRefs
 (rpc_sync on rref.owner(), rref.local_value() on the owner), collects every parameter as an
-RRef, and trains with dist_autograd and a DistributedOptimizer. Token batches are
-torch.LongTensor's of numpy draws, taken modulo the vocabulary; the workers are started with
-mp.spawn and meet through MASTER_ADDR/MASTER_PORT. float64."""
+RRef, trains with dist_autograd and a DistributedOptimizer, then evaluates with calls in
+flight at once (rpc_async, torch.futures.wait_all) and an RRef's rpc_sync() proxy. Token
+batches are torch.LongTensor's of numpy draws, taken modulo the vocabulary; the workers are
+started with mp.spawn and meet through MASTER_ADDR/MASTER_PORT. float64."""
 import argparse
 import os
 
@@ -114,6 +115,17 @@ def _run_trainer(args):
             print(f"Training epoch {epoch} loss {loss.item():.15e}", flush=True)
     remote_sum = sum(rref.to_here().abs().sum().item() for rref in param_rrefs)
     print(f"parameters after training, abs sum {remote_sum:.15e}", flush=True)
+
+    # Evaluation: several lookups in flight at once, then one through the RRef's proxy.
+    batches = [data for data, _ in get_next_batch()]
+    futs = [rpc.rpc_async(model.emb_table_rref.owner(), _call_method,
+                          args=(EmbeddingTable.forward, model.emb_table_rref, data))
+            for data in batches]
+    embs = torch.futures.wait_all(futs)
+    with torch.no_grad():
+        decoded = model.decoder_rref.rpc_sync().forward(embs[0].new_ones(2, nhid))
+    print(f"evaluation: embeddings abs sum {sum(e.abs().sum().item() for e in embs):.15e}, "
+          f"decoded {decoded.sum().item():.15e}", flush=True)
 
 
 def run_worker(rank, world_size, args):
