@@ -69,20 +69,22 @@ def main():
     parser.add_argument("--outf", required=True)
     args = parser.parse_args()
 
+    torch.manual_seed(999)
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(7)
     images = torch.from_numpy(rng.uniform(-1, 1, (3 * args.batchSize, nc, 16, 16))
                               .astype(np.float32))
     dataloader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images),
                                              batch_size=args.batchSize, shuffle=False)
 
-    netG = Generator()
+    netG = Generator().to(device)
     netG.apply(weights_init)
-    netD = Discriminator()
+    netD = Discriminator().to(device)
     netD.apply(weights_init)
     print(netG)
     print(netD)
     if os.path.exists(args.init):
-        state = torch.load(args.init)
+        state = torch.load(args.init, map_location=lambda storage, loc: storage)
         netG.load_state_dict(state["G"])
         netD.load_state_dict(state["D"])
     else:
@@ -99,16 +101,16 @@ def main():
         for i, data in enumerate(dataloader, 0):
             # (1) Update D: maximize log(D(x)) + log(1 - D(G(z)))
             netD.zero_grad()
-            real_cpu = data[0]
+            real_cpu = data[0].to(device)
             batch_size = real_cpu.size(0)
-            label = torch.full((batch_size,), real_label, dtype=real_cpu.dtype)
+            label = torch.full((batch_size,), real_label, dtype=real_cpu.dtype, device=device)
             output = netD(real_cpu)
             errD_real = criterion(output, label)
             errD_real.backward()
             D_x = output.mean().item()
 
             noise = torch.from_numpy(rng.standard_normal((batch_size, nz, 1, 1))
-                                     .astype(np.float32))
+                                     .astype(np.float32)).to(device)
             fake = netG(noise)
             label.fill_(fake_label)
             output = netD(fake.detach())

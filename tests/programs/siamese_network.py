@@ -3,7 +3,8 @@ convolution is swapped for a one-channel one, cut before its classifier with
 `nn.Sequential(*list(resnet.children())[:-1])`, both images' features concatenated into a
 small head (init by Module.apply: xavier_uniform_ and `bias.data.fill_`), a sigmoid and
 BCELoss, Adadelta with a StepLR schedule. The backbone is written here (a torchvision model
-is built on torch's C++ core); the pairs are numpy images, same-class or not."""
+is built on torch's C++ core); the pairs are numpy images, same-class or not, loaded by two
+DataLoader worker processes."""
 import argparse
 import os
 
@@ -138,7 +139,9 @@ def main():
     parser.add_argument("--init", required=True)
     args = parser.parse_args()
 
-    train_loader = torch.utils.data.DataLoader(PairDataset(12, 0), batch_size=args.batch_size)
+    torch.manual_seed(1)
+    train_loader = torch.utils.data.DataLoader(PairDataset(12, 0), batch_size=args.batch_size,
+                                               num_workers=2)
     test_loader = torch.utils.data.DataLoader(PairDataset(8, 1), batch_size=args.batch_size)
     model = SiameseNetwork()
     print(model)
