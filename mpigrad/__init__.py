@@ -35,6 +35,7 @@ from .serialization import save, load  # noqa: F401
 from .device import device  # noqa: F401
 from . import autograd, futures, ops, utils, nn, optim, data, func  # noqa: F401
 from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler  # noqa: F401
+from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: F401
 from . import serialization  # noqa: F401
 from . import amp, cpu, _dynamo  # noqa: F401
 from ._compile import compile  # noqa: F401

@@ -39,6 +39,29 @@ def test_backend_flags_have_torchs_defaults_and_are_settable():
             module.backends.cuda.matmul.allow_tf32 = "yes"
 
 
+def test_float32_matmul_precision_is_kept_and_checked_as_torchs():
+    """Found by tests/programs/gpt.py, which sets it as GPT trainers do. It changes no result:
+    torch's CPU matmul is full float32 under 'high' too."""
+    assert mg.get_float32_matmul_precision() == "highest"
+    x = mg.tensor(np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32))
+    before = (x @ x.T).numpy()
+    try:
+        for precision in ("high", "medium", "highest"):
+            mg.set_float32_matmul_precision(precision)
+            assert mg.get_float32_matmul_precision() == precision
+            assert mg.backends.cuda.matmul.allow_tf32 is (precision != "highest")
+            np.testing.assert_array_equal((x @ x.T).numpy(), before)
+        mg.set_float32_matmul_precision("high")
+        with pytest.warns(UserWarning, match="low is not one of 'highest', 'high', or 'medium'"):
+            mg.set_float32_matmul_precision("low")
+        assert mg.get_float32_matmul_precision() == "high"
+        for module in (mg, torch):  # the type is checked before anything changes
+            with pytest.raises(RuntimeError, match="expects a str, but got int"):
+                module.set_float32_matmul_precision(3)
+    finally:
+        mg.set_float32_matmul_precision("highest")
+
+
 def test_onnx_imports_and_export_says_it_cannot():
     import mpigrad.onnx
     assert mpigrad.onnx.is_in_onnx_export() is torch.onnx.is_in_onnx_export() is False

@@ -188,7 +188,7 @@ def main():
     weight_decay, beta1, beta2, grad_clip = 0.1, 0.9, 0.95, 1.0
     device, device_type = "cpu", "cpu"
 
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
     torch.backends.cudnn.allow_tf32 = True
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                "float16": torch.float16}[args.dtype]
