@@ -2,7 +2,9 @@
 the reparameterisation trick, a sigmoid decoder, binary cross-entropy plus the KL term summed
 over the batch (reduction='sum'), Adam, a train and a test pass per epoch, and samples decoded
 from the prior under no_grad. float64, so the losses are compared to 1e-10. The reparameter-
-isation's noise comes from numpy so that every library draws the same."""
+isation's noise comes from numpy so that every library draws the same. Each epoch saves the
+tutorials' checkpoint dict (epoch, model and optimizer state, the last loss tensor), which is
+reloaded at the end into a fresh model and optimizer."""
 import argparse
 import os
 
@@ -103,6 +105,26 @@ def main():
             sample = torch.from_numpy(model.noise.standard_normal((4, 4)))
             sample = model.decode(sample)
             print(f"====> Sample mean: {sample.mean().item():.15e}")
+        torch.save({"epoch": epoch, "model_state_dict": model.state_dict(),
+                    "optimizer_state_dict": optimizer.state_dict(), "loss": loss},
+                   "checkpoint.tar")
+
+    # Reload the last checkpoint into a fresh model and optimizer, as the tutorials do.
+    checkpoint = torch.load("checkpoint.tar", weights_only=True)
+    model = VAE()
+    model.load_state_dict(checkpoint["model_state_dict"])
+    optimizer = optim.Adam(model.parameters(), lr=1e-2)
+    optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+    print("reloaded epoch", checkpoint["epoch"], "loss", checkpoint["loss"])
+    print("Adam state of fc1.weight:", sorted(optimizer.state[model.fc1.weight]),
+          f"step {int(optimizer.state[model.fc1.weight]['step'])}")
+    model.eval()
+    with torch.no_grad():
+        data = next(iter(test_loader))[0]
+        recon_batch, mu, logvar = model(data)
+        n = min(data.size(0), 4)
+        comparison = torch.cat([data[:n], recon_batch.view(args.batch_size, 1, 8, 8)[:n]])
+        print(f"comparison {tuple(comparison.shape)} mean {comparison.mean().item():.15e}")
 
 
 if __name__ == "__main__":
