@@ -1,12 +1,14 @@
 """Programs written as PyTorch users write them (tests/programs/*.py, each one script against
 `import torch`), run on torch and, unchanged, on mpigrad through `python -m mpigrad.compat`:
-each must print what torch prints. The text of every line must be equal; the numbers printed
-in exponent form (the losses) must agree to the program's tolerance: 1e-10 in float64,
-torch's float32 tolerance in float32.
+each must print what torch prints. The text of every line must be equal (models, tensors,
+counts, scales); the numbers printed in exponent form (the losses) must agree to the
+program's tolerance: 1e-10 in float64, torch's float32 tolerance in float32, and the bounds
+below under autocast.
 
 Every program's initial weights are torch's own init, saved by the torch run (the programs
 write their --init file when it is missing) and loaded by the mpigrad run; data and noise
-come from numpy seeds. All programs of a library run in one interpreter (_run_programs.py)."""
+come from numpy seeds. All programs of a library run in one interpreter (_run_programs.py),
+except those in ALONE, which start processes of their own and run beside it."""
 import json
 import os
 import pathlib
