@@ -3,9 +3,9 @@ dataclass, weight tying, scaled init of the residual projections, AdamW with dec
 no-decay parameter groups, a warmup-then-cosine learning rate, gradient accumulation under
 `torch.autocast` with a GradScaler (enabled for float16, as those trainers do), gradient
 clipping after unscale_, periodic evaluation, a checkpoint dict (model, optimizer and scaler
-state, model args, iteration, best validation loss) written with torch.save, and a sample
-generated at the end (topk, masking by comparison, multinomial). `--init_from resume`
-rebuilds the model from the checkpoint's args and continues.
+state, model args, iteration, best validation loss, the run's config) written with
+torch.save, and a sample generated at the end (topk, masking by comparison, multinomial).
+`--init_from resume` rebuilds the model from the checkpoint's args and continues.
 
 The text is a fixed string encoded by characters; batches are drawn with numpy from a seed
 and the iteration number, so a resumed run draws what an uninterrupted one would."""
@@ -237,6 +237,8 @@ def main():
         model.load_state_dict(state_dict)
         iter_num = checkpoint["iter_num"]
         best_val_loss = checkpoint["best_val_loss"]
+        print(f"resuming from iteration {iter_num} of a {checkpoint['config']['dtype']} run, "
+              f"best val loss {best_val_loss:.15e}")
     print(model)
     print(f"number of parameters: {model.get_num_params()}")
     model.to(device)
@@ -291,6 +293,7 @@ def main():
                     "model_args": model_args,
                     "iter_num": iter_num,
                     "best_val_loss": best_val_loss,
+                    "config": vars(args),
                 }
                 print(f"saving checkpoint to {args.out_dir}")
                 torch.save(checkpoint, ckpt_path)
