@@ -34,8 +34,11 @@ class Adam(Optimizer):
         if capturable:
             raise NotImplementedError(f"{type(self).__name__}: capturable=True (CUDA graphs) "
                                       "is not supported")
+        # foreach, fused, capturable and differentiable change nothing here; they are kept in
+        # the groups as torch keeps them (its repr and state_dict show them).
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "amsgrad": amsgrad, "maximize": maximize,
+                    "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
+                    "capturable": capturable, "differentiable": differentiable, "fused": fused,
                     "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, defaults)
 

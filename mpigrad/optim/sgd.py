@@ -29,7 +29,8 @@ class SGD(Optimizer):
                  fused=None):
         check_implementation("SGD", foreach, fused, differentiable)
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
-                    "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize}
+                    "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
+                    "foreach": foreach, "differentiable": differentiable, "fused": fused}
         super().__init__(params, defaults)
 
     def _check_hyperparameters(self, group):

@@ -147,7 +147,8 @@ def test_state_dict_has_torchs_layout():
     assert [g["params"] for g in state["param_groups"]] == [[0, 1], [2]]
     assert state["param_groups"][1] == {"lr": 0.5, "momentum": 0.9, "dampening": 0,
                                         "weight_decay": 0, "nesterov": False,
-                                        "maximize": False, "params": [2]}
+                                        "maximize": False, "foreach": None,
+                                        "differentiable": False, "fused": None, "params": [2]}
     assert set(state["state"]) == {0, 2}
     np.testing.assert_array_equal(state["state"][2]["momentum_buffer"].data, [1.0])
 
@@ -262,3 +263,21 @@ def test_a_subclass_step_decorated_with_no_grad_runs_without_grad():
         kind([w], lr=0.25).step()
         np.testing.assert_array_equal(w.data, np.full(3, 0.5))
         assert mg.is_grad_enabled()
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", dict(lr=1e-3)),
+    ("AdamW", dict(lr=3e-3, betas=(0.9, 0.95))), ("Adadelta", dict(lr=1.0)),
+])
+def test_an_optimizer_prints_and_lists_its_groups_as_torch(name, kwargs):
+    """Found by tests/programs/gpt.py printing its AdamW: torch's groups carry foreach, fused,
+    capturable and differentiable, and a blank line parts the groups."""
+    torch = pytest.importorskip("torch")
+
+    def groups(lib):
+        weight, bias = (lib.nn.Parameter(lib.zeros(2, 2)), lib.nn.Parameter(lib.zeros(2)))
+        return [{"params": [weight], "weight_decay": 0.1}, {"params": [bias]}]
+    ours = getattr(optim, name)(groups(mg), **kwargs)
+    theirs = getattr(torch.optim, name)(groups(torch), **kwargs)
+    assert repr(ours) == repr(theirs)
+    assert ours.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]

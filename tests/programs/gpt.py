@@ -247,6 +247,7 @@ def main():
                                   enabled=(args.dtype == "float16"))
     optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2),
                                            device_type)
+    print(optimizer)
     if args.init_from == "resume":
         optimizer.load_state_dict(checkpoint["optimizer"])
         scaler.load_state_dict(checkpoint["scaler"])
