@@ -10,6 +10,7 @@ from .dtypes import (float16, half, bfloat16, float32, float, float64, double, i
                      complex128, cdouble, get_default_dtype, set_default_dtype,
                      is_floating_point, layout, strided, sparse_coo)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
+from ._tensor_str import set_printoptions  # noqa: F401
 from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401
                        zeros_like, ones_like, empty_like, full_like, randn_like, rand_like,
                        randint_like, arange, linspace, eye, randn, rand, randint, randperm,

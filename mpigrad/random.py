@@ -84,7 +84,7 @@ def multinomial_array(weights, num_samples, replacement, generator=None):
     (computed as log(u) / w to stay in range). Zero weights are never drawn either way."""
     if weights.ndim not in (1, 2):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
-    if weights.dtype.kind != "f":
+    if not dtypes.is_floating_point(weights.dtype):  # bfloat16's numpy kind is not "f"
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
                            f"{dtypes.torch_name(weights.dtype)}")
     if num_samples <= 0:

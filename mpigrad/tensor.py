@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from . import dtypes, random
+from . import _tensor_str, dtypes, random
 from .device import CPU, device, require_cpu
 from .hooks import add_hook
 
@@ -174,15 +174,9 @@ class Tensor:
         return object.__format__(self, spec)
 
     def __repr__(self):
-        body = np.array2string(self._array, separator=", ", prefix="tensor(")
-        extra = ""
-        if self._array.dtype not in (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool):
-            extra += f", dtype={self._array.dtype}"
-        if self.grad_fn is not None:
-            extra += f", grad_fn=<{self.grad_fn.name()}>"
-        elif self.requires_grad:
-            extra += ", requires_grad=True"
-        return f"tensor({body}{extra})"
+        return _tensor_str.tensor_repr(
+            self._array, None if self.grad_fn is None else self.grad_fn.name(),
+            self.requires_grad)
 
     # ----------------------------------------------------------------- conversion
     def numpy(self):

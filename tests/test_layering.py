@@ -25,7 +25,8 @@ D = "mpigrad.distributed"
 LAYERS = [
     {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures", "mpigrad.device",
      "mpigrad.autograd.grad_mode", "mpigrad.autograd.anomaly", "mpigrad.autograd.graph",
-     "mpigrad.autograd.engine", "mpigrad.launchers", "mpigrad._allocator"},
+     "mpigrad.autograd.engine", "mpigrad.launchers", "mpigrad._allocator",
+     "mpigrad._tensor_str"},
     {"mpigrad.kernels"},
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization",
@@ -57,6 +58,7 @@ NUMPY_HOMES = ("mpigrad.ops", "mpigrad.kernels", "mpigrad.distributed.buffers")
 NUMPY_ALLOWED = {
     "mpigrad.tensor": "Tensor's storage is an ndarray; its methods convert and compare",
     "mpigrad.creation": "torch's factories build the storage array",
+    "mpigrad._tensor_str": "a tensor prints from its storage array's values",
     "mpigrad.dtypes": "torch's dtype names are numpy dtypes",
     "mpigrad.amp": "the grad scaler keeps its scale as a float32 scalar and unscales gradients "
                    "in place in torch's order (float32 multiply, one rounding); autocast's "

@@ -2,8 +2,9 @@
 import collections
 import numbers
 
+from .. import _tensor_str, dtypes
 from ..tensor import Tensor
-from .module import Module
+from .module import Module, _indented, _repr_with_lines
 from .parameter import Parameter
 
 
@@ -115,6 +116,20 @@ class ModuleList(_ModuleSequence):
     def __iadd__(self, modules):
         return self.extend(modules)
 
+    def __repr__(self):
+        """As torch's: a run of equal entries is one line, `(0-5): 6 x Block(...)`."""
+        runs = []  # [first index, last index, repr]
+        for index, module in enumerate(self._modules.values()):
+            text = repr(module)
+            if runs and runs[-1][2] == text:
+                runs[-1][1] = index
+            else:
+                runs.append([index, index, text])
+        lines = [_indented(f"({first}): {text}" if first == last
+                           else f"({first}-{last}): {last - first + 1} x {text}")
+                 for first, last, text in runs]
+        return _repr_with_lines(self, [], lines)
+
 
 class ModuleDict(Module):
     """An ordered dict of name -> module, registered under those names."""
@@ -213,7 +228,7 @@ class ParameterList(Module):
         return self.extend(values)
 
     def extra_repr(self):
-        return _listing(enumerate(self))
+        return _listing(enumerate(self), _tensor_str.dtype_name)
 
 
 class ParameterDict(Module):
@@ -296,17 +311,18 @@ class ParameterDict(Module):
             self[key] = value
 
     def extra_repr(self):
-        return _listing(self.items())
+        return _listing(self.items(), dtypes.legacy_type_name)
 
 
-def _listing(pairs):
-    """One line per entry, indented inside the container's parentheses."""
-    lines = "".join(f"\n  ({key}): {_describe(value)}" for key, value in pairs)
-    return lines + "\n" if lines else ""
+def _listing(pairs, type_name):
+    """torch's entry lines (`  (0): Parameter containing: [torch.float32 of size 2x3]`; the
+    dict names the legacy type, torch.FloatTensor), which Module's repr indents once more."""
+    return "\n".join(f"  ({key}): {_describe(value, type_name)}" for key, value in pairs)
 
 
-def _describe(value):
+def _describe(value, type_name):
     if not isinstance(value, Tensor):
-        return repr(value)
-    kind = "Parameter containing" if isinstance(value, Parameter) else "Tensor"
-    return f"{kind}: [mpigrad.{value.dtype} of size {'x'.join(map(str, value.shape))}]"
+        return f"Object of type: {type(value).__name__}"
+    kind = "Parameter" if isinstance(value, Parameter) else "Tensor"
+    return (f"{kind} containing: [{type_name(value.dtype)} of size "
+            f"{'x'.join(map(str, value.shape))}]")

@@ -322,16 +322,27 @@ class Module:
         return ""
 
     def __repr__(self):
-        lines = [f"({name}): " + repr(m).replace("\n", "\n  ")
-                 for name, m in self._modules.items()]
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        if not lines:
-            return head + ")"
-        return head + "\n  " + "\n  ".join(lines) + "\n)"
+        # torch's layout: a lone one-line extra_repr inline, else one line per entry.
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): " + _indented(repr(m)) for name, m in self._modules.items()]
+        return _repr_with_lines(self, extra_lines, child_lines)
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
                       | set(self._modules))
+
+
+def _indented(text):
+    return text.replace("\n", "\n  ")
+
+
+def _repr_with_lines(module, extra_lines, child_lines):
+    if len(extra_lines) == 1 and not child_lines:
+        return f"{type(module).__name__}({extra_lines[0]})"
+    lines = extra_lines + child_lines
+    body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
+    return f"{type(module).__name__}({body})"
 
 
 def _add_ordered_hook(hooks, hook, prepend):

@@ -292,7 +292,7 @@ class LayerNorm(_AffineNorm):
 
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, "
-                f"elementwise_affine={self.elementwise_affine}")
+                f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
 
 
 class RMSNorm(Module):

@@ -9,11 +9,16 @@ class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):
         super().__init__()
-        self.kernel_size = _checks.pair("kernel_size", kernel_size, 1)
-        self.stride = self.kernel_size if stride is None else _checks.pair("stride", stride, 1)
-        self.padding = _checks.pair("padding", padding, 0)
-        self.dilation = _checks.pair("dilation", dilation, 1)
-        _checks.pool_padding("MaxPool2d", self.padding, self.kernel_size)
+        kernel = _checks.pair("kernel_size", kernel_size, 1)
+        if stride is not None:
+            _checks.pair("stride", stride, 1)
+        _checks.pair("dilation", dilation, 1)
+        _checks.pool_padding("MaxPool2d", _checks.pair("padding", padding, 0), kernel)
+        # Kept as given, as torch keeps them (`MaxPool2d(3).kernel_size == 3`, and its repr).
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.dilation = dilation
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
@@ -32,10 +37,13 @@ class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):
         super().__init__()
-        self.kernel_size = _checks.pair("kernel_size", kernel_size, 1)
-        self.stride = self.kernel_size if stride is None else _checks.pair("stride", stride, 1)
-        self.padding = _checks.pair("padding", padding, 0)
-        _checks.pool_padding("AvgPool2d", self.padding, self.kernel_size)
+        kernel = _checks.pair("kernel_size", kernel_size, 1)
+        if stride is not None:
+            _checks.pair("stride", stride, 1)
+        _checks.pool_padding("AvgPool2d", _checks.pair("padding", padding, 0), kernel)
+        self.kernel_size = kernel_size  # as given, as MaxPool2d
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
         _checks.divisor_override("AvgPool2d", divisor_override)
         self.ceil_mode = ceil_mode
         self.count_include_pad = count_include_pad

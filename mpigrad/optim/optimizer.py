@@ -56,12 +56,12 @@ class Optimizer:
             self.add_param_group(group)
 
     def __repr__(self):
-        lines = [f"{type(self).__name__} ("]
-        for i, group in enumerate(self.param_groups):
-            lines.append(f"Parameter Group {i}")
-            lines.extend(f"    {key}: {group[key]}" for key in sorted(group) if key != "params")
-        lines.append(")")
-        return "\n".join(lines)
+        groups = ["\n".join([f"Parameter Group {i}"]
+                            + [f"    {key}: {group[key]}" for key in sorted(group)
+                               if key != "params"])
+                  for i, group in enumerate(self.param_groups)]
+        # torch's layout: a blank line between groups.
+        return f"{type(self).__name__} (\n" + "\n\n".join(groups) + "\n)"
 
     def add_param_group(self, param_group):
         """Add a group of parameters, e.g. layers unfrozen while fine-tuning.

@@ -69,3 +69,60 @@ def test_channel_dropout_repr_and_p_one_match_torch():
     assert repr(nn.Dropout1d(0.3)) == repr(torch.nn.Dropout1d(0.3))
     x = mg.ones(2, 3, 4, 4)
     np.testing.assert_array_equal(F.dropout2d(x, 1.0).data, 0)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("MaxPool2d", (3, 2, 1)), ("MaxPool2d", (2,)), ("MaxPool2d", ((2, 3), (1, 2), (1, 0))),
+    ("AvgPool2d", (3, 2, 1)), ("AvgPool2d", (2,)), ("AvgPool2d", ((2, 3), 1)),
+])
+def test_pooling_keeps_its_arguments_as_given_as_torch(name, args):
+    """Found by tests/programs/siamese_network.py printing its model: the sizes print (and
+    read back) as given, `MaxPool2d(kernel_size=3, stride=2, ...)`, not as pairs."""
+    ours, theirs = getattr(nn, name)(*args), getattr(torch.nn, name)(*args)
+    assert repr(ours) == repr(theirs)
+    for attribute in ("kernel_size", "stride", "padding"):
+        assert getattr(ours, attribute) == getattr(theirs, attribute)
+    x = np.random.default_rng(2).standard_normal((1, 2, 7, 8))
+    np.testing.assert_allclose(ours(mg.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy(),
+                               rtol=1e-12)
+
+
+def _module_lists(lib):
+    class Block(lib.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.fc = lib.nn.Linear(width, width)
+            self.act = lib.nn.GELU()
+
+    class Scaled(lib.nn.Module):
+        """extra_repr and children: torch puts the extra line above the children."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = lib.nn.ReLU()
+
+        def extra_repr(self):
+            return "scale=2"
+
+    return [
+        lib.nn.ModuleList([Block(4) for _ in range(3)]),
+        lib.nn.ModuleList([Block(4), Block(4), Block(5), Block(4), lib.nn.ReLU()]),
+        lib.nn.ModuleList([lib.nn.Tanh()]),
+        lib.nn.ModuleList(),
+        lib.nn.Sequential(lib.nn.ReLU(), lib.nn.ReLU()),  # not collapsed: only ModuleList is
+        lib.nn.ModuleDict({"h": lib.nn.ModuleList([Block(2), Block(2)]), "s": Scaled()}),
+    ]
+
+
+def test_module_and_module_list_reprs_are_torchs():
+    """Found by tests/programs/gpt.py printing its model: torch shows a ModuleList's run of
+    equal blocks as one `(0-1): 2 x Block(` entry."""
+    for ours, theirs in zip(_module_lists(mg), _module_lists(torch)):
+        assert repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"bias": False}, {"elementwise_affine": False}])
+def test_layer_norm_repr_names_its_bias_as_torch(kwargs):
+    """Found by tests/programs/test_programs.py's word model (a TransformerEncoderLayer's
+    norms): torch 2.13 prints `bias=True` after elementwise_affine."""
+    assert repr(nn.LayerNorm((3, 4), **kwargs)) == repr(torch.nn.LayerNorm((3, 4), **kwargs))

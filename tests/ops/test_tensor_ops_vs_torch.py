@@ -301,6 +301,22 @@ def test_multinomial_repeats_with_a_seeded_generator():
     np.testing.assert_array_equal(one.numpy(), mg.multinomial(weights, 3).numpy())
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_multinomial_draws_from_16_bit_weights_as_torch(dtype):
+    """Found by tests/programs/gpt.py: sampling under bfloat16 autocast gives bfloat16
+    probabilities, which torch draws from and mpigrad refused as not floating point."""
+    one_hot = [[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+    ours = mg.multinomial(mg.tensor(one_hot, dtype=getattr(mg, dtype)), 1)
+    theirs = torch.multinomial(torch.tensor(one_hot, dtype=getattr(torch, dtype)), 1)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert ours.dtype == np.int64
+    draws = mg.tensor([0.25, 0.75], dtype=getattr(mg, dtype)).multinomial(
+        4000, replacement=True, generator=mg.Generator().manual_seed(1))
+    np.testing.assert_allclose(np.bincount(draws.numpy()) / 4000, [0.25, 0.75], atol=0.03)
+    with pytest.raises(RuntimeError, match="got: Long"):
+        mg.multinomial(mg.tensor([1, 2]), 1)
+
+
 @pytest.mark.parametrize("weights,samples,replacement,message", [
     ([0.5, -0.1], 1, True, "probability tensor contains either `inf`, `nan` or element < 0"),
     ([0.5, np.nan], 1, True, "probability tensor contains either `inf`, `nan` or element < 0"),

@@ -278,3 +278,21 @@ def test_a_state_dict_saved_without_torchs_kernel_flags_still_loads():
     resumed = optim.Adam([leaf([1.0, 2.0])], lr=0.1, fused=True)
     resumed.load_state_dict(saved)
     assert resumed.param_groups[0]["fused"] is True and resumed.param_groups[0]["lr"] == 0.1
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", dict(lr=1e-3)),
+    ("AdamW", dict(lr=3e-3, betas=(0.9, 0.95))), ("Adadelta", dict(lr=1.0)),
+])
+def test_an_optimizer_prints_and_lists_its_groups_as_torch(name, kwargs):
+    """Found by tests/programs/gpt.py printing its AdamW: torch's groups carry foreach, fused,
+    capturable and differentiable, and a blank line parts the groups."""
+    torch = pytest.importorskip("torch")
+
+    def groups(lib):
+        weight, bias = (lib.nn.Parameter(lib.zeros(2, 2)), lib.nn.Parameter(lib.zeros(2)))
+        return [{"params": [weight], "weight_decay": 0.1}, {"params": [bias]}]
+    ours = getattr(optim, name)(groups(mg), **kwargs)
+    theirs = getattr(torch.optim, name)(groups(torch), **kwargs)
+    assert repr(ours) == repr(theirs)
+    assert ours.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]
