@@ -1,35 +1,23 @@
 """IterableDataset through DataLoader, against torch: batches, drop_last, batching off,
 len(), torch's errors, and workers that each read their own copy of the stream."""
-import pathlib
-
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.utils.data as torch_data  # noqa: E402
 
+import torch_twins  # noqa: E402
+
 import mpigrad.utils.data as mpigrad_data  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def importable_datasets(monkeypatch):
-    # Spawned workers unpickle the datasets by module name, so their folder must be on
-    # sys.path, which spawn hands on to the children.
-    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent))
-
-
-def _twins():
-    import torch_twins
-    return torch_twins
 
 
 def _both(make_dataset_name, *args, dataset_kwargs=None, **loader_kwargs):
     """The batches of the same stream read through mpigrad's and torch's DataLoader."""
-    twins = _twins()
     out = []
     for prefix, data in (("Mpigrad", mpigrad_data), ("Torch", torch_data)):
-        dataset = getattr(twins, prefix + make_dataset_name)(*args, **(dataset_kwargs or {}))
-        out.append([twins.plain(batch) for batch in data.DataLoader(dataset, **loader_kwargs)])
+        dataset = getattr(torch_twins, prefix + make_dataset_name)(*args,
+                                                                   **(dataset_kwargs or {}))
+        loader = data.DataLoader(dataset, **loader_kwargs)
+        out.append([torch_twins.plain(batch) for batch in loader])
     return out
 
 
@@ -53,14 +41,13 @@ def test_numpy_samples_keep_their_dtypes_batched_or_not():
 
 
 def test_len_only_when_the_dataset_has_one():
-    twins = _twins()
     for kwargs in (dict(batch_size=4), dict(batch_size=4, drop_last=True),
                    dict(batch_size=None)):
-        ours = mpigrad_data.DataLoader(twins.MpigradSizedStream(0, 10), **kwargs)
-        theirs = torch_data.DataLoader(twins.TorchSizedStream(0, 10), **kwargs)
+        ours = mpigrad_data.DataLoader(torch_twins.MpigradSizedStream(0, 10), **kwargs)
+        theirs = torch_data.DataLoader(torch_twins.TorchSizedStream(0, 10), **kwargs)
         assert len(ours) == len(theirs)
-    for loader in (mpigrad_data.DataLoader(twins.MpigradRangeStream(0, 10)),
-                   torch_data.DataLoader(twins.TorchRangeStream(0, 10))):
+    for loader in (mpigrad_data.DataLoader(torch_twins.MpigradRangeStream(0, 10)),
+                   torch_data.DataLoader(torch_twins.TorchRangeStream(0, 10))):
         with pytest.raises(TypeError):
             len(loader)
 
@@ -71,15 +58,14 @@ def test_len_only_when_the_dataset_has_one():
     (dict(batch_sampler=[[0, 1]]), "expected unspecified batch_sampler option"),
 ])
 def test_choosing_an_order_is_torchs_error(kwargs, message):
-    twins = _twins()
-    for loader, dataset in ((mpigrad_data.DataLoader, twins.MpigradRangeStream(0, 4)),
-                            (torch_data.DataLoader, twins.TorchRangeStream(0, 4))):
+    for loader, dataset in ((mpigrad_data.DataLoader, torch_twins.MpigradRangeStream(0, 4)),
+                            (torch_data.DataLoader, torch_twins.TorchRangeStream(0, 4))):
         with pytest.raises(ValueError, match=message):
             loader(dataset, **kwargs)
 
 
 def test_a_stream_is_read_afresh_each_pass():
-    loader = mpigrad_data.DataLoader(_twins().MpigradRangeStream(0, 5), batch_size=2)
+    loader = mpigrad_data.DataLoader(torch_twins.MpigradRangeStream(0, 5), batch_size=2)
     assert [b[0].tolist() for b in loader] == [b[0].tolist() for b in loader] == [
         [0, 1], [2, 3], [4]]
 
@@ -116,7 +102,7 @@ def test_workers_with_streams_of_unequal_length_lose_and_repeat_nothing(stop):
 
 
 def test_persistent_workers_read_the_stream_afresh_each_pass():
-    loader = mpigrad_data.DataLoader(_twins().MpigradRangeStream(0, 6), batch_size=2,
+    loader = mpigrad_data.DataLoader(torch_twins.MpigradRangeStream(0, 6), batch_size=2,
                                      num_workers=2, persistent_workers=True)
     passes = [[batch[0].tolist() for batch in loader] for _ in range(2)]
     assert passes[0] == passes[1] == [[0, 1], [3, 4], [2], [5]]

@@ -15,6 +15,8 @@ def plain(value):
     containers as (type name, contents), so equal batches compare equal."""
     if isinstance(value, (torch.Tensor, mpigrad.Tensor)):
         return ("tensor", str(value.dtype).split(".")[-1], value.tolist())
+    if isinstance(value, np.ndarray):
+        return ("ndarray", str(value.dtype), value.tolist())
     if isinstance(value, dict):
         return (type(value).__name__, {key: plain(item) for key, item in value.items()})
     if isinstance(value, (list, tuple)):
