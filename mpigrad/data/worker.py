@@ -324,7 +324,7 @@ class MultiProcessIterator:
                     self._send_next()
                 else:
                     self.ready[position] = batch
-        except StopIteration:
+        except StopIteration:  # the pass's normal end: a persistent pool stays up
             raise
         except BaseException:
             self._finish(error=True)
