@@ -80,6 +80,17 @@ def test_workers_that_split_the_stream_give_torchs_batches_in_torchs_order():
         assert ours == theirs and ours
 
 
+def test_workers_narrowed_by_worker_init_fn_give_torchs_batches():
+    batches = []
+    for data, prefix in ((mpigrad_data, "mpigrad"), (torch_data, "torch")):
+        dataset = getattr(torch_twins, prefix.capitalize() + "RangeStream")(3, 10, split=False)
+        loader = data.DataLoader(dataset, batch_size=2, num_workers=2,
+                                 worker_init_fn=getattr(torch_twins, prefix + "_take_share"))
+        batches.append([torch_twins.plain(batch) for batch in loader])
+    assert batches[0] == batches[1]
+    assert [batch[1][0][2] for batch in batches[0]] == [[3, 4], [7, 8], [5, 6], [9]]
+
+
 def test_workers_that_do_not_split_each_yield_the_whole_stream_as_torchs():
     ours, theirs = _both("RangeStream", 0, 5, dataset_kwargs=dict(split=False),
                          batch_size=2, num_workers=2, persistent_workers=True)

@@ -24,6 +24,23 @@ def plain(value):
     return (type(value).__name__, value)
 
 
+def _take_share(info):
+    """Torch's second documented way to split a stream: worker_init_fn narrows the
+    worker's copy of the dataset (`info.dataset`) to its share."""
+    dataset = info.dataset
+    share = -(-(dataset.stop - dataset.start) // info.num_workers)
+    dataset.start += info.id * share
+    dataset.stop = min(dataset.start + share, dataset.stop)
+
+
+def mpigrad_take_share(worker_id):
+    _take_share(mpigrad_data.get_worker_info())
+
+
+def torch_take_share(worker_id):
+    _take_share(torch_data.get_worker_info())
+
+
 class _RangeStream:
     """Samples `(i, float(i) / 2)` for i in [start, stop); with `split`, each worker of a
     DataLoader reads its own contiguous share, as torch's documentation shows."""
