@@ -76,17 +76,46 @@ class TensorDataset(Dataset):
 
 
 class Subset(Dataset):
-    """The samples of `dataset` at positions `indices`, in that order."""
+    """The samples of `dataset` at positions `indices`, in that order.
+
+    DataLoader reads a batch of it through `__getitems__` (itself through the
+    dataset's `__getitems__` if it has one), so a subclass that overrides
+    `__getitem__` must override `__getitems__` too, as torch requires.
+    """
 
     def __init__(self, dataset, indices):
+        kind = type(self)
+        if kind.__getitem__ is not Subset.__getitem__ and kind.__getitems__ is Subset.__getitems__:
+            raise NotImplementedError(
+                f"{kind.__name__} overrides __getitem__ but not __getitems__, which DataLoader "
+                "reads batches with; override it too, e.g.\n\n"
+                "def __getitems__(self, indices):\n"
+                "    return [self.__getitem__(idx) for idx in indices]")
         self.dataset = dataset
         self.indices = indices
 
     def __getitem__(self, index):
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
         return self.dataset[self.indices[index]]
+
+    def __getitems__(self, indices):
+        return _read_batch(self.dataset, [self.indices[i] for i in indices])
 
     def __len__(self):
         return len(self.indices)
+
+
+def _read_batch(dataset, indices):
+    """The samples of `dataset` at `indices`, through its `__getitems__` if it has one."""
+    read_batch = getattr(dataset, "__getitems__", None)
+    if not callable(read_batch):
+        return [dataset[i] for i in indices]
+    samples = read_batch(indices)
+    if len(samples) != len(indices):
+        raise ValueError(f"Nested dataset's output size mismatch. Expected {len(indices)}, "
+                         f"got {len(samples)}")
+    return samples
 
 
 class ConcatDataset(Dataset):
@@ -162,6 +191,12 @@ class StackDataset(Dataset):
         if isinstance(self.datasets, dict):
             return {key: dataset[index] for key, dataset in self.datasets.items()}
         return tuple(dataset[index] for dataset in self.datasets)
+
+    def __getitems__(self, indices):
+        if isinstance(self.datasets, dict):
+            columns = {key: _read_batch(dataset, indices) for key, dataset in self.datasets.items()}
+            return [dict(zip(columns, row)) for row in zip(*columns.values())]
+        return list(zip(*(_read_batch(dataset, indices) for dataset in self.datasets)))
 
     def __len__(self):
         return self._length

@@ -15,10 +15,12 @@ from .sampler import (BatchSampler, InfiniteConstantSampler, RandomSampler, Sequ
 from .worker import EndOfStream, MultiProcessIterator, _WorkerPool, start_method
 
 
-def _getitem(dataset):
-    # Compared by identity: a subclass that overrides __getitem__ may change what a
-    # sample is, so only the inherited method vouches for plain rows of arrays.
-    return getattr(type(dataset), "__getitem__", None)
+def _reads(dataset):
+    """The methods that read `dataset`'s samples. Compared by identity: a subclass that
+    overrides either may change what a sample is, so only the inherited pair vouches for
+    plain rows of arrays."""
+    kind = type(dataset)
+    return getattr(kind, "__getitem__", None), getattr(kind, "__getitems__", None)
 
 
 class DataLoader:
@@ -226,11 +228,11 @@ class DataLoader:
         if self.collate_fn is not default_collate or not self._auto_collation or self._iterable:
             return None
         dataset, positions = self.dataset, None
-        while _getitem(dataset) is Subset.__getitem__:
+        while _reads(dataset) == (Subset.__getitem__, Subset.__getitems__):
             subset = np.asarray(dataset.indices, dtype=np.intp)
             positions = subset if positions is None else subset[positions]
             dataset = dataset.dataset
-        if _getitem(dataset) is not TensorDataset.__getitem__ or any(
+        if _reads(dataset) != (TensorDataset.__getitem__, None) or any(
             t.requires_grad for t in dataset.tensors
         ):
             return None
@@ -254,9 +256,13 @@ class MapFetcher:
         self.auto_collation = auto_collation
 
     def fetch(self, dataset, collate_fn, pass_id, indices):
-        if self.auto_collation:
-            return collate_fn([dataset[i] for i in indices])
-        return collate_fn(dataset[indices])
+        if not self.auto_collation:
+            return collate_fn(dataset[indices])
+        # As torch's: a dataset that reads a batch at once says so with __getitems__.
+        read_batch = getattr(dataset, "__getitems__", None)
+        if read_batch:
+            return collate_fn(read_batch(indices))
+        return collate_fn([dataset[i] for i in indices])
 
 
 class IterableFetcher:

@@ -119,3 +119,53 @@ def test_stack_errors_are_torchs(args, kwargs, message):
     for data in FRAMEWORKS:
         with pytest.raises(ValueError, match=message):
             data.StackDataset(*args, **kwargs)
+
+
+class _BatchReader:
+    """Reads whole batches through __getitems__, recording each call."""
+
+    def __init__(self, n):
+        self.n, self.calls = n, []
+
+    def __getitem__(self, index):
+        return index * 10
+
+    def __getitems__(self, indices):
+        self.calls.append(list(indices))
+        return [index * 10 + 1 for index in indices]  # distinguishable from __getitem__'s
+
+    def __len__(self):
+        return self.n
+
+
+def test_batches_are_read_through_getitems_as_torch_reads_them():
+    for make in (lambda data, reader: reader,
+                 lambda data, reader: data.Subset(reader, [5, 3, 1, 0]),
+                 lambda data, reader: data.StackDataset(reader, list(range(6))),
+                 lambda data, reader: data.StackDataset(a=reader, b=list(range(6)))):
+        results = []
+        for data in FRAMEWORKS:
+            reader = _BatchReader(6)
+            loader = data.DataLoader(make(data, reader), batch_size=3)
+            results.append(([plain(batch) for batch in loader], reader.calls))
+        assert results[0] == results[1] and results[0][1]
+
+
+def test_a_subset_overriding_only_getitem_is_torchs_error():
+    for data in FRAMEWORKS:
+        class Doubled(data.Subset):
+            def __getitem__(self, index):
+                return 2 * super().__getitem__(index)
+
+        with pytest.raises(NotImplementedError, match="overrides __getitem__ but not __getitems__"):
+            Doubled([1, 2, 3], [0, 1])
+
+
+def test_a_nested_getitems_of_the_wrong_size_is_torchs_error():
+    class Short(_BatchReader):
+        def __getitems__(self, indices):
+            return [0]
+
+    for data in FRAMEWORKS:
+        with pytest.raises(ValueError, match="Nested dataset's output size mismatch"):
+            data.StackDataset(Short(4), [1, 2, 3, 4]).__getitems__([0, 1])
