@@ -26,31 +26,40 @@ The skipped batches are still read; for a `TensorDataset` (or a subset of
 one) that is a single indexing call per batch. `RandomSampler` also moves
 to the next epoch by itself after every pass.
 """
-from .collate import default_collate
-from .dataset import Dataset, Subset, TensorDataset, random_split
+from .collate import default_collate, default_convert
+from .dataset import (ChainDataset, ConcatDataset, Dataset, IterableDataset, StackDataset, Subset,
+                      TensorDataset, random_split)
 from .datasets import MNIST, SyntheticImages, load_digits, read_idx, write_idx
 from .distributed import DistributedSampler
 from .loader import DataLoader
 from .partition import DataPartitioner, Partition
-from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
+                      SubsetRandomSampler, WeightedRandomSampler)
 from .worker import WorkerInfo, get_worker_info
 
 __all__ = [
     "BatchSampler",
+    "ChainDataset",
+    "ConcatDataset",
     "DataLoader",
     "DataPartitioner",
     "Dataset",
     "DistributedSampler",
+    "IterableDataset",
     "MNIST",
     "Partition",
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
+    "StackDataset",
     "Subset",
+    "SubsetRandomSampler",
     "SyntheticImages",
     "TensorDataset",
+    "WeightedRandomSampler",
     "WorkerInfo",
     "default_collate",
+    "default_convert",
     "get_worker_info",
     "load_digits",
     "random_split",

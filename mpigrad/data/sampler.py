@@ -5,12 +5,14 @@ Shuffled orders here are a pure function of `(seed, epoch)`: nothing else
 makes them identical on every rank and reproducible after a restart; see the
 package docstring for how a job resumes mid-epoch.
 """
+import itertools
 from itertools import islice
 
 import numpy as np
 
-from ..creation import randint
-from ..random import Generator
+from ..creation import as_tensor, randint
+from ..dtypes import float64
+from ..random import Generator, multinomial_array
 from ._checks import check_bool, check_int
 
 
@@ -60,19 +62,40 @@ class SequentialSampler(Sampler):
         return len(self.data_source)
 
 
-class RandomSampler(Sampler):
+class _SeededPasses(Sampler):
+    """A sampler whose pass `e` draws from the stream for `(seed, e)`.
+
+    Passes count up from 0, and `set_epoch` moves the count, e.g. to resume a
+    checkpointed job at its epoch. Without a `generator`, each pass draws its
+    seed from mpigrad's default generator when iteration starts, as PyTorch
+    does: building the sampler draws nothing, so the random numbers drawn after
+    it (a model's initialisation) are the same as in a script without it.
+    """
+
+    def _seed_passes(self, generator):
+        self.generator = generator
+        # None: a fresh seed per pass, drawn in _next_pass.
+        self.seed = None if generator is None else seed_from(generator)
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = check_int("epoch", epoch, 0)
+
+    def _next_pass(self):
+        """The random stream of the pass that starts now."""
+        seed = draw_seed() if self.seed is None else self.seed
+        rng = epoch_rng(seed, self.epoch)
+        self.epoch += 1
+        return rng
+
+
+class RandomSampler(_SeededPasses):
     """A fresh random order of `data_source`'s indices on every pass.
 
     Without replacement each pass is a permutation (several concatenated, the
     last cut short, if `num_samples` exceeds the dataset); with replacement
-    it is `num_samples` independent draws. Pass `e` uses the order for
-    `(seed, e)`: passes count up from 0, and `set_epoch` moves the count,
-    e.g. to resume a checkpointed job at its epoch.
-
-    Without a `generator`, each pass draws its seed from mpigrad's default
-    generator when iteration starts, as PyTorch does: building the sampler
-    draws nothing, so the random numbers drawn after it (a model's
-    initialisation) are the same as in a script without it.
+    it is `num_samples` independent draws. Seeding and epochs as
+    `_SeededPasses`.
     """
 
     def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
@@ -80,27 +103,70 @@ class RandomSampler(Sampler):
         self.replacement = check_bool("replacement", replacement)
         self._num_samples = num_samples
         check_int("num_samples", self.num_samples, 1)
-        self.generator = generator
-        # None: a fresh seed per pass, drawn in __iter__.
-        self.seed = None if generator is None else seed_from(generator)
-        self.epoch = 0
+        self._seed_passes(generator)
 
     @property
     def num_samples(self):
         # Read len() lazily: the dataset may change size after the sampler is built.
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
-    def set_epoch(self, epoch):
-        self.epoch = check_int("epoch", epoch, 0)
-
     def __iter__(self):
         n, count = len(self.data_source), self.num_samples
         if n == 0:
             raise ValueError("RandomSampler cannot draw from an empty dataset")
-        seed = draw_seed() if self.seed is None else self.seed
-        rng = epoch_rng(seed, self.epoch)
-        self.epoch += 1
-        return _draws(rng, n, count, self.replacement)
+        return _draws(self._next_pass(), n, count, self.replacement)
+
+    def __len__(self):
+        return self.num_samples
+
+
+class SubsetRandomSampler(_SeededPasses):
+    """The elements of `indices` in a fresh random order on every pass (seeding and
+    epochs as `_SeededPasses`)."""
+
+    def __init__(self, indices, generator=None):
+        self.indices = indices
+        self._seed_passes(generator)
+
+    def __iter__(self):
+        order = self._next_pass().permutation(len(self.indices)).tolist()
+        return (self.indices[position] for position in order)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class _Stream:
+    """The one thing `multinomial_array` reads from a generator: its numpy stream."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+
+class WeightedRandomSampler(_SeededPasses):
+    """`num_samples` indices below `len(weights)`, index `i` drawn with probability
+    proportional to `weights[i]` (zero never), with or without replacement, as
+    `mpigrad.multinomial` draws them (its errors for bad weights). Seeding and epochs
+    as `_SeededPasses`."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError("num_samples should be a positive integer value, but got "
+                             f"num_samples={num_samples}")
+        check_bool("replacement", replacement)
+        weights = as_tensor(weights, dtype=float64)
+        if weights.ndim != 1:
+            raise ValueError("weights should be a 1d sequence but given weights have shape "
+                             f"{tuple(weights.shape)}")
+        self.weights = weights
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self._seed_passes(generator)
+
+    def __iter__(self):
+        picks = multinomial_array(self.weights._array, self.num_samples, self.replacement,
+                                  generator=_Stream(self._next_pass()))
+        return iter(picks.tolist())
 
     def __len__(self):
         return self.num_samples
@@ -120,6 +186,14 @@ def _draws(rng, n, count, replacement):
     else:
         for start in range(0, count, n):
             yield from rng.permutation(n)[:count - start].tolist()
+
+
+class InfiniteConstantSampler(Sampler):
+    """None forever: the placeholder indices a DataLoader over an `IterableDataset`
+    batches up, the dataset deciding where its stream ends."""
+
+    def __iter__(self):
+        return itertools.repeat(None)
 
 
 class BatchSampler(Sampler):

@@ -10,7 +10,10 @@ Lifecycle of one multi-process pass (`_WorkerPool` plus `_MultiProcessIterator`)
 2. prefetch: `prefetch_factor` batches of indices per worker are sent at once,
    round-robin; every batch received sends the next one, so each worker always has
    work queued.
-3. deliver: results arrive in any order and are handed out in sampler order.
+3. deliver: results arrive in any order and are handed out in sampler order. Over an
+   `IterableDataset` every worker reads its own copy, and batch `k` is asked of the k-th
+   active worker in turn; a worker whose stream ends answers `EndOfStream`, is asked no
+   more, and its unanswered requests are skipped (torch's order, batch for batch).
 4. shut down: at the end of the pass (unless `persistent_workers`), on an
    exception (a worker's is re-raised in the main process with its traceback), and
    when the iterator or the loader is garbage-collected: workers get a stop message,
@@ -78,6 +81,10 @@ def numpy_seed(base_seed, worker_id):
     return np.random.SeedSequence(entropy).generate_state(4)
 
 
+class EndOfStream:
+    """A fetcher's answer once its iterable dataset's stream has ended."""
+
+
 class _Failure:
     """An exception raised in a worker, carried to the main process as text."""
 
@@ -102,7 +109,7 @@ def _pickled_result(pass_id, position, batch, worker_id):
     return bytes(pickled)  # dumps gives a memoryview, which the queue cannot pickle
 
 
-def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, parent_alive,
+def _worker_loop(dataset, collate, fetcher, index_queue, result_queue, stop, parent_alive,
                  parent_alive_writer, base_seed, init_fn, worker_id, num_workers):
     global _worker_info
     # A forked worker inherits the write end of `parent_alive` (a spawned one is handed it);
@@ -122,6 +129,7 @@ def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, paren
     except Exception as exception:  # reported when the first batch is asked for
         result_queue.put(_pickled_result(None, None, _Failure(worker_id, exception), worker_id))
         return
+    ended_pass = None
     while not stop.is_set():
         # The main process holds the only write end of `parent_alive` and never writes: the
         # pipe becomes readable (end of file) exactly when that process is gone (killed with
@@ -139,10 +147,14 @@ def _worker_loop(dataset, collate, fetch, index_queue, result_queue, stop, paren
         if task is None:
             return
         pass_id, position, indices = task
+        if pass_id == ended_pass:  # the main process skips the requests it sent meanwhile
+            continue
         try:
-            batch = fetch(dataset, collate, indices)
+            batch = fetcher.fetch(dataset, collate, pass_id, indices)
         except Exception as exception:
             batch = _Failure(worker_id, exception)
+        if isinstance(batch, EndOfStream):
+            ended_pass = pass_id
         result_queue.put(_pickled_result(pass_id, position, batch, worker_id))
 
 
@@ -184,7 +196,7 @@ def start_method(name):
 class _WorkerPool:
     """The worker processes of one DataLoader, and how to stop them."""
 
-    def __init__(self, loader, base_seed, fetch):
+    def __init__(self, loader, base_seed, fetcher):
         self.index_queues, self.processes = [], []
         context = start_method(loader.multiprocessing_context)
         self.result_queue = context.Queue()
@@ -198,7 +210,7 @@ class _WorkerPool:
                     process = context.Process(
                         target=_worker_loop, daemon=True,
                         name=f"mpigrad-data-worker-{worker_id}",
-                        args=(loader.dataset, loader.collate_fn, fetch, index_queue,
+                        args=(loader.dataset, loader.collate_fn, fetcher, index_queue,
                               self.result_queue, self.stop, self.parent_alive,
                               self.parent_alive_writer, base_seed,
                               loader.worker_init_fn,
@@ -265,17 +277,25 @@ class MultiProcessIterator:
         self.next_position = 0
         self.sent = 0
         self.ready = {}
+        self.worker_of = {}
+        # False once a worker's iterable stream has ended: it is sent nothing more.
+        self.active = [True] * len(pool.processes)
         self.next_worker = 0
         for _ in range(loader.prefetch_factor * len(pool.processes)):
             self._send_next()
 
     def _send_next(self):
+        if not any(self.active):
+            return
         task = next(self.batches, None)
         if task is None:
             return
+        while not self.active[self.next_worker]:
+            self.next_worker = (self.next_worker + 1) % len(self.active)
         position, indices = task
         self.pool.index_queues[self.next_worker].put((self.pass_id, position, indices))
-        self.next_worker = (self.next_worker + 1) % len(self.pool.index_queues)
+        self.worker_of[position] = self.next_worker
+        self.next_worker = (self.next_worker + 1) % len(self.active)
         self.sent += 1
 
     def __iter__(self):
@@ -284,20 +304,33 @@ class MultiProcessIterator:
     def __next__(self):
         if self.pool is None:
             raise StopIteration
-        if self.next_position == self.sent:
-            self._finish()
-            raise StopIteration
         try:
             while self.next_position not in self.ready:
+                if self.next_position == self.sent:
+                    self._finish()
+                    raise StopIteration
+                if not self.active[self.worker_of[self.next_position]]:
+                    # Sent to a worker whose stream ended since: never answered.
+                    del self.worker_of[self.next_position]
+                    self.next_position += 1
+                    continue
                 pass_id, position, batch = self.pool.receive()
                 if isinstance(batch, _Failure):
                     batch.reraise()
-                if pass_id == self.pass_id:  # else left over from an abandoned pass
+                if pass_id != self.pass_id:  # left over from an abandoned pass
+                    continue
+                if isinstance(batch, EndOfStream):
+                    self.active[self.worker_of[position]] = False
+                    self._send_next()
+                else:
                     self.ready[position] = batch
+        except StopIteration:  # the pass's normal end: a persistent pool stays up
+            raise
         except BaseException:
             self._finish(error=True)
             raise
         batch = self.ready.pop(self.next_position)
+        del self.worker_of[self.next_position]
         self.next_position += 1
         self._send_next()
         return batch

@@ -53,12 +53,12 @@ def test_mappings_and_named_tuples_keep_their_type():
 
 
 def test_sequences_of_unequal_length_are_an_error():
-    with pytest.raises(RuntimeError, match=r"same length, got lengths \[2, 1\]"):
+    with pytest.raises(RuntimeError, match="each element in list of batch should be of equal size"):
         default_collate([[1, 2], [3]])
 
 
 def test_unsupported_elements_are_an_error():
-    with pytest.raises(TypeError, match="found object"):
+    with pytest.raises(TypeError, match="found <class 'object'>"):
         default_collate([object(), object()])
-    with pytest.raises(TypeError, match="dtype <U1"):
+    with pytest.raises(TypeError, match="found <U1"):
         default_collate([np.array(["a"]), np.array(["b"])])

@@ -161,7 +161,7 @@ def test_batch_sampler_option():
     "kwargs, message",
     [
         (dict(batch_size=0), "batch_size should be an integer >= 1"),
-        (dict(batch_size=None), "batch_size should be an integer >= 1"),
+        (dict(batch_size=None, drop_last=True), "batch_size=None option disables auto-batching"),
         (dict(drop_last="yes"), "drop_last should be a boolean"),
         (dict(shuffle=True, sampler=SequentialSampler(range(10))), "exclusive with shuffle"),
         (dict(batch_sampler=[[0]], batch_size=2), "batch_sampler option is mutually exclusive"),

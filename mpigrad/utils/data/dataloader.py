@@ -1,2 +1,3 @@
 """torch.utils.data.dataloader's path to mpigrad's DataLoader and its helpers."""
-from mpigrad.data import DataLoader, default_collate, get_worker_info  # noqa: F401
+from mpigrad.data import (DataLoader, default_collate, default_convert,  # noqa: F401
+                          get_worker_info)

@@ -1,2 +1,3 @@
 """torch.utils.data.sampler's path to mpigrad's samplers."""
-from mpigrad.data import BatchSampler, RandomSampler, Sampler, SequentialSampler  # noqa: F401
+from mpigrad.data import (BatchSampler, RandomSampler, Sampler, SequentialSampler,  # noqa: F401
+                          SubsetRandomSampler, WeightedRandomSampler)
