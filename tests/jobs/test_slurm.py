@@ -249,16 +249,18 @@ def test_preempted_job_requeues_and_matches_uninterrupted_run(cluster, tmp_path,
     (submit_dir / "runs").mkdir()
     env = job_env(cluster, MPIGRAD_LAUNCHER=launcher)
 
-    ref, info = run_job(cluster, submit_dir, "--ntasks=2", "--job-name=reference",
-                        str(TRAIN_SBATCH), *args, env=env)
-    assert info["JobState"] == "COMPLETED", (info, job_log(submit_dir, "reference", ref))
-
+    # The uninterrupted reference runs beside the preempted job (the node has CPUs for both),
+    # through the preempted one's wait to be requeued.
+    ref = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=reference",
+                 str(TRAIN_SBATCH), *args, env=env)
     job = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=preempted",
                  str(TRAIN_SBATCH), *args, env=env)
     checkpoints = submit_dir / "runs" / "preempted" / "checkpoints"
     wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "preempted")
     cluster.run("scancel", *scancel_args, "--signal=USR1", str(job))
 
+    info = cluster.wait_job(ref, JOB_TIMEOUT)
+    assert info["JobState"] == "COMPLETED", (info, job_log(submit_dir, "reference", ref))
     info = cluster.wait_job(job, JOB_TIMEOUT)
     log = job_log(submit_dir, "preempted", job)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log)
