@@ -5,8 +5,9 @@
     mpiexec -n 3 python scenarios.py stop_mid_backward|kill_mid_backward|stop_while_summing
 
 Each rank prints "OK <scenario>" when the expected outcome happened. The first four run one
-after the other in one job when given together (one launch for all of them). test_errors.py runs them
-under a timeout, so a regression shows up as a failure rather than a stuck test run. The
+after the other in one job when given together (one launch for all of them). test_errors.py
+runs them under a timeout, so a regression shows up as a failure rather than a stuck test
+run. The
 `*_mid_backward` scenarios end differently: the last rank stops (SIGSTOP) or dies (SIGKILL)
 in the middle of DDP's backward, and the others must abort the job through the watchdog
 within the group's timeout (SHORT_TIMEOUT here) instead of waiting forever.
