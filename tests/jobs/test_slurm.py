@@ -106,7 +106,7 @@ def run_job(cluster, submit_dir, *args, env=None):
     job id and its `scontrol show job` fields. Not `sbatch --wait`: that polls the job with
     sleeps of 2 then 8 s, so a job of 2 s costs 10."""
     job = sbatch(cluster, submit_dir, *args, env=env)
-    return job, cluster.wait_job(job, JOB_TIMEOUT)
+    return job, cluster.wait_job(job, JOB_TIMEOUT, poll=0.1)
 
 
 def job_log(submit_dir, job_name, job_id):
