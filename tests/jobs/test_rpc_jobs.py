@@ -13,7 +13,7 @@ from tests.distributed._environment import job_environment
 REPO = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec")
 sys.path.insert(0, str(REPO / "tests" / "jobs"))  # test_slurm is also a script's neighbour
-from test_slurm import cluster, job_log, sbatch, submit_dir  # noqa: E402,F401  (fixtures)
+from test_slurm import cluster, job_log, run_job, submit_dir  # noqa: E402,F401  (fixtures)
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")]
 
@@ -70,9 +70,8 @@ def test_parameter_server_refuses_one_rank():
 
 
 def test_parameter_server_slurm_job(cluster, submit_dir):  # noqa: F811
-    job, r = sbatch(cluster, submit_dir, "--ntasks=3",
-                    str(REPO / "jobs" / "rpc_parameter_server.sbatch"), "--epochs", "1",
-                    wait=True)
+    job, info = run_job(cluster, submit_dir, "--ntasks=3",
+                        str(REPO / "jobs" / "rpc_parameter_server.sbatch"), "--epochs", "1")
     log = job_log(submit_dir, "mpigrad-rpc-ps", job)
-    assert r.returncode == 0, log
+    assert info["ExitCode"] == "0:0", (info, log)
     assert re.search(r"^test accuracy [0-9.]+$", log, re.M), log

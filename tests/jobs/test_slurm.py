@@ -90,19 +90,23 @@ def job_env(cluster, **extra):
     return env
 
 
-def sbatch(cluster, submit_dir, *args, wait, env=None):
+def sbatch(cluster, submit_dir, *args, env=None):
     """Run sbatch from `submit_dir`; args: sbatch options, the script, the script's arguments.
-
-    Returns (job id, CompletedProcess). With wait=True, sbatch --wait returns the job's
-    exit code once the job is finished for good (it keeps waiting through requeues).
-    """
-    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
-    r = subprocess.run(cmd, cwd=submit_dir, env=env or job_env(cluster),
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                       timeout=JOB_TIMEOUT)
+    Returns the job id."""
+    r = subprocess.run(["sbatch", "--parsable", *args], cwd=submit_dir,
+                       env=env or job_env(cluster), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=JOB_TIMEOUT)
     m = re.match(r"(\d+)", r.stdout.strip())
     assert m, f"sbatch printed no job id (exit {r.returncode}): {r.stdout} {r.stderr}"
-    return int(m.group(1)), r
+    return int(m.group(1))
+
+
+def run_job(cluster, submit_dir, *args, env=None):
+    """sbatch, then wait until the job is finished for good (through requeues); returns the
+    job id and its `scontrol show job` fields. Not `sbatch --wait`: that polls the job with
+    sleeps of 2 then 8 s, so a job of 2 s costs 10."""
+    job = sbatch(cluster, submit_dir, *args, env=env)
+    return job, cluster.wait_job(job, JOB_TIMEOUT, poll=0.1)
 
 
 def job_log(submit_dir, job_name, job_id):
@@ -148,12 +152,11 @@ def wait_for_first_epoch(cluster, job, checkpoints, submit_dir, job_name):
 
 
 def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
-    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH),
-                    "--epochs", str(EPOCHS), wait=True)
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH),
+                        "--epochs", str(EPOCHS))
     log = job_log(submit_dir, "mpigrad-train", job)
-    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
-    info = cluster.job(job)
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", info
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (
+        f"{info}\n{log}{cluster.logs()}")
     assert info["NumTasks"] == "2", info
 
     # One line from rank 0 of a 2-rank world; two ranks that failed to find each other
@@ -171,11 +174,11 @@ def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
 
 
 def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
-    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(GPT_SBATCH), "--steps", "20",
-                    "--warmup", "2", "--eval-interval", "10", "--max-chars", "100000",
-                    "--sample-chars", "20", wait=True)
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(GPT_SBATCH), "--steps", "20",
+                        "--warmup", "2", "--eval-interval", "10", "--max-chars", "100000",
+                        "--sample-chars", "20")
     log = job_log(submit_dir, "mpigrad-gpt", job)
-    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
+    assert info["ExitCode"] == "0:0", f"{info}\n{log}{cluster.logs()}"
     # One rank 0 of a 2-rank world (two 1-rank worlds would each print this line).
     assert log.count("training finished: steps=20") == 1, log
     assert "2 ranks x batch" in log, log
@@ -184,11 +187,11 @@ def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
 
 
 def test_word_lm_job_trains_one_two_rank_world_under_srun(cluster, submit_dir):
-    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(LM_SBATCH), "--epochs", "1",
-                    "--max-words", "20000", "--vocab", "200", "--emsize", "16", "--nhid", "16",
-                    "--batch-size", "8", wait=True)
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(LM_SBATCH), "--epochs", "1",
+                        "--max-words", "20000", "--vocab", "200", "--emsize", "16", "--nhid",
+                        "16", "--batch-size", "8")
     log = job_log(submit_dir, "mpigrad-lm", job)
-    assert r.returncode == 0, f"sbatch --wait exited {r.returncode}\n{log}{cluster.logs()}"
+    assert info["ExitCode"] == "0:0", f"{info}\n{log}{cluster.logs()}"
     assert log.count("training finished") == 1, log  # one world, not two of one rank
     assert "2 ranks x 4 columns" in log and re.search(r"\| valid ppl [0-9.]+ \|", log), log
 
@@ -197,10 +200,10 @@ def test_srun_without_an_mpi_plugin_is_an_error_on_every_task(cluster, submit_di
     """`srun --mpi=none` starts each task as its own world of one: every task must stop at
     init_process_group saying which flag to add, not train alone as a rank 0."""
     env = dict(job_env(cluster), MPIGRAD_SRUN_MPI="none")
-    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "1",
-                    wait=True, env=env)
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "1",
+                        env=env)
     log = job_log(submit_dir, "mpigrad-train", job)
-    assert r.returncode != 0, log
+    assert info["ExitCode"] != "0:0", (info, log)
     for task in (0, 1):
         assert (f"srun started 2 tasks, but MPI's world on task {task} has 1 process"
                 in log), log
@@ -209,28 +212,24 @@ def test_srun_without_an_mpi_plugin_is_an_error_on_every_task(cluster, submit_di
 
 def test_failing_job_is_reported_as_failed(cluster, submit_dir):
     # train.py rejects the argument (argparse, exit code 2): the harness must see that.
-    job, r = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "-1",
-                    wait=True)
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), "--epochs", "-1")
     log = job_log(submit_dir, "mpigrad-train", job)
-    assert r.returncode == 2, f"sbatch --wait exited {r.returncode}\n{log}"
-    info = cluster.job(job)
-    assert info["JobState"] == "FAILED", info
+    assert info["JobState"] == "FAILED", (info, log)
     assert info["ExitCode"] == "2:0", info
     assert not FINISHED.search(log), log
 
 
 def test_missing_virtualenv_fails_with_a_clear_message(cluster, submit_dir):
     env = job_env(cluster, MPIGRAD_VENV=str(submit_dir / "no-such-venv"))
-    job, r = sbatch(cluster, submit_dir, "--ntasks=1", str(TRAIN_SBATCH), wait=True, env=env)
+    job, info = run_job(cluster, submit_dir, "--ntasks=1", str(TRAIN_SBATCH), env=env)
     log = job_log(submit_dir, "mpigrad-train", job)
-    assert r.returncode == 1, log
+    assert info["ExitCode"] == "1:0", (info, log)
     assert "no virtualenv at" in log and "MPIGRAD_VENV" in log, log
 
 
 def test_bench_job_runs(cluster, submit_dir):
-    job, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(BENCH_SBATCH),
-                    "--steps", "2", "--rounds", "1", "--no-torch", wait=False)
-    info = cluster.wait_job(job, JOB_TIMEOUT)
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(BENCH_SBATCH),
+                        "--steps", "2", "--rounds", "1", "--no-torch")
     log = job_log(submit_dir, "mpigrad-bench", job)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log)
     assert re.search(r"^DDP benchmark: .*, 2 ranks,", log, re.M), log
@@ -250,17 +249,18 @@ def test_preempted_job_requeues_and_matches_uninterrupted_run(cluster, tmp_path,
     (submit_dir / "runs").mkdir()
     env = job_env(cluster, MPIGRAD_LAUNCHER=launcher)
 
-    ref, _ = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=reference",
-                    str(TRAIN_SBATCH), *args, wait=False, env=env)
-    info = cluster.wait_job(ref, JOB_TIMEOUT)
-    assert info["JobState"] == "COMPLETED", (info, job_log(submit_dir, "reference", ref))
-
-    job, _ = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=preempted",
-                    str(TRAIN_SBATCH), *args, wait=False, env=env)
+    # The uninterrupted reference runs beside the preempted job (the node has CPUs for both),
+    # through the preempted one's wait to be requeued.
+    ref = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=reference",
+                 str(TRAIN_SBATCH), *args, env=env)
+    job = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=preempted",
+                 str(TRAIN_SBATCH), *args, env=env)
     checkpoints = submit_dir / "runs" / "preempted" / "checkpoints"
     wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "preempted")
     cluster.run("scancel", *scancel_args, "--signal=USR1", str(job))
 
+    info = cluster.wait_job(ref, JOB_TIMEOUT)
+    assert info["JobState"] == "COMPLETED", (info, job_log(submit_dir, "reference", ref))
     info = cluster.wait_job(job, JOB_TIMEOUT)
     log = job_log(submit_dir, "preempted", job)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log)
@@ -282,7 +282,7 @@ def test_preempted_job_requeues_and_matches_uninterrupted_run(cluster, tmp_path,
 
 def test_cancelled_job_is_not_requeued_and_a_new_submission_resumes(cluster, submit_dir):
     args = ["--epochs", str(PREEMPT_EPOCHS)]
-    job, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args, wait=False)
+    job = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args)
     checkpoints = submit_dir / "runs" / "mpigrad-train" / "checkpoints"
     wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "mpigrad-train")
     cluster.run("scancel", str(job))  # SIGTERM to the ranks and to the batch script
@@ -293,8 +293,7 @@ def test_cancelled_job_is_not_requeued_and_a_new_submission_resumes(cluster, sub
     assert "not requeued" in log, log
     assert (checkpoints / "ckpt-preempt.npz").exists(), sorted(os.listdir(checkpoints))
 
-    again, _ = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args, wait=False)
-    info = cluster.wait_job(again, JOB_TIMEOUT)
+    again, info = run_job(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args)
     log = job_log(submit_dir, "mpigrad-train", again)
     assert info["JobState"] == "COMPLETED", (info, log)
     # (From ckpt-preempt.npz, or from an epoch checkpoint at the same position if the

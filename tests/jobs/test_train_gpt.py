@@ -38,13 +38,6 @@ def run(ranks, *args):
     return result
 
 
-@pytest.fixture(scope="module")
-def text(tmp_path_factory):
-    path = tmp_path_factory.mktemp("text") / "input.txt"
-    path.write_text(Path(JOB).read_text() * 2)
-    return str(path)
-
-
 def _final(directory):
     return mg.load(directory / "final.npz")
 
@@ -56,14 +49,23 @@ def _assert_same(a, b, atol):
                                    err_msg=name)
 
 
+def short_run(text):
+    """The options of the short run that N ranks and one process must end alike."""
+    return ["--text", text, "--steps", "3", "--eval-interval", "3", "--grad-accum", "2"]
+
+
+# `text` (the training text) and `one_process` (the short run's final weights in one process
+# with the whole global batch) are session fixtures in conftest.py, shared with the --fsdp and
+# --pipeline-stages tests, which compare with the same one-process run.
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_n_ranks_train_as_one_process_with_the_global_batch(tmp_path, text, ranks):
-    common = ["--text", text, "--steps", "3", "--eval-interval", "3", "--grad-accum", "2"]
-    run(1, *common, "--batch-size", str(GLOBAL_BATCH), "--checkpoint", str(tmp_path / "one"))
-    result = run(ranks, *common, "--batch-size", str(GLOBAL_BATCH // ranks),
+def test_n_ranks_train_as_one_process_with_the_global_batch(tmp_path, text, ranks,
+                                                            one_process):
+    result = run(ranks, *short_run(text), "--batch-size", str(GLOBAL_BATCH // ranks),
                  "--checkpoint", str(tmp_path / "many"))
     assert "training finished: steps=3" in result.stdout
-    _assert_same(_final(tmp_path / "one"), _final(tmp_path / "many"), atol=1e-10)
+    _assert_same(one_process, _final(tmp_path / "many"), atol=1e-10)
 
 
 def test_the_default_sized_model_learns(tmp_path, text):

@@ -6,24 +6,22 @@ import subprocess
 import pytest
 
 from tests.distributed._environment import job_environment
-from tests.jobs.test_train_gpt import (GLOBAL_BATCH, MPIEXEC, _assert_same, _command,  # noqa: F401
-                                       _final, assert_preempted_run_resumes_bit_for_bit, run,
-                                       text)
+from tests.jobs.test_train_gpt import (GLOBAL_BATCH, MPIEXEC, _assert_same, _command, _final,
+                                       assert_preempted_run_resumes_bit_for_bit, run,
+                                       short_run)
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")
 
 
 @pytest.mark.parametrize("ranks, reshard", [(2, []), (3, ["--no-reshard-after-forward"])])
 def test_sharded_ranks_train_as_one_process_with_the_global_batch(tmp_path, text, ranks,
-                                                                  reshard):
+                                                                  reshard, one_process):
     # At 3 ranks most of the tiny GPT's parameters (16 wide) do not divide into equal shards.
-    common = ["--text", text, "--steps", "3", "--eval-interval", "3", "--grad-accum", "2"]
-    run(1, *common, "--batch-size", str(GLOBAL_BATCH), "--checkpoint", str(tmp_path / "one"))
-    result = run(ranks, *common, "--batch-size", str(GLOBAL_BATCH // ranks), "--fsdp",
+    result = run(ranks, *short_run(text), "--batch-size", str(GLOBAL_BATCH // ranks), "--fsdp",
                  *reshard, "--checkpoint", str(tmp_path / "sharded"))
     assert ", FSDP;" in result.stdout
     assert (tmp_path / "sharded" / "ckpt-000003.dcp" / ".metadata").exists()
-    _assert_same(_final(tmp_path / "one"), _final(tmp_path / "sharded"), atol=1e-10)
+    _assert_same(one_process, _final(tmp_path / "sharded"), atol=1e-10)
 
 
 def test_a_preempted_sharded_run_resumes_bit_for_bit(tmp_path, text):

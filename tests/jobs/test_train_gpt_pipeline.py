@@ -6,23 +6,22 @@ import subprocess
 import pytest
 
 from tests.distributed._environment import job_environment
-from tests.jobs.test_train_gpt import (GLOBAL_BATCH, MPIEXEC, _assert_same, _command,  # noqa: F401
-                                       _final, assert_preempted_run_resumes_bit_for_bit, run,
-                                       text)
+from tests.jobs.test_train_gpt import (GLOBAL_BATCH, MPIEXEC, _assert_same, _command, _final,
+                                       assert_preempted_run_resumes_bit_for_bit, run,
+                                       short_run)
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_pipelines_train_as_one_process_with_the_global_batch(tmp_path, text, ranks):
-    common = ["--text", text, "--steps", "3", "--eval-interval", "3", "--grad-accum", "2"]
-    run(1, *common, "--batch-size", str(GLOBAL_BATCH), "--checkpoint", str(tmp_path / "one"))
+def test_pipelines_train_as_one_process_with_the_global_batch(tmp_path, text, ranks,
+                                                              one_process):
     replicas = ranks // 2
-    result = run(ranks, *common, "--batch-size", str(GLOBAL_BATCH // replicas),
+    result = run(ranks, *short_run(text), "--batch-size", str(GLOBAL_BATCH // replicas),
                  "--pipeline-stages", "2", "--checkpoint", str(tmp_path / "piped"))
     assert "pipelines of 2 stages" in result.stdout
     assert (tmp_path / "piped" / "ckpt-000003.dcp" / ".metadata").exists()
-    _assert_same(_final(tmp_path / "one"), _final(tmp_path / "piped"), atol=1e-10)
+    _assert_same(one_process, _final(tmp_path / "piped"), atol=1e-10)
 
 
 def test_a_preempted_pipelined_run_resumes_bit_for_bit(tmp_path, text):

@@ -310,7 +310,13 @@ def _one_world_then_linger(index, size, port, folder):
     dist.all_reduce(total)
     dist.destroy_process_group()
     if index == 0:
-        time.sleep(2)  # while the others are in MPI_Finalize
+        # On while the others are in MPI_Finalize: they write their file just before they
+        # return (and finalize at exit), so wait for those, then give them a moment to get there.
+        others = [pathlib.Path(folder, f"{i}.txt") for i in range(1, size)]
+        deadline = time.monotonic() + 60
+        while not all(path.exists() for path in others) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
     _write_index(index, folder, f"{dist.get_world_size() if dist.is_initialized() else size} "
                                 f"{total.item():g}")
 

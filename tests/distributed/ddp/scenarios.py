@@ -1,11 +1,13 @@
 """Situations that hang without DDP's safeguards, as standalone MPI jobs.
 
     cd tests/distributed/ddp
-    mpiexec -n 2 python scenarios.py unused_one_rank|unused_all_ranks|mismatch|join_uneven
+    mpiexec -n 2 python scenarios.py unused_one_rank[,unused_all_ranks,mismatch,join_uneven]
     mpiexec -n 3 python scenarios.py stop_mid_backward|kill_mid_backward|stop_while_summing
 
-Each rank prints "OK <scenario>" when the expected outcome happened. test_errors.py runs them
-under a timeout, so a regression shows up as a failure rather than a stuck test run. The
+Each rank prints "OK <scenario>" when the expected outcome happened. The first four run one
+after the other in one job when given together (one launch for all of them). test_errors.py
+runs them under a timeout, so a regression shows up as a failure rather than a stuck test
+run. The
 `*_mid_backward` scenarios end differently: the last rank stops (SIGSTOP) or dies (SIGKILL)
 in the middle of DDP's backward, and the others must abort the job through the watchdog
 within the group's timeout (SHORT_TIMEOUT here) instead of waiting forever.
@@ -122,14 +124,15 @@ def stop_while_summing(rank):
 
 
 def main():
-    scenario = sys.argv[1]
-    if scenario.endswith("_mid_backward") or scenario == "stop_while_summing":
+    scenarios = sys.argv[1].split(",")
+    if any(s.endswith("_mid_backward") or s == "stop_while_summing" for s in scenarios):
         dist.init_process_group(timeout=SHORT_TIMEOUT)
     else:
         dist.init_process_group()
     rank = dist.get_rank()
-    globals()[scenario](rank)
-    print(f"OK {scenario}", flush=True)
+    for scenario in scenarios:
+        globals()[scenario](rank)
+        print(f"OK {scenario}", flush=True)
     dist.destroy_process_group()
 
 

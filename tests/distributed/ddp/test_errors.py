@@ -4,7 +4,8 @@ Without the end-of-backward agreement, a parameter that gets no gradient leaves 
 unlaunched and the ranks wait for each other forever; without the construction check,
 mismatched models broadcast garbage or hang. The in-process tests are bounded by the
 watchdog in conftest; `test_scenarios_finish_under_timeout` (serial run) also runs the same
-situations as separate 2-rank jobs under a hard timeout.
+situations in a 2-rank job of their own under a hard timeout (one job for all of them, each
+reporting its own outcome).
 """
 import os
 import subprocess
@@ -226,22 +227,34 @@ def test_mismatched_dtype_raises_on_every_rank(rank):
 SCENARIOS = ["unused_one_rank", "unused_all_ranks", "mismatch", "join_uneven"]
 
 
-@pytest.mark.mpi_skip  # launches its own MPI jobs
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenarios_finish_under_timeout(scenario):
-    """Each scenario would hang (or pass silently) without its feature; here it must exit 0
-    within the timeout with its check printed by every rank."""
+@pytest.fixture(scope="module")
+def scenarios_job():
+    """One 2-rank job running every scenario in turn under a hard timeout: (returncode, the
+    job's output), or None if even the outer timeout passed (a hang)."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    env = job_environment()
     try:
         result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", "2",
-                                 sys.executable, os.path.join(HERE, "scenarios.py"), scenario],
-                                capture_output=True, text=True, timeout=150, env=env)
+                                 sys.executable, os.path.join(HERE, "scenarios.py"),
+                                 ",".join(SCENARIOS)],
+                                capture_output=True, text=True, timeout=150,
+                                env=job_environment())
     except subprocess.TimeoutExpired:
-        pytest.fail(f"scenario {scenario} did not finish within 150 s (a hang)")
-    assert result.returncode != TIMEOUT_EXIT, f"scenario {scenario} hung: {result.stderr}"
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count(f"OK {scenario}") == 2, result.stdout + result.stderr
+        return None
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.mpi_skip  # launches its own MPI jobs
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenarios_finish_under_timeout(scenario, scenarios_job):
+    """Each scenario would hang (or pass silently) without its feature; here it must finish
+    within the timeout with its check printed by every rank (the scenarios before it in the
+    job must have, too)."""
+    if scenarios_job is None:
+        pytest.fail("the scenarios' job did not finish within 150 s (a hang)")
+    returncode, output = scenarios_job
+    assert returncode != TIMEOUT_EXIT, f"the scenarios' job hung: {output}"
+    assert output.count(f"OK {scenario}") == 2, output
+    assert returncode == 0, output
 
 
 def _run_job_losing_a_rank(scenario):

@@ -12,7 +12,8 @@ import tracemalloc
 import pytest
 
 from mpigrad.autograd.profiler import profile, record_function
-from mpigrad.distributed.ddp.timeline import MEMORY_EVENTS, Timeline, summarize
+from mpigrad.distributed.ddp import timeline as timeline_module
+from mpigrad.distributed.ddp.timeline import Timeline, summarize
 
 from .._environment import launcher_free_environment
 
@@ -44,21 +45,24 @@ def test_memory_stays_flat_over_many_steps(tmp_path):
     try:
         record_steps(timeline, 100, 200)
         after_few, _ = tracemalloc.get_traced_memory()
-        record_steps(timeline, 300, 3000)
+        record_steps(timeline, 300, 1000)
         after_many, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    # 3000 steps of 8 events kept in memory would be several MB.
+    # 1000 steps of 8 events kept in memory would be about 5 MB, 75 times the bound.
     assert after_many - after_few < 64 * 1024
     trace = json.loads((tmp_path / "trace.json").read_text())
-    assert [s["step"] for s in summarize(trace)] == list(range(3300))
+    assert [s["step"] for s in summarize(trace)] == list(range(1300))
 
 
-def test_without_a_file_only_the_newest_events_are_kept():
+def test_without_a_file_only_the_newest_events_are_kept(monkeypatch):
+    # The bound scaled down (the timeline reads it when it is built): 100 steps past 800
+    # events show the same as 100 past 100,000, in 1/100 of the steps.
+    monkeypatch.setattr(timeline_module, "MEMORY_EVENTS", 800)
     timeline = Timeline(None, rank=0)
-    record_steps(timeline, 0, MEMORY_EVENTS // 8 + 100)
-    assert len(timeline.events) == MEMORY_EVENTS
-    assert summarize(list(timeline.events))[-1]["step"] == MEMORY_EVENTS // 8 + 99
+    record_steps(timeline, 0, 800 // 8 + 100)
+    assert len(timeline.events) == 800
+    assert summarize(list(timeline.events))[-1]["step"] == 800 // 8 + 99
 
 
 def test_a_killed_process_leaves_a_readable_trace_of_its_finished_steps(tmp_path):

@@ -4,12 +4,18 @@ block; here each block's `run` has the block's name. MNIST is replaced by random
 shape (the one line in `partition_dataset` that builds the dataset), and `Net` is the MNIST
 network the tutorial trains (from its companion repository).
 
-    mpiexec -n 2 python dist_tuto.py BLOCK [gloo|mpi]     # one block, under MPI
-    python dist_tuto.py BLOCK spawn N                      # the tutorial's own launcher
+    mpiexec -n 2 python dist_tuto.py BLOCK[,BLOCK...] gloo|mpi    # under MPI
+    python dist_tuto.py BLOCK[,BLOCK...] spawn N                   # the tutorial's own launcher
+
+Several blocks run one after the other in one world (one launch for all of them); each line a
+block prints is given to the output prefixed with the block's name, "ring: Rank 0 has ...".
 
 The same file runs on PyTorch when the import lines marked `# torch:` are swapped in
 (tests/distributed/tutorial/test_tutorial_verbatim.py does that, for the oracle).
 """
+import contextlib
+import functools
+import io
 import os
 import sys
 from math import ceil
@@ -225,22 +231,33 @@ def init_process(rank, size, fn, backend='gloo'):
     fn(rank, size)
 
 
+def run_blocks(names, rank, size):
+    """Each named block in turn, its printed lines prefixed with its name (the blocks are the
+    tutorial's own; only this harness around them is not)."""
+    for name in names:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            globals()["run_" + name](rank, size)
+        for line in printed.getvalue().splitlines():
+            print(f"{name}: {line}")
+
+
 if __name__ == "__main__":
-    block, launch = globals()["run_" + sys.argv[1]], sys.argv[2]
+    blocks, launch = functools.partial(run_blocks, sys.argv[1].split(",")), sys.argv[2]
     if launch == "mpi":
         # The tutorial's MPI preamble. MPI assigns the ranks, so the placeholder (0, 0) it
         # passes on is replaced by the group's own.
-        init_process(0, 0, lambda rank, size: block(dist.get_rank(), dist.get_world_size()),
+        init_process(0, 0, lambda rank, size: blocks(dist.get_rank(), dist.get_world_size()),
                      backend='mpi')
     elif launch == "gloo":
         # Under mpiexec each process learns its place from the launcher.
-        init_process(int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"]), block)
+        init_process(int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"]), blocks)
     else:
         world_size = int(sys.argv[3])
         processes = []
         mp.set_start_method("spawn")
         for rank in range(world_size):
-            p = mp.Process(target=init_process, args=(rank, world_size, block))
+            p = mp.Process(target=init_process, args=(rank, world_size, blocks))
             p.start()
             processes.append(p)
 

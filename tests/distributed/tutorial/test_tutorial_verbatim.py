@@ -5,7 +5,9 @@ torch's tutorial prints. The serial tests launch the whole script with `mpiexec 
 with the tutorial's MPI preamble (`init_process(0, 0, run, backend='mpi')`) and once with its
 gloo preamble (`init_process_group('gloo', rank=rank, world_size=size)`), and compare the
 output with PyTorch running the same file (imports swapped back) under the tutorial's own
-multiprocessing launcher; mpigrad runs it under that launcher too."""
+multiprocessing launcher; mpigrad runs it under that launcher too. Each launch runs every
+block of its world size in turn (one world, one launch), and each block's lines are compared
+on their own."""
 import os
 import pathlib
 import re
@@ -26,9 +28,12 @@ HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "dist_tuto.py"
 
 
-def _printed(text):
-    """The lines reporting data, whitespace normalised, sorted (the ranks print in any order)."""
-    return sorted(" ".join(line.split()) for line in text.splitlines() if "has data" in line)
+def _printed(text, block):
+    """The lines of `block` reporting data, whitespace normalised, sorted (the ranks print in
+    any order)."""
+    prefix = f"{block}: "
+    return sorted(" ".join(line[len(prefix):].split()) for line in text.splitlines()
+                  if line.startswith(prefix) and "has data" in line)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -113,15 +118,25 @@ BLOCKS = {2: ["blocking", "nonblocking", "all_reduce", "ring"], 3: ["all_reduce"
 _torch_outputs = {}
 
 
-def _torch_output(block, size, tmp_path):
-    """PyTorch's output for a block, computed once (both preambles compare with it)."""
-    if (block, size) not in _torch_outputs:
-        theirs = subprocess.run([sys.executable, str(_torch_version(tmp_path)), block, "spawn",
-                                 str(size)], env=_environment(TUTORIAL_PORT=_port()),
-                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
+def _torch_output(size, tmp_path):
+    """PyTorch's output for every block of a world size, computed once (each preamble and
+    launcher compares with it)."""
+    if size not in _torch_outputs:
+        theirs = subprocess.run([sys.executable, str(_torch_version(tmp_path)),
+                                 ",".join(BLOCKS[size]), "spawn", str(size)],
+                                env=_environment(TUTORIAL_PORT=_port()), capture_output=True,
+                                text=True, timeout=300, cwd=tmp_path)
         assert theirs.returncode == 0, theirs.stderr
-        _torch_outputs[block, size] = theirs.stdout
-    return _torch_outputs[block, size]
+        _torch_outputs[size] = theirs.stdout
+    return _torch_outputs[size]
+
+
+def _assert_prints_what_torch_prints(ours, size, tmp_path):
+    assert ours.returncode == 0, ours.stderr
+    for block in BLOCKS[size]:
+        assert _printed(ours.stdout, block) == _printed(_torch_output(size, tmp_path), block)
+        assert len(_printed(ours.stdout, block)) == (
+            2 if block in ("blocking", "nonblocking") else size), (block, ours.stdout)
 
 
 @pytest.mark.mpi_skip
@@ -130,14 +145,10 @@ def _torch_output(block, size, tmp_path):
 def test_the_script_under_mpiexec_prints_what_torch_prints(size, preamble, tmp_path):
     pytest.importorskip("torch")
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
-    for block in BLOCKS[size]:
-        ours = subprocess.run(["timeout", "-k", "10", "300", mpiexec, "-n", str(size),
-                               sys.executable, str(SCRIPT), block, preamble],
-                              env=_environment(), capture_output=True, text=True)
-        assert ours.returncode == 0, ours.stderr
-        assert _printed(ours.stdout) == _printed(_torch_output(block, size, tmp_path))
-        assert len(_printed(ours.stdout)) == (2 if block in ("blocking", "nonblocking")
-                                                 else size)
+    ours = subprocess.run(["timeout", "-k", "10", "300", mpiexec, "-n", str(size),
+                           sys.executable, str(SCRIPT), ",".join(BLOCKS[size]), preamble],
+                          env=_environment(), capture_output=True, text=True)
+    _assert_prints_what_torch_prints(ours, size, tmp_path)
 
 
 @pytest.mark.mpi_skip
@@ -147,11 +158,8 @@ def test_the_tutorials_own_launcher_prints_what_torch_prints(size, tmp_path):
     and MASTER_PORT after importing the library, then init_process_group('gloo', rank=rank,
     world_size=size). They form one world of `size` ranks (MPI starts at init_process_group)."""
     pytest.importorskip("torch")
-    for block in BLOCKS[size]:
-        ours = subprocess.run(["timeout", "-k", "10", "300", sys.executable, str(SCRIPT), block,
-                               "spawn", str(size)], env=_environment(TUTORIAL_PORT=_port()),
-                              capture_output=True, text=True)
-        assert ours.returncode == 0, ours.stderr
-        assert _printed(ours.stdout) == _printed(_torch_output(block, size, tmp_path))
-        assert len(_printed(ours.stdout)) == (2 if block in ("blocking", "nonblocking")
-                                                 else size)
+    ours = subprocess.run(["timeout", "-k", "10", "300", sys.executable, str(SCRIPT),
+                           ",".join(BLOCKS[size]), "spawn", str(size)],
+                          env=_environment(TUTORIAL_PORT=_port()), capture_output=True,
+                          text=True)
+    _assert_prints_what_torch_prints(ours, size, tmp_path)
