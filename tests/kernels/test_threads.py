@@ -170,8 +170,8 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
 # --- the threaded twins against the serial loops -----------------------------------------
 
 def _kernels():
-    from mpigrad.kernels.compiled import (activations, clip, dropout, indexing, normalization,
-                                          optim, recurrent, softmax)
+    from mpigrad.kernels.compiled import (activations, attention, clip, dropout, indexing,
+                                          normalization, optim, recurrent, softmax)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(1001) * 3
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -30.0, 30.0]
@@ -222,6 +222,7 @@ def _kernels():
                                                     p, np.inf if p == -np.inf else 0.0]))
     cases += _normalization_cases(normalization, rng)
     cases += _optim_cases(optim, rng)
+    cases += _attention_cases(attention, rng)
     cases.append((dropout.dropout, lambda: [x.astype(f32), np.uint32(5), np.uint32(9),
                                             np.uint32(2 ** 31), 1, f32(2), np.empty(x.size, f32)]))
     cases.append((dropout.dropout, lambda: [x[:1000].astype(f32), np.uint32(5), np.uint32(9),
@@ -262,6 +263,35 @@ def _normalization_cases(normalization, rng):
         cases.append((normalization.batch_norm_backward, lambda t=t: [
             gcube.astype(t), cube.astype(t), channel.astype(t), *channel_stats,
             np.empty(cube.shape, t), np.empty(11), np.empty(11)]))
+    return cases
+
+
+def _attention_cases(attention, rng):
+    """Forward and backward on tiles of 8 (odd lengths, so the last tiles are short), two
+    query heads per key head: causal with dropout and a per-element mask (whose gradient
+    threads write in disjoint (batch, head) slices), and without either."""
+    q, g = rng.standard_normal((2, 2, 4, 19, 8)) / 3
+    k = rng.standard_normal((2, 2, 23, 8))
+    v = rng.standard_normal((2, 2, 23, 5))
+    mask = rng.standard_normal((2, 4, 19, 23))
+    mask[1, 2, 3] = -np.inf  # a row with every key masked
+    grad_lse = rng.standard_normal((2, 4, 19))
+    dropping = (True, np.uint64(11), np.uint64(2 ** 51), 4 / 3)
+    cases = []
+    for t in (np.float32, np.float64):
+        for masked in (True, False):
+            inputs = [q.astype(t), k.astype(t), v.astype(t),
+                      mask.astype(t) if masked else np.zeros((1, 1, 1, 1), t), masked, masked]
+            drop = list(dropping if masked else (False, np.uint64(0), np.uint64(0), 0.0))
+            out, lse = np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)
+            attention.forward(*inputs, *drop, 8, 8, out, lse)  # what the backward reads
+            cases.append((attention.forward, lambda inputs=inputs, drop=drop, t=t: [
+                *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)]))
+            cases.append((attention._backward, lambda inputs=inputs, drop=drop, out=out,
+                          lse=lse, masked=masked, t=t: [
+                *inputs[:6], 0.5, *drop, 8, 8, out, lse, g[..., :5].astype(t),
+                grad_lse.astype(t), np.zeros(mask.shape if masked else (0, 0, 0, 0)),
+                *[np.zeros(a.shape, t) for a in (q, k, v)]]))
     return cases
 
 
