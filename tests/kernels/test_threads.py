@@ -292,7 +292,44 @@ def _attention_cases(attention, rng):
                 *inputs[:6], 0.5, *drop, 8, 8, out, lse, g[..., :5].astype(t),
                 grad_lse.astype(t), np.zeros(mask.shape if masked else (0, 0, 0, 0)),
                 *[np.zeros(a.shape, t) for a in (q, k, v)]]))
+    cases.append((attention.dropout_scale, lambda: [np.uint64(11), np.uint64(2 ** 52), 2.0,
+                                                    np.empty((2, 3, 5, 7))]))
     return cases
+
+
+def test_a_broadcast_mask_gradient_is_summed_on_one_thread(monkeypatch, restore_threads):
+    """Threads own (batch, key head) pairs; a mask gradient of shape (1, 1, L, S) is added to
+    by all of them, so the backward runs its serial twin; it equals the per-pair gradients
+    (threaded) summed."""
+    from mpigrad.kernels.compiled import _threads, attention
+    if _threads._POOL < 2:
+        pytest.skip("numba has one thread here")
+    rng = np.random.default_rng(5)
+    q, g = rng.standard_normal((2, 2, 3, 9, 4))
+    k, v = rng.standard_normal((2, 2, 3, 11, 4))
+    mask = rng.standard_normal((1, 1, 9, 11))
+    out, lse = np.empty(q.shape), np.empty(q.shape[:3])
+    attention.forward(q, k, v, mask, True, False, False, np.uint64(0), np.uint64(0), 0.0, 4, 4,
+                      out, lse)
+
+    def backward(mask_shape):
+        mask_grad = np.zeros(mask_shape)
+        attention.backward(q, k, v, np.broadcast_to(mask, mask_shape).copy(), True, False,
+                           1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse, g,
+                           np.zeros(lse.shape), mask_grad, *[np.zeros(a.shape) for a in (q, k, v)])
+        return mask_grad
+
+    mg.set_num_threads(2)
+    monkeypatch.setattr(attention._backward, "grain", 7)
+    per_pair = backward((2, 3, 9, 11))
+
+    def refuse(*args):
+        raise AssertionError("the threaded twin ran")
+    monkeypatch.setattr(attention._backward, "_threaded", refuse)
+    with pytest.raises(AssertionError, match="threaded twin ran"):  # the spy is live
+        backward((2, 3, 9, 11))
+    shared = backward((1, 1, 9, 11))
+    np.testing.assert_allclose(shared[0, 0], per_pair.sum((0, 1)), rtol=1e-12, atol=1e-12)
 
 
 def _optim_cases(optim, rng):

@@ -116,17 +116,17 @@ def _kept(seed, index, threshold):
     return (z >> np.uint64(11)) >= threshold
 
 
-@jit
+@parallel()
 def dropout_scale(seed, threshold, drop_scale, out):
     """The dropout factors (0 or 1 / (1 - p)) of every element of out (B, H, L, S), for the
     differentiable rules (which do write the whole array)."""
     batch, heads, length, source = out.shape
-    for b in range(batch):
-        for h in range(heads):
-            for i in range(length):
-                row = ((b * heads + h) * length + i) * source
-                for j in range(source):
-                    out[b, h, i, j] = drop_scale if _kept(seed, row + j, threshold) else 0.0
+    for pair in prange(batch * heads):
+        b, h = pair // heads, pair % heads
+        for i in range(length):
+            row = ((b * heads + h) * length + i) * source
+            for j in range(source):
+                out[b, h, i, j] = drop_scale if _kept(seed, row + j, threshold) else 0.0
 
 
 @jit
