@@ -170,7 +170,8 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
 # --- the threaded twins against the serial loops -----------------------------------------
 
 def _kernels():
-    from mpigrad.kernels.compiled import activations, clip, indexing, recurrent, softmax
+    from mpigrad.kernels.compiled import (activations, attention, clip, dropout, indexing,
+                                          normalization, optim, recurrent, softmax)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(1001) * 3
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -30.0, 30.0]
@@ -219,6 +220,159 @@ def _kernels():
     for p in (2.0, 1.0, 0.0, 3.0, np.inf, -np.inf):
         cases.append((clip.add_powers, lambda p=p: [np.abs(x[6:]) if p == -np.inf else x,
                                                     p, np.inf if p == -np.inf else 0.0]))
+    cases += _normalization_cases(normalization, rng)
+    cases += _optim_cases(optim, rng)
+    cases += _attention_cases(attention, rng)
+    cases.append((dropout.dropout, lambda: [x.astype(f32), np.uint32(5), np.uint32(9),
+                                            np.uint32(2 ** 31), 1, f32(2), np.empty(x.size, f32)]))
+    cases.append((dropout.dropout, lambda: [x[:1000].astype(f32), np.uint32(5), np.uint32(9),
+                                            np.uint32(2 ** 31), 40, f32(2),
+                                            np.empty(1000, f32)]))
+    return cases
+
+
+def _normalization_cases(normalization, rng):
+    """LayerNorm and RMSNorm over (37, 150) rows (three column blocks of the weight-gradient
+    pass, the last one short), BatchNorm over (5, 11, 13); float32 and float64."""
+    rows = rng.standard_normal((37, 150)) * 3 + 1
+    g = rng.standard_normal((37, 150))
+    feature = rng.standard_normal(150)
+    stats = [rng.random(37) - 0.5, rng.random(37) + 0.5]
+    cube = rng.standard_normal((5, 11, 13)) * 2
+    gcube = rng.standard_normal((5, 11, 13))
+    channel = rng.standard_normal(11)
+    channel_stats = [rng.random(11) - 0.5, rng.random(11) + 0.5]
+    cases = []
+    for t in (np.float32, np.float64):
+        cases.append((normalization.layer_norm, lambda t=t: [
+            rows.astype(t), feature.astype(t), feature.astype(t) / 3, 1e-5,
+            np.empty(rows.shape, t), np.empty(37), np.empty(37)]))
+        cases.append((normalization._layer_norm_dx, lambda t=t: [
+            g.astype(t), rows.astype(t), feature.astype(t), *stats, np.empty(rows.shape, t)]))
+        cases.append((normalization._affine_grads, lambda t=t: [
+            g.astype(t), rows.astype(t), *stats, np.zeros(150), np.zeros(150)]))
+        cases.append((normalization._affine_grads, lambda t=t: [
+            g.astype(t), rows.astype(t), np.empty(0), stats[1], np.zeros(150), np.zeros(0)]))
+        cases.append((normalization.rms_norm, lambda t=t: [
+            rows.astype(t), feature.astype(t), 1e-5, np.empty(rows.shape, t), np.empty(37)]))
+        cases.append((normalization._rms_norm_dx, lambda t=t: [
+            g.astype(t), rows.astype(t), feature.astype(t), stats[1], np.empty(rows.shape, t)]))
+        cases.append((normalization.batch_norm, lambda t=t: [
+            cube.astype(t), channel.astype(t), channel.astype(t) / 2, 1e-5,
+            np.empty(cube.shape, t), np.empty(11), np.empty(11), np.empty(11)]))
+        cases.append((normalization.batch_norm_backward, lambda t=t: [
+            gcube.astype(t), cube.astype(t), channel.astype(t), *channel_stats,
+            np.empty(cube.shape, t), np.empty(11), np.empty(11)]))
+    return cases
+
+
+def _attention_cases(attention, rng):
+    """Forward and backward on tiles of 8 (odd lengths, so the last tiles are short), two
+    query heads per key head: causal with dropout and a per-element mask (whose gradient
+    threads write in disjoint (batch, head) slices), and without either."""
+    q, g = rng.standard_normal((2, 2, 4, 19, 8)) / 3
+    k = rng.standard_normal((2, 2, 23, 8))
+    v = rng.standard_normal((2, 2, 23, 5))
+    mask = rng.standard_normal((2, 4, 19, 23))
+    mask[1, 2, 3] = -np.inf  # a row with every key masked
+    grad_lse = rng.standard_normal((2, 4, 19))
+    dropping = (True, np.uint64(11), np.uint64(2 ** 51), 4 / 3)
+    cases = []
+    for t in (np.float32, np.float64):
+        for masked in (True, False):
+            inputs = [q.astype(t), k.astype(t), v.astype(t),
+                      mask.astype(t) if masked else np.zeros((1, 1, 1, 1), t), masked, masked]
+            drop = list(dropping if masked else (False, np.uint64(0), np.uint64(0), 0.0))
+            out, lse = np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)
+            attention.forward(*inputs, *drop, 8, 8, out, lse)  # what the backward reads
+            cases.append((attention.forward, lambda inputs=inputs, drop=drop, t=t: [
+                *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)]))
+            cases.append((attention._backward, lambda inputs=inputs, drop=drop, out=out,
+                          lse=lse, masked=masked, t=t: [
+                *inputs[:6], 0.5, *drop, 8, 8, out, lse, g[..., :5].astype(t),
+                grad_lse.astype(t), np.zeros(mask.shape if masked else (0, 0, 0, 0)),
+                *[np.zeros(a.shape, t) for a in (q, k, v)]]))
+    cases.append((attention.dropout_scale, lambda: [np.uint64(11), np.uint64(2 ** 52), 2.0,
+                                                    np.empty((2, 3, 5, 7))]))
+    return cases
+
+
+def test_a_broadcast_mask_gradient_is_summed_on_one_thread(monkeypatch, restore_threads):
+    """Threads own (batch, key head) pairs; a mask gradient of shape (1, 1, L, S) is added to
+    by all of them, so the backward runs its serial twin; it equals the per-pair gradients
+    (threaded) summed."""
+    from mpigrad.kernels.compiled import _threads, attention
+    if _threads._POOL < 2:
+        pytest.skip("numba has one thread here")
+    rng = np.random.default_rng(5)
+    q, g = rng.standard_normal((2, 2, 3, 9, 4))
+    k, v = rng.standard_normal((2, 2, 3, 11, 4))
+    mask = rng.standard_normal((1, 1, 9, 11))
+    out, lse = np.empty(q.shape), np.empty(q.shape[:3])
+    attention.forward(q, k, v, mask, True, False, False, np.uint64(0), np.uint64(0), 0.0, 4, 4,
+                      out, lse)
+
+    def backward(mask_shape):
+        mask_grad = np.zeros(mask_shape)
+        attention.backward(q, k, v, np.broadcast_to(mask, mask_shape).copy(), True, False,
+                           1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse, g,
+                           np.zeros(lse.shape), mask_grad, *[np.zeros(a.shape) for a in (q, k, v)])
+        return mask_grad
+
+    mg.set_num_threads(2)
+    monkeypatch.setattr(attention._backward, "grain", 7)
+    per_pair = backward((2, 3, 9, 11))
+
+    def refuse(*args):
+        raise AssertionError("the threaded twin ran")
+    monkeypatch.setattr(attention._backward, "_threaded", refuse)
+    with pytest.raises(AssertionError, match="threaded twin ran"):  # the spy is live
+        backward((2, 3, 9, 11))
+    shared = backward((1, 1, 9, 11))
+    np.testing.assert_allclose(shared[0, 0], per_pair.sum((0, 1)), rtol=1e-12, atol=1e-12)
+
+
+def _optim_cases(optim, rng):
+    """Every update on 1001 float32 elements with every option that changes its loop on."""
+    state = [rng.standard_normal(1001) for _ in range(4)]
+    squares = [rng.random(1001) for _ in range(3)]
+    f32 = np.float32
+
+    def arrays(*which):
+        return [a.astype(f32) for a in which]
+
+    none = np.empty(0, f32)
+    p, g, m, b = state
+    v, u, w = squares
+    cases = []
+    for nesterov, first in ((True, False), (False, True)):
+        cases.append((optim.sgd, lambda nesterov=nesterov, first=first: arrays(p, g, b) + [
+            f32(0.1), f32(0.9), f32(0.8), f32(0.01), nesterov, True, first]))
+    cases.append((optim.sgd, lambda: arrays(p, g) + [none, f32(0.1), f32(0), f32(1), f32(0),
+                                                     False, False, False]))
+    for amsgrad in (True, False):
+        cases.append((optim.adam, lambda amsgrad=amsgrad: arrays(p, g, m, v)
+                      + (arrays(u) if amsgrad else [none]) + [
+                          f32(1e-3), f32(0.3), f32(0.1), f32(0.9), f32(0.999), f32(0.001),
+                          f32(1e-8), f32(0.99), f32(0.01), True]))
+    cases.append((optim.adagrad, lambda: arrays(p, g, v) + [f32(0.1), f32(0.01), f32(1e-10),
+                                                           False]))
+    cases.append((optim.adadelta, lambda: arrays(p, g, v, u) + [
+        f32(1), f32(0.9), f32(0.1), f32(1e-6), f32(0.01), True]))
+    for centered in (True, False):
+        cases.append((optim.rmsprop, lambda centered=centered: arrays(p, g, v)
+                      + (arrays(m / 9) if centered else [none]) + arrays(b) + [
+                          f32(0.01), f32(0.99), f32(0.01), f32(1e-8), f32(0.01), f32(0.9),
+                          False]))
+    cases.append((optim.adamax, lambda: arrays(p, g, m, u) + [
+        f32(0.002), f32(0.1), f32(0.9), f32(0.999), f32(1e-8), f32(0.01), False]))
+    cases.append((optim.nadam, lambda: arrays(p, g, m, v) + [
+        f32(-1e-3), f32(-2e-3), f32(0.3), f32(0.1), f32(0.9), f32(0.999), f32(0.001),
+        f32(1e-8), f32(1), f32(0.01), False]))
+    for rectified in (True, False):
+        cases.append((optim.radam, lambda rectified=rectified: arrays(p, g, m, v) + [
+            f32(1e-3), f32(0.5), f32(0.4), f32(0.7), rectified, f32(0.1), f32(0.9),
+            f32(0.999), f32(0.001), f32(1e-8), f32(0.99), f32(0.01), False]))
     return cases
 
 

@@ -10,10 +10,14 @@ Dropped when the draw is below `threshold` = ceil(p 2**32), so P(drop) = p to 2*
 
 Integers are typed uint32 at each step: numba widens a uint32 product to 64 bits, and would
 turn a uint32 mixed with a signed integer into a float64.
+
+Threads take elements (or whole runs of `span`), see _threads.py: no draw depends on another.
 """
 import numpy as np
+from numba import prange
 
 from ._math import jit
+from ._threads import parallel
 
 _U = np.uint32
 _WEYL = _U(0x9E3779B9)
@@ -37,15 +41,15 @@ def _draw(seed_low, seed_high, k):
     return _mix(_U(first ^ _U(seed_high + _U(k >> 32))))
 
 
-@jit
+@parallel()
 def dropout(x, seed_low, seed_high, threshold, span, scale, out):
     """out = x * scale where kept, x * 0 where dropped (so a nan stays nan, as in torch's
     x * mask); consecutive runs of `span` elements share a draw (whole channels)."""
     if span == 1:
-        for i in range(x.size):
+        for i in prange(x.size):
             out[i] = x[i] * (scale if _draw(seed_low, seed_high, i) >= threshold else 0.0)
         return
-    for k in range(x.size // span):
+    for k in prange(x.size // span):
         factor = scale if _draw(seed_low, seed_high, k) >= threshold else 0.0
         for i in range(k * span, (k + 1) * span):
             out[i] = x[i] * factor

@@ -5,11 +5,15 @@ Unlike the other loops these compute in the parameter's own dtype, with the scal
 that dtype by the caller, in the order and rounding of torch's single-tensor updates (and
 of the numpy passes they replace): a step's rounding does not depend on the backend. (A
 Python literal would widen float32 arithmetic to float64, hence every constant a parameter.)
-All arrays are contiguous, 1-d and of one length.
+All arrays are contiguous, 1-d and of one length; threads take elements (see _threads.py),
+each updated as on one thread.
 """
 import math
 
+from numba import prange
+
 from ._math import jit
+from ._threads import parallel
 
 
 @jit
@@ -35,14 +39,14 @@ def _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2, beta2_comple
     return mi, vi
 
 
-@jit
+@parallel()
 def sgd(p, g, buffer, lr, momentum, dampening_complement, weight_decay, nesterov, maximize,
         first):
     """torch.optim.SGD: g = -g if maximize; g = weight_decay p + g; b = g on the first step
     else momentum b + (1 - dampening) g; g = g + momentum b (nesterov) or b; p -= lr g.
     `buffer` is empty without momentum."""
     with_momentum = buffer.size > 0
-    for i in range(p.size):
+    for i in prange(p.size):
         gi = _regularized(p[i], g[i], weight_decay, maximize)
         if with_momentum:
             if first:
@@ -56,7 +60,7 @@ def sgd(p, g, buffer, lr, momentum, dampening_complement, weight_decay, nesterov
         p[i] = p[i] - gi * lr
 
 
-@jit
+@parallel()
 def adam(p, g, m, v, v_max, step_size, bias_correction2_sqrt, lerp_weight, lerp_complement,
          beta2, beta2_complement, eps, decay_factor, weight_decay, maximize):
     """torch.optim.Adam / AdamW: p *= decay_factor (decoupled weight decay, 1 otherwise);
@@ -64,7 +68,7 @@ def adam(p, g, m, v, v_max, step_size, bias_correction2_sqrt, lerp_weight, lerp_
     v = beta2 v + (g (1 - beta2)) g; v_max = max(v_max, v) (amsgrad: v_max not empty);
     p -= (m / (sqrt(v or v_max) / bias_correction2_sqrt + eps)) step_size."""
     amsgrad = v_max.size > 0
-    for i in range(p.size):
+    for i in prange(p.size):
         pi = p[i] * decay_factor
         gi = _regularized(pi, g[i], weight_decay, maximize)
         mi, vi = _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2,
@@ -76,23 +80,23 @@ def adam(p, g, m, v, v_max, step_size, bias_correction2_sqrt, lerp_weight, lerp_
         p[i] = pi - mi / denom * step_size
 
 
-@jit
+@parallel()
 def adagrad(p, g, total, clr, weight_decay, eps, maximize):
     """torch.optim.Adagrad: s += g g; p -= clr g / (sqrt(s) + eps), clr the decayed lr
     (as addcdiv_(g, std, value=-clr): (-clr g) / std)."""
-    for i in range(p.size):
+    for i in prange(p.size):
         gi = _regularized(p[i], g[i], weight_decay, maximize)
         s = total[i] + gi * gi
         total[i] = s
         p[i] = p[i] + gi * -clr / (math.sqrt(s) + eps)
 
 
-@jit
+@parallel()
 def adadelta(p, g, square_avg, acc_delta, lr, rho, rho_complement, eps, weight_decay,
              maximize):
     """torch.optim.Adadelta: v = rho v + (1 - rho) g g; delta = sqrt(u + eps) / sqrt(v + eps)
     g; u = rho u + (1 - rho) delta delta; p -= lr delta."""
-    for i in range(p.size):
+    for i in prange(p.size):
         gi = _regularized(p[i], g[i], weight_decay, maximize)
         v = square_avg[i] * rho + gi * rho_complement * gi
         square_avg[i] = v
@@ -101,7 +105,7 @@ def adadelta(p, g, square_avg, acc_delta, lr, rho, rho_complement, eps, weight_d
         p[i] = p[i] - delta * lr
 
 
-@jit
+@parallel()
 def rmsprop(p, g, square_avg, grad_avg, buffer, lr, alpha, alpha_complement, eps,
             weight_decay, momentum, maximize):
     """torch.optim.RMSprop: v = alpha v + (1 - alpha) g g; a = lerp(a, g, 1 - alpha) and
@@ -110,7 +114,7 @@ def rmsprop(p, g, square_avg, grad_avg, buffer, lr, alpha, alpha_complement, eps
     p -= lr g / d."""
     centered = grad_avg.size > 0
     with_momentum = buffer.size > 0
-    for i in range(p.size):
+    for i in prange(p.size):
         gi = _regularized(p[i], g[i], weight_decay, maximize)
         v = square_avg[i] * alpha + gi * alpha_complement * gi
         square_avg[i] = v
@@ -127,12 +131,12 @@ def rmsprop(p, g, square_avg, grad_avg, buffer, lr, alpha, alpha_complement, eps
             p[i] = p[i] + gi * -lr / avg
 
 
-@jit
+@parallel()
 def adamax(p, g, m, u, clr, lerp_weight, lerp_complement, beta2, eps, weight_decay,
            maximize):
     """torch.optim.Adamax: m = lerp(m, g, 1 - beta1); u = max(beta2 u, |g| + eps);
     p -= clr m / u, clr = lr / (1 - beta1^t)."""
-    for i in range(p.size):
+    for i in prange(p.size):
         gi = _regularized(p[i], g[i], weight_decay, maximize)
         mi = _lerp(m[i], gi, lerp_weight, lerp_complement)
         m[i] = mi
@@ -143,14 +147,14 @@ def adamax(p, g, m, u, clr, lerp_weight, lerp_complement, beta2, eps, weight_dec
         p[i] = p[i] - mi / ui * clr
 
 
-@jit
+@parallel()
 def nadam(p, g, m, v, grad_scale, momentum_scale, bias_correction2, lerp_weight,
           lerp_complement, beta2, beta2_complement, eps, decay_factor, weight_decay,
           maximize):
     """torch.optim.NAdam: Adam's moments, d = sqrt(v / (1 - beta2^t)) + eps, then
     p += grad_scale g / d and p += momentum_scale m / d (each scale carries -lr and the
     mu products; decoupled decay as Adam's `decay_factor`)."""
-    for i in range(p.size):
+    for i in prange(p.size):
         pi = p[i] * decay_factor
         gi = _regularized(pi, g[i], weight_decay, maximize)
         mi, vi = _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2,
@@ -160,13 +164,13 @@ def nadam(p, g, m, v, grad_scale, momentum_scale, bias_correction2, lerp_weight,
         p[i] = pi + mi / denom * momentum_scale
 
 
-@jit
+@parallel()
 def radam(p, g, m, v, lr, bias_correction1, bias_correction2_sqrt, rect, rectified,
           lerp_weight, lerp_complement, beta2, beta2_complement, eps, decay_factor,
           weight_decay, maximize):
     """torch.optim.RAdam: Adam's moments; the step (m / (1 - beta1^t)) lr, times
     sqrt(1 - beta2^t) / (sqrt(v) + eps) and `rect` once `rectified` (rho_t > 5)."""
-    for i in range(p.size):
+    for i in prange(p.size):
         pi = p[i] * decay_factor
         gi = _regularized(pi, g[i], weight_decay, maximize)
         mi, vi = _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2,
