@@ -93,6 +93,11 @@ def test_setup_fails_on_rank_1(fails_on_rank_1):
 @pytest.fixture
 def reduced_at_teardown():
     yield
+    if dist.get_rank() == 0:  # a message first, then a collective
+        dist.send(mg.full((2,), 7.0), dst=1)
+    elif dist.get_rank() == 1:
+        received = mg.zeros(2); dist.recv(received, src=0)
+        assert received.tolist() == [7.0, 7.0]
     t = mg.ones(2); dist.all_reduce(t)
     assert t.tolist() == [float(dist.get_world_size())] * 2
 

@@ -483,8 +483,8 @@ def before_call():
 
 def _open_gate(scope):
     if scope.gate is not None:
-        gate, scope.gate = scope.gate, None
-        gate()
+        scope.gate()  # if it raises (the timeout), the next watched call tries again
+        scope.gate = None
 
 
 def set_phase(phase):
