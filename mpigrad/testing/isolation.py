@@ -10,7 +10,7 @@ test's timeout every rank raises, naming where each rank was (see
 
 The ranks agree once per test, after teardown (`Isolation._agree`): pytest's protocol runs
 with its reports held back (`Isolation.run`), and they are logged once the ranks agreed. When
-every rank passed alike that is one nonblocking Allreduce of one integer; when not, the ranks
+every rank passed alike that is one nonblocking Allreduce of two integers; when not, the ranks
 exchange each phase's outcome and first line, a phase that failed on any rank fails on all of
 them, and one skipped on some ranks only is an error. A test that did not pass alike may have
 left requests unmatched, so the process groups then move to fresh communicators

@@ -506,7 +506,8 @@ def leave_scope(where=None):
         if scope is None or comm is None or where is None:
             return
         me = comm.Get_rank()
-        requests = [comm.isend((scope.number, f"{scope.label} {where}"), dest=r, tag=_LEFT_SCOPE)
+        message = (scope.number, f"{scope.label} {where}")
+        requests = [comm.isend(message, dest=r, tag=_LEFT_SCOPE)
                     for r in range(comm.Get_size()) if r != me]
     MPI.Request.Waitall(requests)  # a few small messages: sent at once
 
@@ -523,7 +524,7 @@ def interruptible(call, start, status=None):
     return None
 
 
-def wait_all(requests, statuses=None):
+def wait_all(requests, statuses):
     """`MPI.Request.Waitall(requests, statuses)`, polled inside a test scope (see
     `interruptible`)."""
     scope = _dog.scope
