@@ -11,7 +11,7 @@ from mpi4py import MPI
 from .buffers import array_of, mark_written, message
 from .errors import MessageMismatchError
 from .process_group import group_rank_of, member_group
-from .fault.watchdog import blocked, interruptible
+from .fault.watchdog import before_call, blocked, interruptible
 from .work import Work
 
 
@@ -99,6 +99,7 @@ def receive_exact(pg, comm, arr, peer, tag):
 def prepare(pg, tensor, peer, name, tag, blocking=False, writable=False):
     """Check a point-to-point call's arguments; returns the array and the peer's rank in `pg`
     (ANY_SOURCE when `peer` is None)."""
+    before_call()  # first: a test scope's gate may move the group to fresh communicators
     arr = array_of(tensor, "tensor", writable=writable)
     max_tag = pg.comm.Get_attr(MPI.TAG_UB)
     if not isinstance(tag, numbers.Integral) or not 0 <= tag <= max_tag:

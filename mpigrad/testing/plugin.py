@@ -102,6 +102,17 @@ class _Hooks:
             os.makedirs(logs, exist_ok=True)
             self.log = open(os.path.join(logs, f"rank-{self.isolation.rank}.log"), "w")
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        """pytest's protocol, with the reports logged once the ranks agreed on them."""
+        if item.nodeid in self.isolation.skipped_everywhere:
+            return None
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in self.isolation.run(item, nextitem):
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item):
         return (yield from self.isolation.scoped(item, "setup"))
@@ -117,7 +128,7 @@ class _Hooks:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
         report = yield
-        self.isolation.agree(item, report)
+        self.isolation.made(report)
         return report
 
     def pytest_runtest_logreport(self, report):

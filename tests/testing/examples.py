@@ -80,6 +80,45 @@ def test_shared_tmp_path(shared_tmp_path):
         f"rank{r}" for r in range(dist.get_world_size())]
 
 
+@pytest.fixture
+def fails_on_rank_1():
+    if dist.get_rank() == 1:
+        raise ValueError("setup fails on rank 1")
+
+
+def test_setup_fails_on_rank_1(fails_on_rank_1):
+    pass
+
+
+@pytest.fixture
+def reduced_at_teardown():
+    yield
+    if dist.get_rank() == 0:  # a message first, then a collective
+        dist.send(mg.full((2,), 7.0), dst=1)
+    elif dist.get_rank() == 1:
+        received = mg.zeros(2); dist.recv(received, src=0)
+        assert received.tolist() == [7.0, 7.0]
+    t = mg.ones(2); dist.all_reduce(t)
+    assert t.tolist() == [float(dist.get_world_size())] * 2
+
+
+def test_teardown_collective_after_a_failure(reduced_at_teardown):
+    t = mg.ones(2); dist.all_reduce(t)
+    assert dist.get_rank() != 1, "rank 1 fails the call"
+    dist.all_reduce(t)
+
+
+@pytest.fixture
+def teardown_fails_on_rank_1():
+    yield
+    if dist.get_rank() == 1:
+        raise RuntimeError("teardown fails on rank 1")
+
+
+def test_teardown_fails_on_rank_1(teardown_fails_on_rank_1):
+    pass
+
+
 def test_last():
     t = mg.full((4,), float(dist.get_rank() + 1)); dist.all_reduce(t)
     assert t.tolist() == [total()] * 4
@@ -91,8 +130,15 @@ import mpigrad as mg
 import mpigrad.distributed as dist
 
 
+@pytest.fixture
+def reduced_at_teardown(process_group):
+    yield
+    t = mg.ones(2); dist.all_reduce(t)
+    assert t.tolist() == [float(dist.get_world_size())] * 2
+
+
 @pytest.mark.mpi_timeout(2)
-def test_hang(process_group):
+def test_hang(reduced_at_teardown):
     t = mg.ones(4)
     if dist.get_rank() == 1:
         while True:

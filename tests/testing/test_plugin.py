@@ -77,6 +77,23 @@ def test_a_failure_on_one_rank_fails_the_test_on_every_rank(tmp_path, ranks):
         assert (f"skipped on rank 0 but not on {others}: a test must be skipped on every rank "
                 f"or on none") in skipped, log
         assert "rank 0: skipped: rank 0 skips" in skipped, log
+        # Setup failing on one rank: an error on every rank; the others ran the call, which
+        # pytest would not have, so it is not reported.
+        setup = outcome(log, "test_setup_fails_on_rank_1", "setup")
+        assert setup.startswith("test_example.py::test_setup_fails_on_rank_1 setup: failed")
+        assert f"setup failed on rank 1 of {ranks}" in setup, log
+        assert "rank 1: ValueError: setup fails on rank 1" in setup, log
+        assert "test_setup_fails_on_rank_1 call:" not in log
+        # Teardown's collectives run, with the right values, after a call that failed.
+        assert "rank 1: AssertionError: rank 1 fails the call" in outcome(
+            log, "test_teardown_collective_after_a_failure"), log
+        assert "test_teardown_collective_after_a_failure teardown:" not in log
+        # A teardown failing on one rank fails on every rank.
+        assert outcome(log, "test_teardown_fails_on_rank_1").startswith(
+            "test_example.py::test_teardown_fails_on_rank_1 call: passed"), log
+        teardown = outcome(log, "test_teardown_fails_on_rank_1", "teardown")
+        assert f"teardown failed on rank 1 of {ranks}" in teardown, log
+        assert "rank 1: RuntimeError: teardown fails on rank 1" in teardown, log
         # The tests after a failed one pass, with the right sums: nothing crossed over.
         for test in ("test_b", "test_after_assert", "test_same_on_all_ranks_passes",
                      "test_same_on_all_ranks_reports_the_rank", "test_shared_tmp_path",
@@ -84,7 +101,7 @@ def test_a_failure_on_one_rank_fails_the_test_on_every_rank(tmp_path, ranks):
             assert outcome(log, test).startswith(f"test_example.py::{test} call: passed"), log
         assert "test_skipped_everywhere call: skipped" in log
     assert "mpigrad: outcomes on every rank" in output
-    assert "rank 0: 4 failed, 6 passed, 1 skipped" in output, output
+    assert "rank 0: 7 failed, 6 passed, 1 skipped" in output, output
 
 
 def test_a_hang_fails_on_every_rank_after_the_timeout_naming_where_each_was(tmp_path):
@@ -104,6 +121,7 @@ def test_a_hang_fails_on_every_rank_after_the_timeout_naming_where_each_was(tmp_
             assert re.search(rf"rank {waiting}: (waiting in|not in any collective: .*\(its "
                              rf"last call:) the check before all_reduce #1 on the default group",
                              hang), log
+        assert "test_hang teardown:" not in log  # its collective ran: it has its own timeout
         assert outcome(log, "test_after_hang").startswith(
             "test_example.py::test_after_hang call: passed"), log
 

@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ..buffers import SUPPORTED_DTYPES
 from ..errors import CollectiveMismatchError
 from ..reduce_ops import ReduceOp, kind
-from .watchdog import blocked, interruptible
+from .watchdog import before_call, blocked, interruptible
 
 KINDS = (
     "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
@@ -48,6 +48,7 @@ _DTYPE_CODES = {dtype: code for code, dtype in enumerate(SUPPORTED_DTYPES)}
 def collective(pg, kind):
     """Context manager around a collective's argument validation: record the fields that must
     agree inside it; on exit it compares them across `pg`'s ranks (when checks are on)."""
+    before_call()  # a test scope's gate may move the group to fresh communicators
     return _Check(pg, kind) if pg.check_collectives else _NO_CHECK
 
 

@@ -28,12 +28,14 @@ main thread computes or waits in MPI. That needs MPI_THREAD_MULTIPLE; with less,
 of one process, reports show this rank only and departures are not announced.
 
 Test scopes (mpigrad's pytest plugin, `mpigrad.testing.plugin`): while a test runs, the
-plugin opens a scope on the ranks' own communicator (`open_scopes`). A rank that leaves the
-test early (it failed or skipped) tells the others (`leave_scope`); from then on their
-watched calls in that test raise `RankLeftTestError` at once, and those already waiting end
-too, because inside a scope the waits that `interruptible` and `wait_all` make poll their
-nonblocking form instead of blocking in MPI. At the scope's deadline this thread collects where every rank is and raises
-`TestTimeoutError` in the main thread, wherever it is (in a wait, or computing).
+plugin opens a scope on the ranks' own communicator (`open_scopes`; one for a test's setup and
+call, one for its teardown). A rank that leaves the scope early (it failed or skipped) tells
+the others (`leave_scope`); from then on their watched calls in that scope raise
+`RankLeftTestError` at once, and those already waiting end too, because inside a scope the
+waits that `interruptible` and `wait_all` make poll their nonblocking form instead of
+blocking in MPI (sleeping between tries: `_poll`). At the scope's deadline this thread
+collects where every rank is and raises `TestTimeoutError` in the main thread, wherever it is
+(in a wait, or computing).
 """
 import atexit
 import ctypes
@@ -56,7 +58,7 @@ _DEPARTED_GRACE_SECONDS = 2.0  # a call still blocked this long after its peer l
 # A test whose main thread is still inside its scope this long after the scope's timeout
 # raised there is stuck in a call that cannot be interrupted: the job is aborted.
 _STUCK_AFTER_TIMEOUT_SECONDS = 10.0
-# How a wait inside a test scope polls (see _poll).
+# How a polled wait tries again (see _poll).
 _SPIN_SECONDS, _MAX_PAUSE_SECONDS = 1e-3, 1e-3
 _LEFT, _QUERY, _ANSWER = 1, 2, 3  # message tags on the watchdog's communicator
 _LEFT_SCOPE = 4  # on the scopes' communicator: (scope number, where this rank left)
@@ -121,8 +123,10 @@ class blocked:
         if _dog.thread is None:
             _start_thread()
         scope = _dog.scope
-        if scope is not None and scope.reason is not None and scope.mine():
-            raise scope.error()
+        if scope is not None and scope.mine():
+            _open_gate(scope)
+            if scope.reason is not None:
+                raise scope.error()
         if self.collective and self.number is None:
             self.number = next_number(self.pg, self.what)
         thread = threading.get_ident()
@@ -419,11 +423,12 @@ class TestTimeoutError(BaseException):
 
 
 class _Scope:
-    """One phase of one test on this rank; see `enter_scope`."""
+    """Part of one test on this rank; see `enter_scope`."""
 
-    def __init__(self, name, number, seconds):
-        self.name, self.number, self.seconds = name, number, seconds
-        self.deadline = time.monotonic() + seconds
+    def __init__(self, name, number, phase, seconds, deadline, gate):
+        self.name, self.number, self.phase, self.seconds = name, number, phase, seconds
+        self.deadline = deadline
+        self.gate = gate
         self.thread = threading.get_ident()
         self.left = None      # which ranks left the scope and where, once some did
         self.timeout = None   # where the ranks were when the deadline passed
@@ -433,6 +438,10 @@ class _Scope:
     @property
     def reason(self):
         return self.timeout or self.left
+
+    @property
+    def label(self):
+        return f"{self.name} ({self.phase})"
 
     def mine(self):
         return threading.get_ident() == self.thread
@@ -453,10 +462,35 @@ def open_scopes(comm):
         _start_thread()
 
 
-def enter_scope(name, number, seconds):
-    """Start scope `number` (the same on every rank for the same phase of the same test),
-    described as `name` in errors, on the calling thread, ending in `seconds`."""
-    _dog.scope = _Scope(name, number, seconds)
+def enter_scope(name, number, phase, seconds, deadline=None, gate=None):
+    """Start scope `number` (the same on every rank for the same part of the same test) on
+    the calling thread: `name` and `phase` (set_phase changes it) describe it in errors, and
+    it times out at `deadline` (monotonic; now + `seconds` when None), `seconds` being the
+    timeout errors quote. `gate()`, if given, runs once, at the first watched call the thread
+    makes in the scope (the plugin settles what the test's earlier part left there)."""
+    if deadline is None:
+        deadline = time.monotonic() + seconds
+    _dog.scope = _Scope(name, number, phase, seconds, deadline, gate)
+
+
+def before_call():
+    """Called as a watched call begins, before it reads its group's state (a collective's
+    check, which counts the group's collectives): runs the open scope's gate, if any."""
+    scope = _dog.scope
+    if scope is not None and scope.mine():
+        _open_gate(scope)
+
+
+def _open_gate(scope):
+    if scope.gate is not None:
+        scope.gate()  # if it raises (the timeout), the next watched call tries again
+        scope.gate = None
+
+
+def set_phase(phase):
+    """Name the part of the test that the open scope runs now (`setup`, `call`)."""
+    if _dog.scope is not None:
+        _dog.scope.phase = phase
 
 
 def leave_scope(where=None):
@@ -472,7 +506,8 @@ def leave_scope(where=None):
         if scope is None or comm is None or where is None:
             return
         me = comm.Get_rank()
-        requests = [comm.isend((scope.number, where), dest=r, tag=_LEFT_SCOPE)
+        message = (scope.number, f"{scope.label} {where}")
+        requests = [comm.isend(message, dest=r, tag=_LEFT_SCOPE)
                     for r in range(comm.Get_size()) if r != me]
     MPI.Request.Waitall(requests)  # a few small messages: sent at once
 
@@ -485,7 +520,7 @@ def interruptible(call, start, status=None):
     if scope is None or not scope.mine():
         return call()
     request = start()
-    _poll(scope, lambda: request.Test(status))
+    _poll(lambda: request.Test(status), scope)
     return None
 
 
@@ -496,24 +531,39 @@ def wait_all(requests, statuses):
     if scope is None or not scope.mine():
         MPI.Request.Waitall(requests, statuses)
         return
-    _poll(scope, lambda: MPI.Request.Testall(requests, statuses))
+    _poll(lambda: MPI.Request.Testall(requests, statuses), scope)
 
 
-def _poll(scope, done):
-    """Call `done()` (an MPI test) until it is true, raising the scope's error once it has
-    one. Between tries the other threads get the GIL (an RPC agent may serve the others
-    meanwhile, as it does while the thread blocks in MPI), and past the first
-    _SPIN_SECONDS the thread pauses for 1/32 of the time it has waited, up to _MAX_PAUSE."""
-    scope.polling = True
+def wait_politely(requests):
+    """Wait for `requests` without holding a core: polled (see `_poll`), and inside a test
+    scope on its thread, ended by the scope's error. For waits that every rank reaches at
+    about the same time (the test plugin's agreements), where MPI's own wait would spin."""
+    scope = _dog.scope
+    _poll(lambda: MPI.Request.Testall(requests),
+          scope if scope is not None and scope.mine() else None)
+
+
+def _poll(done, scope=None):
+    """Call `done()` (an MPI test) until it is true, raising the scope's error (if any) once
+    it has one. Between tries the thread sleeps, so that the other threads get the GIL (an
+    RPC agent may serve the others meanwhile, as it does while the thread blocks in MPI) and
+    the other processes the core: the ranks of a test suite often outnumber the cores, and
+    one rank spinning in a wait then delays the rank it waits for. It first tries again at
+    once for _SPIN_SECONDS (a peer already there answers within microseconds), then sleeps
+    1/32 of the time it has waited, at most _MAX_PAUSE_SECONDS (a late answer costs no more
+    than that)."""
+    if scope is not None:
+        scope.polling = True
     started = time.monotonic()
     try:
         while not done():
-            if scope.reason is not None:
+            if scope is not None and scope.reason is not None:
                 raise scope.error()
             waited = time.monotonic() - started
             time.sleep(0 if waited < _SPIN_SECONDS else min(waited / 32, _MAX_PAUSE_SECONDS))
     finally:
-        scope.polling = False
+        if scope is not None:
+            scope.polling = False
 
 
 def forget_abandoned_calls():
@@ -530,15 +580,14 @@ def _watch_scope(scope, now):
         left = sorted((rank, where) for rank, (number, where) in list(_dog.scope_exits.items())
                       if number == scope.number)
         if left:
-            scope.left = "; ".join(f"rank {rank} left {scope.name} {where}"
-                                   for rank, where in left)
+            scope.left = "; ".join(f"rank {rank} left {where}" for rank, where in left)
     if scope.timeout is None and now > scope.deadline:
         me = _my_rank()
         comm = _dog.scopes
         others = [] if comm is None else [r for r in range(comm.Get_size()) if r != me]
         answers = _ask(others, comm) if others else {}
         answers[me] = _where_am_i()
-        text = (f"{scope.name} ran longer than its timeout ({scope.seconds:g} s: "
+        text = (f"{scope.label} ran longer than its timeout ({scope.seconds:g} s: "
                 f"--mpi-timeout, or @pytest.mark.mpi_timeout(seconds)). Where the ranks were:\n"
                 + "\n".join(f"  rank {r}: {_describe(answers[r])}" for r in sorted(answers)))
         with _dog.lock:
