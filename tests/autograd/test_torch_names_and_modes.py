@@ -13,6 +13,7 @@ def _graphs(lib):
     x = lib.ones(2, 3, requires_grad=True)
     w = lib.ones(4, 3, requires_grad=True)
     b = lib.ones(2, 3, 4, requires_grad=True)
+    b4 = lib.ones(1, 2, 3, 4, requires_grad=True)
     c = lib.ones(2, 4, 5, requires_grad=True)
     v = lib.ones(3, requires_grad=True)
     img = lib.ones(1, 2, 5, 5, requires_grad=True)
@@ -77,6 +78,8 @@ def _graphs(lib):
         "layer_norm": lambda: F.layer_norm(x, (3,)),
         "embedding": lambda: F.embedding(t, x.t()),
         "sdpa": lambda: F.scaled_dot_product_attention(b, b, b),
+        "sdpa_4d": lambda: F.scaled_dot_product_attention(b4, b4, b4, is_causal=True),
+        "sdpa_4d_dropout": lambda: F.scaled_dot_product_attention(b4, b4, b4, dropout_p=0.5),
         # losses, each reduction
         **{f"{name}_{reduction}": (lambda f=f, reduction=reduction: f(reduction))
            for reduction in ("mean", "sum", "none")
