@@ -4,6 +4,8 @@ import enum
 
 import numpy as np
 
+from ...dtypes import is_floating_point
+
 __all__ = ["MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy", "ShardingStrategy",
            "BackwardPrefetch", "CPUOffload", "MixedPrecision"]
 
@@ -25,7 +27,7 @@ class MixedPrecisionPolicy:
             value = getattr(self, name)
             if value is not None:
                 dtype = np.dtype(value)
-                if dtype.kind != "f":
+                if not is_floating_point(dtype):
                     raise ValueError(f"MixedPrecisionPolicy({name}={value!r}): a floating "
                                      f"dtype is needed")
                 object.__setattr__(self, name, dtype)
