@@ -41,6 +41,10 @@ from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler 
 from . import serialization, sparse  # noqa: F401
 from . import amp, cpu, _dynamo  # noqa: F401
 from ._compile import compile  # noqa: F401
+from ._deterministic import (use_deterministic_algorithms,  # noqa: F401
+                             are_deterministic_algorithms_enabled,
+                             is_deterministic_algorithms_warn_only_enabled,
+                             set_deterministic_debug_mode, get_deterministic_debug_mode)
 from .backends.cuda import (set_float32_matmul_precision,  # noqa: F401
                             get_float32_matmul_precision)
 from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401
