@@ -314,6 +314,24 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         start = self.T_0 * (self.T_mult ** restarts - 1) / (self.T_mult - 1)
         return self._position - start, self.T_0 * self.T_mult ** restarts
 
+    def state_dict(self):
+        """torch's layout: the position as `T_cur` (epochs into the current period) and `T_i`
+        (its length)."""
+        state = super().state_dict()
+        del state["_position"]
+        state["T_cur"], state["T_i"] = self._period()
+        return state
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        into, length = self.__dict__.pop("T_cur"), self.__dict__.pop("T_i")
+        if self.T_mult == 1:
+            # last_epoch is the position rounded down, which fixes the period it lies in.
+            start = math.ceil((self.last_epoch - into) / self.T_0) * self.T_0
+        else:
+            start = self.T_0 * (length / self.T_0 - 1) / (self.T_mult - 1)
+        self._position = float(start + into)
+
     def get_lr(self):
         into, length = self._period()
         cosine = 1 + math.cos(math.pi * into / length)

@@ -40,6 +40,10 @@ def build(lib, name, beta1=False):
         "ExponentialLR": lambda: schedulers.ExponentialLR(optimizer, 0.9),
         "PolynomialLR": lambda: schedulers.PolynomialLR(optimizer, 6),
         "CyclicLR": lambda: schedulers.CyclicLR(optimizer, 0.01, 0.1, step_size_up=3),
+        "CosineAnnealingWarmRestarts": lambda: schedulers.CosineAnnealingWarmRestarts(
+            optimizer, 3, T_mult=2),
+        "CosineAnnealingWarmRestarts-1": lambda: schedulers.CosineAnnealingWarmRestarts(
+            optimizer, 3),
     }[name]
     return optimizer, make()
 
@@ -59,7 +63,8 @@ def advance(optimizer, scheduler, steps, start=0):
 
 NAMES = ["StepLR", "CosineAnnealingLR", "OneCycleLR", "LambdaLR", "LambdaLR-function",
          "LinearLR", "SequentialLR", "ReduceLROnPlateau", "MultiStepLR", "ExponentialLR",
-         "PolynomialLR", "CyclicLR"]
+         "PolynomialLR", "CyclicLR", "CosineAnnealingWarmRestarts",
+         "CosineAnnealingWarmRestarts-1"]
 
 
 def _same(ours, theirs, key):
@@ -115,3 +120,23 @@ def test_a_state_saved_by_either_library_resumes_in_the_other(name):
     their_opt.load_state_dict(our_opt.state_dict())
     theirs.load_state_dict(ours.state_dict())
     assert advance(their_opt, theirs, 4, start=4) == pytest.approx(expected[4:], rel=1e-12)
+
+
+@pytest.mark.parametrize("t_mult", [1, 2])
+@pytest.mark.parametrize("epoch", [4.5, 10.25, 2.0])
+def test_warm_restarts_at_a_fractional_epoch_resume_across_libraries(t_mult, epoch):
+    def made(lib):
+        optimizer = lib.optim.SGD([lib.ones(2, requires_grad=True)], lr=0.1)
+        return optimizer, lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+            optimizer, 3, T_mult=t_mult)
+
+    for source, target in ((mg, torch), (torch, mg)):
+        (source_opt, saved), (target_opt, resumed) = made(source), made(target)
+        saved.step(epoch)
+        resumed.load_state_dict(saved.state_dict())
+        assert resumed.state_dict()["last_epoch"] == saved.state_dict()["last_epoch"]
+        for _ in range(7):
+            saved.step()
+            resumed.step()
+            assert float(target_opt.param_groups[0]["lr"]) == pytest.approx(
+                float(source_opt.param_groups[0]["lr"]), rel=1e-12)
