@@ -197,7 +197,9 @@ class MultiStepLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        passed = bisect_right(sorted(self.milestones.elements()), self.last_epoch)
+        # A dict when restored from mpigrad's checkpoint format, which stores a Counter so.
+        passed = sum(count for milestone, count in self.milestones.items()
+                     if milestone <= self.last_epoch)
         return [base_lr * self.gamma ** passed
                 for base_lr in self.base_lrs]
 

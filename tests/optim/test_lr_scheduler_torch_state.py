@@ -140,3 +140,22 @@ def test_warm_restarts_at_a_fractional_epoch_resume_across_libraries(t_mult, epo
             resumed.step()
             assert float(target_opt.param_groups[0]["lr"]) == pytest.approx(
                 float(source_opt.param_groups[0]["lr"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])  # mpigrad's checkpoint format; torch's
+@pytest.mark.parametrize("name", NAMES)
+def test_states_in_torchs_layout_survive_both_save_formats(name, suffix, tmp_path):
+    """mpigrad's checkpoint format stores no pickle: the torch-shaped state (a Counter of
+    milestones, phase dicts, lr_lambdas' None) must round-trip through it and through the
+    weights_only pickle, and resume the schedule."""
+    optimizer, scheduler = build(mg, name)
+    advance(optimizer, scheduler, 4)
+    expected_optimizer, expected = build(mg, name)
+    expected_lrs = advance(expected_optimizer, expected, 8)[4:]
+    mg.save({"scheduler": scheduler.state_dict(), "optimizer": optimizer.state_dict()},
+            tmp_path / f"state{suffix}")
+    saved = mg.load(tmp_path / f"state{suffix}")
+    optimizer, scheduler = build(mg, name)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    assert advance(optimizer, scheduler, 4, start=4) == pytest.approx(expected_lrs, rel=1e-12)
