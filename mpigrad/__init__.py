@@ -8,7 +8,7 @@ from . import _allocator  # noqa: F401  (first: tunes malloc before any large ar
 from .dtypes import (float16, half, bfloat16, float32, float, float64, double, int8,  # noqa: F401
                      uint8, int16, short, int32, int, int64, long, bool, complex64, cfloat,
                      complex128, cdouble, get_default_dtype, set_default_dtype,
-                     is_floating_point, layout, strided, sparse_coo)
+                     is_floating_point, finfo, iinfo, layout, strided, sparse_coo)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
 from ._tensor_str import set_printoptions  # noqa: F401
 from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401
@@ -41,6 +41,10 @@ from . import accelerator, backends, cuda, hub, multiprocessing, onnx, profiler 
 from . import serialization, sparse  # noqa: F401
 from . import amp, cpu, _dynamo  # noqa: F401
 from ._compile import compile  # noqa: F401
+from ._deterministic import (use_deterministic_algorithms,  # noqa: F401
+                             are_deterministic_algorithms_enabled,
+                             is_deterministic_algorithms_warn_only_enabled,
+                             set_deterministic_debug_mode, get_deterministic_debug_mode)
 from .backends.cuda import (set_float32_matmul_precision,  # noqa: F401
                             get_float32_matmul_precision)
 from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtype,  # noqa: F401

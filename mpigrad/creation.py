@@ -89,7 +89,7 @@ def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
 def _random_float_dtype(where, dtype):
     """torch draws normal and uniform values only into floating tensors."""
     dtype = np.dtype(dtype)
-    if dtype.kind not in "fc":
+    if not dtypes.is_differentiable(dtype):
         raise NotImplementedError(f"{where}: \"{where}_kernel_cpu\" not implemented for "
                                   f"'{dtypes.torch_name(dtype)}'")
     return dtype

@@ -3,6 +3,8 @@
 bfloat16 is ml_dtypes' numpy dtype (numpy has none of its own). Its numpy kind is "V", not
 "f", so code asks `is_floating_point(dtype)` rather than reading `dtype.kind`.
 """
+import builtins
+
 import ml_dtypes
 import numpy as np
 
@@ -62,6 +64,61 @@ _on_first_half_precision = []
 def is_floating_point(dtype):
     dtype = np.dtype(dtype)
     return dtype.kind == "f" or dtype == bfloat16
+
+
+def _dtype_argument(where, dtype):
+    if not isinstance(dtype, np.dtype):
+        raise TypeError(f"{where}(): argument 'type' (position 1) must be torch.dtype, not "
+                        f"{type(dtype).__name__}")
+    return dtype
+
+
+class finfo:
+    """torch.finfo: the limits of a floating dtype (the default dtype without an argument);
+    a complex dtype answers for its real part, as torch's. Every field is a Python number
+    and `dtype` the name, as torch's."""
+
+    def __init__(self, type=None):
+        dtype = get_default_dtype() if type is None else _dtype_argument("finfo", type)
+        if dtype.kind == "c":
+            dtype = np.dtype(dtype.char.lower())
+        if not is_floating_point(dtype):
+            raise TypeError("torch.finfo() requires a floating point input type. Use "
+                            "torch.iinfo to handle 'torch.finfo'")
+        limits = ml_dtypes.finfo(dtype)
+        self.bits = builtins.int(limits.bits)
+        self.eps = builtins.float(limits.eps)
+        self.max = builtins.float(limits.max)
+        self.min = builtins.float(limits.min)
+        self.tiny = self.smallest_normal = builtins.float(limits.smallest_normal)
+        # torch's resolution is exactly 10 ** -precision (ml_dtypes' bfloat16 one is rounded).
+        self.resolution = 10.0 ** -builtins.int(limits.precision)
+        self.dtype = dtype.name
+
+    def __repr__(self):
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
+                f"eps={self.eps:g}, smallest_normal={self.smallest_normal:g}, "
+                f"tiny={self.tiny:g}, dtype={self.dtype})")
+
+
+class iinfo:
+    """torch.iinfo: the limits of an integer dtype, as Python ints."""
+
+    def __init__(self, type):
+        dtype = _dtype_argument("iinfo", type)
+        if dtype == bool:
+            raise TypeError("torch.bool is not supported by torch.iinfo")
+        if dtype.kind not in "iu":
+            raise TypeError("torch.iinfo() requires an integer input type. Use torch.finfo "
+                            "to handle 'torch.iinfo'")
+        limits = np.iinfo(dtype)
+        self.bits = builtins.int(limits.bits)
+        self.max = builtins.int(limits.max)
+        self.min = builtins.int(limits.min)
+        self.dtype = dtype.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"
 
 
 def is_differentiable(dtype):

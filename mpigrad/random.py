@@ -81,7 +81,9 @@ def multinomial_array(weights, num_samples, replacement, generator=None):
 
     With replacement, inverse-CDF sampling of uniform draws; without, the Efraimidis-Spirakis
     keys u ** (1 / w), whose largest `num_samples` are a weighted sample without replacement
-    (computed as log(u) / w to stay in range). Zero weights are never drawn either way."""
+    (computed as log(u) / w to stay in range). With replacement a zero weight is never drawn;
+    without, zero-weight categories come after every positive one, as torch's CPU kernel
+    draws them once the positive ones run out (their key is -inf)."""
     if weights.ndim not in (1, 2):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
     if not dtypes.is_floating_point(weights.dtype):  # bfloat16's numpy kind is not "f"
@@ -97,9 +99,6 @@ def multinomial_array(weights, num_samples, replacement, generator=None):
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     if (rows.sum(axis=1) <= 0).any():
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
-    if not replacement and (np.count_nonzero(rows, axis=1) < num_samples).any():
-        raise RuntimeError("invalid multinomial distribution (with replacement=False, not "
-                           "enough non-negative category to sample)")
     rng = _rng(generator)
     if replacement:
         cumulative = np.cumsum(rows, axis=1)

@@ -979,8 +979,8 @@ def _unwrap_nested(data):
 
 def _random_bound(dtype):
     """random_()'s largest draw: every integer up to it is exact in `dtype`."""
-    if dtype.kind == "f":
-        return 2 ** (np.finfo(dtype).nmant + 1)
+    if dtypes.is_floating_point(dtype):
+        return int(2 / dtypes.finfo(dtype).eps)  # 2 ** (mantissa bits + 1)
     if dtype.kind == "b":
         return 1
     return int(np.iinfo(dtype).max)

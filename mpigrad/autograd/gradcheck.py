@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 
+from ..dtypes import is_floating_point
 from ..tensor import Tensor
 from . import forward_ad
 from .backward import _tensors_as_tuple
@@ -16,7 +17,7 @@ class GradcheckError(RuntimeError):
 
 def _differentiable_outputs(func, inputs):
     return tuple(o for o in _tensors_as_tuple(func(*inputs)) if isinstance(o, Tensor) and
-                 o.dtype.kind == "f")
+                 is_floating_point(o.dtype))
 
 
 def _numerical_jacobian(func, inputs, wrt, eps):

@@ -6,13 +6,15 @@ import copy
 import numpy as np
 
 from ..creation import as_tensor, from_numpy
+from ..dtypes import is_floating_point
 from ..ops import stack
 from ..tensor import Tensor
 
 
 def _has_tensor_dtype(array):
-    # Object, string, bytes, void (structured) arrays have no Tensor counterpart.
-    return array.dtype.kind not in "OSUV"
+    # Object, string, bytes, void (structured) arrays have no Tensor counterpart; bfloat16
+    # has numpy kind "V" too.
+    return array.dtype.kind not in "OSUV" or is_floating_point(array.dtype)
 
 
 def _rebuild(elem, values):

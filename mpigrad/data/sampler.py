@@ -145,7 +145,8 @@ class _Stream:
 
 class WeightedRandomSampler(_SeededPasses):
     """`num_samples` indices below `len(weights)`, index `i` drawn with probability
-    proportional to `weights[i]` (zero never), with or without replacement, as
+    proportional to `weights[i]`, with or without replacement (a zero weight is drawn
+    never with replacement, only after every positive one without), as
     `mpigrad.multinomial` draws them (its errors for bad weights). Seeding and epochs
     as `_SeededPasses`."""
 

@@ -10,10 +10,14 @@ MPI_FLOAT16_T extension (MPICH >= 4.2 has it; many builds do not), probed once b
 DistributedDataParallel reduces float16 gradients only when the probe succeeds
 (`mpi_float_type`), and fp16_compress_hook falls back to gathering the float16 buffers and
 summing them locally when it fails.
+
+bfloat16 (ml_dtypes) is moved the same way, as INT16_T bits; MPI has no bfloat16 type at all,
+so nothing reduces it (FSDP asks for a float32 reduce_dtype).
 """
 import numpy as np
 from mpi4py import MPI
 
+from ..dtypes import bfloat16
 from ..tensor import Tensor
 
 # Predefined MPI datatypes only: mpi4py's automatic mapping hands out duplicated (user)
@@ -29,6 +33,7 @@ _MPI_TYPES = {
     np.dtype(np.uint32): MPI.UINT32_T,
     np.dtype(np.uint64): MPI.UINT64_T,
     np.dtype(np.float16): MPI.INT16_T,  # bits only; see "float16" above
+    bfloat16: MPI.INT16_T,  # bits only, as float16
     np.dtype(np.float32): MPI.FLOAT,
     np.dtype(np.float64): MPI.DOUBLE,
     np.dtype(np.complex64): MPI.C_FLOAT_COMPLEX,

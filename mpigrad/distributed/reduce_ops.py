@@ -5,6 +5,8 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
+from ..dtypes import HALF_PRECISION
+
 
 class ReduceOp(enum.Enum):
     """How a reduction combines the ranks' values, as in `torch.distributed.ReduceOp`."""
@@ -105,9 +107,11 @@ def mpi_op(op, dtype):
         if op is ReduceOp.AVG:
             raise TypeError("ReduceOp.AVG is not defined for bool tensors")
         return _LOGICAL[op]
-    if dtype == np.float16:
-        # See buffers.py on float16: MPI-3 defines no reductions on it.
-        raise TypeError("MPI defines no reductions on float16; reduce a float32 copy instead")
+    if dtype in HALF_PRECISION:
+        # See buffers.py on float16 and bfloat16: they move as int16 bits, which MPI would
+        # sum as integers.
+        raise TypeError(f"MPI defines no reductions on {dtype}; reduce a float32 copy "
+                        "instead")
     if op is ReduceOp.AVG and dtype.kind in "iu":
         raise TypeError(f"ReduceOp.AVG needs a floating-point or complex tensor, got {dtype}: "
                         "an integer average would have to round. Use ReduceOp.SUM and divide.")

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..dtypes import is_floating_point
 from .core import Op
 
 exp = Op("exp", np.exp, (lambda g, ans, x: g * ans,), saves="ans", elementwise=True)
@@ -52,7 +53,7 @@ _gelu = Op("gelu", None, (lambda g, ans, x, approximate: g * _gelu_slope(x, appr
 
 
 def _check_floating(name, x):
-    if x.dtype.kind != "f":
+    if not is_floating_point(x.dtype):
         raise RuntimeError(f"{name}: expected a floating point tensor, got {x.dtype}")
 
 

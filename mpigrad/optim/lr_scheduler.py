@@ -20,7 +20,9 @@ followed by cosine decay::
 """
 
 import math
+import types
 from bisect import bisect_right
+from collections import Counter
 
 from ..autograd.grad_mode import no_grad
 from ..tensor import Tensor
@@ -67,7 +69,12 @@ class LRScheduler:
                                    "optimizer's state dict first")
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
+        # torch's bookkeeping, kept so that state dicts carry torch's keys both ways.
+        self._step_count = 0
+        self._get_lr_called_within_step = False
+        self._is_initial = True
         self.step()
+        self._is_initial = False
 
     def get_lr(self):
         """The lr of each parameter group at epoch `last_epoch`."""
@@ -79,10 +86,13 @@ class LRScheduler:
 
     def step(self):
         """Advance one epoch and set the optimizer's lrs for it."""
+        self._step_count += 1
         self._move_to(self.last_epoch + 1)
 
     def state_dict(self):
-        """Everything but the optimizer: `last_epoch`, `base_lrs` and the settings."""
+        """Everything but the optimizer: `last_epoch`, `base_lrs`, the settings and torch's
+        bookkeeping (`_step_count`, ...), under torch's keys, so that a state saved by torch
+        loads here and the other way round."""
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict):
@@ -118,8 +128,9 @@ class LambdaLR(LRScheduler):
     """lr = base_lr * lr_lambda(epoch).
 
     `lr_lambda` is one function, or a list with one per parameter group.
-    Functions cannot be saved: `state_dict` leaves them out, so pass
-    the same ones when re-creating the scheduler to resume.
+    Functions cannot be saved: `state_dict` keeps None in their place (and the attributes
+    of a callable object), as torch's, so pass the same ones when re-creating the scheduler
+    to resume.
     """
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
@@ -138,8 +149,28 @@ class LambdaLR(LRScheduler):
 
     def state_dict(self):
         state = super().state_dict()
-        del state["lr_lambdas"]
+        state["lr_lambdas"] = _callable_states(self.lr_lambdas)
         return state
+
+    def load_state_dict(self, state_dict):
+        _restore_callable_states(self.lr_lambdas, state_dict.get("lr_lambdas"), "lr_lambdas")
+        super().load_state_dict({**state_dict, "lr_lambdas": self.lr_lambdas})
+
+
+def _callable_states(functions):
+    """torch's record of user functions in a state dict: None for a plain function (which
+    cannot be saved), the attributes of a callable object."""
+    return [None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+            for fn in functions]
+
+
+def _restore_callable_states(functions, saved, key):
+    if not isinstance(saved, list) or len(saved) != len(functions):
+        raise ValueError(f"expected a list of {len(functions)} entries under {key!r}, got "
+                         f"{saved!r}")
+    for fn, attributes in zip(functions, saved):
+        if attributes is not None:
+            fn.__dict__.update(attributes)
 
 
 class StepLR(LRScheduler):
@@ -161,12 +192,15 @@ class MultiStepLR(LRScheduler):
     """Multiply the lr by `gamma` at each of `milestones` (a milestone given twice, twice)."""
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
-        self.milestones = sorted(milestones)
+        self.milestones = Counter(milestones)  # torch's type, so that states load both ways
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        return [base_lr * self.gamma ** bisect_right(self.milestones, self.last_epoch)
+        # A dict when restored from mpigrad's checkpoint format, which stores a Counter so.
+        passed = sum(count for milestone, count in self.milestones.items()
+                     if milestone <= self.last_epoch)
+        return [base_lr * self.gamma ** passed
                 for base_lr in self.base_lrs]
 
 
@@ -282,6 +316,24 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         start = self.T_0 * (self.T_mult ** restarts - 1) / (self.T_mult - 1)
         return self._position - start, self.T_0 * self.T_mult ** restarts
 
+    def state_dict(self):
+        """torch's layout: the position as `T_cur` (epochs into the current period) and `T_i`
+        (its length)."""
+        state = super().state_dict()
+        del state["_position"]
+        state["T_cur"], state["T_i"] = self._period()
+        return state
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        into, length = self.__dict__.pop("T_cur"), self.__dict__.pop("T_i")
+        if self.T_mult == 1:
+            # last_epoch is the position rounded down, which fixes the period it lies in.
+            start = math.ceil((self.last_epoch - into) / self.T_0) * self.T_0
+        else:
+            start = self.T_0 * (length / self.T_0 - 1) / (self.T_mult - 1)
+        self._position = float(start + into)
+
     def get_lr(self):
         into, length = self._period()
         cosine = 1 + math.cos(math.pi * into / length)
@@ -293,18 +345,19 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         self._position -= 1
 
 
-def _momentum_key(optimizer):
-    """'momentum' (SGD, RMSprop) or 'betas' (Adam's family: beta1 is cycled)."""
-    if "momentum" in optimizer.defaults:
-        return "momentum"
+def _uses_beta1(optimizer):
+    """Whether the cycled momentum is Adam's beta1 (an optimizer with betas) rather than
+    'momentum' (SGD, RMSprop); torch's `use_beta1`."""
     if "betas" in optimizer.defaults:
-        return "betas"
+        return True
+    if "momentum" in optimizer.defaults:
+        return False
     raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option "
                      "enabled")
 
 
-def _set_momentum(group, key, momentum):
-    if key == "betas":
+def _set_momentum(group, use_beta1, momentum):
+    if use_beta1:
         group["betas"] = (momentum, *group["betas"][1:])
     else:
         group["momentum"] = momentum
@@ -352,13 +405,13 @@ class CyclicLR(LRScheduler):
         self.scale_mode = scale_mode if scale_fn is not None else self._MODES[mode]
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            self._momentum = _momentum_key(optimizer)
+            self.use_beta1 = _uses_beta1(optimizer)
             max_momentums = _per_group("max_momentum", max_momentum, optimizer)
             base_momentums = _per_group("base_momentum", base_momentum, optimizer)
             if last_epoch == -1:
                 for m_max, m_base, group in zip(max_momentums, base_momentums,
                                                 optimizer.param_groups):
-                    _set_momentum(group, self._momentum, m_max)
+                    _set_momentum(group, self.use_beta1, m_max)
                     group["max_momentum"], group["base_momentum"] = m_max, m_base
             self.base_momentums = [g["base_momentum"] for g in optimizer.param_groups]
             self.max_momentums = [g["max_momentum"] for g in optimizer.param_groups]
@@ -391,12 +444,22 @@ class CyclicLR(LRScheduler):
             up, scale = self._heights()
             for group, m_base, m_max in zip(self.optimizer.param_groups, self.base_momentums,
                                             self.max_momentums):
-                _set_momentum(group, self._momentum, m_max - (m_max - m_base) * up * scale)
+                _set_momentum(group, self.use_beta1, m_max - (m_max - m_base) * up * scale)
 
     def state_dict(self):
         state = super().state_dict()
-        del state["_scale_fn_custom"]
+        if self._scale_fn_custom is not None:
+            state["_scale_fn_custom"] = _callable_states([self._scale_fn_custom])[0]
         return state
+
+    def load_state_dict(self, state_dict):
+        if self._scale_fn_custom is not None:
+            _restore_callable_states([self._scale_fn_custom],
+                                     [state_dict.get("_scale_fn_custom")], "_scale_fn_custom")
+        super().load_state_dict({**state_dict, "_scale_fn_custom": self._scale_fn_custom})
+
+
+_PHASE_KEYS = ("end_step", "start_lr", "end_lr", "start_momentum", "end_momentum")
 
 
 class OneCycleLR(LRScheduler):
@@ -429,18 +492,18 @@ class OneCycleLR(LRScheduler):
             raise ValueError("anneal_strategy must be one of 'cos' or 'linear', instead got "
                              f"{anneal_strategy}")
         self.total_steps = total_steps
-        self.anneal_strategy = anneal_strategy
+        self._anneal_func_type = anneal_strategy
         rise_end = float(pct_start * total_steps) - 1
         if three_phase:
-            self._phases = [(rise_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                            (float(2 * pct_start * total_steps) - 2, "max_lr", "initial_lr",
-                             "base_momentum", "max_momentum"),
-                            (total_steps - 1, "initial_lr", "min_lr", "max_momentum",
-                             "max_momentum")]
+            phases = [(rise_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                      (float(2 * pct_start * total_steps) - 2, "max_lr", "initial_lr",
+                       "base_momentum", "max_momentum"),
+                      (total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
         else:
-            self._phases = [(rise_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                            (total_steps - 1, "max_lr", "min_lr", "base_momentum",
-                             "max_momentum")]
+            phases = [(rise_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                      (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
+        # Each phase ends at a step and moves between two group keys; torch's layout.
+        self._schedule_phases = [dict(zip(_PHASE_KEYS, phase)) for phase in phases]
         if last_epoch == -1:
             for lr, group in zip(_per_group("max_lr", max_lr, optimizer),
                                  optimizer.param_groups):
@@ -449,26 +512,27 @@ class OneCycleLR(LRScheduler):
                 group["min_lr"] = group["initial_lr"] / final_div_factor
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            self._momentum = _momentum_key(optimizer)
+            self.use_beta1 = _uses_beta1(optimizer)
             if last_epoch == -1:
                 for m_max, m_base, group in zip(
                         _per_group("max_momentum", max_momentum, optimizer),
                         _per_group("base_momentum", base_momentum, optimizer),
                         optimizer.param_groups):
-                    _set_momentum(group, self._momentum, m_max)
+                    _set_momentum(group, self.use_beta1, m_max)
                     group["max_momentum"], group["base_momentum"] = m_max, m_base
         super().__init__(optimizer, last_epoch)
 
     def _anneal(self, start, end, fraction):
-        if self.anneal_strategy == "cos":
+        if self._anneal_func_type == "cos":
             return end + (start - end) / 2.0 * (math.cos(math.pi * fraction) + 1)
         return (end - start) * fraction + start
 
     def _phase_values(self, group):
         """(lr, momentum) of `group` at the current step."""
         start = 0
-        for i, (end, lr_from, lr_to, m_from, m_to) in enumerate(self._phases):
-            if self.last_epoch <= end or i == len(self._phases) - 1:
+        for i, phase in enumerate(self._schedule_phases):
+            end, lr_from, lr_to, m_from, m_to = (phase[key] for key in _PHASE_KEYS)
+            if self.last_epoch <= end or i == len(self._schedule_phases) - 1:
                 fraction = (self.last_epoch - start) / (end - start)
                 momentum = (self._anneal(group[m_from], group[m_to], fraction)
                             if self.cycle_momentum else None)
@@ -486,7 +550,7 @@ class OneCycleLR(LRScheduler):
         super()._apply_last_lr()
         if self.cycle_momentum:
             for group in self.optimizer.param_groups:
-                _set_momentum(group, self._momentum, self._phase_values(group)[1])
+                _set_momentum(group, self.use_beta1, self._phase_values(group)[1])
 
 
 class SequentialLR(LRScheduler):
@@ -519,6 +583,7 @@ class SequentialLR(LRScheduler):
             set_lr(group, group["initial_lr"])
         self._undo_first_step()
         active = self._schedulers[bisect_right(self._milestones, 0)]
+        active._step_count = 0  # its first step is the initial one again, as in torch
         active.step()
         self._last_lr = active.get_last_lr()
 
@@ -572,8 +637,10 @@ class ReduceLROnPlateau(LRScheduler):
             if len(min_lr) != groups:
                 raise ValueError(f"expected {groups} min_lrs, got {len(min_lr)}")
             self.min_lrs = list(min_lr)
+            self.default_min_lr = None
         else:
             self.min_lrs = [min_lr] * groups
+            self.default_min_lr = min_lr
         if mode not in ("min", "max"):
             raise ValueError("mode " + mode + " is unknown!")
         if threshold_mode not in ("rel", "abs"):
@@ -586,7 +653,8 @@ class ReduceLROnPlateau(LRScheduler):
         self.threshold_mode = threshold_mode
         self.cooldown = cooldown
         self.eps = eps
-        self.best = math.inf if mode == "min" else -math.inf
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.best = self.mode_worse
         self.num_bad_epochs = 0
         self.cooldown_counter = 0
         self.last_epoch = 0
@@ -604,6 +672,7 @@ class ReduceLROnPlateau(LRScheduler):
             self.cooldown_counter -= 1
             self.num_bad_epochs = 0
         if self.num_bad_epochs > self.patience:
+            self._match_min_lrs_to_groups()
             for group, min_lr in zip(self.optimizer.param_groups, self.min_lrs):
                 old = float(group["lr"])
                 new = max(old * self.factor, min_lr)
@@ -612,6 +681,19 @@ class ReduceLROnPlateau(LRScheduler):
             self.cooldown_counter = self.cooldown
             self.num_bad_epochs = 0
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _match_min_lrs_to_groups(self):
+        """A group added after construction takes the single min_lr given, as torch's."""
+        groups = len(self.optimizer.param_groups)
+        if groups == len(self.min_lrs):
+            return
+        if self.default_min_lr is None:
+            raise RuntimeError(f"The number of param groups in the `optimizer` ({groups}) "
+                               f"differs from when `ReduceLROnPlateau` was initialized "
+                               f"({len(self.min_lrs)}), usually due to a new param group being "
+                               "added to the optimizer. Please modify the `min_lrs` field to "
+                               "match the length of the `optimizer` param groups.")
+        self.min_lrs = [self.default_min_lr] * groups
 
     def _is_better(self, current):
         if self.mode == "min":

@@ -266,7 +266,8 @@ def decay_split(group, decoupled):
 def _copy_state(value, param, index, key):
     if not isinstance(value, Tensor):
         return copy.deepcopy(value)
-    if value.shape != param.shape:
+    # 0-d state is a per-parameter scalar (ASGD's eta and mu); torch casts it as the rest.
+    if value.ndim != 0 and value.shape != param.shape:
         raise ValueError(f"loaded state {key!r} of parameter {index} has shape {value.shape}, "
                          f"but the parameter has shape {param.shape}")
     return Tensor(np.array(value._array, dtype=param.dtype))

@@ -27,6 +27,7 @@ import zlib
 
 import numpy as np
 
+from ..dtypes import is_differentiable
 from ..tensor import Tensor
 
 __all__ = ["encode", "write", "read"]
@@ -257,7 +258,7 @@ class _Reader:
 
 
 def _tensor(array, requires_grad):
-    if requires_grad and array.dtype.kind not in "fc":
+    if requires_grad and not is_differentiable(array.dtype):
         raise ValueError(f"a {array.dtype} tensor marked requires_grad; only floating point "
                          "and complex tensors can require gradients")
     return Tensor(array, requires_grad=bool(requires_grad))

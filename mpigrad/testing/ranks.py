@@ -3,6 +3,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..dtypes import is_differentiable
 from ..tensor import Tensor
 
 
@@ -54,7 +55,7 @@ def _difference(name, mine, theirs):
     if mine.shape != theirs.shape or mine.dtype != theirs.dtype:
         return (f"{label}shape {theirs.shape} dtype {theirs.dtype}, against shape {mine.shape} "
                 f"dtype {mine.dtype}")
-    if mine.dtype.kind in "fc":
+    if is_differentiable(mine.dtype):
         same = (mine == theirs) | (np.isnan(mine) & np.isnan(theirs))
     else:
         same = mine == theirs

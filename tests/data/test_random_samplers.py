@@ -110,3 +110,16 @@ def test_samplers_drive_a_dataloader():
     weighted = mpigrad_data.WeightedRandomSampler([0.0] * 29 + [1.0], 6)
     assert [b[0].tolist() for b in mpigrad_data.DataLoader(dataset, batch_size=3,
                                                            sampler=weighted)] == [[29] * 3] * 2
+
+
+def test_weighted_without_replacement_draws_zero_weights_last_as_torch():
+    """torch draws every positive weight, then the zero ones, when num_samples asks for
+    more indices than there are positive weights (replacement=False)."""
+    count = len(WEIGHTS)
+    positive = {i for i, w in enumerate(WEIGHTS) if w > 0}
+    for sampler in (mpigrad_data.WeightedRandomSampler(WEIGHTS, count, replacement=False,
+                                                       generator=mg.Generator(2)),
+                    torch_data.WeightedRandomSampler(WEIGHTS, count, replacement=False)):
+        drawn = list(sampler)
+        assert sorted(drawn) == list(range(count))
+        assert set(drawn[:len(positive)]) == positive

@@ -43,6 +43,7 @@ def test_unsupported_dtype(arr):
     (np.float32, ReduceOp.BAND, "BAND needs an integer or bool"),
     (np.complex64, ReduceOp.MAX, "MAX is not defined for complex"),
     (np.float16, ReduceOp.SUM, "no reductions on float16"),
+    (mg.bfloat16, ReduceOp.SUM, "no reductions on bfloat16"),
     (np.float64, "sum", "op must be a ReduceOp"),
 ])
 def test_reduce_op_not_valid_for_dtype(dtype, op, message):

@@ -333,8 +333,19 @@ def test_multinomial_errors_are_torchs(weights, samples, replacement, message):
         torch.multinomial(torch.tensor(np.array(weights)), samples, replacement)
 
 
-def test_multinomial_refuses_to_draw_a_zero_weight_without_replacement():
-    """torch's CPU kernel returns the zero-weight category here ([0, 1]); its CUDA kernel
-    raises. A draw of probability zero is never right, so this is an error, with CUDA's text."""
-    with pytest.raises(RuntimeError, match="not enough non-negative category to sample"):
-        mg.multinomial(mg.tensor([0.5, 0.0]), 2)
+def test_multinomial_draws_zero_weights_last_without_replacement():
+    """torch's CPU kernel, once the positive categories run out, returns the zero-weight
+    ones (`multinomial([1., 0., 2.], 3)` is [2, 0, 1] or [0, 2, 1]); WeightedRandomSampler
+    with zero weights and replacement=False relies on it."""
+    weights = [[1.0, 0.0, 2.0, 0.0], [0.0, 0.0, 1.0, 0.0]]
+    theirs = torch.multinomial(torch.tensor(weights, dtype=torch.float64), 4).numpy()
+    generator = mg.Generator().manual_seed(3)
+    for _ in range(20):
+        ours = mg.multinomial(mg.tensor(weights, dtype=mg.float64), 4, generator=generator)
+        assert ours.dtype == np.int64
+        for row, our_row, their_row in zip(weights, ours.numpy(), theirs):
+            positive = np.count_nonzero(row)
+            for picks in (our_row, their_row):
+                assert sorted(picks) == [0, 1, 2, 3]
+                assert all(row[i] > 0 for i in picks[:positive])
+                assert all(row[i] == 0 for i in picks[positive:])

@@ -1,6 +1,7 @@
 """The optimizers against torch.optim on the same parameters and gradients."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -95,7 +96,8 @@ def test_non_contiguous_parameters_match_torch(name, kwargs):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
 
 
-ALL = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta", "RMSprop"]
+ALL = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta", "RMSprop",
+       "Rprop", "ASGD"]
 FLAGS = [dict(fused=True), dict(fused=False), dict(foreach=True), dict(foreach=False),
          dict(foreach=True, fused=True), dict(fused=True, differentiable=True),
          dict(capturable=True), dict(capturable=True, foreach=True),
@@ -248,10 +250,59 @@ def test_adadelta_adagrad_rmsprop_match_torch(name, kwargs):
     assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
 
 
+RPROP_GRID = [dict(lr=lr, etas=etas, step_sizes=step_sizes, maximize=maximize)
+              for lr, etas, step_sizes, maximize in itertools.product(
+                  [0.01, 0.2], [(0.5, 1.2), (0.3, 1.5)], [(1e-6, 50), (1e-3, 0.05)],
+                  [False, True])]
+ASGD_GRID = [dict(lr=0.05, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
+                  maximize=maximize)
+             for lambd, alpha, t0, weight_decay, maximize in itertools.product(
+                 [1e-4, 0.3], [0.75, 0.5], [1e6, 5], [0.0, 0.1], [False, True])]
+
+
+@pytest.mark.parametrize("name, kwargs", [("Rprop", k) for k in RPROP_GRID]
+                         + [("ASGD", k) for k in ASGD_GRID], ids=str)
+def test_rprop_asgd_match_torch(name, kwargs):
+    """Rprop's gradients here flip sign often, so its grow, shrink and skip paths all run;
+    ASGD with t0=5 averages from step 6 on (mu < 1)."""
+    assert_matches_torch(getattr(optim, name), getattr(torch.optim, name), kwargs)
+
+
+@pytest.mark.parametrize("name, kwargs", [("Rprop", dict(lr=0.01)), ("ASGD", dict(t0=5))])
+def test_rprop_asgd_float32_and_complex_match_torch(name, kwargs):
+    initial, grads = make_problem(seed=5, dtype=np.float32)
+    got, _ = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), initial, grads)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(ps, **kwargs), initial, grads)
+    for g, e in zip(got, expected):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    rng = np.random.default_rng(6)
+    start = rng.standard_normal(4) + 1j * rng.standard_normal(4)
+    steps = [[rng.standard_normal(4) + 1j * rng.standard_normal(4)] for _ in range(STEPS)]
+    got, _ = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), [start], steps)
+    expected = run_torch(lambda ps: getattr(torch.optim, name)(ps, **kwargs), [start], steps)
+    np.testing.assert_allclose(got[0], expected[0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    ("Rprop", dict(etas=(1.1, 1.2)), "Invalid eta values: 1.1, 1.2"),
+    ("Rprop", dict(etas=(0.5, 0.9)), "Invalid eta values: 0.5, 0.9"),
+    ("Rprop", dict(lr=-1), "Invalid learning rate: -1"),
+    ("ASGD", dict(weight_decay=-1), "Invalid weight_decay value: -1"),
+    ("ASGD", dict(lr=-1), "Invalid learning rate: -1"),
+])
+def test_rprop_asgd_bad_hyperparameters_are_torchs_errors(name, kwargs, message):
+    for lib in (torch, mg):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            getattr(lib.optim, name)([lib.ones(2, requires_grad=True)], **kwargs)
+
+
 @pytest.mark.parametrize("name, kwargs", [("Adadelta", dict(weight_decay=0.1)),
                                           ("Adagrad", dict(lr_decay=0.1,
                                                            initial_accumulator_value=0.2)),
-                                          ("RMSprop", dict(momentum=0.5, centered=True))])
+                                          ("RMSprop", dict(momentum=0.5, centered=True)),
+                                          ("Rprop", dict(etas=(0.3, 1.5))),
+                                          ("ASGD", dict(t0=5, weight_decay=0.1))])
 def test_state_dicts_hold_torchs_keys_and_values(name, kwargs):
     initial, grads = make_problem(seed=4)
     _, ours = run_mpigrad(lambda ps: getattr(optim, name)(ps, **kwargs), initial, grads)

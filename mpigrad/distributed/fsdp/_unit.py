@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from ...dtypes import bfloat16
 from ...nn.parameter import Parameter
 from ...tensor import Tensor
 from ..buffers import float16_sum_supported
@@ -112,6 +113,10 @@ class Unit:
         if self.reduce_dtype == np.float16 and not float16_sum_supported():
             raise TypeError(f"fully_shard({name}): this MPI cannot sum float16 gradients; "
                             f"pass MixedPrecisionPolicy(reduce_dtype=float32)")
+        if self.reduce_dtype == bfloat16:
+            raise TypeError(f"fully_shard({name}): MPI cannot sum bfloat16 gradients (it has "
+                            f"no bfloat16 type); pass MixedPrecisionPolicy(param_dtype="
+                            f"bfloat16, reduce_dtype=float32)")
         self.params = []
         column = 0
         for fqn, slots, param in params:

@@ -2,7 +2,7 @@
 import dataclasses
 import enum
 
-import numpy as np
+from ...dtypes import is_floating_point, to_dtype
 
 __all__ = ["MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy", "ShardingStrategy",
            "BackwardPrefetch", "CPUOffload", "MixedPrecision"]
@@ -24,8 +24,8 @@ class MixedPrecisionPolicy:
         for name in ("param_dtype", "reduce_dtype", "output_dtype"):
             value = getattr(self, name)
             if value is not None:
-                dtype = np.dtype(value)
-                if dtype.kind != "f":
+                dtype = to_dtype(value)  # a 16-bit dtype switches on their kernels' path
+                if not is_floating_point(dtype):
                     raise ValueError(f"MixedPrecisionPolicy({name}={value!r}): a floating "
                                      f"dtype is needed")
                 object.__setattr__(self, name, dtype)

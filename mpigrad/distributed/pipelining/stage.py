@@ -4,6 +4,7 @@ import contextlib
 import numbers
 
 from ...autograd.backward import backward as autograd_backward
+from ...dtypes import is_differentiable
 from ...nn import Module
 from ...tensor import Tensor
 from ..ddp.wrapper import DistributedDataParallel
@@ -93,7 +94,7 @@ class PipelineStage:
         step = self._step
         if not self.is_first:
             received = step.activations.take(microbatch)
-            if received.dtype.kind in "fc":
+            if is_differentiable(received.dtype):
                 received.requires_grad_(True)
             args = (received,)
         with self._no_sync():

@@ -7,7 +7,7 @@ import numpy as np
 
 from ... import ops
 from ...autograd import grad_mode
-from ...dtypes import check_same_dtype
+from ...dtypes import check_same_dtype, is_floating_point
 from ...ops.autocast import fused
 
 
@@ -37,7 +37,7 @@ def _check_affine(shape, **parameters):
 
 
 def _check_floating(name, input):
-    if input.dtype.kind != "f":
+    if not is_floating_point(input.dtype):
         raise RuntimeError(f"{name}: expected a floating point input, got {input.dtype}")
 
 
