@@ -164,3 +164,46 @@ def erf_f32(z):
         b1, b2 = t2 * b1 - b2 + _ERF_CHEBYSHEV[k], b1
     out = 0.5 * t2 * b1 - b2 + _ERF_CHEBYSHEV[0]
     return z if z != z else math.copysign(out, z)
+
+
+@jit
+def row_max(row):
+    """The row's maximum; nan if the row holds a nan and nothing else above -inf. (A nan
+    beside finite scores is skipped here, as a branch-free maximum does, and reaches the
+    output through its exponential anyway.)"""
+    a = b = c = d = -np.inf
+    n = row.shape[0]
+    whole = n - n % 4
+    for j in range(0, whole, 4):
+        x0, x1, x2, x3 = float(row[j]), float(row[j + 1]), float(row[j + 2]), float(row[j + 3])
+        a = x0 if x0 > a else a
+        b = x1 if x1 > b else b
+        c = x2 if x2 > c else c
+        d = x3 if x3 > d else d
+    for j in range(whole, n):
+        x = float(row[j])
+        a = x if x > a else a
+    top = max(max(a, b), max(c, d))
+    if top == -np.inf:
+        for j in range(n):
+            if row[j] != row[j]:
+                return np.nan
+    return top
+
+
+@jit
+def row_sum(row):
+    """The row's sum in float64, in four interleaved partial sums (a fixed order, so the
+    same run to run; one chain of dependent additions would bound the loop by their
+    latency)."""
+    a = b = c = d = 0.0
+    n = row.shape[0]
+    whole = n - n % 4
+    for j in range(0, whole, 4):
+        a += float(row[j])
+        b += float(row[j + 1])
+        c += float(row[j + 2])
+        d += float(row[j + 3])
+    for j in range(whole, n):
+        a += float(row[j])
+    return (a + b) + (c + d)

@@ -35,7 +35,7 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
 
-from ._math import exp, jit
+from ._math import exp, jit, row_max, row_sum
 from ._threads import parallel
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -162,49 +162,6 @@ def _drop(tile, b, h, i0, j0, heads, length, source, seed, threshold, drop_scale
 
 
 @jit
-def _max(row):
-    """The row's maximum; nan if the row holds a nan and nothing else above -inf. (A nan
-    beside finite scores is skipped here, as a branch-free maximum does, and reaches the
-    output through its exponential anyway.)"""
-    a = b = c = d = -np.inf
-    n = row.shape[0]
-    whole = n - n % 4
-    for j in range(0, whole, 4):
-        x0, x1, x2, x3 = float(row[j]), float(row[j + 1]), float(row[j + 2]), float(row[j + 3])
-        a = x0 if x0 > a else a
-        b = x1 if x1 > b else b
-        c = x2 if x2 > c else c
-        d = x3 if x3 > d else d
-    for j in range(whole, n):
-        x = float(row[j])
-        a = x if x > a else a
-    top = max(max(a, b), max(c, d))
-    if top == -np.inf:
-        for j in range(n):
-            if row[j] != row[j]:
-                return np.nan
-    return top
-
-
-@jit
-def _sum(row):
-    """The row's sum in float64, in four interleaved partial sums (a fixed order, so the
-    same run to run; one chain of dependent additions would bound the loop by their
-    latency)."""
-    a = b = c = d = 0.0
-    n = row.shape[0]
-    whole = n - n % 4
-    for j in range(0, whole, 4):
-        a += float(row[j])
-        b += float(row[j + 1])
-        c += float(row[j + 2])
-        d += float(row[j + 3])
-    for j in range(whole, n):
-        a += float(row[j])
-    return (a + b) + (c + d)
-
-
-@jit
 def _dropped(tile, space, b, h, i0, j0, heads, length, source, dropping, seed, threshold,
              drop_scale):
     """The tile itself without dropout; with it, its dropped copy, written into `space`."""
@@ -266,7 +223,7 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
         s = scores_space[:nq * nk].reshape((nq, nk))
         _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal, s)
         for r in range(nq):
-            tile_top = _max(s[r])
+            tile_top = row_max(s[r])
             new_top = tile_top if tile_top > top[r] or tile_top != tile_top else top[r]
             if new_top == -np.inf:  # every key so far masked: nothing to add
                 for c in range(nk):
@@ -276,7 +233,7 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
             # Exponentials and their sum in two loops: a float64 sum in the same loop kept
             # the exponentials from vectorising (7x slower).
             _exp_shifted(s[r], new_top, single)
-            total[r] = total[r] * rescale + _sum(s[r])
+            total[r] = total[r] * rescale + row_sum(s[r])
             top[r] = new_top
             for d in range(value_width):
                 acc[r, d] = float(acc[r, d]) * rescale
