@@ -9,7 +9,7 @@ from ...nn import Module
 from ...tensor import Tensor
 from ..ddp.wrapper import DistributedDataParallel
 from ..process_group import GroupMember, member_group
-from .messages import ACTIVATION, GRADIENT, Inbox, Outbox
+from .messages import ACTIVATION, GRADIENT, Inbox
 
 __all__ = ["PipelineStage"]
 
