@@ -61,7 +61,8 @@ def get_float32_matmul_precision():
     """The precision set_float32_matmul_precision (or matmul.allow_tf32) last chose."""
     return matmul._precision
 
-# Which scaled-dot-product attention kernels may run; mpigrad has one (the math one).
+# torch's switches for its scaled-dot-product attention kernels, kept and reported; mpigrad
+# has one CPU kernel (block by block, ops/attention.py), which runs whatever they say.
 _sdp = {"flash": True, "mem_efficient": True, "math": True, "cudnn": True}
 
 
