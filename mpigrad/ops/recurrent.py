@@ -27,7 +27,7 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
-from ..kernels.numpy.recurrent import gru_step, lstm_step
+from ..kernels.numpy.recurrent import compute_dtype, gru_step, lstm_backward_step, lstm_step
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
@@ -118,14 +118,9 @@ def final_rows(batch_sizes, reverse):
     return offsets[lengths - 1] + np.arange(batch)
 
 
-def _hidden(h, w_hh_t, b_hh):
-    gh = h @ w_hh_t
-    return gh if b_hh is None else gh + b_hh
-
-
 # ----------------------------------------------------------------------------- the cells
-# Each kind says how one step maps (xg, gh = h W_hh^T + b_hh, previous state) to its output
-# row (`step`, numpy): the new state, then for the LSTM and the GRU what backward needs of the
+# Each kind says how one step maps (xg, gh = h W_hh^T, b_hh, previous state) to its output
+# row (`step`, numpy, into the rows it is given): the new state, then for the LSTM and the GRU what backward needs of the
 # step (the LSTM's gates i, f, g, o; the GRU's r, z, n and W_hn h + b_hn), saved so backward
 # need not recompute them. `coefficients` gives every row's Jacobian coefficients at once (by
 # name), from which `backward_step` and `tangent_step` take one step's gradient and tangent.
@@ -138,9 +133,13 @@ class _Elman:
     def saved(self, w_hh):
         return 0
 
-    def step(self, xg, gh, prev, w_hr):
-        pre = xg + gh
-        return np.maximum(pre, 0) if self.relu else np.tanh(pre)
+    def step(self, xg, gh, bias, prev, w_hr, out):
+        np.add(xg, gh, out=out)
+        np.add(out, bias, out=out)
+        if self.relu:
+            np.maximum(out, 0, out=out)
+        else:
+            np.tanh(out, out=out)
 
     def coefficients(self, ns, prev, ans, w_hh):
         # The derivative from the output alone: 1 - h^2 for tanh; for relu 1 where h > 0,
@@ -159,8 +158,8 @@ class _GRU:
     def saved(self, w_hh):
         return w_hh.shape[0] // 3 * 4
 
-    def step(self, xg, gh, prev, w_hr):
-        return gru_step(xg, gh, prev)  # [h, r, z, n, hidden_n], the gates in one pass
+    def step(self, xg, gh, bias, prev, w_hr, out):
+        gru_step(xg, gh, bias, prev, out)  # [h, r, z, n, hidden_n], the gates in one pass
 
     def coefficients(self, ns, prev, ans, w_hh):
         size = prev.shape[1]
@@ -203,12 +202,15 @@ class _LSTM:
     def saved(self, w_hh):
         return w_hh.shape[0]
 
-    def step(self, xg, gh, prev, w_hr):
-        size = gh.shape[1] // 4
-        new = lstm_step(xg, gh, prev[:, -size:])  # [h, c, gates], the gates in one pass
+    def step(self, xg, gh, bias, prev, w_hr, out):
         if w_hr is None:
-            return new
-        return np.concatenate([new[:, :size] @ w_hr.T, new[:, size:]], 1)
+            lstm_step(xg, gh, bias, prev, out)  # [h, c, gates], the gates in one pass
+            return
+        size = gh.shape[1] // 4
+        new = np.empty((out.shape[0], 6 * size), out.dtype)
+        lstm_step(xg, gh, bias, prev, new)
+        np.matmul(new[:, :size], w_hr.T, out=out[:, :w_hr.shape[0]])
+        out[:, w_hr.shape[0]:] = new[:, size:]
 
     def coefficients(self, ns, prev, ans, w_hh):
         size, width = w_hh.shape[0] // 4, prev.shape[1]
@@ -252,17 +254,23 @@ class _LSTM:
 def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     steps, _ = _schedule(batch_sizes, reverse)
     width, hidden = init.shape[1], w_hh.shape[1]
-    out = np.empty((xg.shape[0], width + kind.saved(w_hh)),
-                   dtype=np.result_type(xg, init, w_hh))
-    state = init.astype(out.dtype, copy=True)
+    dtype = np.result_type(xg, init, w_hh)
+    # Everything a step touches is made once here in the compiled steps' form (contiguous,
+    # one float dtype), so that a step is a product and a kernel call writing into `out`.
+    work = compute_dtype(dtype)
+    out = np.empty((xg.shape[0], width + kind.saved(w_hh)), work)
+    xg = np.ascontiguousarray(xg, work)
+    bias = np.zeros(w_hh.shape[0], work) if b_hh is None else np.ascontiguousarray(b_hh, work)
+    state = init.astype(work, copy=True)
     # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
-    w_hh_t = np.ascontiguousarray(w_hh.T)
+    w_hh_t = np.ascontiguousarray(w_hh.T, work)
+    gh = np.empty((batch_sizes[0], w_hh.shape[0]), work)
     for start, n in steps:
-        prev = state[:n]
-        new = kind.step(xg[start:start + n], _hidden(prev[:, :hidden], w_hh_t, b_hh), prev, w_hr)
-        out[start:start + n] = new
-        state[:n] = new[:, :width]
-    return out
+        rows, prev = slice(start, start + n), state[:n]
+        np.matmul(prev[:, :hidden], w_hh_t, out=gh[:n])
+        kind.step(xg[rows], gh[:n], bias, prev, w_hr, out[rows])
+        state[:n] = out[rows, :width]
+    return out if work == dtype else out.astype(dtype)
 
 
 def _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse):
@@ -283,6 +291,8 @@ def _rows(ns, blocks):
 def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
     g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
+    if ns is _Arrays and isinstance(kind, _LSTM) and ans.dtype in (np.float32, np.float64):
+        return _lstm_backward(needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse)
     steps, _ = _schedule(batch_sizes, reverse)
     h_prev, coefficients = _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse)
     width = init.shape[1]
@@ -316,6 +326,47 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
         d_h = _rows(ns, d_out)[:, :w_hr.shape[0]]
         grads.append(d_h.T @ coefficients["h_raw"] if needs[4] else None)
     return [None if grad is None else ns.result(grad) for grad in grads]
+
+
+def _lstm_backward(needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
+    """The LSTM's backward when nothing is recorded: per step, the gradient reaching the
+    hidden output (through the projection if any), one compiled call for the gates'
+    gradient and the cell's carry, and one product for the hidden state's carry, all into
+    buffers made once; the weight gradients are then one product each over all steps."""
+    steps, prev_rows = _schedule(batch_sizes, reverse)
+    work = ans.dtype
+    size, hidden = w_hh.shape[0] // 4, w_hh.shape[1]  # the cell's size, h's (maybe projected)
+    width = hidden + size
+    g, ans = np.ascontiguousarray(g, work), np.ascontiguousarray(ans)
+    prev = np.concatenate([ans[:, :width], init.astype(work, copy=False)])[prev_rows]
+    w_hh = np.ascontiguousarray(w_hh, work)
+    extra = None
+    if g[:, width:].any():  # a gradient for the saved gates: only a caller's own use of them
+        gates = ans[:, width:]
+        slopes = gates * (1 - gates)
+        slopes[:, 2 * size:3 * size] = 1 - gates[:, 2 * size:3 * size] ** 2
+        extra = g[:, width:] * slopes
+    d_pre = np.empty((ans.shape[0], 4 * size), work)
+    carry = np.zeros((batch_sizes[0], width), work)  # as in _backward
+    d_h = np.empty((batch_sizes[0], size), work)
+    d_out = None if w_hr is None else np.empty((ans.shape[0], hidden), work)
+    for start, n in reversed(steps):
+        rows = slice(start, start + n)
+        if w_hr is None:
+            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_h[:n])
+        else:
+            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_out[rows])
+            np.matmul(d_out[rows], w_hr, out=d_h[:n])
+        lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows], d_pre[rows])
+        if extra is not None:
+            d_pre[rows] += extra[rows]
+        np.matmul(d_pre[rows], w_hh, out=carry[:n, :hidden])
+    grads = [d_pre, carry, d_pre.T @ prev[:, :hidden] if needs[2] else None,
+             d_pre.sum(0) if b_hh is not None and needs[3] else None]
+    if w_hr is not None:
+        h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
+        grads.append(d_out.T @ h_raw if needs[4] else None)
+    return [None if grad is None else Tensor.wrap(grad) for grad in grads]
 
 
 def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):

@@ -1,24 +1,32 @@
-"""The LSTM and GRU steps' gate arithmetic for the numpy backend
-(kernels/compiled/recurrent.py)."""
+"""The LSTM's and GRU's per-step gate arithmetic for the numpy backend
+(kernels/compiled/recurrent.py). The recurrent ops call these once per time step, so they
+take arrays already in the loops' form, prepared once per sequence: C-contiguous rows (a
+row slice of a C-contiguous array is one) of one dtype, `compute_dtype`'s, and write into
+the views they are given."""
 import numpy as np
 
 from ._compiled import compute_dtype, loops
 
-
-def _step(loop, xg, gh, state, width):
-    dtype = np.result_type(xg, gh, state)
-    work = compute_dtype(dtype)
-    out = np.empty((xg.shape[0], width), work)
-    loop(np.asarray(xg, work), np.asarray(gh, work), np.asarray(state, work),
-         work == np.float64, out)
-    return out if out.dtype == dtype else out.astype(dtype)
+__all__ = ["compute_dtype", "gru_step", "lstm_backward_step", "lstm_step"]
 
 
-def lstm_step(xg, gh, c_prev):
-    """[h, c, i, f, g, o] of one step, (n, 6 size), in the inputs' dtype."""
-    return _step(loops("recurrent").lstm_step, xg, gh, c_prev, 6 * c_prev.shape[1])
+def lstm_step(xg, gh, bias, prev, out):
+    """[h, c, i, f, g, o] of one step into out (n, 6 size), from the gates' pre-activation
+    parts xg and gh (n, 4 size), the hidden bias (4 size) and the previous state prev (n, *),
+    whose last size columns are the cell."""
+    loops("recurrent").lstm_step(xg, gh, bias, prev, out.dtype == np.float64, out)
 
 
-def gru_step(xg, gh, h_prev):
-    """[h, r, z, n, hidden_n] of one step, (n, 5 size), in the inputs' dtype."""
-    return _step(loops("recurrent").gru_step, xg, gh, h_prev, 5 * h_prev.shape[1])
+def lstm_backward_step(d_h, g, carry, ans, prev, d_pre):
+    """The gradient of one step's gate pre-activations into d_pre (n, 4 size), from the
+    gradient reaching its hidden output d_h (n, size) and its cell (g's and carry's cell
+    columns) and its saved row ans; carry's cell columns become the previous cell's
+    gradient."""
+    loops("recurrent").lstm_backward_step(d_h, g, carry, ans, prev, d_pre.dtype == np.float64,
+                                          d_pre)
+
+
+def gru_step(xg, gh, bias, h_prev, out):
+    """[h, r, z, n, hidden_n] of one step into out (n, 5 size), bias (3 size) the hidden
+    bias."""
+    loops("recurrent").gru_step(xg, gh, bias, h_prev, out.dtype == np.float64, out)
