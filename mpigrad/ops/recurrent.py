@@ -27,7 +27,8 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
-from ..kernels.numpy.recurrent import compute_dtype, gru_step, lstm_backward_step, lstm_step
+from ..kernels.numpy.recurrent import (compute_dtype, gru_backward_step, gru_step,
+                                       lstm_backward_step, lstm_step)
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
@@ -291,8 +292,9 @@ def _rows(ns, blocks):
 def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
     g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
-    if ns is _Arrays and isinstance(kind, _LSTM) and ans.dtype in (np.float32, np.float64):
-        return _lstm_backward(needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse)
+    if ns is _Arrays and kind.saved(w_hh) and ans.dtype in (np.float32, np.float64):
+        fused = _lstm_backward if isinstance(kind, _LSTM) else _gru_backward
+        return fused(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse)
     steps, _ = _schedule(batch_sizes, reverse)
     h_prev, coefficients = _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse)
     width = init.shape[1]
@@ -328,29 +330,36 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
     return [None if grad is None else ns.result(grad) for grad in grads]
 
 
-def _lstm_backward(needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
+def _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse):
+    """What a compiled backward reads, in its form: g and ans contiguous in ans's dtype,
+    every row's previous state, and the gradient that the saved columns' own gradient
+    sends into the projections (None in a plain backward, where it is zero)."""
+    _, prev_rows = _schedule(batch_sizes, reverse)
+    width = init.shape[1]
+    g, ans = np.ascontiguousarray(g, ans.dtype), np.ascontiguousarray(ans)
+    prev = np.concatenate([ans[:, :width], init.astype(ans.dtype, copy=False)])[prev_rows]
+    extra = None
+    if g[:, width:].any():  # only a caller's own use of the saved columns sends one
+        extra = kind.saved_gradients(_Arrays, g[:, width:],
+                                     kind.coefficients(_Arrays, prev, ans, w_hh))
+    return g, ans, prev, extra
+
+
+def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
     """The LSTM's backward when nothing is recorded: per step, the gradient reaching the
     hidden output (through the projection if any), one compiled call for the gates'
     gradient and the cell's carry, and one product for the hidden state's carry, all into
     buffers made once; the weight gradients are then one product each over all steps."""
-    steps, prev_rows = _schedule(batch_sizes, reverse)
+    g, ans, prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
     work = ans.dtype
     size, hidden = w_hh.shape[0] // 4, w_hh.shape[1]  # the cell's size, h's (maybe projected)
     width = hidden + size
-    g, ans = np.ascontiguousarray(g, work), np.ascontiguousarray(ans)
-    prev = np.concatenate([ans[:, :width], init.astype(work, copy=False)])[prev_rows]
     w_hh = np.ascontiguousarray(w_hh, work)
-    extra = None
-    if g[:, width:].any():  # a gradient for the saved gates: only a caller's own use of them
-        gates = ans[:, width:]
-        slopes = gates * (1 - gates)
-        slopes[:, 2 * size:3 * size] = 1 - gates[:, 2 * size:3 * size] ** 2
-        extra = g[:, width:] * slopes
     d_pre = np.empty((ans.shape[0], 4 * size), work)
     carry = np.zeros((batch_sizes[0], width), work)  # as in _backward
     d_h = np.empty((batch_sizes[0], size), work)
     d_out = None if w_hr is None else np.empty((ans.shape[0], hidden), work)
-    for start, n in reversed(steps):
+    for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
         rows = slice(start, start + n)
         if w_hr is None:
             np.add(g[rows, :hidden], carry[:n, :hidden], out=d_h[:n])
@@ -359,13 +368,36 @@ def _lstm_backward(needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
             np.matmul(d_out[rows], w_hr, out=d_h[:n])
         lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows], d_pre[rows])
         if extra is not None:
-            d_pre[rows] += extra[rows]
+            d_pre[rows] += extra[0][rows]
         np.matmul(d_pre[rows], w_hh, out=carry[:n, :hidden])
     grads = [d_pre, carry, d_pre.T @ prev[:, :hidden] if needs[2] else None,
              d_pre.sum(0) if b_hh is not None and needs[3] else None]
     if w_hr is not None:
         h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
         grads.append(d_out.T @ h_raw if needs[4] else None)
+    return [None if grad is None else Tensor.wrap(grad) for grad in grads]
+
+
+def _gru_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
+    """The GRU's backward when nothing is recorded, as the LSTM's: one compiled call per
+    step for the projections' gradients, one product for the state's carry."""
+    g, ans, h_prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
+    work = ans.dtype
+    w_hh = np.ascontiguousarray(w_hh, work)
+    d_xg, d_gh = np.empty((2, ans.shape[0], w_hh.shape[0]), work)
+    # The state's gradient from the steps already taken back, in two parts: through the
+    # hidden product (carry_mm) and through h' = ... + z h (carry_z).
+    carry_mm, carry_z = np.zeros((2,) + init.shape, work)
+    for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
+        rows = slice(start, start + n)
+        gru_backward_step(g[rows], carry_mm[:n], carry_z[:n], ans[rows], h_prev[rows],
+                          d_xg[rows], d_gh[rows])
+        if extra is not None:
+            d_xg[rows] += extra[0][rows]
+            d_gh[rows] += extra[1][rows]
+        np.matmul(d_gh[rows], w_hh, out=carry_mm[:n])
+    grads = [d_xg, carry_mm + carry_z, d_gh.T @ h_prev if needs[2] else None,
+             d_gh.sum(0) if b_hh is not None and needs[3] else None]
     return [None if grad is None else Tensor.wrap(grad) for grad in grads]
 
 

@@ -42,19 +42,21 @@ def test_recurrent_layers_match_torch(model, dtype):
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("batch_sizes", [(3, 3, 3), (4, 3, 3, 1)])
-@pytest.mark.parametrize("projection", [False, True])
-def test_lstm_fused_backward_equals_the_rules(projection, batch_sizes, reverse):
+@pytest.mark.parametrize("cell", ["lstm", "lstm_proj", "gru"])
+def test_fused_backward_equals_the_rules(cell, batch_sizes, reverse):
     """One layer-direction's fused backward (create_graph=False) against its differentiable
     rules (create_graph=True) in float64, on packed rows, with a gradient reaching the saved
-    gate columns too (which only a caller's own use of them sends)."""
+    columns too (which only a caller's own use of them sends)."""
     from mpigrad import ops
     rng = np.random.default_rng(1)
-    size, hidden = 5, 3 if projection else 5
-    leaves = [rng.standard_normal(shape) for shape in [
-        (sum(batch_sizes), 4 * size), (batch_sizes[0], hidden + size), (4 * size, hidden),
-        (4 * size,)] + ([(hidden, size)] if projection else [])]
-    leaves = [mg.tensor(a, requires_grad=True) for a in leaves]
-    out = ops.lstm(*leaves, batch_sizes=batch_sizes, reverse=reverse)
+    size, gates = 5, 3 if cell == "gru" else 4
+    hidden = 3 if cell == "lstm_proj" else 5
+    state = hidden if cell == "gru" else hidden + size
+    shapes = [(sum(batch_sizes), gates * size), (batch_sizes[0], state), (gates * size, hidden),
+              (gates * size,)] + ([(hidden, size)] if cell == "lstm_proj" else [])
+    leaves = [mg.tensor(rng.standard_normal(shape), requires_grad=True) for shape in shapes]
+    op = ops.gru if cell == "gru" else ops.lstm
+    out = op(*leaves, batch_sizes=batch_sizes, reverse=reverse)
     g = mg.tensor(rng.standard_normal(out.shape))
     fused = mg.autograd.grad(out, leaves, g, retain_graph=True)
     rules = mg.autograd.grad(out, leaves, g, create_graph=True)

@@ -190,6 +190,7 @@ def _kernels():
     state = rng.standard_normal((23, 2 * 11))  # [h, c]
     saved = np.concatenate([state, rng.random((23, 4 * 11))], 1)  # [h, c, gates in (0, 1)]
     saved_grad = rng.standard_normal(saved.shape)
+    gru_saved = np.concatenate([gru[2], rng.random((23, 3 * 11)), gru[2]], 1)  # h, r, z, n, hn
     positions = rng.integers(0, 13, 300)
     positions[:20] = 4  # repeated: every occurrence adds, in order
     scattered = rng.standard_normal((3, 300, 7))
@@ -223,6 +224,9 @@ def _kernels():
     cases.append((recurrent.gru_step, lambda: [a.astype(f32) for a in gru[:2]]
                   + [bias[:33].astype(f32), gru[2].astype(f32), False,
                      np.empty((23, 5 * 11), f32)]))
+    cases.append((recurrent.gru_backward_step, lambda: [
+        a.astype(f32) for a in (gru_saved, gru[2], gru[2] / 3, gru_saved, gru[2])]
+        + [np.empty((23, 3 * 11), f32), np.empty((23, 3 * 11), f32)]))
     cases.append((indexing.add_along, lambda: [np.zeros((3, 13, 7), f32),
                                                scattered.astype(f32), positions]))
     cases.append((clip.scale, lambda: [x.astype(f32), f32(0.37)]))

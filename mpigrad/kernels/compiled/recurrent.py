@@ -136,3 +136,39 @@ def gru_step(xg, gh, bias, h_prev, exact_tanh, out):
         hp = h_prev[r]
         for k in range(size):
             row[k] = n[k] + float(update[k]) * (float(hp[k]) - n[k])
+
+
+@parallel()
+def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
+    """One step of the GRU's backward from its saved row: ans (n, 5 size) holds
+    [h, r, z, n, hidden_n], h_prev (n, size) the previous state. The gradient reaching h is
+    g's first size columns plus carry_mm's and carry_z's (the next step's d_gh W_hh and
+    d_h z). Writes the gradients of the input and hidden projections' parts d_xg and d_gh
+    (n, 3 size), and replaces carry_z with this step's d_h z."""
+    size = h_prev.shape[1]
+    for r in prange(g.shape[0]):
+        row, hp = ans[r], h_prev[r]
+        reset, update, n, hidden_n = (row[size:2 * size], row[2 * size:3 * size],
+                                      row[3 * size:4 * size], row[4 * size:])
+        gr, mm, zc = g[r], carry_mm[r], carry_z[r]
+        xr, hr = d_xg[r], d_gh[r]
+        d_h = np.empty(size)
+        for k in range(size):
+            d_h[k] = float(gr[k]) + float(mm[k]) + float(zc[k])
+        d_n = np.empty(size)
+        for k in range(size):
+            nk = float(n[k])
+            d_n[k] = d_h[k] * (1.0 - float(update[k])) * (1.0 - nk * nk)
+        for k in range(size):
+            xr[2 * size + k] = d_n[k]
+        for k in range(size):
+            hr[2 * size + k] = d_n[k] * float(reset[k])
+        for k in range(size):
+            zk = float(update[k])
+            xr[size + k] = d_h[k] * (float(hp[k]) - float(n[k])) * (zk * (1.0 - zk))
+        for k in range(size):
+            rk = float(reset[k])
+            xr[k] = d_n[k] * float(hidden_n[k]) * (rk * (1.0 - rk))
+        hr[:2 * size] = xr[:2 * size]
+        for k in range(size):
+            zc[k] = d_h[k] * float(update[k])

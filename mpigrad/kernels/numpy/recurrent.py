@@ -7,7 +7,7 @@ import numpy as np
 
 from ._compiled import compute_dtype, loops
 
-__all__ = ["compute_dtype", "gru_step", "lstm_backward_step", "lstm_step"]
+__all__ = ["compute_dtype", "gru_backward_step", "gru_step", "lstm_backward_step", "lstm_step"]
 
 
 def lstm_step(xg, gh, bias, prev, out):
@@ -30,3 +30,11 @@ def gru_step(xg, gh, bias, h_prev, out):
     """[h, r, z, n, hidden_n] of one step into out (n, 5 size), bias (3 size) the hidden
     bias."""
     loops("recurrent").gru_step(xg, gh, bias, h_prev, out.dtype == np.float64, out)
+
+
+def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
+    """The gradients of one step's input and hidden projection parts into d_xg and d_gh
+    (n, 3 size), from the gradient reaching its state (g's first size columns, carry_mm and
+    carry_z summed) and its saved row ans; carry_z becomes d_h z, the part of the previous
+    state's gradient that skips the hidden product."""
+    loops("recurrent").gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh)
