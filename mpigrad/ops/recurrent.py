@@ -2,7 +2,8 @@
 
 Each op takes the input projection of every step already computed (`xg`, one matmul for the
 whole sequence, done by the caller), the initial state, and the recurrent weights; its forward
-runs the time loop in numpy and returns the state after every step. The whole recurrence is one
+runs the time loop (per step one small product and, for the LSTM and GRU, one compiled call
+for the gates) and returns the state after every step. The whole recurrence is one
 graph node, so backward through time keeps no per-step Python objects at all.
 
 Rows are in packed order (torch's PackedSequence layout): the `batch_sizes[t]` rows of step t
@@ -19,7 +20,9 @@ rows at once, the coefficients of each step's Jacobian from the saved rows, so t
 part of either rule is a few products per step. The rules are written once over `ns`, a
 namespace of numpy arrays or of Tensor ops: with Tensors they are differentiable
 (create_graph, forward-over-reverse); with arrays, when no graph or tangent is being recorded,
-the same arithmetic runs without the Tensor layer's cost per call.
+the same arithmetic runs without the Tensor layer's cost per call. There the LSTM and the GRU
+take their compiled backward instead (`_lstm_backward`, `_gru_backward`): one call per step
+for the gates' gradient, one product for the state's carry.
 """
 import functools
 
@@ -121,9 +124,9 @@ def final_rows(batch_sizes, reverse):
 
 # ----------------------------------------------------------------------------- the cells
 # Each kind says how one step maps (xg, gh = h W_hh^T, b_hh, previous state) to its output
-# row (`step`, numpy, into the rows it is given): the new state, then for the LSTM and the GRU what backward needs of the
-# step (the LSTM's gates i, f, g, o; the GRU's r, z, n and W_hn h + b_hn), saved so backward
-# need not recompute them. `coefficients` gives every row's Jacobian coefficients at once (by
+# row (`step`, numpy, into the rows it is given): the new state, then for the LSTM and the
+# GRU what backward needs of the step (the LSTM's gates i, f, g, o; the GRU's r, z, n and
+# W_hn h + b_hn), saved so backward need not recompute them. `coefficients` gives every row's Jacobian coefficients at once (by
 # name), from which `backward_step` and `tangent_step` take one step's gradient and tangent.
 # The saved columns are outputs too: `saved_gradients` turns their gradient into the gradient
 # of the step's input projection and hidden projection, and `tangent_step` gives their tangent.
