@@ -30,7 +30,7 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
-from ..kernels.numpy.recurrent import (compute_dtype, gru_backward_step, gru_step,
+from ..kernels.numpy.recurrent import (StepProduct, compute_dtype, gru_backward_step, gru_step,
                                        lstm_backward_step, lstm_step)
 from ..tensor import Tensor
 from .arithmetic import linear
@@ -266,12 +266,11 @@ def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     xg = np.ascontiguousarray(xg, work)
     bias = np.zeros(w_hh.shape[0], work) if b_hh is None else np.ascontiguousarray(b_hh, work)
     state = init.astype(work, copy=True)
-    # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
-    w_hh_t = np.ascontiguousarray(w_hh.T, work)
+    hidden_product = StepProduct(w_hh.T.astype(work, copy=False), batch_sizes[0])
     gh = np.empty((batch_sizes[0], w_hh.shape[0]), work)
     for start, n in steps:
         rows, prev = slice(start, start + n), state[:n]
-        np.matmul(prev[:, :hidden], w_hh_t, out=gh[:n])
+        hidden_product(prev[:, :hidden], gh[:n])
         kind.step(xg[rows], gh[:n], bias, prev, w_hr, out[rows])
         state[:n] = out[rows, :width]
     return out if work == dtype else out.astype(dtype)
@@ -357,7 +356,7 @@ def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, rev
     work = ans.dtype
     size, hidden = w_hh.shape[0] // 4, w_hh.shape[1]  # the cell's size, h's (maybe projected)
     width = hidden + size
-    w_hh = np.ascontiguousarray(w_hh, work)
+    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
     d_pre = np.empty((ans.shape[0], 4 * size), work)
     carry = np.zeros((batch_sizes[0], width), work)  # as in _backward
     d_h = np.empty((batch_sizes[0], size), work)
@@ -372,7 +371,7 @@ def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, rev
         lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows], d_pre[rows])
         if extra is not None:
             d_pre[rows] += extra[0][rows]
-        np.matmul(d_pre[rows], w_hh, out=carry[:n, :hidden])
+        hidden_product(d_pre[rows], carry[:n, :hidden])
     grads = [d_pre, carry, d_pre.T @ prev[:, :hidden] if needs[2] else None,
              d_pre.sum(0) if b_hh is not None and needs[3] else None]
     if w_hr is not None:
@@ -386,7 +385,7 @@ def _gru_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reve
     step for the projections' gradients, one product for the state's carry."""
     g, ans, h_prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
     work = ans.dtype
-    w_hh = np.ascontiguousarray(w_hh, work)
+    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
     d_xg, d_gh = np.empty((2, ans.shape[0], w_hh.shape[0]), work)
     # The state's gradient from the steps already taken back, in two parts: through the
     # hidden product (carry_mm) and through h' = ... + z h (carry_z).
@@ -398,7 +397,7 @@ def _gru_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reve
         if extra is not None:
             d_xg[rows] += extra[0][rows]
             d_gh[rows] += extra[1][rows]
-        np.matmul(d_gh[rows], w_hh, out=carry_mm[:n])
+        hidden_product(d_gh[rows], carry_mm[:n])
     grads = [d_xg, carry_mm + carry_z, d_gh.T @ h_prev if needs[2] else None,
              d_gh.sum(0) if b_hh is not None and needs[3] else None]
     return [None if grad is None else Tensor.wrap(grad) for grad in grads]
