@@ -31,7 +31,8 @@ def main():
     target = rng.integers(0, classes, rows)
     weight = np.ones(classes, np.float32)
     gates = [rng.standard_normal((rows, 4 * width)).astype(np.float32) for _ in range(2)]
-    cell = rng.standard_normal((rows, width)).astype(np.float32)
+    bias = rng.standard_normal(4 * width).astype(np.float32)
+    state = rng.standard_normal((rows, 2 * width)).astype(np.float32)  # [h, c]
     positions = rng.integers(0, classes, rows)
     table = np.zeros((1, classes, width), np.float32)
     grads = rng.standard_normal((1, rows, width)).astype(np.float32)
@@ -45,7 +46,7 @@ def main():
         "cross-entropy backward": (softmax.cross_entropy_backward,
                                    lambda: (np.ones(rows, np.float32), scores, target, weight,
                                             -100, 0.0, np.empty_like(scores))),
-        "lstm step": (recurrent.lstm_step, lambda: (*gates, cell, False,
+        "lstm step": (recurrent.lstm_step, lambda: (*gates, bias, state, False,
                                                     np.empty((rows, 6 * width), np.float32))),
         "embedding backward": (indexing.add_along, lambda: (table, grads, positions)),
         "clip total (p=2)": (clip.add_powers, lambda: (x, 2.0, 0.0)),

@@ -111,9 +111,18 @@ def matmul(a, b):
 _TRANSPOSED_GEMM_FROM = 1 << 18
 
 
+def _rows(x):
+    """x's batch dimensions folded into rows: numpy multiplies a stack of matrices one matrix
+    at a time (a (35, 20, 200) input by a (200, 1000) weight took 6.5 ms against 3.1 ms as
+    one (700, 200) product)."""
+    return x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+
+
 def _linear_forward(x, weight, bias):
     check_same_dtype("mat1 and mat2 must have the same dtype, but got {} and {}", x, weight)
     check_same_dtype("self and mat2 must have the same dtype, but got {} and {}", bias, weight)
+    if x.ndim > 2:
+        return _linear_forward(_rows(x), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
     if x.ndim == 2 and weight.size >= _TRANSPOSED_GEMM_FROM:
         # OpenBLAS runs W @ x^T (no transposed operand) well above x @ W^T's speed for wide
         # layers; copying the small (out, batch) result back to row-major costs far less.
@@ -130,16 +139,19 @@ def _linear_forward(x, weight, bias):
     return out
 
 
+def _linear_input_grad(g, ans, x, weight, bias):
+    return g @ weight if g.ndim <= 2 else (_rows(g) @ weight).reshape(*g.shape[:-1],
+                                                                      weight.shape[1])
+
+
 def _linear_weight_grad(g, ans, x, weight, bias):
-    if g.ndim != 2:  # batch dimensions fold into one: the weight sees every row alike
-        g, x = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
-    return g.mT @ x
+    return _rows(g).mT @ _rows(x)  # the weight sees every row alike
 
 
 # y = x W^T + b as one node: its weight gradient comes out C-contiguous in W's layout, which a
 # transpose-then-matmul composition would not give.
 linear = Op("linear", _linear_forward,
-            (lambda g, ans, x, weight, bias: g @ weight,
+            (_linear_input_grad,
              _linear_weight_grad,
              lambda g, ans, x, weight, bias: g),
             (lambda t, ans, x, weight, bias: linear(t, weight, None),

@@ -2,7 +2,8 @@
 
 Each op takes the input projection of every step already computed (`xg`, one matmul for the
 whole sequence, done by the caller), the initial state, and the recurrent weights; its forward
-runs the time loop in numpy and returns the state after every step. The whole recurrence is one
+runs the time loop (per step one small product and, for the LSTM and GRU, one compiled call
+for the gates) and returns the state after every step. The whole recurrence is one
 graph node, so backward through time keeps no per-step Python objects at all.
 
 Rows are in packed order (torch's PackedSequence layout): the `batch_sizes[t]` rows of step t
@@ -19,7 +20,9 @@ rows at once, the coefficients of each step's Jacobian from the saved rows, so t
 part of either rule is a few products per step. The rules are written once over `ns`, a
 namespace of numpy arrays or of Tensor ops: with Tensors they are differentiable
 (create_graph, forward-over-reverse); with arrays, when no graph or tangent is being recorded,
-the same arithmetic runs without the Tensor layer's cost per call.
+the same arithmetic runs without the Tensor layer's cost per call. There the LSTM and the GRU
+take their compiled backward instead (`_lstm_backward`, `_gru_backward`): one call per step
+for the gates' gradient, one product for the state's carry.
 """
 import functools
 
@@ -27,7 +30,8 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
-from ..kernels.numpy.recurrent import gru_step, lstm_step
+from ..kernels.numpy.recurrent import (StepProduct, compute_dtype, gru_backward_step, gru_step,
+                                       lstm_backward_step, lstm_step)
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
@@ -118,16 +122,11 @@ def final_rows(batch_sizes, reverse):
     return offsets[lengths - 1] + np.arange(batch)
 
 
-def _hidden(h, w_hh_t, b_hh):
-    gh = h @ w_hh_t
-    return gh if b_hh is None else gh + b_hh
-
-
 # ----------------------------------------------------------------------------- the cells
-# Each kind says how one step maps (xg, gh = h W_hh^T + b_hh, previous state) to its output
-# row (`step`, numpy): the new state, then for the LSTM and the GRU what backward needs of the
-# step (the LSTM's gates i, f, g, o; the GRU's r, z, n and W_hn h + b_hn), saved so backward
-# need not recompute them. `coefficients` gives every row's Jacobian coefficients at once (by
+# Each kind says how one step maps (xg, gh = h W_hh^T, b_hh, previous state) to its output
+# row (`step`, numpy, into the rows it is given): the new state, then for the LSTM and the
+# GRU what backward needs of the step (the LSTM's gates i, f, g, o; the GRU's r, z, n and
+# W_hn h + b_hn), saved so backward need not recompute them. `coefficients` gives every row's Jacobian coefficients at once (by
 # name), from which `backward_step` and `tangent_step` take one step's gradient and tangent.
 # The saved columns are outputs too: `saved_gradients` turns their gradient into the gradient
 # of the step's input projection and hidden projection, and `tangent_step` gives their tangent.
@@ -138,9 +137,13 @@ class _Elman:
     def saved(self, w_hh):
         return 0
 
-    def step(self, xg, gh, prev, w_hr):
-        pre = xg + gh
-        return np.maximum(pre, 0) if self.relu else np.tanh(pre)
+    def step(self, xg, gh, bias, prev, w_hr, out):
+        np.add(xg, gh, out=out)
+        np.add(out, bias, out=out)
+        if self.relu:
+            np.maximum(out, 0, out=out)
+        else:
+            np.tanh(out, out=out)
 
     def coefficients(self, ns, prev, ans, w_hh):
         # The derivative from the output alone: 1 - h^2 for tanh; for relu 1 where h > 0,
@@ -159,8 +162,8 @@ class _GRU:
     def saved(self, w_hh):
         return w_hh.shape[0] // 3 * 4
 
-    def step(self, xg, gh, prev, w_hr):
-        return gru_step(xg, gh, prev)  # [h, r, z, n, hidden_n], the gates in one pass
+    def step(self, xg, gh, bias, prev, w_hr, out):
+        gru_step(xg, gh, bias, prev, out)  # [h, r, z, n, hidden_n], the gates in one pass
 
     def coefficients(self, ns, prev, ans, w_hh):
         size = prev.shape[1]
@@ -203,12 +206,15 @@ class _LSTM:
     def saved(self, w_hh):
         return w_hh.shape[0]
 
-    def step(self, xg, gh, prev, w_hr):
-        size = gh.shape[1] // 4
-        new = lstm_step(xg, gh, prev[:, -size:])  # [h, c, gates], the gates in one pass
+    def step(self, xg, gh, bias, prev, w_hr, out):
         if w_hr is None:
-            return new
-        return np.concatenate([new[:, :size] @ w_hr.T, new[:, size:]], 1)
+            lstm_step(xg, gh, bias, prev, out)  # [h, c, gates], the gates in one pass
+            return
+        size = gh.shape[1] // 4
+        new = np.empty((out.shape[0], 6 * size), out.dtype)
+        lstm_step(xg, gh, bias, prev, new)
+        np.matmul(new[:, :size], w_hr.T, out=out[:, :w_hr.shape[0]])
+        out[:, w_hr.shape[0]:] = new[:, size:]
 
     def coefficients(self, ns, prev, ans, w_hh):
         size, width = w_hh.shape[0] // 4, prev.shape[1]
@@ -252,17 +258,22 @@ class _LSTM:
 def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     steps, _ = _schedule(batch_sizes, reverse)
     width, hidden = init.shape[1], w_hh.shape[1]
-    out = np.empty((xg.shape[0], width + kind.saved(w_hh)),
-                   dtype=np.result_type(xg, init, w_hh))
-    state = init.astype(out.dtype, copy=True)
-    # BLAS multiplies by a contiguous matrix about twice as fast as by a transposed view.
-    w_hh_t = np.ascontiguousarray(w_hh.T)
+    dtype = np.result_type(xg, init, w_hh)
+    # Everything a step touches is made once here in the compiled steps' form (contiguous,
+    # one float dtype), so that a step is a product and a kernel call writing into `out`.
+    work = compute_dtype(dtype)
+    out = np.empty((xg.shape[0], width + kind.saved(w_hh)), work)
+    xg = np.ascontiguousarray(xg, work)
+    bias = np.zeros(w_hh.shape[0], work) if b_hh is None else np.ascontiguousarray(b_hh, work)
+    state = init.astype(work, copy=True)
+    hidden_product = StepProduct(w_hh.T.astype(work, copy=False), batch_sizes[0])
+    gh = np.empty((batch_sizes[0], w_hh.shape[0]), work)
     for start, n in steps:
-        prev = state[:n]
-        new = kind.step(xg[start:start + n], _hidden(prev[:, :hidden], w_hh_t, b_hh), prev, w_hr)
-        out[start:start + n] = new
-        state[:n] = new[:, :width]
-    return out
+        rows, prev = slice(start, start + n), state[:n]
+        hidden_product(prev[:, :hidden], gh[:n])
+        kind.step(xg[rows], gh[:n], bias, prev, w_hr, out[rows])
+        state[:n] = out[rows, :width]
+    return out if work == dtype else out.astype(dtype)
 
 
 def _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse):
@@ -283,6 +294,9 @@ def _rows(ns, blocks):
 def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
     g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
+    if ns is _Arrays and kind.saved(w_hh) and ans.dtype in (np.float32, np.float64):
+        fused = _lstm_backward if isinstance(kind, _LSTM) else _gru_backward
+        return fused(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse)
     steps, _ = _schedule(batch_sizes, reverse)
     h_prev, coefficients = _recompute(ns, kind, ans, init, w_hh, batch_sizes, reverse)
     width = init.shape[1]
@@ -316,6 +330,77 @@ def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_siz
         d_h = _rows(ns, d_out)[:, :w_hr.shape[0]]
         grads.append(d_h.T @ coefficients["h_raw"] if needs[4] else None)
     return [None if grad is None else ns.result(grad) for grad in grads]
+
+
+def _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse):
+    """What a compiled backward reads, in its form: g and ans contiguous in ans's dtype,
+    every row's previous state, and the gradient that the saved columns' own gradient
+    sends into the projections (None in a plain backward, where it is zero)."""
+    _, prev_rows = _schedule(batch_sizes, reverse)
+    width = init.shape[1]
+    g, ans = np.ascontiguousarray(g, ans.dtype), np.ascontiguousarray(ans)
+    prev = np.concatenate([ans[:, :width], init.astype(ans.dtype, copy=False)])[prev_rows]
+    extra = None
+    if g[:, width:].any():  # only a caller's own use of the saved columns sends one
+        extra = kind.saved_gradients(_Arrays, g[:, width:],
+                                     kind.coefficients(_Arrays, prev, ans, w_hh))
+    return g, ans, prev, extra
+
+
+def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
+    """The LSTM's backward when nothing is recorded: per step, the gradient reaching the
+    hidden output (through the projection if any), one compiled call for the gates'
+    gradient and the cell's carry, and one product for the hidden state's carry, all into
+    buffers made once; the weight gradients are then one product each over all steps."""
+    g, ans, prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
+    work = ans.dtype
+    size, hidden = w_hh.shape[0] // 4, w_hh.shape[1]  # the cell's size, h's (maybe projected)
+    width = hidden + size
+    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
+    d_pre = np.empty((ans.shape[0], 4 * size), work)
+    carry = np.zeros((batch_sizes[0], width), work)  # as in _backward
+    d_h = np.empty((batch_sizes[0], size), work)
+    d_out = None if w_hr is None else np.empty((ans.shape[0], hidden), work)
+    for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
+        rows = slice(start, start + n)
+        if w_hr is None:
+            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_h[:n])
+        else:
+            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_out[rows])
+            np.matmul(d_out[rows], w_hr, out=d_h[:n])
+        lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows], d_pre[rows])
+        if extra is not None:
+            d_pre[rows] += extra[0][rows]
+        hidden_product(d_pre[rows], carry[:n, :hidden])
+    grads = [d_pre, carry, d_pre.T @ prev[:, :hidden] if needs[2] else None,
+             d_pre.sum(0) if b_hh is not None and needs[3] else None]
+    if w_hr is not None:
+        h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
+        grads.append(d_out.T @ h_raw if needs[4] else None)
+    return [None if grad is None else Tensor.wrap(grad) for grad in grads]
+
+
+def _gru_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
+    """The GRU's backward when nothing is recorded, as the LSTM's: one compiled call per
+    step for the projections' gradients, one product for the state's carry."""
+    g, ans, h_prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
+    work = ans.dtype
+    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
+    d_xg, d_gh = np.empty((2, ans.shape[0], w_hh.shape[0]), work)
+    # The state's gradient from the steps already taken back, in two parts: through the
+    # hidden product (carry_mm) and through h' = ... + z h (carry_z).
+    carry_mm, carry_z = np.zeros((2,) + init.shape, work)
+    for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
+        rows = slice(start, start + n)
+        gru_backward_step(g[rows], carry_mm[:n], carry_z[:n], ans[rows], h_prev[rows],
+                          d_xg[rows], d_gh[rows])
+        if extra is not None:
+            d_xg[rows] += extra[0][rows]
+            d_gh[rows] += extra[1][rows]
+        hidden_product(d_gh[rows], carry_mm[:n])
+    grads = [d_xg, carry_mm + carry_z, d_gh.T @ h_prev if needs[2] else None,
+             d_gh.sum(0) if b_hh is not None and needs[3] else None]
+    return [None if grad is None else Tensor.wrap(grad) for grad in grads]
 
 
 def _tangent(kind, tangents, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):

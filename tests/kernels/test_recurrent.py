@@ -38,3 +38,58 @@ def test_recurrent_layers_match_torch(model, dtype):
     for name, parameter in theirs.named_parameters():
         np.testing.assert_allclose(dict(ours.named_parameters())[name].grad.numpy(),
                                    parameter.grad.numpy(), **TOLERANCE[dtype], err_msg=name)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("batch_sizes", [(3, 3, 3), (4, 3, 3, 1)])
+@pytest.mark.parametrize("cell", ["lstm", "lstm_proj", "gru"])
+def test_fused_backward_equals_the_rules(cell, batch_sizes, reverse):
+    """One layer-direction's fused backward (create_graph=False) against its differentiable
+    rules (create_graph=True) in float64, on packed rows, with a gradient reaching the saved
+    columns too (which only a caller's own use of them sends)."""
+    from mpigrad import ops
+    rng = np.random.default_rng(1)
+    size, gates = 5, 3 if cell == "gru" else 4
+    hidden = 3 if cell == "lstm_proj" else 5
+    state = hidden if cell == "gru" else hidden + size
+    shapes = [(sum(batch_sizes), gates * size), (batch_sizes[0], state), (gates * size, hidden),
+              (gates * size,)] + ([(hidden, size)] if cell == "lstm_proj" else [])
+    leaves = [mg.tensor(rng.standard_normal(shape), requires_grad=True) for shape in shapes]
+    op = ops.gru if cell == "gru" else ops.lstm
+    out = op(*leaves, batch_sizes=batch_sizes, reverse=reverse)
+    g = mg.tensor(rng.standard_normal(out.shape))
+    fused = mg.autograd.grad(out, leaves, g, retain_graph=True)
+    rules = mg.autograd.grad(out, leaves, g, create_graph=True)
+    for a, b in zip(fused, rules):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_per_step_products_cut_in_column_blocks_match_torch(name, monkeypatch):
+    """Few rows and a wide W_hh on one thread: each step's products (forward and backward)
+    run in column blocks (uneven ones: 3 of 640 columns forward); float64 against torch to
+    1e-10."""
+    from mpigrad.kernels.numpy.recurrent import Settings, StepProduct
+    monkeypatch.setattr(Settings, "intra_op", 1)
+    size, batch = 160, 20
+    gates = 4 if name == "LSTM" else 3
+    assert len(StepProduct(np.zeros((size, gates * size)), batch).blocks) > 1
+    assert len(StepProduct(np.zeros((gates * size, size)), batch).blocks) > 1
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, name)(7, size).double()
+    ours = getattr(mg.nn, name)(7, size).to(mg.float64)
+    ours.load_state_dict({k: mg.tensor(v.detach().numpy()) for k, v in
+                          theirs.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((3, batch, 7))
+    m_x, t_x = mg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    m_out, t_out = ours(m_x)[0], theirs(t_x)[0]
+    np.testing.assert_allclose(m_out.detach().numpy(), t_out.detach().numpy(),
+                               **TOLERANCE[np.float64])
+    g = np.random.default_rng(1).standard_normal(x.shape[:2] + (size,))
+    m_out.backward(mg.tensor(g))
+    t_out.backward(torch.tensor(g))
+    np.testing.assert_allclose(m_x.grad.numpy(), t_x.grad.numpy(), **TOLERANCE[np.float64])
+    for pname, parameter in theirs.named_parameters():
+        np.testing.assert_allclose(dict(ours.named_parameters())[pname].grad.numpy(),
+                                   parameter.grad.numpy(), **TOLERANCE[np.float64],
+                                   err_msg=pname)

@@ -186,6 +186,11 @@ def _kernels():
              rng.standard_normal((23, 11))]
     gru = [rng.standard_normal((23, 3 * 11)), rng.standard_normal((23, 3 * 11)),
            rng.standard_normal((23, 11))]
+    bias = rng.standard_normal(44)
+    state = rng.standard_normal((23, 2 * 11))  # [h, c]
+    saved = np.concatenate([state, rng.random((23, 4 * 11))], 1)  # [h, c, gates in (0, 1)]
+    saved_grad = rng.standard_normal(saved.shape)
+    gru_saved = np.concatenate([gru[2], rng.random((23, 3 * 11)), gru[2]], 1)  # h, r, z, n, hn
     positions = rng.integers(0, 13, 300)
     positions[:20] = 4  # repeated: every occurrence adds, in order
     scattered = rng.standard_normal((3, 300, 7))
@@ -210,10 +215,18 @@ def _kernels():
     cases.append((softmax.cross_entropy_backward,
                   lambda: [grow.astype(f32), rows.astype(f32), target, weight.astype(f32), -100,
                            0.1, np.empty(rows.shape, f32)]))
-    cases.append((recurrent.lstm_step, lambda: [a.astype(f32) for a in gates]
-                  + [False, np.empty((23, 6 * 11), f32)]))
-    cases.append((recurrent.gru_step, lambda: [a.astype(f32) for a in gru]
-                  + [False, np.empty((23, 5 * 11), f32)]))
+    cases.append((recurrent.lstm_step, lambda: [a.astype(f32) for a in gates[:2]]
+                  + [bias[:44].astype(f32), state.astype(f32), False,
+                     np.empty((23, 6 * 11), f32)]))
+    cases.append((recurrent.lstm_backward_step, lambda: [
+        a.astype(f32) for a in (gates[2], saved_grad, state, saved, state)]
+        + [False, np.empty((23, 4 * 11), f32)]))
+    cases.append((recurrent.gru_step, lambda: [a.astype(f32) for a in gru[:2]]
+                  + [bias[:33].astype(f32), gru[2].astype(f32), False,
+                     np.empty((23, 5 * 11), f32)]))
+    cases.append((recurrent.gru_backward_step, lambda: [
+        a.astype(f32) for a in (gru_saved, gru[2], gru[2] / 3, gru_saved, gru[2])]
+        + [np.empty((23, 3 * 11), f32), np.empty((23, 3 * 11), f32)]))
     cases.append((indexing.add_along, lambda: [np.zeros((3, 13, 7), f32),
                                                scattered.astype(f32), positions]))
     cases.append((clip.scale, lambda: [x.astype(f32), f32(0.37)]))

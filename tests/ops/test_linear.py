@@ -10,9 +10,11 @@ from mpigrad.ops import arithmetic
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
-# (input shape, out_features, bias): batch 1, odd sizes, 3-D input (not taken by the
-# transposed kernel), and a non-contiguous input below.
-CASES = [((5, 7), 3, True), ((1, 7), 4, False), ((6, 9), 11, True), ((2, 3, 7), 5, True)]
+# (input shape, out_features, bias): batch 1, odd sizes, 3-D and 4-D inputs (their batch
+# dimensions folded into rows, in the forward and the input's gradient), and a
+# non-contiguous input below.
+CASES = [((5, 7), 3, True), ((1, 7), 4, False), ((6, 9), 11, True), ((2, 3, 7), 5, True),
+         ((2, 1, 3, 7), 4, False)]
 
 
 @pytest.fixture(params=["transposed", "plain"])

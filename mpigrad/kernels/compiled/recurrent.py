@@ -1,8 +1,18 @@
-"""One LSTM step's gate arithmetic in one pass: from the pre-activations' two halves to the
-new cell, hidden state and gates, instead of a numpy pass (and a temporary) per operation.
-The batch's rows are split among threads (see _threads.py)."""
+"""The LSTM's and GRU's gate arithmetic of one step, forward and (the LSTM) backward, in one
+call each, instead of a numpy pass (and a temporary) per operation. The batch's rows are split
+among threads (see _threads.py).
+
+Each row is a run of short loops, each storing into one column block. One loop over all the
+gates with six stores was never vectorised (7x slower): numba's arrays may alias, and LLVM
+gives up on a loop needing more run-time overlap checks than its limit. A loop here loads at
+most a few blocks and stores one, so it is vectorised behind a few checks.
+
+Arithmetic is in float64; the results round once when stored. tanh is math.tanh for float64
+results (exact to an ulp; a scalar call) and 1 - 2 / (e^2u + 1) for float32 ones
+(vectorisable, within 1e-16 of tanh, far below float32's rounding)."""
 import math
 
+import numpy as np
 from numba import prange
 
 from ._math import exp, jit
@@ -10,49 +20,155 @@ from ._threads import parallel
 
 
 @jit
-def _sigmoid(v):
-    return 1.0 / (1.0 + exp(-v))
+def _sigmoid_into(dst, x, h, bias):
+    for k in range(dst.shape[0]):
+        dst[k] = 1.0 / (1.0 + exp(-(float(x[k]) + float(h[k]) + float(bias[k]))))
+
+
+@jit
+def _tanh_of_sum_into(dst, x, h, bias, exact):
+    if exact:
+        for k in range(dst.shape[0]):
+            dst[k] = math.tanh(float(x[k]) + float(h[k]) + float(bias[k]))
+    else:
+        for k in range(dst.shape[0]):
+            dst[k] = 1.0 - 2.0 / (exp(2.0 * (float(x[k]) + float(h[k]) + float(bias[k])))
+                                  + 1.0)
+
+
+@jit
+def _tanh_into(dst, u, exact):
+    if exact:
+        for k in range(dst.shape[0]):
+            dst[k] = math.tanh(float(u[k]))
+    else:
+        for k in range(dst.shape[0]):
+            dst[k] = 1.0 - 2.0 / (exp(2.0 * float(u[k])) + 1.0)
 
 
 @parallel()
-def lstm_step(xg, gh, c_prev, exact_tanh, out):
-    """xg, gh (n, 4 size) in torch's gate order i, f, g, o; c_prev (n, size); out (n, 6 size)
-    receives [h, c, i, f, g, o]. Computed in float64; tanh is math.tanh for float64 results
-    (exact to an ulp; a scalar call) and 1 - 2 / (e^2u + 1) for float32 ones (vectorisable,
-    within 1e-16 of tanh, far below float32's rounding)."""
-    size = c_prev.shape[1]
+def lstm_step(xg, gh, bias, prev, exact_tanh, out):
+    """xg, gh (n, 4 size) in torch's gate order i, f, g, o, bias (4 size) added to both;
+    prev (n, *) the previous state, its last `size` columns the cell; out (n, 6 size)
+    receives [h, c, i, f, g, o]."""
+    size = xg.shape[1] // 4
+    cell = prev.shape[1] - size
     for r in prange(xg.shape[0]):
+        x, h, row = xg[r], gh[r], out[r]
+        for j in (0, 1, 3):  # i, f, o
+            block = slice(j * size, (j + 1) * size)
+            _sigmoid_into(row[(2 + j) * size:(3 + j) * size], x[block], h[block], bias[block])
+        block = slice(2 * size, 3 * size)
+        _tanh_of_sum_into(row[4 * size:5 * size], x[block], h[block], bias[block], exact_tanh)
+        c_prev, c = prev[r, cell:], row[size:2 * size]
+        i, f, g, o = (row[2 * size:3 * size], row[3 * size:4 * size], row[4 * size:5 * size],
+                      row[5 * size:])
         for k in range(size):
-            i = _sigmoid(float(xg[r, k]) + float(gh[r, k]))
-            f = _sigmoid(float(xg[r, size + k]) + float(gh[r, size + k]))
-            u = float(xg[r, 2 * size + k]) + float(gh[r, 2 * size + k])
-            g = math.tanh(u) if exact_tanh else 1.0 - 2.0 / (exp(2.0 * u) + 1.0)
-            o = _sigmoid(float(xg[r, 3 * size + k]) + float(gh[r, 3 * size + k]))
-            c = f * float(c_prev[r, k]) + i * g
-            tc = math.tanh(c) if exact_tanh else 1.0 - 2.0 / (exp(2.0 * c) + 1.0)
-            out[r, k] = o * tc
-            out[r, size + k] = c
-            out[r, 2 * size + k] = i
-            out[r, 3 * size + k] = f
-            out[r, 4 * size + k] = g
-            out[r, 5 * size + k] = o
+            c[k] = float(f[k]) * float(c_prev[k]) + float(i[k]) * float(g[k])
+        tc = np.empty(size)
+        _tanh_into(tc, c, exact_tanh)
+        for k in range(size):
+            row[k] = float(o[k]) * tc[k]
 
 
 @parallel()
-def gru_step(xg, gh, h_prev, exact_tanh, out):
-    """xg, gh (n, 3 size) in torch's gate order r, z, n; h_prev (n, size); out (n, 5 size)
-    receives [h, r, z, n, hidden_n] with n = tanh(xg_n + r hidden_n), hidden_n = gh_n,
-    h = n + z (h_prev - n). tanh as in lstm_step."""
+def lstm_backward_step(d_h, g, carry, ans, prev, exact_tanh, d_pre):
+    """One step of the LSTM's backward from its saved row: ans (n, width + 4 size) holds
+    [h, c, i, f, g, o] (h of width - size columns, projected or not), prev (n, width) the
+    previous state. d_h (n, size): the gradient reaching the step's (unprojected) hidden
+    output; the cell's gradient is g's plus carry's, columns width - size on. Writes d_pre
+    (n, 4 size), the gradient of the gates' pre-activations, and replaces carry's cell
+    columns with the gradient reaching the previous cell (d_c f)."""
+    size = d_h.shape[1]
+    width = prev.shape[1]
+    cell = width - size
+    for r in prange(d_h.shape[0]):
+        row, out = ans[r], d_pre[r]
+        c, c_prev = row[cell:width], prev[r, cell:]
+        i, f, gg, o = (row[width:width + size], row[width + size:width + 2 * size],
+                       row[width + 2 * size:width + 3 * size], row[width + 3 * size:])
+        dh, g_c, carry_c = d_h[r], g[r, cell:width], carry[r, cell:]
+        tc = np.empty(size)
+        _tanh_into(tc, c, exact_tanh)
+        dc = np.empty(size)
+        for k in range(size):
+            ok = float(o[k])
+            dc[k] = (float(g_c[k]) + float(carry_c[k])
+                     + float(dh[k]) * ok * (1.0 - tc[k] * tc[k]))
+        d_i, d_f, d_g, d_o = (out[:size], out[size:2 * size], out[2 * size:3 * size],
+                              out[3 * size:])
+        for k in range(size):
+            ok = float(o[k])
+            d_o[k] = float(dh[k]) * tc[k] * (ok * (1.0 - ok))
+        for k in range(size):
+            ik = float(i[k])
+            d_i[k] = dc[k] * float(gg[k]) * (ik * (1.0 - ik))
+        for k in range(size):
+            fk = float(f[k])
+            d_f[k] = dc[k] * float(c_prev[k]) * (fk * (1.0 - fk))
+        for k in range(size):
+            gk = float(gg[k])
+            d_g[k] = dc[k] * float(i[k]) * (1.0 - gk * gk)
+        for k in range(size):
+            carry_c[k] = dc[k] * float(f[k])
+
+
+@parallel()
+def gru_step(xg, gh, bias, h_prev, exact_tanh, out):
+    """xg, gh (n, 3 size) in torch's gate order r, z, n, bias (3 size) added to gh; h_prev
+    (n, size); out (n, 5 size) receives [h, r, z, n, hidden_n] with hidden_n = gh_n + bias_n,
+    n = tanh(xg_n + r hidden_n), h = n + z (h_prev - n)."""
     size = h_prev.shape[1]
     for r in prange(xg.shape[0]):
+        x, h, row = xg[r], gh[r], out[r]
+        for j in (0, 1):  # r, z
+            block = slice(j * size, (j + 1) * size)
+            _sigmoid_into(row[(1 + j) * size:(2 + j) * size], x[block], h[block], bias[block])
+        reset, update, hidden_n = row[size:2 * size], row[2 * size:3 * size], row[4 * size:]
+        h_n, b_n, x_n = h[2 * size:], bias[2 * size:], x[2 * size:]
         for k in range(size):
-            reset = _sigmoid(float(xg[r, k]) + float(gh[r, k]))
-            update = _sigmoid(float(xg[r, size + k]) + float(gh[r, size + k]))
-            hidden_n = float(gh[r, 2 * size + k])
-            u = float(xg[r, 2 * size + k]) + reset * hidden_n
-            n = math.tanh(u) if exact_tanh else 1.0 - 2.0 / (exp(2.0 * u) + 1.0)
-            out[r, k] = n + update * (float(h_prev[r, k]) - n)
-            out[r, size + k] = reset
-            out[r, 2 * size + k] = update
-            out[r, 3 * size + k] = n
-            out[r, 4 * size + k] = hidden_n
+            hidden_n[k] = float(h_n[k]) + float(b_n[k])
+        n = np.empty(size)
+        for k in range(size):
+            n[k] = float(x_n[k]) + float(reset[k]) * float(hidden_n[k])
+        _tanh_into(n, n, exact_tanh)
+        row[3 * size:4 * size] = n
+        hp = h_prev[r]
+        for k in range(size):
+            row[k] = n[k] + float(update[k]) * (float(hp[k]) - n[k])
+
+
+@parallel()
+def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
+    """One step of the GRU's backward from its saved row: ans (n, 5 size) holds
+    [h, r, z, n, hidden_n], h_prev (n, size) the previous state. The gradient reaching h is
+    g's first size columns plus carry_mm's and carry_z's (the next step's d_gh W_hh and
+    d_h z). Writes the gradients of the input and hidden projections' parts d_xg and d_gh
+    (n, 3 size), and replaces carry_z with this step's d_h z."""
+    size = h_prev.shape[1]
+    for r in prange(g.shape[0]):
+        row, hp = ans[r], h_prev[r]
+        reset, update, n, hidden_n = (row[size:2 * size], row[2 * size:3 * size],
+                                      row[3 * size:4 * size], row[4 * size:])
+        gr, mm, zc = g[r], carry_mm[r], carry_z[r]
+        xr, hr = d_xg[r], d_gh[r]
+        d_h = np.empty(size)
+        for k in range(size):
+            d_h[k] = float(gr[k]) + float(mm[k]) + float(zc[k])
+        d_n = np.empty(size)
+        for k in range(size):
+            nk = float(n[k])
+            d_n[k] = d_h[k] * (1.0 - float(update[k])) * (1.0 - nk * nk)
+        for k in range(size):
+            xr[2 * size + k] = d_n[k]
+        for k in range(size):
+            hr[2 * size + k] = d_n[k] * float(reset[k])
+        for k in range(size):
+            zk = float(update[k])
+            xr[size + k] = d_h[k] * (float(hp[k]) - float(n[k])) * (zk * (1.0 - zk))
+        for k in range(size):
+            rk = float(reset[k])
+            xr[k] = d_n[k] * float(hidden_n[k]) * (rk * (1.0 - rk))
+        hr[:2 * size] = xr[:2 * size]
+        for k in range(size):
+            zc[k] = d_h[k] * float(update[k])
