@@ -10,7 +10,11 @@ no copy.
   weight): im2col and one GEMM per chunk of samples, the chunk sized so that its columns are
   still in cache when the GEMM (or col2im) reads them; a 1x1 convolution needs no columns;
   3x3 stride-1 convolutions with many channels take Winograd's F(2x2, 3x3) instead; with
-  groups, one batched GEMM over the groups per sample (depthwise convolutions included);
+  groups, one batched GEMM over the groups per sample (depthwise convolutions included).
+  Without groups the chunks run on `set_num_threads` threads (threads.run_chunks), each in
+  work arrays of its thread's own; chunk boundaries follow from the sizes only, and the
+  weight's gradient adds the chunks' sums in chunk order, so any thread count gives the
+  same bits;
 - `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
   the taps' views; backward finds each window's winning tap again (the first maximum, as
   torch) and sends the gradient there.
@@ -22,6 +26,8 @@ import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from ..threads import run_chunks
 
 # Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
 # so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
@@ -159,24 +165,26 @@ class _Columns:
         return _strided(padded, padded.shape[:2] + self.kernel_size + (self.length,),
                           (n, c, dh * row, dw * col, col))
 
-    def padded_chunks(self, x, step):
-        """(start, stop, images): consecutive chunks of x, padded, with contiguous rows."""
+    def padded(self, x, start, stop, step):
+        """Images x[start:stop], padded, with contiguous rows: x's own where it has them,
+        else in this thread's work array for chunks of `step` images."""
         n, c, h, w = x.shape
         ph, pw = self.padding
         rows_contiguous = x.strides[3] == x.itemsize and x.strides[2] == w * x.itemsize
-        buffer = None
-        if ph or pw or (self.flat and not rows_contiguous):
-            # Only the interior is ever written: the border stays zero across calls.
-            buffer = _scratch_array((min(step, n), c) + self.padded_size, x.dtype,
-                                    ("padded", self.padding), zeros=True)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            if buffer is None:
-                yield start, stop, x[start:stop]
-            else:
-                images = buffer[:stop - start]
-                images[:, :, ph:ph + h, pw:pw + w] = x[start:stop]  # the border stays zero
-                yield start, stop, images
+        if not (ph or pw or (self.flat and not rows_contiguous)):
+            return x[start:stop]
+        # Only the interior is ever written: the border stays zero across calls.
+        buffer = _scratch_array((step, c) + self.padded_size, x.dtype, ("padded", self.padding),
+                                zeros=True)
+        images = buffer[:stop - start]
+        images[:, :, ph:ph + h, pw:pw + w] = x[start:stop]
+        return images
+
+    def padded_chunks(self, x, step):
+        """(start, stop, images): consecutive chunks of x, padded, with contiguous rows."""
+        for start in range(0, x.shape[0], step):
+            stop = min(x.shape[0], start + step)
+            yield start, stop, self.padded(x, start, stop, min(step, x.shape[0]))
 
     def spread_buffer(self, step, channels, dtype):
         if self.pitch == self.out_size[1]:
@@ -209,28 +217,40 @@ def _chunk_size(n, column_bytes):
     return min(n, max(1, _CHUNK_BYTES // column_bytes))
 
 
-def _column_chunks(x, layout, side_by_side=False):
-    """(start, stop, columns) for consecutive chunks of samples; columns (stop - start,
-    C * kh * kw, length) live in one buffer that the next chunk overwrites. `side_by_side`
-    gives them as (C * kh * kw, (stop - start) * length) instead: the samples' columns next
-    to each other, for one GEMM over the whole chunk."""
-    n, c = x.shape[:2]
+# The fewest chunks a batch is cut into (when it has that many samples), so that threads
+# (run_chunks) share a convolution whose columns fit one chunk, the tutorial CNN's.
+_MIN_CHUNKS = 4
+
+
+def _chunk_bounds(n, sample_bytes):
+    """Chunks (start, stop) of n samples of `sample_bytes` of work arrays each: at most
+    _CHUNK_BYTES a chunk, at least _MIN_CHUNKS chunks, all of one size but the last. Set by
+    the sizes alone, never by the number of threads, so that a result has the same bits
+    however many threads computed its chunks."""
+    count = max(-(-n * sample_bytes // _CHUNK_BYTES), min(n, _MIN_CHUNKS))
+    step = -(-n // count)
+    return [(start, min(n, start + step)) for start in range(0, n, step)]
+
+
+def _columns(x, layout, start, stop, step, side_by_side=False):
+    """The columns of samples x[start:stop], (stop - start, C * kh * kw, length), in this
+    thread's work array for chunks of `step` samples. `side_by_side` gives them as
+    (C * kh * kw, (stop - start) * length) instead: the samples' columns next to each other,
+    for one GEMM over the whole chunk."""
+    c = x.shape[1]
     if layout.pointwise and not side_by_side:
-        yield 0, n, x.reshape(n, c, -1)  # the image is its own column matrix
-        return
+        return x[start:stop].reshape(stop - start, c, -1)  # the image is its own columns
     rows = c * layout.kernel_size[0] * layout.kernel_size[1]
-    step = _chunk_size(n, rows * layout.length * x.itemsize)
     buffer = _scratch_array((step, rows, layout.length), x.dtype, "columns")
-    for start, stop, images in layout.padded_chunks(x, step):
-        size = stop - start
-        taps = layout.taps(images)
-        if side_by_side:
-            cols = buffer.reshape(-1)[:size * rows * layout.length].reshape(rows, -1)
-            _im2col_into(cols, taps.transpose((1, 2, 3, 0) + tuple(range(4, taps.ndim))))
-        else:
-            cols = buffer[:size]
-            _im2col_into(cols, taps)
-        yield start, stop, cols
+    taps = layout.taps(layout.padded(x, start, stop, step))
+    size = stop - start
+    if side_by_side:
+        cols = buffer.reshape(-1)[:size * rows * layout.length].reshape(rows, -1)
+        _im2col_into(cols, taps.transpose((1, 2, 3, 0) + tuple(range(4, taps.ndim))))
+    else:
+        cols = buffer[:size]
+        _im2col_into(cols, taps)
+    return cols
 
 
 def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
@@ -246,7 +266,12 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
     out = np.empty((n, out_channels) + layout.out_size, dtype)
     if bias is not None:
         bias = bias.reshape(out_channels, 1, 1)
-    for start, stop, cols in _column_chunks(x, layout):
+    bounds = _chunk_bounds(n, matrix.shape[1] * layout.length * x.itemsize)
+    step = bounds[0][1]
+
+    def compute(k):
+        start, stop = bounds[k]
+        cols = _columns(x, layout, start, stop, step)
         chunk = out[start:stop]
         if layout.pitch == layout.out_size[1]:
             np.matmul(matrix, cols, out=chunk.reshape(stop - start, out_channels, -1))
@@ -260,6 +285,7 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
                 np.copyto(chunk, layout.crop(product))
             else:
                 np.add(layout.crop(product), bias, out=chunk)
+    run_chunks(compute, len(bounds))
     return out
 
 
@@ -286,18 +312,20 @@ def conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1)
     matrix = weight.reshape(out_channels, -1).T
     dtype = np.result_type(g, weight)
     out = np.empty((n, channels) + layout.in_size, dtype)
-    step = _chunk_size(n, matrix.shape[0] * layout.length * dtype.itemsize)
-    cols = _scratch_array((step, matrix.shape[0], layout.length), dtype, "columns")
-    spread = layout.spread_buffer(step, out_channels, g.dtype)
-    images = _scratch_array((step, channels) + layout.padded_size, dtype, "images")
-    for start in range(0, n, step):
-        stop = min(n, start + step)
+    bounds = _chunk_bounds(n, matrix.shape[0] * layout.length * dtype.itemsize)
+    step = bounds[0][1]
+
+    def compute(k):
+        start, stop = bounds[k]
         size = stop - start
-        np.matmul(matrix, layout.spread(g[start:stop], spread), out=cols[:size])
-        image = images[:size]
+        cols = _scratch_array((step, matrix.shape[0], layout.length), dtype, "columns")[:size]
+        spread = layout.spread_buffer(step, out_channels, g.dtype)
+        np.matmul(matrix, layout.spread(g[start:stop], spread), out=cols)
+        image = _scratch_array((step, channels) + layout.padded_size, dtype, "images")[:size]
         image.fill(0)
-        _fold_into(layout.taps(image), cols[:size])
+        _fold_into(layout.taps(image), cols)
         out[start:stop] = _crop(image, padding, layout.in_size)
+    run_chunks(compute, len(bounds))
     return out
 
 
@@ -340,17 +368,22 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
     # The gradient's transpose, columns times g^T: OpenBLAS takes 0.6-0.95x the time of
     # g times columns^T for the same product (measured from 16 to 128 channels, 8x8 to 32x32
     # images), the more so the fewer output channels.
-    total = np.zeros((rows, out_channels), np.result_type(x, g))
-    spread = layout.spread_buffer(_chunk_size(n, 1), out_channels, g.dtype)
     # Few columns per sample (fewer than rows): one GEMM over the chunk's samples side by side
     # beats a thin GEMM per sample; otherwise the per-sample GEMMs are the faster ones.
     side_by_side = layout.length < rows
-    for start, stop, cols in _column_chunks(x, layout, side_by_side):
-        g_cols = layout.spread(g[start:stop], spread)
+    bounds = _chunk_bounds(n, rows * layout.length * x.itemsize)
+    step = bounds[0][1]
+
+    def chunk_sum(k):
+        start, stop = bounds[k]
+        cols = _columns(x, layout, start, stop, step, side_by_side)
+        g_cols = layout.spread(g[start:stop], layout.spread_buffer(step, out_channels, g.dtype))
         if side_by_side:
-            total += cols @ g_cols.transpose(1, 0, 2).reshape(out_channels, -1).T
-        else:
-            total += np.matmul(cols, g_cols.transpose(0, 2, 1)).sum(0)
+            return cols @ g_cols.transpose(1, 0, 2).reshape(out_channels, -1).T
+        return np.matmul(cols, g_cols.transpose(0, 2, 1)).sum(0)
+    total = np.zeros((rows, out_channels), np.result_type(x, g))
+    for part in run_chunks(chunk_sum, len(bounds)):  # in chunk order, on any thread count
+        total += part
     return np.ascontiguousarray(total.T).reshape((out_channels, x.shape[1])
                                                  + tuple(kernel_size))
 
@@ -509,8 +542,8 @@ class _Tiles:
         self.phase_size = tuple(t + 1 for t in self.tiles)
         self.per_sample = self.phase_size[0] * self.phase_size[1]
 
-    def chunk(self, n, channels, itemsize):
-        return _chunk_size(n, 16 * channels * self.per_sample * itemsize)
+    def chunk_bounds(self, n, channels, itemsize):
+        return _chunk_bounds(n, 16 * channels * self.per_sample * itemsize)
 
     def _phases(self, images, dtype, key, offset=(0, 0)):
         """Scatter images (n, C, H, W), shifted by `offset`, into zeroed phases (2, 2,
@@ -599,23 +632,16 @@ def _output_transform(m, out):
     out[1] -= m[3]
 
 
-def _winograd_chunks(x, tiles, out_channels, dtype):
-    """(start, stop, points, products): chunks of samples of x, each with its tiles'
-    transformed inputs `points` (4, 4, C, length) and a work array `products` (4, 4,
-    out_channels, length) for the GEMMs' side, both contiguous even for the last, shorter
-    chunk."""
-    n, channels = x.shape[:2]
-    step = tiles.chunk(n, channels, dtype.itemsize)
+def _winograd_points(x, tiles, start, stop, step, out_channels, dtype):
+    """For samples x[start:stop] of chunks of `step`: their tiles' transformed inputs
+    `points` (4, 4, C, length) and a work array `products` (4, 4, out_channels, length) for
+    the GEMMs' side, both this thread's and contiguous even for the last, shorter chunk."""
+    channels = x.shape[1]
+    length = (stop - start) * tiles.per_sample
     buffer = _scratch_array((16 * channels * step * tiles.per_sample,), dtype, "winograd in")
-    products = None
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        length = (stop - start) * tiles.per_sample
-        points = buffer[:16 * channels * length].reshape(4, 4, channels, length)
-        tiles.transform_input(x, start, stop, points)
-        if products is None or products.shape[3] != length:
-            products = _scratch_array((4, 4, out_channels, length), dtype, "winograd products")
-        yield start, stop, points, products
+    points = buffer[:16 * channels * length].reshape(4, 4, channels, length)
+    tiles.transform_input(x, start, stop, points)
+    return points, _scratch_array((4, 4, out_channels, length), dtype, "winograd products")
 
 
 def _winograd_conv2d(x, weight, bias, padding):
@@ -627,10 +653,16 @@ def _winograd_conv2d(x, weight, bias, padding):
     transformed = np.ascontiguousarray(transformed.transpose(0, 3, 1, 2), dtype)
     transformed = transformed.reshape(16, out_channels, channels)
     out = np.empty((n, out_channels) + tiles.out_size, dtype)
-    for start, stop, points, products in _winograd_chunks(x, tiles, out_channels, dtype):
+    bounds = tiles.chunk_bounds(n, channels, dtype.itemsize)
+
+    def compute(k):
+        start, stop = bounds[k]
+        points, products = _winograd_points(x, tiles, start, stop, bounds[0][1], out_channels,
+                                            dtype)
         np.matmul(transformed, points.reshape(16, channels, -1),
                   out=products.reshape(16, out_channels, -1))
         tiles.untransform_output(products, bias, out, start)
+    run_chunks(compute, len(bounds))
     return out
 
 
@@ -640,11 +672,18 @@ def _winograd_conv2d_weight(x, g, padding):
     channels, out_channels = x.shape[1], g.shape[1]
     tiles = _Tiles(x.shape[2:], padding)
     dtype = np.result_type(x, g)
-    total = np.zeros((16, out_channels, channels), dtype)
-    for start, stop, points, gradients in _winograd_chunks(x, tiles, out_channels, dtype):
+    bounds = tiles.chunk_bounds(x.shape[0], channels, dtype.itemsize)
+
+    def chunk_sum(k):
+        start, stop = bounds[k]
+        points, gradients = _winograd_points(x, tiles, start, stop, bounds[0][1], out_channels,
+                                             dtype)
         tiles.transform_gradient(g, start, stop, gradients)
-        total += np.matmul(gradients.reshape(16, out_channels, -1),
-                           points.reshape(16, channels, -1).transpose(0, 2, 1))
+        return np.matmul(gradients.reshape(16, out_channels, -1),
+                         points.reshape(16, channels, -1).transpose(0, 2, 1))
+    total = np.zeros((16, out_channels, channels), dtype)
+    for part in run_chunks(chunk_sum, len(bounds)):  # in chunk order, on any thread count
+        total += part
     total = np.tensordot(_WINOGRAD_G, total.reshape(4, 4, out_channels, channels), (0, 0))
     return np.ascontiguousarray(
         np.tensordot(total, _WINOGRAD_G, (1, 0)).transpose(1, 2, 0, 3), dtype)
