@@ -50,11 +50,15 @@ def float64():
     mg.set_default_dtype(previous)
 
 
-@pytest.fixture(params=[False, True], ids=["one-chunk", "chunk-per-sample"])
+@pytest.fixture(params=["one-chunk", "chunk-per-sample", "kernel-rows"])
 def chunking(request, monkeypatch):
-    """Run each case once with the whole batch as one chunk and once a sample at a time."""
-    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 1 if request.param else 1 << 30)
+    """Run each case with the whole batch as one chunk, a sample at a time, and with the
+    stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size."""
+    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES",
+                        1 if request.param == "chunk-per-sample" else 1 << 30)
     monkeypatch.setattr(conv_kernels, "_MIN_CHUNKS", 1)
+    monkeypatch.setattr(conv_kernels, "_ROW_GEMM_FROM",
+                        1 if request.param == "kernel-rows" else 1 << 30)
 
 
 def _general_conv(x, weight, bias, stride, padding, dilation):
@@ -332,8 +336,9 @@ def test_winograd_family_is_differentiable_to_any_order(p, winograd_everywhere):
 # (input shape, weight shape, stride, padding, Winograd): every chunked path, each cut into
 # several chunks: columns one GEMM per sample (stride 1 padded: the input's gradient a
 # correlation; stride 2: folded), a 1x1 image-as-columns, the weight's gradient side by side
-# (more rows than columns), and Winograd's three.
+# (more rows than columns), one GEMM per kernel row (12 channels), and Winograd's three.
 THREADED_CASES = [((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), False),
+                  ((5, 12, 7, 6), (4, 12, 3, 3), (1, 1), (1, 1), False),
                   ((5, 3, 9, 8), (4, 3, 3, 3), (2, 2), (1, 1), False),
                   ((5, 4, 6, 7), (3, 4, 1, 1), (1, 1), (0, 0), False),
                   ((6, 8, 5, 4), (3, 8, 3, 3), (2, 2), (1, 1), False),

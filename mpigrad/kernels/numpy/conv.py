@@ -155,6 +155,26 @@ class _Columns:
         self.pitch = self.padded_size[1] if self.flat else ow
         self.length = (oh - 1) * self.pitch + ow
         self.pointwise = self.kernel_size == (1, 1) and padding == (0, 0) and self.flat
+        # Flat: kernel row i's columns are row 0's shifted by i dh rows of the image.
+        self.row_shift = dilation[0] * self.pitch
+        self.span = self.length + (self.kernel_size[0] - 1) * self.row_shift
+
+    def by_kernel_rows(self, channels):
+        """Whether to copy only one kernel row's taps (see _row_columns): flat, a kernel of
+        several rows, and enough channels that each row's GEMM still has a long K."""
+        return (self.flat and self.kernel_size[0] > 1
+                and channels * self.kernel_size[1] >= _ROW_GEMM_FROM)
+
+    def row_taps(self, padded):
+        """The flat layout's (N, C, kw, span) view of padded images with contiguous rows:
+        tap j of kernel row 0 at column q, continued over the rows below."""
+        (n, c, _, col), dw = padded.strides, self.dilation[1]
+        return _strided(padded, padded.shape[:2] + (self.kernel_size[1], self.span),
+                        (n, c, dw * col, col))
+
+    def kernel_row(self, row_columns, i):
+        """Kernel row i's columns (..., C * kw, length): a view of _row_columns' array."""
+        return row_columns[..., i * self.row_shift:i * self.row_shift + self.length]
 
     def taps(self, padded):
         """The (N, C, kh, kw, length) view, or (..., oh, ow) when strided, of padded images
@@ -232,6 +252,35 @@ def _chunk_bounds(n, sample_bytes):
     return [(start, min(n, start + step)) for start in range(0, n, step)]
 
 
+# The fewest K (channels times kernel width) per kernel row for convolutions to take one GEMM
+# per kernel row over _row_columns instead of one over full columns. Measured (float32, 3x3,
+# 16 and 32 channels, 16x16 and 32x32 images): the forward 30% faster, the weight's gradient
+# up to 40%: a third of the copying, and OpenBLAS packs the shorter panels in cache.
+_ROW_GEMM_FROM = 32
+
+
+def _row_columns(x, layout, start, stop, step):
+    """Kernel row 0's columns of samples x[start:stop] continued over the image, (stop -
+    start, C * kw, span), in this thread's work array for chunks of `step` samples:
+    layout.kernel_row gives each kernel row's columns as a view, so im2col copies kw taps per
+    channel, not kh * kw."""
+    c = x.shape[1]
+    buffer = _scratch_array((step, c * layout.kernel_size[1], layout.span), x.dtype,
+                            "row columns")[:stop - start]
+    _im2col_into(buffer, layout.row_taps(layout.padded(x, start, stop, step)))
+    return buffer
+
+
+def _rows_product(matrices, row_columns, layout, product):
+    """product = sum over kernel rows i of matrices[i] (O, C * kw) times row i's columns, the
+    rows added in order."""
+    np.matmul(matrices[0], layout.kernel_row(row_columns, 0), out=product)
+    addend = _scratch_array(product.shape, product.dtype, "row product")
+    for i in range(1, len(matrices)):
+        np.matmul(matrices[i], layout.kernel_row(row_columns, i), out=addend)
+        product += addend
+
+
 def _columns(x, layout, start, stop, step, side_by_side=False):
     """The columns of samples x[start:stop], (stop - start, C * kh * kw, length), in this
     thread's work array for chunks of `step` samples. `side_by_side` gives them as
@@ -261,30 +310,39 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
         return _winograd_conv2d(x, weight, bias, padding)
     n, out_channels = x.shape[0], weight.shape[0]
     layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
-    matrix = weight.reshape(out_channels, -1)
     dtype = np.result_type(x, weight)
     out = np.empty((n, out_channels) + layout.out_size, dtype)
     if bias is not None:
         bias = bias.reshape(out_channels, 1, 1)
-    bounds = _chunk_bounds(n, matrix.shape[1] * layout.length * x.itemsize)
+    by_rows = layout.by_kernel_rows(x.shape[1])
+    if by_rows:  # (kh, O, C * kw): one matrix per kernel row
+        matrices = np.ascontiguousarray(weight.transpose(2, 0, 1, 3)).reshape(
+            weight.shape[2], out_channels, -1)
+        sample_bytes = matrices.shape[2] * layout.span * x.itemsize
+    else:
+        matrix = weight.reshape(out_channels, -1)
+        sample_bytes = matrix.shape[1] * layout.length * x.itemsize
+    bounds = _chunk_bounds(n, sample_bytes)
     step = bounds[0][1]
 
     def compute(k):
         start, stop = bounds[k]
-        cols = _columns(x, layout, start, stop, step)
         chunk = out[start:stop]
-        if layout.pitch == layout.out_size[1]:
-            np.matmul(matrix, cols, out=chunk.reshape(stop - start, out_channels, -1))
+        direct = layout.pitch == layout.out_size[1]
+        product = (chunk.reshape(stop - start, out_channels, -1) if direct else
+                   _scratch_array((stop - start, out_channels, layout.length), dtype, "product"))
+        if by_rows:
+            _rows_product(matrices, _row_columns(x, layout, start, stop, step), layout,
+                          product)
+        else:
+            np.matmul(matrix, _columns(x, layout, start, stop, step), out=product)
+        if direct:
             if bias is not None:
                 chunk += bias  # while the chunk is in cache
+        elif bias is None:  # crop the junk columns (and add the bias) in one pass
+            np.copyto(chunk, layout.crop(product))
         else:
-            product = _scratch_array((len(cols), out_channels, layout.length), dtype, "product")
-            np.matmul(matrix, cols, out=product)
-            # Crop the junk columns and add the bias in one pass.
-            if bias is None:
-                np.copyto(chunk, layout.crop(product))
-            else:
-                np.add(layout.crop(product), bias, out=chunk)
+            np.add(layout.crop(product), bias, out=chunk)
     run_chunks(compute, len(bounds))
     return out
 
@@ -368,6 +426,9 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
     # The gradient's transpose, columns times g^T: OpenBLAS takes 0.6-0.95x the time of
     # g times columns^T for the same product (measured from 16 to 128 channels, 8x8 to 32x32
     # images), the more so the fewer output channels.
+    dtype = np.result_type(x, g)
+    if layout.by_kernel_rows(x.shape[1]):
+        return _conv2d_weight_by_rows(x, g, layout, dtype)
     # Few columns per sample (fewer than rows): one GEMM over the chunk's samples side by side
     # beats a thin GEMM per sample; otherwise the per-sample GEMMs are the faster ones.
     side_by_side = layout.length < rows
@@ -381,11 +442,33 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
         if side_by_side:
             return cols @ g_cols.transpose(1, 0, 2).reshape(out_channels, -1).T
         return np.matmul(cols, g_cols.transpose(0, 2, 1)).sum(0)
-    total = np.zeros((rows, out_channels), np.result_type(x, g))
+    total = np.zeros((rows, out_channels), dtype)
     for part in run_chunks(chunk_sum, len(bounds)):  # in chunk order, on any thread count
         total += part
     return np.ascontiguousarray(total.T).reshape((out_channels, x.shape[1])
                                                  + tuple(kernel_size))
+
+
+def _conv2d_weight_by_rows(x, g, layout, dtype):
+    """conv2d_weight over _row_columns: each kernel row's (C * kw, O) block from its view of
+    the columns, per sample."""
+    n, out_channels = g.shape[:2]
+    kh, kw = layout.kernel_size
+    bounds = _chunk_bounds(n, x.shape[1] * kw * layout.span * x.itemsize)
+    step = bounds[0][1]
+
+    def chunk_sum(k):
+        start, stop = bounds[k]
+        row_columns = _row_columns(x, layout, start, stop, step)
+        g_t = layout.spread(g[start:stop], layout.spread_buffer(step, out_channels, g.dtype)
+                            ).transpose(0, 2, 1)
+        return np.stack([np.matmul(layout.kernel_row(row_columns, i), g_t).sum(0)
+                         for i in range(kh)])
+    total = np.zeros((kh, x.shape[1] * kw, out_channels), dtype)
+    for part in run_chunks(chunk_sum, len(bounds)):  # in chunk order, on any thread count
+        total += part
+    return np.ascontiguousarray(
+        total.reshape(kh, x.shape[1], kw, out_channels).transpose(3, 1, 0, 2))
 
 
 # ----------------------------------------------------------------------------- grouped
