@@ -388,6 +388,26 @@ def test_chunks_on_several_threads_give_the_bits_of_one(x_shape, w_shape, stride
     np.testing.assert_allclose(results[1][0], direct.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("channels, stride, groups, winograd", [
+    (3, 1, 1, False), (12, 1, 1, False), (4, 2, 1, False), (4, 1, 1, True), (4, 1, 2, False)])
+def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients_as_torch(
+        channels, stride, groups, winograd, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if winograd:
+        monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
+                            dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    x = mg.zeros(0, channels, 6, 5, requires_grad=True)
+    weight = mg.tensor(np.ones((4, channels // groups, 3, 3)), requires_grad=True)
+    out = F.conv2d(x, weight, None, stride, 1, 1, groups)
+    expected = torch.nn.functional.conv2d(torch.zeros(0, channels, 6, 5),
+                                          torch.ones(4, channels // groups, 3, 3), None, stride,
+                                          1, 1, groups)
+    assert tuple(out.shape) == tuple(expected.shape)
+    out.sum().backward()
+    assert tuple(x.grad.shape) == tuple(x.shape)
+    np.testing.assert_array_equal(weight.grad.numpy(), np.zeros(weight.shape))
+
+
 # ----------------------------------------------------------------------------- max pooling
 # (input shape, kernel, stride, padding, dilation, ceil_mode): kernel == stride (disjoint
 # windows, written not added), overlapping windows, padding, dilation, non-square, ceil_mode.
@@ -487,3 +507,29 @@ def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, p
     assert gradcheck(scatter, (g,)) and gradgradcheck(scatter, (g,))
     assert gradcheck(gather, (x,)) and gradgradcheck(gather, (x,))
     np.testing.assert_array_equal(gather(x).data, out.data)
+
+
+def test_max_pool_chunks_on_several_threads_give_the_bits_of_one(monkeypatch):
+    """Pooling's chunks follow the thread count (its passes are exact); overlapping windows
+    (added gradients), ceil_mode and a nan included."""
+    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 500)  # several chunks on one thread too
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((7, 3, 9, 8)).astype(np.float32)
+    x[2, 1, 4, 4] = np.nan
+    geometry = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1),
+                    extra=(1, 0))
+    before = mg.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            mg.set_num_threads(threads)
+            out = conv_kernels.max_pool2d(x, **geometry)
+            winners = conv_kernels.winning_taps(x, out, **geometry)
+            g = np.arange(out.size, dtype=np.float32).reshape(out.shape)
+            results.append((out, winners, conv_kernels.tap_scatter(g, winners, x.shape[2:],
+                                                                   **geometry)))
+    finally:
+        mg.set_num_threads(before)
+    for threaded in results[1:]:
+        for one, other in zip(results[0], threaded):
+            np.testing.assert_array_equal(one, other)

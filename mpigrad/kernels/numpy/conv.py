@@ -27,7 +27,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..threads import run_chunks
+from ..threads import get_num_threads, run_chunks
 
 # Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
 # so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
@@ -303,6 +303,9 @@ def _columns(x, layout, start, stop, step, side_by_side=False):
 
 
 def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
+    if x.shape[0] == 0:  # an empty batch (no chunks to cut)
+        return np.zeros((0, weight.shape[0]) + sliding_output_size(
+            x.shape[2:], weight.shape[2:], dilation, padding, stride), np.result_type(x, weight))
     if groups > 1:
         return _grouped_conv2d(x, weight, bias, stride, padding, dilation, groups)
     out_size = sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding, stride)
@@ -353,6 +356,9 @@ def conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1)
     costs what the forward does (im2col and a GEMM; for 3x3 kernels with enough channels,
     Winograd's). With stride, a padding beyond the kernel, or an input much bigger than the
     output, columns W^T g are folded back onto the image."""
+    if g.shape[0] == 0:
+        return np.zeros((0, weight.shape[1] * groups) + tuple(input_size),
+                        np.result_type(g, weight))
     extent = kernel_extent(weight.shape[2:], dilation)
     if _correlation_fits(input_size, g.shape[2:], stride, padding, extent):
         flipped = _flipped_transposed(weight, groups)
@@ -415,6 +421,9 @@ def _flipped_transposed(weight, groups):
 
 def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
     """The weight's gradient of conv2d: g times the columns, summed over the samples."""
+    if x.shape[0] == 0:
+        return np.zeros((g.shape[1], x.shape[1] // groups) + tuple(kernel_size),
+                        np.result_type(x, g))
     if groups > 1:
         return _grouped_conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups)
     if winograd_fits("conv2d_weight", g.shape[1:2] + x.shape[1:2] + tuple(kernel_size),
@@ -782,32 +791,58 @@ def _taps(padded, kernel_size, dilation, stride):
     return [view[:, :, i, j] for i in range(kernel_size[0]) for j in range(kernel_size[1])]
 
 
+def _pool_by_samples(x, compute):
+    """compute(start, stop) for chunks of x's samples, on `set_num_threads` threads: a chunk
+    per thread at least, each at most _CHUNK_BYTES of x. The pools' passes pick, copy and
+    place values, or add one value per cell, so any chunking gives the same bits, and the
+    chunk count may follow the thread count (one thread: one pass over a small batch)."""
+    n = x.shape[0]
+    count = min(n, max(-(-x.nbytes // _CHUNK_BYTES), get_num_threads()))
+    if count == 0:
+        return
+    step = -(-n // count)
+    run_chunks(lambda k: compute(k * step, min(n, (k + 1) * step)), -(-n // step))
+
+
 def max_pool2d(x, kernel_size, stride, padding, dilation, extra):
-    taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
-    out = taps[0].copy()
-    for tap in taps[1:]:
-        np.maximum(out, tap, out=out)  # propagates nan, as torch does
+    padded_size = tuple(s + 2 * p + e for s, p, e in zip(x.shape[2:], padding, extra))
+    out_size = sliding_output_size(padded_size, kernel_size, dilation, (0, 0), stride)
+    out = np.empty(x.shape[:2] + out_size, x.dtype)
+
+    def compute(start, stop):
+        taps = _taps(_pad(x[start:stop], padding, -np.inf, extra), kernel_size, dilation,
+                     stride)
+        chunk = out[start:stop]
+        np.copyto(chunk, taps[0])
+        for tap in taps[1:]:
+            np.maximum(chunk, tap, out=chunk)  # propagates nan, as torch does
+    _pool_by_samples(x, compute)
     return out
 
 
 def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
     """Which tap of each window holds its maximum: the first one, or the last nan (torch's
     order); an integer array shaped like `maxima`."""
-    taps = _taps(_pad(x, padding, -np.inf, extra), kernel_size, dilation, stride)
-    dtype = np.uint8 if len(taps) <= 256 else np.int64
-    # The index of the first hit is the number of taps before it that missed: the sum over
-    # k of "taps 0..k all missed". (The last tap needs no test: a window missed by all the
-    # others holds its maximum there, or is a nan window, fixed below.)
-    index = np.zeros(maxima.shape, dtype)
-    if len(taps) > 1:
-        missed = taps[0] != maxima
-        np.add(index, missed, out=index, casting="unsafe")
-        for tap in taps[1:-1]:
-            missed &= tap != maxima
-            np.add(index, missed, out=index, casting="unsafe")
-    if np.isnan(maxima).any():
-        for t, tap in enumerate(taps):
-            np.copyto(index, t, where=np.isnan(tap), casting="unsafe")
+    tap_count = kernel_size[0] * kernel_size[1]
+    index = np.zeros(maxima.shape, np.uint8 if tap_count <= 256 else np.int64)
+
+    def compute(start, stop):
+        taps = _taps(_pad(x[start:stop], padding, -np.inf, extra), kernel_size, dilation,
+                     stride)
+        chunk, maxima_chunk = index[start:stop], maxima[start:stop]
+        # The index of the first hit is the number of taps before it that missed: the sum
+        # over k of "taps 0..k all missed". (The last tap needs no test: a window missed by
+        # all the others holds its maximum there, or is a nan window, fixed below.)
+        if tap_count > 1:
+            missed = taps[0] != maxima_chunk
+            np.add(chunk, missed, out=chunk, casting="unsafe")
+            for tap in taps[1:-1]:
+                missed &= tap != maxima_chunk
+                np.add(chunk, missed, out=chunk, casting="unsafe")
+        if np.isnan(maxima_chunk).any():
+            for t, tap in enumerate(taps):
+                np.copyto(chunk, t, where=np.isnan(tap), casting="unsafe")
+    _pool_by_samples(x, compute)
     return index
 
 
@@ -820,12 +855,16 @@ def tap_scatter(g, winners, input_size, kernel_size, stride, padding, dilation, 
     tiled = all(s == k and d == 1 and o * s == n for s, k, d, o, n in
                 zip(stride, kernel_size, dilation, g.shape[2:], padded_size))
     out = (np.empty if tiled else np.zeros)(g.shape[:2] + padded_size, g.dtype)
-    taps = _taps(out, kernel_size, dilation, stride)
-    for t, tap in enumerate(taps):
-        if disjoint:  # each cell is in one window at most: write, don't add
-            np.multiply(g, winners == t, out=tap)
-        else:
-            tap += g * (winners == t)
+
+    def compute(start, stop):
+        taps = _taps(out[start:stop], kernel_size, dilation, stride)
+        g_chunk, winners_chunk = g[start:stop], winners[start:stop]
+        for t, tap in enumerate(taps):
+            if disjoint:  # each cell is in one window at most: write, don't add
+                np.multiply(g_chunk, winners_chunk == t, out=tap)
+            else:
+                tap += g_chunk * (winners_chunk == t)
+    _pool_by_samples(out, compute)
     return _crop(out, padding, input_size)
 
 
