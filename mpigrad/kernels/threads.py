@@ -191,12 +191,17 @@ def run_chunks(work, count):
             _ChunkPool.workers = threads - 1
         results = [None] * count
         claims = itertools.count()  # next() on it is atomic under the GIL
+        failed = []  # once a chunk raised, the other threads take no new chunk
 
         def drain():
             for k in iter(claims.__next__, None):
-                if k >= count:
+                if k >= count or failed:
                     return
-                results[k] = work(k)
+                try:
+                    results[k] = work(k)
+                except BaseException:
+                    failed.append(k)
+                    raise
 
         libraries = _blas_libraries()
         blas_threads = [lib.get_num_threads() for lib in libraries]

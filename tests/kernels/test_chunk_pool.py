@@ -55,13 +55,17 @@ def test_a_chunks_error_reaches_the_caller_and_the_pool_still_works(restore_thre
     mg.set_num_threads(2)
     before = _blas_threads()
 
+    ran = []
+
     def work(k):
+        ran.append(k)
         if k == 3:
             raise ValueError("chunk 3 failed")
         return k
 
     with pytest.raises(ValueError, match="chunk 3 failed"):
-        threads.run_chunks(work, 6)
+        threads.run_chunks(work, 100_000)
+    assert len(ran) < 100_000  # the threads stopped taking chunks after the failure
     assert _blas_threads() == before
     assert threads.run_chunks(lambda k: k, 4) == [0, 1, 2, 3]
 
