@@ -28,6 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..threads import get_num_threads, run_chunks
+from ._compiled import compute_dtype, loops
 
 # Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
 # so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
@@ -104,13 +105,22 @@ def _im2col_into(cols, taps):
     np.copyto(cols.reshape(taps.shape), taps)
 
 
-def _fold_into(taps, cols):
-    """Add columns into their taps' views of an image, one strided add per tap; overlapping
-    windows accumulate."""
-    cols = cols.reshape(taps.shape)
-    for i in range(taps.shape[2]):
-        for j in range(taps.shape[3]):
-            taps[:, :, i, j] += cols[:, :, i, j]
+def _fold_into(image, cols, kernel_size, dilation, stride, out_size, pitch):
+    """Add columns (N, C * kh * kw, length; window (r, s) at column r * pitch + s) onto
+    contiguous padded images (N, C, H, W) at their taps; overlapping windows accumulate. One
+    compiled loop (compiled/conv.py), in float32 for float16 images. With pitch the image's
+    width and stride 1 (the flat layout), each tap's columns are one run of the image."""
+    width = image.shape[3]
+    (dh, dw), (sh, sw), (oh, ow) = dilation, stride, out_size
+    if pitch == width and (sh, sw) == (1, 1):
+        oh, ow = 1, cols.shape[2]
+    work = compute_dtype(image.dtype)
+    target = image if image.dtype == work else image.astype(work)
+    loops("conv").fold_add(np.ascontiguousarray(cols, work),
+                           target.reshape(image.shape[0], image.shape[1], -1), kernel_size[1],
+                           (dh * width, dw), (sh * width, sw), oh, ow, pitch)
+    if target is not image:
+        image[...] = target
 
 
 def unfold(x, kernel_size, dilation, padding, stride):
@@ -129,7 +139,7 @@ def fold(cols, output_size, kernel_size, dilation, padding, stride):
     c = cols.shape[1] // (kernel_size[0] * kernel_size[1])
     out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), cols.dtype)
     out_size = sliding_output_size(output_size, kernel_size, dilation, padding, stride)
-    _fold_into(windows(out, kernel_size, dilation, stride, out_size), cols)
+    _fold_into(out, cols, kernel_size, dilation, stride, out_size, out_size[1])
     return _crop(out, padding, output_size)
 
 
@@ -171,6 +181,12 @@ class _Columns:
         (n, c, _, col), dw = padded.strides, self.dilation[1]
         return _strided(padded, padded.shape[:2] + (self.kernel_size[1], self.span),
                         (n, c, dw * col, col))
+
+    def fold_into(self, images, cols):
+        """Add columns (N, C * kh * kw, length) onto contiguous padded images at their
+        taps."""
+        _fold_into(images, cols, self.kernel_size, self.dilation, self.stride, self.out_size,
+                   self.pitch)
 
     def kernel_row(self, row_columns, i):
         """Kernel row i's columns (..., C * kw, length): a view of _row_columns' array."""
@@ -387,7 +403,7 @@ def conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1)
         np.matmul(matrix, layout.spread(g[start:stop], spread), out=cols)
         image = _scratch_array((step, channels) + layout.padded_size, dtype, "images")[:size]
         image.fill(0)
-        _fold_into(layout.taps(image), cols)
+        layout.fold_into(image, cols)
         out[start:stop] = _crop(image, padding, layout.in_size)
     run_chunks(compute, len(bounds))
     return out
@@ -556,7 +572,7 @@ def _grouped_conv_transpose2d(g, weight, input_size, stride, padding, dilation, 
         np.matmul(matrix, g_cols.reshape(size, groups, -1, g_cols.shape[-1]), out=cols[:size])
         image = images[:size]
         image.fill(0)
-        _fold_into(layout.taps(image), cols[:size].reshape(size, -1, layout.length))
+        layout.fold_into(image, cols[:size].reshape(size, -1, layout.length))
         out[start:start + size] = _crop(image, padding, layout.in_size)
     return out
 
