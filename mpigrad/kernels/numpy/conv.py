@@ -5,10 +5,12 @@ Everything here reads and writes images through one strided view, `windows`: for
 images (N, C, Hp, Wp) it is (N, C, kh, kw, oh, ow), tap (i, j) of the window at (r, s), with
 no copy.
 
-- `unfold` (im2col) and `fold` (col2im);
+- `unfold` (im2col) and `fold` (col2im, one compiled loop: compiled/conv.py);
 - `conv2d`, `conv_transpose2d` (its gradient for the input) and `conv2d_weight` (for the
   weight): im2col and one GEMM per chunk of samples, the chunk sized so that its columns are
   still in cache when the GEMM (or col2im) reads them; a 1x1 convolution needs no columns;
+  a stride-1 convolution with enough channels copies one kernel row's columns and takes a
+  GEMM per kernel row over shifted views of them (`_row_columns`);
   3x3 stride-1 convolutions with many channels take Winograd's F(2x2, 3x3) instead; with
   groups, one batched GEMM over the groups per sample (depthwise convolutions included).
   Without groups the chunks run on `set_num_threads` threads (threads.run_chunks), each in
@@ -17,7 +19,7 @@ no copy.
   same bits;
 - `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
   the taps' views; backward finds each window's winning tap again (the first maximum, as
-  torch) and sends the gradient there.
+  torch) and sends the gradient there; by chunks of samples on the threads too.
 
 Sizes are (height, width) pairs.
 """
