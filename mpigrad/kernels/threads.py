@@ -116,9 +116,10 @@ def _positive(name, threads):
 
 
 def set_num_threads(threads):
-    """torch.set_num_threads: the threads of the compiled loops and of numpy's BLAS from now
-    on, in every thread of this process. The loops use at most numba's pool
-    (`NUMBA_NUM_THREADS`, the machine's CPUs by default); BLAS takes the number given."""
+    """torch.set_num_threads: the threads of the compiled loops, of numpy's BLAS and of the
+    chunked numpy kernels (run_chunks) from now on, in every thread of this process. The
+    loops use at most numba's pool (`NUMBA_NUM_THREADS`, the machine's CPUs by default); BLAS
+    and run_chunks take the number given."""
     threads = _positive("set_num_threads", threads)
     _set_blas_threads(threads)
     Settings.intra_op = threads
