@@ -99,8 +99,12 @@ def _blas_libraries():
 
 
 def _set_blas_threads(threads):
+    global _blas_controller
     if Settings.blas == threads:
         return
+    # Look for the loaded libraries again (under 1 ms once threadpoolctl is imported): a BLAS
+    # loaded since the last look (scipy's own OpenBLAS) follows the count too.
+    _blas_controller = None
     _blas_libraries()
     _blas_controller.limit(limits=threads, user_api="blas")
     Settings.blas = threads
