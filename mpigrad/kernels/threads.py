@@ -1,7 +1,9 @@
 """How many threads the compiled loops and numpy's BLAS use: torch's `set_num_threads` family.
 
-Numbers only, and no numba: `import mpigrad` settles the default here, and the compiled
-loops (kernels/compiled/_threads.py) read `Settings.intra_op` on each call. The default:
+No numba here: `import mpigrad` settles the default, and the compiled loops
+(kernels/compiled/_threads.py) read `Settings.intra_op` on each call; numpy kernels made of
+chunks (the convolutions) hand them to `run_chunks`, a small pool of Python threads. The
+default:
 
 - `OMP_NUM_THREADS` (`MKL_NUM_THREADS` over it, as torch reads them) when set;
 - one thread when a launcher placed several ranks on this node and none is bound to cores
@@ -16,7 +18,10 @@ what it picked by itself (no thread variable set; several ranks on the node, or
 hyperthreads), through
 threadpoolctl, which knows every BLAS numpy is built with (OpenBLAS, MKL, BLIS, Accelerate).
 """
+import concurrent.futures
+import itertools
 import os
+import threading
 
 from ..launchers import ranks_on_node
 
@@ -82,16 +87,25 @@ class Settings:
 _blas_controller = None
 
 
+def _blas_libraries():
+    global _blas_controller
+    if _blas_controller is None:
+        # Here, not at the top: finding the loaded BLAS libraries takes 10-20 ms, paid only
+        # when a count has to change or a pooled region first runs.
+        import threadpoolctl
+        import numpy  # noqa: F401  (its BLAS must be loaded to be found)
+        _blas_controller = threadpoolctl.ThreadpoolController()
+    return [lib for lib in _blas_controller.lib_controllers if lib.user_api == "blas"]
+
+
 def _set_blas_threads(threads):
     global _blas_controller
     if Settings.blas == threads:
         return
-    if _blas_controller is None:
-        # Here, not at the top: finding the loaded BLAS libraries takes 10-20 ms, paid only
-        # when a count has to change.
-        import threadpoolctl
-        import numpy  # noqa: F401  (its BLAS must be loaded to be found)
-        _blas_controller = threadpoolctl.ThreadpoolController()
+    # Look for the loaded libraries again (under 1 ms once threadpoolctl is imported): a BLAS
+    # loaded since the last look (scipy's own OpenBLAS) follows the count too.
+    _blas_controller = None
+    _blas_libraries()
     _blas_controller.limit(limits=threads, user_api="blas")
     Settings.blas = threads
 
@@ -106,9 +120,10 @@ def _positive(name, threads):
 
 
 def set_num_threads(threads):
-    """torch.set_num_threads: the threads of the compiled loops and of numpy's BLAS from now
-    on, in every thread of this process. The loops use at most numba's pool
-    (`NUMBA_NUM_THREADS`, the machine's CPUs by default); BLAS takes the number given."""
+    """torch.set_num_threads: the threads of the compiled loops, of numpy's BLAS and of the
+    chunked numpy kernels (run_chunks) from now on, in every thread of this process. The
+    loops use at most numba's pool (`NUMBA_NUM_THREADS`, the machine's CPUs by default); BLAS
+    and run_chunks take the number given."""
     threads = _positive("set_num_threads", threads)
     _set_blas_threads(threads)
     Settings.intra_op = threads
@@ -139,3 +154,76 @@ def get_num_interop_threads():
 if (Settings.intra_op != len(_allowed_cpus())
         and not any(os.environ.get(name, "").strip() for name in _BLAS_VARIABLES)):
     _set_blas_threads(Settings.intra_op)
+
+
+# ----------------------------------------------------------------------------- chunk pool
+class _ChunkPool:
+    """The Python threads that numpy kernels hand chunks to (see run_chunks)."""
+    lock = threading.Lock()  # one pooled region at a time per process
+    executor = None
+    workers = 0
+
+
+def _reset_chunk_pool_after_fork():
+    # The parent's pool threads do not exist in the child, and a parent thread may have held
+    # the lock at the fork.
+    _ChunkPool.lock, _ChunkPool.executor, _ChunkPool.workers = threading.Lock(), None, 0
+
+
+os.register_at_fork(after_in_child=_reset_chunk_pool_after_fork)
+
+
+def run_chunks(work, count):
+    """[work(k) for k in range(count)], the calls spread over up to `set_num_threads`
+    threads (the caller's and a pool's), each of whose BLAS calls runs on one thread.
+
+    For kernels made of numpy passes and BLAS calls over chunks of a batch: OpenBLAS runs a
+    small GEMM on one thread whatever it is allowed, and numpy's passes always do, but both
+    release the GIL, so whole chunks on several threads do scale. `work(k)` must depend on k
+    only (never on which thread runs it or how many there are) and write nothing another
+    chunk writes; then the results are the same bits on any number of threads. Work arrays
+    a chunk keeps per thread (threading.local) are its own. A call that finds another
+    thread's region running runs its chunks on its own thread rather than waiting."""
+    threads = min(Settings.intra_op, count)
+    if threads < 2 or not _ChunkPool.lock.acquire(blocking=False):
+        return [work(k) for k in range(count)]
+    try:
+        if _ChunkPool.workers < threads - 1:
+            if _ChunkPool.executor is not None:
+                _ChunkPool.executor.shutdown(wait=False)
+            _ChunkPool.executor = concurrent.futures.ThreadPoolExecutor(
+                threads - 1, thread_name_prefix="mpigrad-chunks")
+            _ChunkPool.workers = threads - 1
+        results = [None] * count
+        claims = itertools.count()  # next() on it is atomic under the GIL
+        failed = []  # once a chunk raised, the other threads take no new chunk
+
+        def drain():
+            for k in iter(claims.__next__, None):
+                if k >= count or failed:
+                    return
+                try:
+                    results[k] = work(k)
+                except BaseException:
+                    failed.append(k)
+                    raise
+
+        libraries = _blas_libraries()
+        blas_threads = [lib.get_num_threads() for lib in libraries]
+        for lib in libraries:
+            lib.set_num_threads(1)
+        try:
+            helpers = [_ChunkPool.executor.submit(drain) for _ in range(threads - 1)]
+            try:
+                drain()
+            finally:
+                # Every chunk is finished (or failed) before its arrays are handed back;
+                # a helper's error is raised here.
+                for helper in helpers:
+                    helper.result()
+        finally:
+            for lib, count_before in zip(libraries, blas_threads):
+                lib.set_num_threads(count_before)
+        return results
+    finally:
+        _ChunkPool.lock.release()

@@ -77,3 +77,25 @@ def test_resnet_step_matches_torch(monkeypatch, label_smoothing):
     for name, value in ours.state_dict().items():
         np.testing.assert_allclose(value.numpy(), theirs_state[name].numpy(), rtol=1e-10,
                                    atol=1e-12, err_msg=name)
+
+
+def test_resnet_gradients_are_the_same_bits_on_one_and_two_threads(monkeypatch):
+    """float32, big enough that the convolutions cut several chunks for the pool's threads and
+    BatchNorm's loops run threaded: the gradients may not depend on the thread count."""
+    model = _load_train_module(monkeypatch).resnet(3, 5).float()
+    rng = np.random.default_rng(1)
+    x = mpigrad.tensor(rng.standard_normal((16, 3, 32, 32)).astype(np.float32))
+    y = mpigrad.tensor(rng.integers(0, 5, 16))
+
+    def gradients(threads):
+        mpigrad.set_num_threads(threads)
+        model.zero_grad()
+        nn.CrossEntropyLoss()(model(x), y).backward()
+        return [p.grad.numpy().copy() for p in model.parameters()]
+    before = mpigrad.get_num_threads()
+    try:
+        one, two = gradients(1), gradients(2)
+    finally:
+        mpigrad.set_num_threads(before)
+    for (name, _), a, b in zip(model.named_parameters(), one, two):
+        np.testing.assert_array_equal(a, b, err_msg=name)

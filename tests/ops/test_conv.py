@@ -50,10 +50,15 @@ def float64():
     mg.set_default_dtype(previous)
 
 
-@pytest.fixture(params=[False, True], ids=["one-chunk", "chunk-per-sample"])
+@pytest.fixture(params=["one-chunk", "chunk-per-sample", "kernel-rows"])
 def chunking(request, monkeypatch):
-    """Run each case once with the whole batch as one chunk and once a sample at a time."""
-    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 1 if request.param else 1 << 30)
+    """Run each case with the whole batch as one chunk, a sample at a time, and with the
+    stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size."""
+    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES",
+                        1 if request.param == "chunk-per-sample" else 1 << 30)
+    monkeypatch.setattr(conv_kernels, "_MIN_CHUNKS", 1)
+    monkeypatch.setattr(conv_kernels, "_ROW_GEMM_FROM",
+                        1 if request.param == "kernel-rows" else 1 << 30)
 
 
 def _general_conv(x, weight, bias, stride, padding, dilation):
@@ -328,6 +333,81 @@ def test_winograd_family_is_differentiable_to_any_order(p, winograd_everywhere):
     assert winograd_everywhere["_winograd_conv2d"] and winograd_everywhere[
         "_winograd_conv2d_weight"]
 
+# (input shape, weight shape, stride, padding, Winograd): every chunked path, each cut into
+# several chunks: columns one GEMM per sample (stride 1 padded: the input's gradient a
+# correlation; stride 2: folded), a 1x1 image-as-columns, the weight's gradient side by side
+# (more rows than columns), one GEMM per kernel row (12 channels), and Winograd's three.
+THREADED_CASES = [((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), False),
+                  ((5, 12, 12, 11), (4, 12, 3, 3), (1, 1), (1, 1), False),
+                  ((5, 3, 9, 8), (4, 3, 3, 3), (2, 2), (1, 1), False),
+                  ((5, 4, 6, 7), (3, 4, 1, 1), (1, 1), (0, 0), False),
+                  ((6, 8, 5, 4), (3, 8, 3, 3), (2, 2), (1, 1), False),
+                  ((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), True)]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, winograd", THREADED_CASES)
+def test_chunks_on_several_threads_give_the_bits_of_one(x_shape, w_shape, stride, padding,
+                                                        winograd, monkeypatch):
+    """Chunks are cut by size alone (here _MIN_CHUNKS's: two samples a chunk, the last one
+    shorter for a batch of 5), so 2 and 3 threads (the pool of kernels/threads.py) compute
+    the very bits one thread does, the weight's gradient summed in chunk order."""
+    if winograd:
+        monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
+                            dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    torch = pytest.importorskip("torch")
+    chunked = collections.Counter()
+    pooled = conv_kernels.run_chunks
+
+    def counted(work, count):
+        chunked[count > 1] += 1
+        return pooled(work, count)
+    monkeypatch.setattr(conv_kernels, "run_chunks", counted)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    weight = rng.standard_normal(w_shape).astype(np.float32)
+    bias = rng.standard_normal(w_shape[0]).astype(np.float32)
+    geometry = (stride, padding, (1, 1))
+    g = rng.standard_normal(conv_kernels.conv2d(x, weight, bias, *geometry).shape).astype(
+        np.float32)
+    before = mg.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            mg.set_num_threads(threads)
+            results.append((conv_kernels.conv2d(x, weight, bias, *geometry),
+                            conv_kernels.conv_transpose2d(g, weight, x_shape[2:], *geometry),
+                            conv_kernels.conv2d_weight(x, g, w_shape[2:], *geometry)))
+    finally:
+        mg.set_num_threads(before)
+    assert chunked[True] >= 3 * 3 and not chunked[False]
+    for threaded in results[1:]:
+        for one, other in zip(results[0], threaded):
+            np.testing.assert_array_equal(one, other)
+    direct = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(weight),
+                                        torch.from_numpy(bias), stride, padding)
+    np.testing.assert_allclose(results[1][0], direct.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels, stride, groups, winograd", [
+    (3, 1, 1, False), (12, 1, 1, False), (4, 2, 1, False), (4, 1, 1, True), (4, 1, 2, False)])
+def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients_as_torch(
+        channels, stride, groups, winograd, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if winograd:
+        monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
+                            dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    x = mg.zeros(0, channels, 6, 5, requires_grad=True)
+    weight = mg.tensor(np.ones((4, channels // groups, 3, 3)), requires_grad=True)
+    out = F.conv2d(x, weight, None, stride, 1, 1, groups)
+    expected = torch.nn.functional.conv2d(torch.zeros(0, channels, 6, 5),
+                                          torch.ones(4, channels // groups, 3, 3), None, stride,
+                                          1, 1, groups)
+    assert tuple(out.shape) == tuple(expected.shape)
+    out.sum().backward()
+    assert tuple(x.grad.shape) == tuple(x.shape)
+    np.testing.assert_array_equal(weight.grad.numpy(), np.zeros(weight.shape))
+
+
 # ----------------------------------------------------------------------------- max pooling
 # (input shape, kernel, stride, padding, dilation, ceil_mode): kernel == stride (disjoint
 # windows, written not added), overlapping windows, padding, dilation, non-square, ceil_mode.
@@ -427,3 +507,29 @@ def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, p
     assert gradcheck(scatter, (g,)) and gradgradcheck(scatter, (g,))
     assert gradcheck(gather, (x,)) and gradgradcheck(gather, (x,))
     np.testing.assert_array_equal(gather(x).data, out.data)
+
+
+def test_max_pool_chunks_on_several_threads_give_the_bits_of_one(monkeypatch):
+    """Pooling's chunks follow the thread count (its passes are exact); overlapping windows
+    (added gradients), ceil_mode and a nan included."""
+    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 500)  # several chunks on one thread too
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((7, 3, 9, 8)).astype(np.float32)
+    x[2, 1, 4, 4] = np.nan
+    geometry = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1),
+                    extra=(1, 0))
+    before = mg.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            mg.set_num_threads(threads)
+            out = conv_kernels.max_pool2d(x, **geometry)
+            winners = conv_kernels.winning_taps(x, out, **geometry)
+            g = np.arange(out.size, dtype=np.float32).reshape(out.shape)
+            results.append((out, winners, conv_kernels.tap_scatter(g, winners, x.shape[2:],
+                                                                   **geometry)))
+    finally:
+        mg.set_num_threads(before)
+    for threaded in results[1:]:
+        for one, other in zip(results[0], threaded):
+            np.testing.assert_array_equal(one, other)

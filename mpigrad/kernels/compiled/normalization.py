@@ -154,22 +154,37 @@ def rms_norm_backward(g, x, weight, rrms, dx, dweight):
     _affine_grads(g, x, rrms[:0], rrms, dweight, dweight[:0])
 
 
+@jit
+def _squared_deviations(row, mu):
+    """sum (row - mu)**2 in float64, in four interleaved partial sums (as _moments)."""
+    a = b = e = f = 0.0
+    n = row.shape[0]
+    whole = n - n % 4
+    for s in range(0, whole, 4):
+        a += (float(row[s]) - mu) ** 2
+        b += (float(row[s + 1]) - mu) ** 2
+        e += (float(row[s + 2]) - mu) ** 2
+        f += (float(row[s + 3]) - mu) ** 2
+    for s in range(whole, n):
+        a += (float(row[s]) - mu) ** 2
+    return (a + b) + (e + f)
+
+
 @parallel()
 def batch_norm(x, weight, bias, eps, out, mean, invstd, var):
     """Training BatchNorm of x (N, C, S) over N and S for each channel: writes the output, and
-    each channel's mean, 1 / sqrt(var + eps) and biased variance (for the running one)."""
+    each channel's mean, 1 / sqrt(var + eps) and biased variance (for the running one). Each
+    sample's run of S values is summed in partial sums (row_sum): one chain of additions over
+    the channel was bound by their latency, three times the time of the reads."""
     count = x.shape[0] * x.shape[2]
     for c in prange(x.shape[1]):
         total = 0.0
         for n in range(x.shape[0]):
-            for s in range(x.shape[2]):
-                total += float(x[n, c, s])
+            total += row_sum(x[n, c])
         mu = total / count
         spread = 0.0
         for n in range(x.shape[0]):
-            for s in range(x.shape[2]):
-                deviation = float(x[n, c, s]) - mu
-                spread += deviation * deviation
+            spread += _squared_deviations(x[n, c], mu)
         biased = spread / count
         inv = 1.0 / math.sqrt(biased + eps)
         mean[c] = mu
@@ -180,6 +195,31 @@ def batch_norm(x, weight, bias, eps, out, mean, invstd, var):
         for n in range(x.shape[0]):
             for s in range(x.shape[2]):
                 out[n, c, s] = (float(x[n, c, s]) - mu) * scale + shift
+
+
+@jit
+def _gradient_sums(g, x, mu, inv):
+    """sum g and sum g xhat over a run of one channel, xhat = (x - mu) inv, in four
+    interleaved partial sums each (as _moments)."""
+    s0 = s1 = s2 = s3 = 0.0
+    t0 = t1 = t2 = t3 = 0.0
+    n = x.shape[0]
+    whole = n - n % 4
+    for s in range(0, whole, 4):
+        g0, g1, g2, g3 = float(g[s]), float(g[s + 1]), float(g[s + 2]), float(g[s + 3])
+        s0 += g0
+        s1 += g1
+        s2 += g2
+        s3 += g3
+        t0 += g0 * ((float(x[s]) - mu) * inv)
+        t1 += g1 * ((float(x[s + 1]) - mu) * inv)
+        t2 += g2 * ((float(x[s + 2]) - mu) * inv)
+        t3 += g3 * ((float(x[s + 3]) - mu) * inv)
+    for s in range(whole, n):
+        g0 = float(g[s])
+        s0 += g0
+        t0 += g0 * ((float(x[s]) - mu) * inv)
+    return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
 
 
 @parallel()
@@ -193,10 +233,9 @@ def batch_norm_backward(g, x, weight, mean, invstd, dx, dweight, dbias):
         sum_g = 0.0
         sum_g_xhat = 0.0
         for n in range(x.shape[0]):
-            for s in range(x.shape[2]):
-                gv = float(g[n, c, s])
-                sum_g += gv
-                sum_g_xhat += gv * (float(x[n, c, s]) - mu) * inv
+            run_g, run_g_xhat = _gradient_sums(g[n, c], x[n, c], mu, inv)
+            sum_g += run_g
+            sum_g_xhat += run_g_xhat
         dweight[c] = sum_g_xhat
         dbias[c] = sum_g
         mean_g = sum_g / count
