@@ -31,66 +31,14 @@ the units threads would share is summed on one thread.
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.extending import intrinsic
+from numba import prange
 
-from ._math import exp, jit, row_max, row_sum
+from ._math import exp, exp_f32, jit, row_max, row_sum
 from ._threads import parallel
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _bitcast(source, target, target_ir):
-    """An intrinsic reinterpreting a value's bits as another type of the same width."""
-    @intrinsic
-    def cast(typingctx, value):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], target_ir)
-        return target(source), codegen
-    return cast
-
-
-_float_from_bits = _bitcast(types.int32, types.float32, ir.FloatType())
-_bits_of_float = _bitcast(types.float32, types.int32, ir.IntType(32))
-
-
-# float32 constants (a Python float literal would widen the arithmetic to float64).
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HI = np.float32(0.693359375)  # ln 2 in two parts: n * _LN2_HI is exact for |n| < 2**9
-_LN2_LO = np.float32(-2.12194440e-4)
-_ROUNDER = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the low bits
-_ROUNDER_BITS = np.int32(0x4B400000)
-_LOWEST = np.float32(-86.5)  # below, 0 (e**x < 3e-38, nothing beside a softmax's 1)
-_HIGHEST = np.float32(88.72)
-_TAYLOR = tuple(np.float32(1.0 / math.factorial(n)) for n in range(8))
-
-
-@jit
-def _exp32(x):
-    """e**x of a float32 in float32 arithmetic (twice the lanes of _math.exp, which works in
-    float64), to about 2 ulp: x = n ln2 + r, |r| <= ln2 / 2, e**r by its Taylor series to r**7
-    (the rest is below 1e-8), 2**n made from its bits. Vectorisable: no branches, no calls."""
-    clamped = min(max(x, _LOWEST), _HIGHEST)
-    shifted = clamped * _LOG2E + _ROUNDER
-    n = shifted - _ROUNDER
-    r = (clamped - n * _LN2_HI) - n * _LN2_LO
-    p = _TAYLOR[7]
-    p = p * r + _TAYLOR[6]
-    p = p * r + _TAYLOR[5]
-    p = p * r + _TAYLOR[4]
-    p = p * r + _TAYLOR[3]
-    p = p * r + _TAYLOR[2]
-    p = p * r + _TAYLOR[1]
-    p = p * r + _TAYLOR[0]
-    power = _float_from_bits((_bits_of_float(shifted) - _ROUNDER_BITS + np.int32(126))
-                             << np.int32(23))
-    out = p * power * np.float32(2.0)
-    out = np.float32(0.0) if x < _LOWEST else out
-    out = np.float32(np.inf) if x > _HIGHEST else out
-    return x if x != x else out
 
 
 @jit
@@ -99,7 +47,7 @@ def _exp_shifted(row, shift, single):
     if single:
         shift32 = np.float32(shift)
         for c in range(row.shape[0]):
-            row[c] = _exp32(np.float32(row[c]) - shift32)
+            row[c] = exp_f32(np.float32(row[c]) - shift32)
     else:
         for c in range(row.shape[0]):
             row[c] = exp(float(row[c]) - shift)
