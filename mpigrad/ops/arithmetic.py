@@ -124,10 +124,12 @@ def _linear_forward(x, weight, bias):
         else:
             np.add(transposed, bias, out=out)
         return out
-    out = np.matmul(x, weight.T)
+    # One GEMM over the batch dimensions folded, not numpy's one per leading index.
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    out = np.matmul(x.reshape(rows, x.shape[-1]), weight.T)
     if bias is not None:
         np.add(out, bias, out=out)
-    return out
+    return out.reshape(x.shape[:-1] + (weight.shape[0],))
 
 
 def _linear_weight_grad(g, ans, x, weight, bias):
