@@ -275,7 +275,6 @@ def _attention_cases(attention, rng):
     v = rng.standard_normal((2, 2, 23, 5))
     mask = rng.standard_normal((2, 4, 19, 23))
     mask[1, 2, 3] = -np.inf  # a row with every key masked
-    grad_lse = rng.standard_normal((2, 4, 19))
     dropping = (True, np.uint64(11), np.uint64(2 ** 51), 4 / 3)
     cases = []
     for t in (np.float32, np.float64):
@@ -283,14 +282,14 @@ def _attention_cases(attention, rng):
             inputs = [q.astype(t), k.astype(t), v.astype(t),
                       mask.astype(t) if masked else np.zeros((1, 1, 1, 1), t), masked, masked]
             drop = list(dropping if masked else (False, np.uint64(0), np.uint64(0), 0.0))
-            out, lse = np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)
+            out, lse = np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19))
             attention.forward(*inputs, *drop, 8, 8, out, lse)  # what the backward reads
             cases.append((attention.forward, lambda inputs=inputs, drop=drop, t=t: [
-                *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)]))
+                *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19))]))
             cases.append((attention._backward, lambda inputs=inputs, drop=drop, out=out,
                           lse=lse, masked=masked, t=t: [
                 *inputs[:6], 0.5, *drop, 8, 8, out, lse, g[..., :5].astype(t),
-                grad_lse.astype(t), np.zeros(mask.shape if masked else (0, 0, 0, 0)),
+                np.zeros(mask.shape if masked else (0, 0, 0, 0)),
                 *[np.zeros(a.shape, t) for a in (q, k, v)]]))
     cases.append((attention.dropout_scale, lambda: [np.uint64(11), np.uint64(2 ** 52), 2.0,
                                                     np.empty((2, 3, 5, 7))]))
@@ -316,7 +315,7 @@ def test_a_broadcast_mask_gradient_is_summed_on_one_thread(monkeypatch, restore_
         mask_grad = np.zeros(mask_shape)
         attention.backward(q, k, v, np.broadcast_to(mask, mask_shape).copy(), True, False,
                            1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse, g,
-                           np.zeros(lse.shape), mask_grad, *[np.zeros(a.shape) for a in (q, k, v)])
+                           mask_grad, *[np.zeros(a.shape) for a in (q, k, v)])
         return mask_grad
 
     mg.set_num_threads(2)

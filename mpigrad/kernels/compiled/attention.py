@@ -9,15 +9,14 @@ query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H oth
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
 maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
-the maximum grows. Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L) are
-written.
+the maximum grows. Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L, in
+float64) are written.
 
 Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
 with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
     dV += P_dropped^T dO,  dP = dO V^T (dropped as P was),  dS = P (dP - D),
     dQ += dS K scale,  dK += dS^T (Q scale),
-five GEMMs per tile. A gradient reaching the log-sum-exp (g_lse) adds P g_lse to dS, which is
-folded into D.
+five GEMMs per tile.
 
 Dropout draws no array: an element's keep/drop is a hash (splitmix64) of a seed and the
 element's index ((b H + h) L + i) S + j, so backward finds the same mask from the stored
@@ -203,13 +202,11 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
 
 
 def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-             block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
-             grad_v):
+             block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v):
     """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
     the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
     arguments = (q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-                 block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
-                 grad_v)
+                 block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v)
     shared = mask_grad.size > 0 and ((mask_grad.shape[0] == 1 and q.shape[0] > 1)
                                      or (mask_grad.shape[1] == 1 and k.shape[1] > 1))
     if shared:  # several units would add into one element
@@ -220,19 +217,18 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
 
 @parallel()
 def _backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-              block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
-              grad_v):
+              block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v):
     batch, key_heads = k.shape[:2]
     for unit in prange(batch * key_heads):
         _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold,
-                       drop_scale, block_q, block_k, out, lse, grad_out, grad_lse, mask_grad,
-                       grad_q, grad_k, grad_v, unit // key_heads, unit % key_heads)
+                       drop_scale, block_q, block_k, out, lse, grad_out, mask_grad, grad_q,
+                       grad_k, grad_v, unit // key_heads, unit % key_heads)
 
 
 @jit
 def _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold,
-                   drop_scale, block_q, block_k, out, lse, grad_out, grad_lse, mask_grad,
-                   grad_q, grad_k, grad_v, b, kh):
+                   drop_scale, block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k,
+                   grad_v, b, kh):
     """The gradients of batch b's query heads that read key head kh, in head order."""
     batch, heads, length, width, source, value_width, group, single = _sizes(q, k, v)
     dtype = q.dtype
@@ -244,7 +240,7 @@ def _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, thres
     width_space = np.empty(max(block_q, block_k) * max(width, value_width), dtype)
     for h in range(kh * group, (kh + 1) * group):
         for i in range(length):
-            total = -float(grad_lse[b, h, i])
+            total = 0.0
             for d in range(value_width):
                 total += float(grad_out[b, h, i, d]) * float(out[b, h, i, d])
             delta[i] = total
