@@ -205,11 +205,15 @@ def _kernels():
     for name in ("softmax_backward", "log_softmax_backward"):
         cases.append((getattr(softmax, name), lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
                                                         np.empty(rows.shape, f32)]))
+    log_sum_exp = np.empty(37), np.empty(37)  # what the backward reads
+    softmax.cross_entropy(rows.astype(f32), target, weight.astype(f32), -100, 0.1,
+                          np.empty(37, f32), *log_sum_exp)
     cases.append((softmax.cross_entropy, lambda: [rows.astype(f32), target, weight.astype(f32),
-                                                  -100, 0.1, np.empty(37, f32)]))
+                                                  -100, 0.1, np.empty(37, f32), np.empty(37),
+                                                  np.empty(37)]))
     cases.append((softmax.cross_entropy_backward,
                   lambda: [grow.astype(f32), rows.astype(f32), target, weight.astype(f32), -100,
-                           0.1, np.empty(rows.shape, f32)]))
+                           0.1, *log_sum_exp, np.empty(rows.shape, f32)]))
     cases.append((recurrent.lstm_step, lambda: [a.astype(f32) for a in gates]
                   + [False, np.empty((23, 6 * 11), f32)]))
     cases.append((recurrent.gru_step, lambda: [a.astype(f32) for a in gru]
