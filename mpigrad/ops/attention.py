@@ -2,17 +2,16 @@
 any call there): q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev), an additive mask
 broadcasting to (B, H, L, S) or None; query head h reads key head h // (H / Hk).
 
-The output is one 1-d array packing the attention output (B, H, L, Ev), then the log-sum-exp
-of each row's scores (B, H, L): the backend's forward works block by block and the fused
-backward recomputes each block's probabilities from the log-sum-exp, so neither writes a
-(B, H, L, S) array (kernels/compiled/attention.py). The rules here, with P the
-probabilities, P' = P * drop (the dropout factors, from the stored seed) and g packed as
-[g_out | g_lse]:
+The output is the attention output (B, H, L, Ev). The backend's forward works block by block
+and keeps each row's log-sum-exp of the scores (B, H, L); the fused backward recomputes each
+block's probabilities from it, so neither writes a (B, H, L, S) array
+(kernels/compiled/attention.py). The rules here, with P the probabilities, P' = P * drop (the
+dropout factors, from the stored seed):
 
-    dV = P'^T g_out,  dP = (g_out V^T) * drop,  dS = P (dP - rowsum(dP P) + g_lse),
+    dV = P'^T g,  dP = (g V^T) * drop,  dS = P (dP - rowsum(dP P)),
     dQ = dS K scale,  dK = dS^T Q scale,  dmask = dS
-    tangent: dS = (tQ K^T + Q tK^T) scale + tmask,  t_lse = rowsum(P dS),
-             t_out = (P (dS - t_lse) * drop) V + P' tV
+    tangent: dS = (tQ K^T + Q tK^T) scale + tmask,
+             t_out = (P (dS - rowsum(P dS)) * drop) V + P' tV
 
 are written with ops and serve create_graph=True and tangents; they do build (B, H, L, S)
 arrays, as any composition would.
@@ -23,7 +22,6 @@ from ..kernels import selected
 from ..tensor import Tensor
 from .core import Op
 from .reduction import masked_softmax
-from .shape import cat
 
 
 def _grouped(x, heads):
@@ -41,14 +39,6 @@ def _ungrouped(g, key_heads):
     if key_heads == heads:
         return g
     return g.reshape((batch, key_heads, heads // key_heads, length, width)).sum(2)
-
-
-def _unpacked(x, query, value):
-    """The attention output's part (B, H, L, Ev) and the log-sum-exps' (B, H, L, 1) of a
-    packed gradient."""
-    shape = tuple(query.shape[:3]) + (value.shape[-1],)
-    size = int(np.prod(shape, dtype=np.int64))
-    return x[:size].reshape(shape), x[size:].reshape(shape[:3] + (1,))
 
 
 def _probabilities(query, key, mask, scale, causal):
@@ -69,16 +59,14 @@ def _dropout_factor(probabilities, dropout_p, seed):
 
 def _backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed):
     heads = query.shape[1]
-    g_out, g_lse = _unpacked(g, query, value)
     p = _probabilities(query, key, mask, scale, causal)
     drop = _dropout_factor(p, dropout_p, seed)
     dropped = p if drop is None else p * drop
-    grad_value = _ungrouped(dropped.transpose(-2, -1) @ g_out, value.shape[1]) \
-        if needs[2] else None
-    dp = g_out @ _grouped(value, heads).transpose(-2, -1)
+    grad_value = _ungrouped(dropped.transpose(-2, -1) @ g, value.shape[1]) if needs[2] else None
+    dp = g @ _grouped(value, heads).transpose(-2, -1)
     if drop is not None:
         dp = dp * drop
-    ds = p * (dp - (dp * p).sum(-1, keepdim=True) + g_lse)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
     grad_query = (ds @ _grouped(key, heads)) * scale if needs[0] else None
     grad_key = _ungrouped(ds.transpose(-2, -1) @ query, key.shape[1]) * scale \
         if needs[1] else None
@@ -97,20 +85,20 @@ def _tangent(tangents, ans, query, key, value, mask, scale, causal, dropout_p, s
         parts.append((query @ _grouped(t_key, heads).transpose(-2, -1)) * scale)
     if t_mask is not None:
         parts.append(t_mask)
-    t_out = t_lse = None
+    t_out = None
     if parts:
         t_scores = sum(parts[1:], parts[0])
-        t_lse = (p * t_scores).sum(-1, keepdim=True)
-        t_p = p * (t_scores - t_lse)
+        t_p = p * (t_scores - (p * t_scores).sum(-1, keepdim=True))
         t_out = (t_p if drop is None else t_p * drop) @ _grouped(value, heads)
     if t_value is not None:
         term = (p if drop is None else p * drop) @ _grouped(t_value, heads)
         t_out = term if t_out is None else t_out + term
-    if t_lse is None:
-        t_lse = Tensor.wrap(np.zeros(t_out.shape[:-1], t_out.dtype))
-    return cat([t_out.reshape((-1,)), t_lse.reshape((-1,))])
+    return t_out
 
 
+# torch 2.13's CPU build: its flash kernel's node without dropout; with it, the math path,
+# whose last node is the product's view back to 4-d.
 scaled_dot_product_attention = Op(
     "scaled_dot_product_attention", None, _backward, _tangent, saves="* ans", joint=True,
-    grad_fn_name="ScaledDotProductFlashAttentionForCpuBackward0")
+    grad_fn_name=lambda params: "ScaledDotProductFlashAttentionForCpuBackward0"
+    if params["dropout_p"] == 0 else "UnsafeViewBackward0")

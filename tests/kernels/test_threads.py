@@ -210,11 +210,15 @@ def _kernels():
     for name in ("softmax_backward", "log_softmax_backward"):
         cases.append((getattr(softmax, name), lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
                                                         np.empty(rows.shape, f32)]))
+    log_sum_exp = np.empty(37), np.empty(37)  # what the backward reads
+    softmax.cross_entropy(rows.astype(f32), target, weight.astype(f32), -100, 0.1,
+                          np.empty(37, f32), *log_sum_exp)
     cases.append((softmax.cross_entropy, lambda: [rows.astype(f32), target, weight.astype(f32),
-                                                  -100, 0.1, np.empty(37, f32)]))
+                                                  -100, 0.1, np.empty(37, f32), np.empty(37),
+                                                  np.empty(37)]))
     cases.append((softmax.cross_entropy_backward,
                   lambda: [grow.astype(f32), rows.astype(f32), target, weight.astype(f32), -100,
-                           0.1, np.empty(rows.shape, f32)]))
+                           0.1, *log_sum_exp, np.empty(rows.shape, f32)]))
     cases.append((recurrent.lstm_step, lambda: [a.astype(f32) for a in gates[:2]]
                   + [bias[:44].astype(f32), state.astype(f32), False,
                      np.empty((23, 6 * 11), f32)]))
@@ -288,7 +292,6 @@ def _attention_cases(attention, rng):
     v = rng.standard_normal((2, 2, 23, 5))
     mask = rng.standard_normal((2, 4, 19, 23))
     mask[1, 2, 3] = -np.inf  # a row with every key masked
-    grad_lse = rng.standard_normal((2, 4, 19))
     dropping = (True, np.uint64(11), np.uint64(2 ** 51), 4 / 3)
     cases = []
     for t in (np.float32, np.float64):
@@ -296,14 +299,14 @@ def _attention_cases(attention, rng):
             inputs = [q.astype(t), k.astype(t), v.astype(t),
                       mask.astype(t) if masked else np.zeros((1, 1, 1, 1), t), masked, masked]
             drop = list(dropping if masked else (False, np.uint64(0), np.uint64(0), 0.0))
-            out, lse = np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)
+            out, lse = np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19))
             attention.forward(*inputs, *drop, 8, 8, out, lse)  # what the backward reads
             cases.append((attention.forward, lambda inputs=inputs, drop=drop, t=t: [
-                *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19), t)]))
+                *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), t), np.empty((2, 4, 19))]))
             cases.append((attention._backward, lambda inputs=inputs, drop=drop, out=out,
                           lse=lse, masked=masked, t=t: [
                 *inputs[:6], 0.5, *drop, 8, 8, out, lse, g[..., :5].astype(t),
-                grad_lse.astype(t), np.zeros(mask.shape if masked else (0, 0, 0, 0)),
+                np.zeros(mask.shape if masked else (0, 0, 0, 0)),
                 *[np.zeros(a.shape, t) for a in (q, k, v)]]))
     cases.append((attention.dropout_scale, lambda: [np.uint64(11), np.uint64(2 ** 52), 2.0,
                                                     np.empty((2, 3, 5, 7))]))
@@ -329,7 +332,7 @@ def test_a_broadcast_mask_gradient_is_summed_on_one_thread(monkeypatch, restore_
         mask_grad = np.zeros(mask_shape)
         attention.backward(q, k, v, np.broadcast_to(mask, mask_shape).copy(), True, False,
                            1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse, g,
-                           np.zeros(lse.shape), mask_grad, *[np.zeros(a.shape) for a in (q, k, v)])
+                           mask_grad, *[np.zeros(a.shape) for a in (q, k, v)])
         return mask_grad
 
     mg.set_num_threads(2)

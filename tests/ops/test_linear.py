@@ -1,5 +1,6 @@
 """linear's two forward kernels (x @ W^T, and W @ x^T copied back for wide layers) against
-each other and against torch in float64, to 1e-10, with gradients of both orders."""
+each other and against torch in float64, to 1e-10, with gradients of both orders (the fused
+backward, which folds batch dimensions into one GEMM, and the rules)."""
 import numpy as np
 import pytest
 
@@ -10,11 +11,12 @@ from mpigrad.ops import arithmetic
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
-# (input shape, out_features, bias): batch 1, odd sizes, 3-D and 4-D inputs (their batch
-# dimensions folded into rows, in the forward and the input's gradient), and a
+# (input shape, out_features, bias): batch 1, odd sizes, 1-D, 3-D and 4-D inputs (their batch
+# dimensions folded into rows, in the forward and the gradients), an empty batch, and a
 # non-contiguous input below.
 CASES = [((5, 7), 3, True), ((1, 7), 4, False), ((6, 9), 11, True), ((2, 3, 7), 5, True),
-         ((2, 1, 3, 7), 4, False)]
+         ((7,), 3, True), ((2, 1, 3, 7), 4, False), ((2, 3, 2, 7), 4, False),
+         ((2, 0, 7), 3, True)]
 
 
 @pytest.fixture(params=["transposed", "plain"])

@@ -9,15 +9,14 @@ query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H oth
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
 maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
-the maximum grows. Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L) are
-written.
+the maximum grows. Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L, in
+float64) are written.
 
 Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
 with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
     dV += P_dropped^T dO,  dP = dO V^T (dropped as P was),  dS = P (dP - D),
     dQ += dS K scale,  dK += dS^T (Q scale),
-five GEMMs per tile. A gradient reaching the log-sum-exp (g_lse) adds P g_lse to dS, which is
-folded into D.
+five GEMMs per tile.
 
 Dropout draws no array: an element's keep/drop is a hash (splitmix64) of a seed and the
 element's index ((b H + h) L + i) S + j, so backward finds the same mask from the stored
@@ -31,66 +30,14 @@ the units threads would share is summed on one thread.
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.extending import intrinsic
+from numba import prange
 
-from ._math import exp, jit, row_max, row_sum
+from ._math import exp, exp_f32, jit, row_max, row_sum
 from ._threads import parallel
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _bitcast(source, target, target_ir):
-    """An intrinsic reinterpreting a value's bits as another type of the same width."""
-    @intrinsic
-    def cast(typingctx, value):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], target_ir)
-        return target(source), codegen
-    return cast
-
-
-_float_from_bits = _bitcast(types.int32, types.float32, ir.FloatType())
-_bits_of_float = _bitcast(types.float32, types.int32, ir.IntType(32))
-
-
-# float32 constants (a Python float literal would widen the arithmetic to float64).
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HI = np.float32(0.693359375)  # ln 2 in two parts: n * _LN2_HI is exact for |n| < 2**9
-_LN2_LO = np.float32(-2.12194440e-4)
-_ROUNDER = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the low bits
-_ROUNDER_BITS = np.int32(0x4B400000)
-_LOWEST = np.float32(-86.5)  # below, 0 (e**x < 3e-38, nothing beside a softmax's 1)
-_HIGHEST = np.float32(88.72)
-_TAYLOR = tuple(np.float32(1.0 / math.factorial(n)) for n in range(8))
-
-
-@jit
-def _exp32(x):
-    """e**x of a float32 in float32 arithmetic (twice the lanes of _math.exp, which works in
-    float64), to about 2 ulp: x = n ln2 + r, |r| <= ln2 / 2, e**r by its Taylor series to r**7
-    (the rest is below 1e-8), 2**n made from its bits. Vectorisable: no branches, no calls."""
-    clamped = min(max(x, _LOWEST), _HIGHEST)
-    shifted = clamped * _LOG2E + _ROUNDER
-    n = shifted - _ROUNDER
-    r = (clamped - n * _LN2_HI) - n * _LN2_LO
-    p = _TAYLOR[7]
-    p = p * r + _TAYLOR[6]
-    p = p * r + _TAYLOR[5]
-    p = p * r + _TAYLOR[4]
-    p = p * r + _TAYLOR[3]
-    p = p * r + _TAYLOR[2]
-    p = p * r + _TAYLOR[1]
-    p = p * r + _TAYLOR[0]
-    power = _float_from_bits((_bits_of_float(shifted) - _ROUNDER_BITS + np.int32(126))
-                             << np.int32(23))
-    out = p * power * np.float32(2.0)
-    out = np.float32(0.0) if x < _LOWEST else out
-    out = np.float32(np.inf) if x > _HIGHEST else out
-    return x if x != x else out
 
 
 @jit
@@ -99,7 +46,7 @@ def _exp_shifted(row, shift, single):
     if single:
         shift32 = np.float32(shift)
         for c in range(row.shape[0]):
-            row[c] = _exp32(np.float32(row[c]) - shift32)
+            row[c] = exp_f32(np.float32(row[c]) - shift32)
     else:
         for c in range(row.shape[0]):
             row[c] = exp(float(row[c]) - shift)
@@ -255,13 +202,11 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
 
 
 def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-             block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
-             grad_v):
+             block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v):
     """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
     the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
     arguments = (q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-                 block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
-                 grad_v)
+                 block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v)
     shared = mask_grad.size > 0 and ((mask_grad.shape[0] == 1 and q.shape[0] > 1)
                                      or (mask_grad.shape[1] == 1 and k.shape[1] > 1))
     if shared:  # several units would add into one element
@@ -272,19 +217,18 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
 
 @parallel()
 def _backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-              block_q, block_k, out, lse, grad_out, grad_lse, mask_grad, grad_q, grad_k,
-              grad_v):
+              block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v):
     batch, key_heads = k.shape[:2]
     for unit in prange(batch * key_heads):
         _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold,
-                       drop_scale, block_q, block_k, out, lse, grad_out, grad_lse, mask_grad,
-                       grad_q, grad_k, grad_v, unit // key_heads, unit % key_heads)
+                       drop_scale, block_q, block_k, out, lse, grad_out, mask_grad, grad_q,
+                       grad_k, grad_v, unit // key_heads, unit % key_heads)
 
 
 @jit
 def _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold,
-                   drop_scale, block_q, block_k, out, lse, grad_out, grad_lse, mask_grad,
-                   grad_q, grad_k, grad_v, b, kh):
+                   drop_scale, block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k,
+                   grad_v, b, kh):
     """The gradients of batch b's query heads that read key head kh, in head order."""
     batch, heads, length, width, source, value_width, group, single = _sizes(q, k, v)
     dtype = q.dtype
@@ -296,7 +240,7 @@ def _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, thres
     width_space = np.empty(max(block_q, block_k) * max(width, value_width), dtype)
     for h in range(kh * group, (kh + 1) * group):
         for i in range(length):
-            total = -float(grad_lse[b, h, i])
+            total = 0.0
             for d in range(value_width):
                 total += float(grad_out[b, h, i, d]) * float(out[b, h, i, d])
             delta[i] = total

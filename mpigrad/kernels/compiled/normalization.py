@@ -59,15 +59,20 @@ def _affine_grads(g, x, mean, rstd, dweight, dbias):
     for block in prange((columns + _COLUMNS - 1) // _COLUMNS):
         start = block * _COLUMNS
         stop = min(start + _COLUMNS, columns)
+        # On 1-d slices, one array written per loop: so LLVM vectorises the loops (with
+        # both sums in one loop over 2-d indices it did not: 4x slower).
+        block_dweight = dweight[start:stop]
+        block_dbias = dbias[start:stop] if with_bias else dbias
         for r in range(x.shape[0]):
             mu = mean[r] if centered else 0.0
             inv = rstd[r]
-            for c in range(start, stop):
-                gc = float(g[r, c])
-                xhat = (float(x[r, c]) - mu) * inv if centered else float(x[r, c]) * inv
-                dweight[c] += gc * xhat
-                if with_bias:
-                    dbias[c] += gc
+            g_row = g[r, start:stop]
+            x_row = x[r, start:stop]
+            for c in range(stop - start):
+                block_dweight[c] += float(g_row[c]) * ((float(x_row[c]) - mu) * inv)
+            if with_bias:
+                for c in range(stop - start):
+                    block_dbias[c] += float(g_row[c])
 
 
 @jit

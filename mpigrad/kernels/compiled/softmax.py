@@ -80,13 +80,15 @@ def _log_sum_exp(x, r):
 
 
 @parallel()
-def cross_entropy(x, target, weight, ignore_index, smoothing, out):
+def cross_entropy(x, target, weight, ignore_index, smoothing, out, tops, log_totals):
     """Per row: (1 - s) w[t] (lse - x[t]) + s / C sum_c w[c] (lse - x[c]); 0 where t is
-    ignore_index (torch's formula). `weight` holds C ones when none is given."""
+    ignore_index (torch's formula). `weight` holds C ones when none is given. Each row's
+    log-sum-exp is left in tops + log_totals (0 on ignored rows) for the backward."""
     classes = x.shape[1]
     for r in prange(x.shape[0]):
         t = target[r]
         loss = 0.0
+        top = log_total = 0.0
         if t != ignore_index:
             top, log_total = _log_sum_exp(x, r)
             loss = (1.0 - smoothing) * float(weight[t]) * (log_total - (float(x[r, t]) - top))
@@ -96,11 +98,15 @@ def cross_entropy(x, target, weight, ignore_index, smoothing, out):
                     spread += float(weight[c]) * (log_total - (float(x[r, c]) - top))
                 loss += smoothing / classes * spread
         out[r] = loss
+        tops[r] = top
+        log_totals[r] = log_total
 
 
 @parallel()
-def cross_entropy_backward(g, x, target, weight, ignore_index, smoothing, out):
-    """d/dx[c] = g ((1 - s) w[t] (p[c] - [c = t]) + s / C (W p[c] - w[c])), W = sum w."""
+def cross_entropy_backward(g, x, target, weight, ignore_index, smoothing, tops, log_totals,
+                           out):
+    """d/dx[c] = g ((1 - s) w[t] (p[c] - [c = t]) + s / C (W p[c] - w[c])), W = sum w, with
+    the rows' log-sum-exps the forward left in tops and log_totals."""
     classes = x.shape[1]
     total_weight = 0.0
     for c in range(classes):
@@ -111,7 +117,7 @@ def cross_entropy_backward(g, x, target, weight, ignore_index, smoothing, out):
             for c in range(classes):
                 out[r, c] = 0.0
         else:
-            top, log_total = _log_sum_exp(x, r)
+            top, log_total = tops[r], log_totals[r]
             gr = float(g[r])
             picked = (1.0 - smoothing) * float(weight[t])
             spread = smoothing / classes

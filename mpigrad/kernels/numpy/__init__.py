@@ -3,8 +3,8 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import (activations, attention, clip, conv, dropout, elementwise, indexing, normalization,
-               optim, reduction, softmax)
+from . import (activations, attention, clip, conv, dropout, elementwise, indexing, linalg,
+               normalization, optim, reduction, softmax)
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
@@ -21,6 +21,7 @@ NUMPY.register("index_scatter", forward=indexing.index_scatter)
 NUMPY.register("scaled_dot_product_attention", forward=attention.attention,
                backward=attention.attention_backward)
 NUMPY.register("attention_dropout", forward=attention.attention_dropout)
+NUMPY.register("linear", backward=linalg.linear_backward)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
 NUMPY.register("dropout", forward=dropout.dropout, backward=dropout.dropout_backward)

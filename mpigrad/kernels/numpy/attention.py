@@ -2,10 +2,9 @@
 kernels/compiled/attention.py, and the dropout factors the differentiable rules read.
 
 The op's inputs are 4-d: q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev) and an additive
-mask (1 or B, 1 or H, 1 or L, 1 or S) or None. Its output is one 1-d array packing the
-attention output (B, H, L, Ev), then each row's log-sum-exp (B, H, L): the fused backward
-needs both, an op has one output, and the attention output stays a contiguous view, as
-torch's is.
+mask (1 or B, 1 or H, 1 or L, 1 or S) or None. Its output is the attention output
+(B, H, L, Ev); each row's log-sum-exp (B, H, L, float64), which the fused backward reads,
+is what the forward keeps (ops/core.py's `kept`).
 """
 import numpy as np
 
@@ -46,38 +45,30 @@ def _arrays(query, key, value, mask, scale):
     return q, k, v, np.ascontiguousarray(mask, dtype), True
 
 
-def unpack(packed, shape):
-    """The attention output of `shape` (B, H, L, Ev) and the log-sum-exps (B, H, L), views
-    of the op's packed output (or of its gradient)."""
-    size = int(np.prod(shape, dtype=np.int64))
-    return packed[:size].reshape(shape), packed[size:].reshape(shape[:3])
-
-
 def _output_shape(query, value):
     return tuple(query.shape[:3]) + (value.shape[3],)
 
 
 def attention(query, key, value, mask, scale, causal, dropout_p, seed):
     q, k, v, mask, has_mask = _arrays(query, key, value, mask, scale)
-    shape = _output_shape(q, v)
-    packed = np.empty(int(np.prod(shape, dtype=np.int64)) + int(np.prod(shape[:3])), q.dtype)
+    out = np.empty(_output_shape(q, v), q.dtype)
+    lse = np.empty(out.shape[:3])
     loops("attention").forward(q, k, v, mask, has_mask, causal, *_dropout(dropout_p, seed),
-                               BLOCK_Q, BLOCK_K, *unpack(packed, shape))
-    return result(packed, query.dtype)
+                               BLOCK_Q, BLOCK_K, out, lse)
+    return result(out, query.dtype), lse
 
 
-def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed):
+def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed,
+                       kept):
     q, k, v, mask_array, has_mask = _arrays(query, key, value, mask, scale)
     grads = [np.zeros_like(x) for x in (q, k, v)]
     wants_mask = has_mask and needs[3]
     # Summed in float64: a broadcast mask's gradient adds up many tiles.
     mask_grad = np.zeros(mask_array.shape if wants_mask else (0, 0, 0, 0))
-    shape = _output_shape(q, v)
     loops("attention").backward(q, k, v, mask_array, has_mask, causal, scale,
                                 *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K,
-                                *unpack(np.ascontiguousarray(ans, q.dtype), shape),
-                                *unpack(np.ascontiguousarray(g, q.dtype), shape), mask_grad,
-                                *grads)
+                                np.ascontiguousarray(ans, q.dtype), kept,
+                                np.ascontiguousarray(g, q.dtype), mask_grad, *grads)
     grads = [result(gi, x.dtype) if need else None
              for gi, x, need in zip(grads, (query, key, value), needs)]
     return (*grads, result(mask_grad, mask.dtype) if wants_mask else None)

@@ -41,19 +41,23 @@ def _class_weight(weight, classes, dtype):
 
 
 def cross_entropy(x, target, weight, ignore_index, label_smoothing):
-    """Per row of scores x (rows, C), the loss of class-index target (rows,)."""
+    """Per row of scores x (rows, C), the loss of class-index target (rows,); kept: each
+    row's log-sum-exp as (max, log of the shifted sum), float64, which the backward reads."""
     dtype = compute_dtype(x.dtype)
     out = np.empty(x.shape[0], dtype)
+    log_sum_exp = (np.empty(x.shape[0]), np.empty(x.shape[0]))
     loops("softmax").cross_entropy(np.ascontiguousarray(x, dtype), flat(target, np.int64),
                                    _class_weight(weight, x.shape[1], dtype), ignore_index,
-                                   float(label_smoothing), out)
-    return out.astype(x.dtype, copy=False)
+                                   float(label_smoothing), out, *log_sum_exp)
+    return out.astype(x.dtype, copy=False), log_sum_exp
 
 
-def cross_entropy_backward(needs, g, ans, x, target, weight, ignore_index, label_smoothing):
+def cross_entropy_backward(needs, g, ans, x, target, weight, ignore_index, label_smoothing,
+                           kept):
     dtype = compute_dtype(x.dtype)
     out = np.empty(x.shape, dtype)
     loops("softmax").cross_entropy_backward(
         flat(g, dtype), np.ascontiguousarray(x, dtype), flat(target, np.int64),
-        _class_weight(weight, x.shape[1], dtype), ignore_index, float(label_smoothing), out)
+        _class_weight(weight, x.shape[1], dtype), ignore_index, float(label_smoothing),
+        *kept, out)
     return (out.astype(x.dtype, copy=False),)

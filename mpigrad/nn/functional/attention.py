@@ -116,7 +116,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     One op over 4-d views of the inputs (ops/attention.py): the forward and the fused
     backward go block by block and keep no (..., L, S) array; the graph saves q, k, v and the
-    output with its rows' log-sum-exp. Dropout's mask is a hash of a seed drawn here from
+    output, and the forward keeps its rows' log-sum-exp. Dropout's mask is a hash of a seed drawn here from
     mpigrad's generator, so backward finds it again without storing it.
     """
     attn_mask = None if attn_mask is None else as_tensor(attn_mask)
@@ -148,22 +148,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         _check_mask_fits(attn_mask, scores_shape)
         mask = _mask_4d(attn_mask, query.dtype, outer, len(outer) + 3)
     seed = int(random.integers_array(0, 2 ** 63 - 1, (), np.int64)) if dropout_p > 0 else 0
-    packed = ops.scaled_dot_product_attention(
+    out = ops.scaled_dot_product_attention(
         _as_4d(query, outer, heads), _as_4d(key, outer, key_heads),
         _as_4d(value, outer, key_heads), mask, scale=scale, causal=bool(is_causal),
         dropout_p=float(dropout_p), seed=seed)
-    out_size = int(np.prod(batch, dtype=np.int64)) * length * value_width
-    out = packed[:out_size].reshape(batch + (length, value_width))
-    return ops.named(out, _torch_node_name(query.ndim, dropout_p), query, key, value)
-
-
-def _torch_node_name(ndim, dropout_p):
-    """The grad_fn torch 2.13's CPU build gives the result: its flash kernel's for 4-d inputs
-    without dropout, else the last node of its math path (a view back to the input's rank, or
-    the product itself for 2-d inputs)."""
-    if ndim == 4 and dropout_p == 0:
-        return "ScaledDotProductFlashAttentionForCpuBackward0"
-    return "MmBackward0" if ndim == 2 else "UnsafeViewBackward0"
+    if query.ndim == 4 and len(batch) == 2:
+        return out
+    # torch 2.13's CPU build runs other ranks through its math path, whose last node is the
+    # view back to the input's rank (the product itself for 2-d inputs).
+    out = out.reshape(batch + (length, value_width))
+    return ops.named(out, "MmBackward0" if query.ndim == 2 else "UnsafeViewBackward0",
+                     query, key, value)
 
 
 def _check_mha_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):
