@@ -3,8 +3,9 @@
 It counts, for every node reachable from the roots, how many edges point at it, then runs
 nodes from a ready queue: a node becomes ready once every consumer has sent its gradient, so
 each node runs exactly once with the full sum. Among ready nodes the most recently created
-goes first, and a leaf's AccumulateGrad goes before anything else, so leaves finish (and
-their post-accumulate hooks fire) as early as the graph allows.
+goes first, and a leaf's AccumulateGrad goes before anything else (leaves among themselves in
+the order they became ready), so leaves finish (and their post-accumulate hooks fire) as
+early as the graph allows.
 
 Several threads may run backward at once. Everything a pass needs is local to its call or to
 its thread (grad mode, the running task), so independent graphs never meet; where graphs
@@ -46,7 +47,8 @@ class GraphTask:
     nothing else can see its array (so a leaf may keep it as `.grad` without a copy).
     `deps[node]` counts the edges into `node` still to run; `ready` is the heap of nodes whose
     count reached zero, highest priority first, then in the order they became ready
-    (`tiebreak`). `callbacks` run when the pass ends (queue_callback)."""
+    (`tiebreak`, for leaves: other nodes' creation numbers differ). `callbacks` run when the
+    pass ends (queue_callback)."""
 
     __slots__ = ("id", "accumulate", "retain_graph", "create_graph", "check_anomaly",
                  "observe", "callbacks", "buffers", "owned", "captures", "results", "deps",
@@ -125,11 +127,26 @@ def _dependencies(active):
     return deps
 
 
+def _ready_entry(node, tiebreak):
+    """The ready heap's entry for `node`: leaves first, then the most recently created."""
+    if type(node) is AccumulateGrad:
+        return (_LEAF, next(tiebreak), node)
+    return (-node.seq, node)
+
+
+_LEAF = float("-inf")
+
+
 def _add_to_buffer(buffers, owned, node, nr, grad, fresh):
     buf = buffers.get(node)
     if buf is None:
-        buf = buffers[node] = [None] * node.num_outputs
-        owned[node] = [False] * node.num_outputs
+        outputs = node.num_outputs
+        if outputs == 1:  # most nodes: the buffer is the gradient alone
+            buffers[node] = [grad]
+            owned[node] = [fresh]
+            return
+        buf = buffers[node] = [None] * outputs
+        owned[node] = [False] * outputs
     if buf[nr] is None:
         buf[nr] = grad
         owned[node][nr] = fresh
@@ -237,8 +254,7 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
         nodes = _needed_for(nodes, task.captures)
         task.results = [None] * len(capture_edges)
     deps = task.deps = _dependencies(nodes)
-    task.ready = [(-n.priority, next(task.tiebreak), n)
-                  for n in buffers if n in deps and deps[n] == 0]
+    task.ready = [_ready_entry(n, task.tiebreak) for n in buffers if n in deps and deps[n] == 0]
     heapq.heapify(task.ready)
     callbacks = task.callbacks
     outer_tasks = _running.tasks
@@ -268,7 +284,7 @@ def _propagate(task):
     retain_graph, create_graph = task.retain_graph, task.create_graph
     check_anomaly, observe, tiebreak = task.check_anomaly, task.observe, task.tiebreak
     while ready:
-        node = heapq.heappop(ready)[2]
+        node = heapq.heappop(ready)[-1]
         grads = buffers.pop(node, None)
         grads_owned = owned.pop(node, None)
         if grads is not None and node.pre_hooks:
@@ -290,7 +306,7 @@ def _propagate(task):
                     observe("AccumulateGrad", _accumulate_into_leaf, *leaf_args)
             continue
         input_grads = None
-        if grads is not None and _any_gradient(grads):
+        if grads is not None and (grads[0] is not None or _any_gradient(grads)):
             input_grads = (node.apply(grads) if observe is None
                            else observe(node.name(), node.apply, grads))
             if not retain_graph:
@@ -298,13 +314,16 @@ def _propagate(task):
             if check_anomaly:
                 _check_finite(node, input_grads)
         for i, edge in enumerate(node.next_edges):
-            if edge is None or edge[0] not in deps:
+            if edge is None:
                 continue
             child, nr = edge
+            waiting = deps.get(child)
+            if waiting is None:
+                continue
             g = input_grads[i] if input_grads is not None else None
             if g is not None:
                 fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
                 _add_to_buffer(buffers, owned, child, nr, g, fresh)
-            deps[child] -= 1
-            if deps[child] == 0:
-                heapq.heappush(ready, (-child.priority, next(tiebreak), child))
+            deps[child] = waiting - 1
+            if waiting == 1:
+                heapq.heappush(ready, _ready_entry(child, tiebreak))

@@ -36,24 +36,24 @@ from ..tensor import Tensor
 # numpy's warn. Ops run with numpy's floating-point errors ignored, set through the context
 # variable np.errstate itself sets (0.15 us an op where entering an errstate costs 1.2 us, a
 # third of a small op), or through np.errstate where numpy does not have it.
+# `token = _np_errors.set(_IGNORE_ERRORS)` ... `_np_errors.reset(token)` around each forward,
+# written out in the op's path (two calls of helpers around it cost as much again).
 try:
     from numpy._core._ufunc_config import _extobj_contextvar as _np_errors
     with np.errstate(all="ignore"):
         _IGNORE_ERRORS = _np_errors.get()
+except ImportError:  # another numpy: the documented, slower way, behind the same two calls
+    class _Errstate:
+        def set(self, settings):
+            state = np.errstate(**settings)
+            state.__enter__()
+            return state
 
-    def _quiet():
-        return _np_errors.set(_IGNORE_ERRORS)
+        def reset(self, state):
+            state.__exit__(None, None, None)
 
-    def _loud(token):
-        _np_errors.reset(token)
-except ImportError:  # another numpy: the documented, slower way
-    def _quiet():
-        state = np.errstate(all="ignore")
-        state.__enter__()
-        return state
-
-    def _loud(state):
-        state.__exit__(None, None, None)
+    _np_errors = _Errstate()
+    _IGNORE_ERRORS = {"all": "ignore"}
 
 
 # Every Op by name, so tests can check that each one has a gradcheck case and a tangent rule.
@@ -100,6 +100,9 @@ class Op:
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
+        # The node's class, made once when its name does not depend on the call.
+        self.node_class = _class_named(self.node_name) if isinstance(self.node_name, str) \
+            else None
         self.name_reads_inputs = (callable(grad_fn_name)
                                   and len(inspect.signature(grad_fn_name).parameters) == 2)
         if name in REGISTRY:
@@ -133,7 +136,12 @@ class Op:
     def fused_backward(self):
         """The selected backend's fused backward for this op, or None: the rules then run."""
         return selected.backend.backwards.get(self.name)
+
     def __call__(self, *args, **params):
+        # Two flags read per call; the profiler's and the precision handler's wrapping of
+        # `run` only while one of them is on.
+        if profiler.active is None and precision.handler is None:
+            return run(self, args, params)
         return apply(self, args, params)
 
     def __repr__(self):
@@ -181,11 +189,11 @@ def _apply(op, args, params):
 def run(op, args, params):
     """The op on `args` as they are (the precision handler's casts already made)."""
     arrays = [a._array if isinstance(a, Tensor) else a for a in args]
-    token = _quiet()
+    token = _np_errors.set(_IGNORE_ERRORS)
     try:
         out = op.forward(*arrays, **params)
     finally:
-        _loud(token)
+        _np_errors.reset(token)
     kept = None
     if type(out) is tuple:
         out, kept = out
@@ -200,7 +208,8 @@ def run(op, args, params):
         needs = _needs(args)
         if needs is not None:
             params = params or _NO_PARAMS
-            node = _node_class(op, args, params)(op, args, params, needs, result)
+            node_class = op.node_class or _node_class(op, args, params)
+            node = node_class(op, args, params, needs, result)
             node.kept = kept
             result.set_history(node)
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
@@ -283,10 +292,9 @@ _INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode 
 
 
 def _node_class(op, args, params):
-    """The node's class: an OpNode subclass named as torch names the node (AddBackward0)."""
+    """The node's class for an op whose node name depends on the call (SumBackward0 or 1)."""
     name = op.node_name
-    if not isinstance(name, str):
-        name = name(params, args) if op.name_reads_inputs else name(params)
+    name = name(params, args) if op.name_reads_inputs else name(params)
     return _class_named(name)
 
 
@@ -500,7 +508,7 @@ def inplace(op, target, *others, **params):
     if not record and not dual:
         arrays = [o._array if isinstance(o, Tensor) else o for o in others]
         fast = selected.backend.inplace.get(op.name)
-        token = _quiet()
+        token = _np_errors.set(_IGNORE_ERRORS)
         try:
             with target.writing() as data:
                 if fast is not None:
@@ -508,7 +516,7 @@ def inplace(op, target, *others, **params):
                 else:
                     np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
         finally:
-            _loud(token)
+            _np_errors.reset(token)
         return target
     if record:
         _check_inplace_allowed(target)
