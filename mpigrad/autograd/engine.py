@@ -283,8 +283,15 @@ def _propagate(task):
     captures, results, accumulate = task.captures, task.results, task.accumulate
     retain_graph, create_graph = task.retain_graph, task.create_graph
     check_anomaly, observe, tiebreak = task.check_anomaly, task.observe, task.tiebreak
-    while ready:
-        node = heapq.heappop(ready)[-1]
+    # The last node a node made ready skips the heap when it is the only ready one (a chain
+    # of layers): the heap would hand it straight back. Pushes keep the order nodes became
+    # ready in, which orders the leaves.
+    follow = None
+    while follow is not None or ready:
+        if follow is None:
+            node = heapq.heappop(ready)[-1]
+        else:
+            node, follow = follow, None
         grads = buffers.pop(node, None)
         grads_owned = owned.pop(node, None)
         if grads is not None and node.pre_hooks:
@@ -326,4 +333,9 @@ def _propagate(task):
                 _add_to_buffer(buffers, owned, child, nr, g, fresh)
             deps[child] = waiting - 1
             if waiting == 1:
-                heapq.heappush(ready, _ready_entry(child, tiebreak))
+                if follow is not None:
+                    heapq.heappush(ready, _ready_entry(follow, tiebreak))
+                follow = child
+        if follow is not None and ready:
+            heapq.heappush(ready, _ready_entry(follow, tiebreak))
+            follow = None

@@ -76,7 +76,8 @@ class Op:
     share storage with input 0, so both share one version counter. `inplace_fast(target,
     *others, **params)` writes the result straight into target's array when no graph is
     recorded (the optimizer path); without it, the result is computed and copied in. It is a
-    kernel too, registered in `kernels.NUMPY.inplace`.
+    kernel too, registered in `kernels.NUMPY.inplace`. `backward` is the numpy backend's
+    fused backward where a one-liner beside the rules serves (`kernels.NUMPY.backwards`).
     `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
     function of the op's keyword parameters when torch names the variants apart
     (`SumBackward0` for a full sum, `SumBackward1` along dims), or of the parameters and the
@@ -96,7 +97,8 @@ class Op:
     """
 
     def __init__(self, name, forward, vjps=None, jvps=None, saves="", view=False,
-                 inplace_fast=None, elementwise=False, grad_fn_name=None, joint=False):
+                 inplace_fast=None, elementwise=False, grad_fn_name=None, joint=False,
+                 backward=None):
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
@@ -107,7 +109,7 @@ class Op:
                                   and len(inspect.signature(grad_fn_name).parameters) == 2)
         if name in REGISTRY:
             raise ValueError(f"two ops are named {name!r}; op names must be unique")
-        NUMPY.register(name, forward=forward, inplace=inplace_fast)
+        NUMPY.register(name, forward=forward, backward=backward, inplace=inplace_fast)
         self.vjps = vjps
         if elementwise and jvps is not None:
             raise ValueError(f"op {name}: elementwise ops take their gradient rules as tangent "
@@ -205,12 +207,11 @@ def run(op, args, params):
     else:
         result = Tensor.wrap(out)
     if grad_mode._State.enabled:
-        needs = _needs(args)
-        if needs is not None:
+        needs = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
+        if True in needs:
             params = params or _NO_PARAMS
             node_class = op.node_class or _node_class(op, args, params)
-            node = node_class(op, args, params, needs, result)
-            node.kept = kept
+            node = node_class(op, args, params, _NEEDS.setdefault(needs, needs), result, kept)
             result.set_history(node)
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
@@ -269,17 +270,10 @@ def _output_tangent(op, args, params, result, tangents):
 
 
 # Shared, never mutated: a node per op is the graph's cost in objects the garbage collector
-# must walk, so the common empty parameters and the `needs` patterns are not rebuilt each time.
+# must walk, so the common empty parameters and the `needs` patterns (which args need a
+# gradient, one tuple of bools per pattern) are not rebuilt each time.
 _NO_PARAMS = {}
 _NEEDS = {}
-
-
-def _needs(args):
-    """Which args need a gradient, as one shared tuple; None when none does."""
-    needs = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
-    if True not in needs:
-        return None
-    return _NEEDS.setdefault(needs, needs)
 
 
 _NODE_CLASSES = {}
@@ -324,27 +318,28 @@ class OpNode(Node):
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
-    def __init__(self, op, args, params, needs, result):
-        super().__init__(tuple([gradient_edge(a) if need else None
-                                for a, need in zip(args, needs)]))
+    def __init__(self, op, args, params, needs, result, kept):
+        Node.__init__(self, tuple([gradient_edge(a) if need else None
+                                   for a, need in zip(args, needs)]))
         self.op = op
         self.params = params
         self.needs = needs
         inputs = []
         versions = []
-        hooks = grad_mode._State.saved_tensors_hooks
+        state = grad_mode._State
+        hooks = state.saved_tensors_hooks
         saved = op.saved_positions
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
                 inputs.append(a)
             elif i in saved:
-                if a._inference and not grad_mode._State.inference:
+                if a._inference and not state.inference:
                     raise RuntimeError(_INFERENCE_SAVED)
                 inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
                 versions.append((a._vc, a._vc[0], i))
             else:
                 inputs.append(_meta(a._array))
-        if result._vc is getattr(args[0], "_vc", None):
+        if op.view and result._vc is getattr(args[0], "_vc", None):
             # A view's node describes its base as it is now; an in-place change of the base
             # afterwards would make that history wrong, so backward must refuse it.
             versions.append((result._vc, result._vc[0], 0))
@@ -352,7 +347,7 @@ class OpNode(Node):
         self.versions = versions or ()
         self.packed = hooks is not None
         self.ans = None
-        self.kept = None
+        self.kept = kept
         if op.saves_ans:
             self.rebind_output(result)
 
@@ -378,7 +373,8 @@ class OpNode(Node):
         # Read before checking: another thread's backward may release this node meanwhile,
         # and release() marks it freed before it drops anything.
         inputs, saved_ans = self.inputs, self.ans
-        self.check_not_freed()
+        if self._freed:
+            self.check_not_freed()
         for vc, expected, i in self.versions:
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
@@ -398,9 +394,10 @@ class OpNode(Node):
                 _copy_tangent(saved, ans)
         g = grad_outputs[0]
         params = self.params
-        fused = self.op.fused_backward()
-        if fused is not None and not grad_mode._State.enabled and _dual.level is None:
-            return self._fused(fused, g, ans, inputs, params)
+        if not grad_mode._State.enabled and _dual.level is None and not g.is_sparse:
+            fused = self.op.fused_backward()
+            if fused is not None:
+                return self._fused(fused, g, ans, inputs, params)
         vjps = self.op.vjps
         per_input = type(vjps) is tuple
         joint = vjps(self.needs, g, ans, *inputs, **params) if self.op.joint else None
@@ -429,12 +426,19 @@ class OpNode(Node):
         arrays = [x._array if isinstance(x, Tensor) else x for x in inputs]
         if self.kept is not None:
             params = {**params, "kept": self.kept}
-        out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays, **params)
+        token = _np_errors.set(_IGNORE_ERRORS)  # silent, as the rules' ops are
+        try:
+            out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays,
+                         **params)
+        finally:
+            _np_errors.reset(token)
         grads = []
         for need, gi, like in zip(self.needs, out, inputs):
             if not need or gi is None:
                 grads.append(None)
                 continue
+            if type(gi) is not np.ndarray:  # numpy's 0-d arithmetic answers a scalar
+                gi = np.asarray(gi)
             gi = Tensor.wrap(gi)
             if gi.shape != like.shape or gi.dtype != like.dtype:
                 gi = reduce_to(gi, like)
