@@ -43,8 +43,9 @@ class GraphTask:
 
     `accumulate`: gradients go into leaves' `.grad` (else they are captured into `results`,
     one per captured edge, from `captures[node] = [(nr, position)]`). `buffers[node][nr]` is
-    the gradient summed so far for that output of `node`; `owned[node][nr]` says whether
-    nothing else can see its array (so a leaf may keep it as `.grad` without a copy).
+    the gradient summed so far for that output of `node`; for a leaf's AccumulateGrad,
+    `owned[node]` says whether nothing else can see its array (so the leaf may keep it as
+    `.grad` without a copy; no other node keeps a gradient, so none is asked).
     `deps[node]` counts the edges into `node` still to run; `ready` is the heap of nodes whose
     count reached zero, highest priority first, then in the order they became ready
     (`tiebreak`, for leaves: other nodes' creation numbers differ). `callbacks` run when the
@@ -137,22 +138,27 @@ def _ready_entry(node, tiebreak):
 _LEAF = float("-inf")
 
 
-def _add_to_buffer(buffers, owned, node, nr, grad, fresh):
+def _add_to_buffer(buffers, node, nr, grad):
     buf = buffers.get(node)
     if buf is None:
         outputs = node.num_outputs
         if outputs == 1:  # most nodes: the buffer is the gradient alone
             buffers[node] = [grad]
-            owned[node] = [fresh]
             return
         buf = buffers[node] = [None] * outputs
-        owned[node] = [False] * outputs
-    if buf[nr] is None:
-        buf[nr] = grad
-        owned[node][nr] = fresh
+    buf[nr] = grad if buf[nr] is None else _sum(buf[nr], grad)
+
+
+def _add_to_leaf_buffer(buffers, owned, node, grad, fresh):
+    """_add_to_buffer for a leaf's AccumulateGrad, noting whether the sum's array is `fresh`
+    (nothing else can see it); a sum made here always is."""
+    buf = buffers.get(node)
+    if buf is None:
+        buffers[node] = [grad]
+        owned[node] = fresh
     else:
-        buf[nr] = _sum(buf[nr], grad)
-        owned[node][nr] = True
+        buf[0] = _sum(buf[0], grad)
+        owned[node] = True
 
 
 def _sum(a, b):
@@ -245,7 +251,10 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     task = GraphTask(capture_edges is None, retain_graph, create_graph)
     buffers = task.buffers
     for (node, nr), grad in zip(root_edges, root_grads):
-        _add_to_buffer(buffers, task.owned, node, nr, grad, False)  # the caller may hold these
+        if type(node) is AccumulateGrad:
+            _add_to_leaf_buffer(buffers, task.owned, node, grad, False)  # the caller holds it
+        else:
+            _add_to_buffer(buffers, node, nr, grad)
 
     nodes = reachable(list(buffers))
     if not task.accumulate:
@@ -293,7 +302,6 @@ def _propagate(task):
         else:
             node, follow = follow, None
         grads = buffers.pop(node, None)
-        grads_owned = owned.pop(node, None)
         if grads is not None and node.pre_hooks:
             for nr, hooks in node.pre_hooks.items():
                 if grads[nr] is not None:
@@ -306,7 +314,7 @@ def _propagate(task):
                 results[pos] = g
         if type(node) is AccumulateGrad:
             if accumulate and grads is not None and grads[0] is not None:
-                leaf_args = (node.variable, grads[0], create_graph, grads_owned[0])
+                leaf_args = (node.variable, grads[0], create_graph, owned.pop(node))
                 if observe is None:
                     _accumulate_into_leaf(*leaf_args)
                 else:
@@ -329,8 +337,11 @@ def _propagate(task):
                 continue
             g = input_grads[i] if input_grads is not None else None
             if g is not None:
-                fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
-                _add_to_buffer(buffers, owned, child, nr, g, fresh)
+                if type(child) is AccumulateGrad:
+                    fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
+                    _add_to_leaf_buffer(buffers, owned, child, g, fresh)
+                else:
+                    _add_to_buffer(buffers, child, nr, g)
             deps[child] = waiting - 1
             if waiting == 1:
                 if follow is not None:
