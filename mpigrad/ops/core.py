@@ -56,6 +56,8 @@ except ImportError:  # another numpy: the documented, slower way, behind the sam
     _IGNORE_ERRORS = {"all": "ignore"}
 
 
+_wrap = Tensor.wrap  # bound once: run makes every op's result with it
+
 # Every Op by name, so tests can check that each one has a gradcheck case and a tangent rule.
 REGISTRY = {}
 # forward_ad's global state: ops read `_dual.level` (None unless a dual level is active).
@@ -205,7 +207,7 @@ def run(op, args, params):
     if op.view and out.base is not None and np.may_share_memory(out, arrays[0]):
         result = args[0].alias(out)
     else:
-        result = Tensor.wrap(out)
+        result = _wrap(out)
     if grad_mode._State.enabled:
         needs = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
         if True in needs:
@@ -336,7 +338,7 @@ class OpNode(Node):
             if i in saved:
                 if a._inference and not state.inference:
                     raise RuntimeError(_INFERENCE_SAVED)
-                versions.append((a._vc, a._vc[0], i))
+                versions += (a._vc, a._vc[0], i)
                 if hooks is None:
                     continue
                 stand_in = SavedTensor(hooks, a, edges[i])
@@ -349,12 +351,14 @@ class OpNode(Node):
         if op.view and result._vc is getattr(args[0], "_vc", None):
             # A view's node describes its base as it is now; an in-place change of the base
             # afterwards would make that history wrong, so backward must refuse it.
-            versions.append((result._vc, result._vc[0], 0))
+            versions += (result._vc, result._vc[0], 0)
         self.op = op
         self.params = params
         self.needs = needs
         self.inputs = inputs
-        self.versions = versions or ()
+        # Flat (counter, version it must still have, input position) triples: one tuple per
+        # node, not one per saved input, for the garbage collector to walk.
+        self.versions = tuple(versions)
         self.packed = hooks is not None
         self.ans = None
         self.kept = kept
@@ -385,7 +389,8 @@ class OpNode(Node):
         inputs, saved_ans = self.inputs, self.ans
         if self._freed:
             self.check_not_freed()
-        for vc, expected, i in self.versions:
+        triples = iter(self.versions)
+        for vc, expected, i in zip(triples, triples, triples):
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
