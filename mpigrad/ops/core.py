@@ -209,12 +209,12 @@ def run(op, args, params):
     else:
         result = _wrap(out)
     if grad_mode._State.enabled:
-        needs = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
-        if True in needs:
-            params = params or _NO_PARAMS
-            node_class = op.node_class or _node_class(op, args, params)
-            node = node_class(op, args, params, _NEEDS.setdefault(needs, needs), result, kept)
-            result.set_history(node)
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:  # a node, which sees which ones
+                params = params or _NO_PARAMS
+                node_class = op.node_class or _node_class(op, args, params)
+                result.set_history(node_class(op, args, params, result, kept))
+                break
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
         _push_tangent(op, args, params, result)
@@ -320,21 +320,26 @@ class OpNode(Node):
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
-    def __init__(self, op, args, params, needs, result, kept):
+    def __init__(self, op, args, params, result, kept):
         state = grad_mode._State
         hooks = state.saved_tensors_hooks
         saved = op.saved_positions
-        # One pass over the inputs for their edges, what the rules read and the versions.
-        # What the rules read is `args` itself until an input must be replaced (by its Meta,
-        # or a packed SavedTensor): one object fewer per node for the garbage collector.
+        # One pass over the inputs for which need a gradient, their edges, what the rules
+        # read and the versions. What the rules read is `args` itself until an input must be
+        # replaced (by its Meta, or a packed SavedTensor): one object fewer per node for the
+        # garbage collector.
+        needs = []
         edges = []
         inputs = args
         versions = []
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
+                needs.append(False)
                 edges.append(None)
                 continue
-            edges.append(gradient_edge(a) if needs[i] else None)
+            need = a.requires_grad
+            needs.append(need)
+            edges.append(gradient_edge(a) if need else None)
             if i in saved:
                 if a._inference and not state.inference:
                     raise RuntimeError(_INFERENCE_SAVED)
@@ -354,7 +359,8 @@ class OpNode(Node):
             versions += (result._vc, result._vc[0], 0)
         self.op = op
         self.params = params
-        self.needs = needs
+        needs = tuple(needs)
+        self.needs = _NEEDS.setdefault(needs, needs)
         self.inputs = inputs
         # Flat (counter, version it must still have, input position) triples: one tuple per
         # node, not one per saved input, for the garbage collector to walk.
