@@ -147,6 +147,7 @@ def _float32_twin(op):
     twin = _twins.get(op)
     if twin is None:
         twin = _twins[op] = copy.copy(op)
+        twin.kernels_overridden = True
         twin.forward = _forward_in_float32(op.forward)
         # The compiled backward kernels take float32 and float64 arrays: 16-bit gradients
         # come from the rules on float32 copies.

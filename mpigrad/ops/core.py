@@ -129,6 +129,9 @@ class Op:
                 raise ValueError(f"op {name}: saves names {unknown} that are not inputs")
             self.saved_positions = frozenset(params.index(n) for n in names if n != "ans")
         self.view = view
+        # Whether this op's own forward and fused_backward methods replace the backend's
+        # kernels (autocast's float32 twins); ops read the backend's tables directly otherwise.
+        self.kernels_overridden = False
         REGISTRY[name] = self
 
 
@@ -195,7 +198,10 @@ def run(op, args, params):
     arrays = [a._array if isinstance(a, Tensor) else a for a in args]
     token = _np_errors.set(_IGNORE_ERRORS)
     try:
-        out = op.forward(*arrays, **params)
+        if op.kernels_overridden:
+            out = op.forward(*arrays, **params)
+        else:
+            out = selected.backend.forwards[op.name](*arrays, **params)
     finally:
         _np_errors.reset(token)
     kept = None
@@ -415,13 +421,15 @@ class OpNode(Node):
                 _copy_tangent(saved, ans)
         g = grad_outputs[0]
         params = self.params
+        op = self.op
         if not grad_mode._State.enabled and _dual.level is None and not g.is_sparse:
-            fused = self.op.fused_backward()
+            fused = (op.fused_backward() if op.kernels_overridden
+                     else selected.backend.backwards.get(op.name))
             if fused is not None:
                 return self._fused(fused, g, ans, inputs, params)
-        vjps = self.op.vjps
+        vjps = op.vjps
         per_input = type(vjps) is tuple
-        joint = vjps(self.needs, g, ans, *inputs, **params) if self.op.joint else None
+        joint = vjps(self.needs, g, ans, *inputs, **params) if op.joint else None
         grads = []
         for i, need in enumerate(self.needs):
             if not need:
