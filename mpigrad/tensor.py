@@ -40,7 +40,7 @@ class Tensor:
     @classmethod
     def wrap(cls, array):
         """A new leaf tensor on `array` (an ndarray, not copied) with its own version counter."""
-        # Every op's result is made here: the stores inline, one call below (not `_init`).
+        # Every op's result is made here, so one call deep (not through `_init`).
         t = object.__new__(cls)
         t._array = array
         init_autograd_state(t)

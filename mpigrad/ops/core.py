@@ -35,9 +35,9 @@ from ..tensor import Tensor
 # torch's ops are silent about division by zero, log(0) and overflow (they answer inf or nan);
 # numpy's warn. Ops run with numpy's floating-point errors ignored, set through the context
 # variable np.errstate itself sets (0.15 us an op where entering an errstate costs 1.2 us, a
-# third of a small op), or through np.errstate where numpy does not have it.
-# `token = _np_errors.set(_IGNORE_ERRORS)` ... `_np_errors.reset(token)` around each forward,
-# written out in the op's path (two calls of helpers around it cost as much again).
+# third of a small op), or through np.errstate where numpy does not have it. The op's path
+# writes `token = _np_errors.set(_IGNORE_ERRORS)` ... `_np_errors.reset(token)` out in full:
+# helper functions around the two calls cost as much again.
 try:
     from numpy._core._ufunc_config import _extobj_contextvar as _np_errors
     with np.errstate(all="ignore"):
