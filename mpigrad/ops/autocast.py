@@ -89,7 +89,15 @@ dtypes._on_first_half_precision.append(_install)
 
 def _handle(op, args, params):
     target = state.dtype
-    if target is not None and engine.current_task() is None:
+    if target is None:
+        # Autocast is off, so only an op on a 16-bit tensor is handled: this handler stays
+        # installed once a 16-bit dtype has been used, and float32 ops pass here.
+        for a in args:
+            if isinstance(a, Tensor) and a._array.dtype in dtypes.HALF_PRECISION:
+                break
+        else:
+            return core.run(op, args, params)
+    elif engine.current_task() is None:
         name = op.name
         if name in LOWER_PRECISION:
             args = _cast_eligible(args, target)

@@ -145,10 +145,13 @@ class Op:
         return selected.backend.backwards.get(self.name)
 
     def __call__(self, *args, **params):
-        # Two flags read per call; the profiler's and the precision handler's wrapping of
-        # `run` only while one of them is on.
-        if profiler.active is None and precision.handler is None:
-            return run(self, args, params)
+        # Two flags read per call; the profiler's wrapping of `run` only while it records,
+        # the precision handler's (autocast, 16-bit arithmetic) only once it is installed.
+        if profiler.active is None:
+            handler = precision.handler
+            if handler is None:
+                return run(self, args, params)
+            return handler(self, args, params)
         return apply(self, args, params)
 
     def __repr__(self):
