@@ -40,8 +40,10 @@ class Tensor:
     @classmethod
     def wrap(cls, array):
         """A new leaf tensor on `array` (an ndarray, not copied) with its own version counter."""
+        # Every op's result is made here, so one call deep (not through `_init`).
         t = object.__new__(cls)
-        _init(t, array)
+        t._array = array
+        init_autograd_state(t)
         return t
 
     def mark_written(self):
@@ -947,7 +949,7 @@ def init_autograd_state(t):
     t._post_accumulate_hooks = None
     t._accumulator = None
     t._retains_grad = False
-    t._inference = autograd.grad_mode._State.inference
+    t._inference = _grad_state.inference
 
 
 def _as_array(data, dtype):
@@ -1043,3 +1045,6 @@ def numel(input):
 # The layers above Tensor: its operators are ops, its backward() is autograd's. Both build on
 # the Tensor class, so they can only be imported once it exists.
 from . import autograd, ops  # noqa: E402
+
+# The per-thread grad mode, bound once: every new tensor reads its inference flag.
+_grad_state = autograd.grad_mode._State

@@ -3,8 +3,9 @@
 It counts, for every node reachable from the roots, how many edges point at it, then runs
 nodes from a ready queue: a node becomes ready once every consumer has sent its gradient, so
 each node runs exactly once with the full sum. Among ready nodes the most recently created
-goes first, and a leaf's AccumulateGrad goes before anything else, so leaves finish (and
-their post-accumulate hooks fire) as early as the graph allows.
+goes first, and a leaf's AccumulateGrad goes before anything else (leaves among themselves in
+the order they became ready), so leaves finish (and their post-accumulate hooks fire) as
+early as the graph allows.
 
 Several threads may run backward at once. Everything a pass needs is local to its call or to
 its thread (grad mode, the running task), so independent graphs never meet; where graphs
@@ -42,11 +43,13 @@ class GraphTask:
 
     `accumulate`: gradients go into leaves' `.grad` (else they are captured into `results`,
     one per captured edge, from `captures[node] = [(nr, position)]`). `buffers[node][nr]` is
-    the gradient summed so far for that output of `node`; `owned[node][nr]` says whether
-    nothing else can see its array (so a leaf may keep it as `.grad` without a copy).
+    the gradient summed so far for that output of `node`; for a leaf's AccumulateGrad,
+    `owned[node]` says whether nothing else can see its array (so the leaf may keep it as
+    `.grad` without a copy; no other node keeps a gradient, so none is asked).
     `deps[node]` counts the edges into `node` still to run; `ready` is the heap of nodes whose
     count reached zero, highest priority first, then in the order they became ready
-    (`tiebreak`). `callbacks` run when the pass ends (queue_callback)."""
+    (`tiebreak`, for leaves: other nodes' creation numbers differ). `callbacks` run when the
+    pass ends (queue_callback)."""
 
     __slots__ = ("id", "accumulate", "retain_graph", "create_graph", "check_anomaly",
                  "observe", "callbacks", "buffers", "owned", "captures", "results", "deps",
@@ -125,17 +128,37 @@ def _dependencies(active):
     return deps
 
 
-def _add_to_buffer(buffers, owned, node, nr, grad, fresh):
+def _ready_entry(node, tiebreak):
+    """The ready heap's entry for `node`: leaves first, then the most recently created."""
+    if type(node) is AccumulateGrad:
+        return (_LEAF, next(tiebreak), node)
+    return (-node.seq, node)
+
+
+_LEAF = float("-inf")
+
+
+def _add_to_buffer(buffers, node, nr, grad):
     buf = buffers.get(node)
     if buf is None:
-        buf = buffers[node] = [None] * node.num_outputs
-        owned[node] = [False] * node.num_outputs
-    if buf[nr] is None:
-        buf[nr] = grad
-        owned[node][nr] = fresh
+        outputs = node.num_outputs
+        if outputs == 1:  # most nodes: the buffer is the gradient alone
+            buffers[node] = [grad]
+            return
+        buf = buffers[node] = [None] * outputs
+    buf[nr] = grad if buf[nr] is None else _sum(buf[nr], grad)
+
+
+def _add_to_leaf_buffer(buffers, owned, node, grad, fresh):
+    """_add_to_buffer for a leaf's AccumulateGrad, noting whether the sum's array is `fresh`
+    (nothing else can see it); a sum made here always is."""
+    buf = buffers.get(node)
+    if buf is None:
+        buffers[node] = [grad]
+        owned[node] = fresh
     else:
-        buf[nr] = _sum(buf[nr], grad)
-        owned[node][nr] = True
+        buf[0] = _sum(buf[0], grad)
+        owned[node] = True
 
 
 def _sum(a, b):
@@ -228,7 +251,10 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     task = GraphTask(capture_edges is None, retain_graph, create_graph)
     buffers = task.buffers
     for (node, nr), grad in zip(root_edges, root_grads):
-        _add_to_buffer(buffers, task.owned, node, nr, grad, False)  # the caller may hold these
+        if type(node) is AccumulateGrad:
+            _add_to_leaf_buffer(buffers, task.owned, node, grad, False)  # the caller holds it
+        else:
+            _add_to_buffer(buffers, node, nr, grad)
 
     nodes = reachable(list(buffers))
     if not task.accumulate:
@@ -237,8 +263,7 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
         nodes = _needed_for(nodes, task.captures)
         task.results = [None] * len(capture_edges)
     deps = task.deps = _dependencies(nodes)
-    task.ready = [(-n.priority, next(task.tiebreak), n)
-                  for n in buffers if n in deps and deps[n] == 0]
+    task.ready = [_ready_entry(n, task.tiebreak) for n in buffers if n in deps and deps[n] == 0]
     heapq.heapify(task.ready)
     callbacks = task.callbacks
     outer_tasks = _running.tasks
@@ -267,10 +292,16 @@ def _propagate(task):
     captures, results, accumulate = task.captures, task.results, task.accumulate
     retain_graph, create_graph = task.retain_graph, task.create_graph
     check_anomaly, observe, tiebreak = task.check_anomaly, task.observe, task.tiebreak
-    while ready:
-        node = heapq.heappop(ready)[2]
+    # The last node a node made ready skips the heap when it is the only ready one (a chain
+    # of layers): the heap would hand it straight back. Pushes keep the order nodes became
+    # ready in, which orders the leaves.
+    follow = None
+    while follow is not None or ready:
+        if follow is None:
+            node = heapq.heappop(ready)[-1]
+        else:
+            node, follow = follow, None
         grads = buffers.pop(node, None)
-        grads_owned = owned.pop(node, None)
         if grads is not None and node.pre_hooks:
             for nr, hooks in node.pre_hooks.items():
                 if grads[nr] is not None:
@@ -283,14 +314,14 @@ def _propagate(task):
                 results[pos] = g
         if type(node) is AccumulateGrad:
             if accumulate and grads is not None and grads[0] is not None:
-                leaf_args = (node.variable, grads[0], create_graph, grads_owned[0])
+                leaf_args = (node.variable, grads[0], create_graph, owned.pop(node))
                 if observe is None:
                     _accumulate_into_leaf(*leaf_args)
                 else:
                     observe("AccumulateGrad", _accumulate_into_leaf, *leaf_args)
             continue
         input_grads = None
-        if grads is not None and _any_gradient(grads):
+        if grads is not None and (grads[0] is not None or _any_gradient(grads)):
             input_grads = (node.apply(grads) if observe is None
                            else observe(node.name(), node.apply, grads))
             if not retain_graph:
@@ -298,13 +329,24 @@ def _propagate(task):
             if check_anomaly:
                 _check_finite(node, input_grads)
         for i, edge in enumerate(node.next_edges):
-            if edge is None or edge[0] not in deps:
+            if edge is None:
                 continue
             child, nr = edge
+            waiting = deps.get(child)
+            if waiting is None:
+                continue
             g = input_grads[i] if input_grads is not None else None
             if g is not None:
-                fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
-                _add_to_buffer(buffers, owned, child, nr, g, fresh)
-            deps[child] -= 1
-            if deps[child] == 0:
-                heapq.heappush(ready, (-child.priority, next(tiebreak), child))
+                if type(child) is AccumulateGrad:
+                    fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
+                    _add_to_leaf_buffer(buffers, owned, child, g, fresh)
+                else:
+                    _add_to_buffer(buffers, child, nr, g)
+            deps[child] = waiting - 1
+            if waiting == 1:
+                if follow is not None:
+                    heapq.heappush(ready, _ready_entry(follow, tiebreak))
+                follow = child
+        if follow is not None and ready:
+            heapq.heappush(ready, _ready_entry(follow, tiebreak))
+            follow = None

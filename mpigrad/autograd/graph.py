@@ -43,7 +43,7 @@ class Node:
         self.seq = next(_sequence)
         self.pre_hooks = None
         self._freed = False
-        self.creation_stack = anomaly.creation_stack() if anomaly.is_anomaly_enabled() else None
+        self.creation_stack = anomaly.creation_stack() if anomaly._State.enabled else None
 
     def name(self):
         return type(self).__name__
@@ -51,14 +51,8 @@ class Node:
     def __repr__(self):
         return f"<{self.name()} object at {id(self):#x}>"
 
-    @property
-    def num_outputs(self):
-        return 1
-
-    # Priority in the ready queue: later-created nodes first, as in a reversed tape.
-    @property
-    def priority(self):
-        return self.seq
+    # A class attribute, read once per node in backward; multi-output nodes override it.
+    num_outputs = 1
 
     def apply(self, grad_outputs):
         raise NotImplementedError
@@ -92,10 +86,6 @@ class AccumulateGrad(Node):
     def __init__(self, variable):
         super().__init__(())
         self.variable = variable
-
-    @property
-    def priority(self):
-        return float("inf")
 
     def name(self):
         return "AccumulateGrad"

@@ -27,15 +27,29 @@ sub = Op("sub", np.subtract,
           lambda g, ans, a, b: -g),
          elementwise=True, inplace_fast=_inplace_ufunc(np.subtract))
 
+# mul's and div's fused backwards are the rules on arrays: one numpy call per gradient, where
+# a rule's Tensor op costs a dispatch and a tensor besides (most of a small op's backward).
+def _mul_backward(needs, g, ans, a, b):
+    return (np.multiply(g, b) if needs[0] else None,
+            np.multiply(g, a) if needs[1] else None)
+
+
+def _div_backward(needs, g, ans, a, b):
+    return (np.true_divide(g, b) if needs[0] else None,
+            np.true_divide(-g * a, b * b) if needs[1] else None)
+
+
 mul = Op("mul", np.multiply,
          (lambda g, ans, a, b: g * b,
           lambda g, ans, a, b: g * a),
-         saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.multiply))
+         saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.multiply),
+         backward=_mul_backward)
 
 div = Op("div", np.true_divide,
          (lambda g, ans, a, b: g / b,
           lambda g, ans, a, b: -g * a / (b * b)),
-         saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.true_divide))
+         saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.true_divide),
+         backward=_div_backward)
 
 neg = Op("neg", np.negative,
          (lambda g, ans, x: -g,), elementwise=True)

@@ -89,7 +89,15 @@ dtypes._on_first_half_precision.append(_install)
 
 def _handle(op, args, params):
     target = state.dtype
-    if target is not None and engine.current_task() is None:
+    if target is None:
+        # Autocast is off, so only an op on a 16-bit tensor is handled: this handler stays
+        # installed once a 16-bit dtype has been used, and float32 ops pass here.
+        for a in args:
+            if isinstance(a, Tensor) and a._array.dtype in dtypes.HALF_PRECISION:
+                break
+        else:
+            return core.run(op, args, params)
+    elif engine.current_task() is None:
         name = op.name
         if name in LOWER_PRECISION:
             args = _cast_eligible(args, target)
@@ -147,6 +155,7 @@ def _float32_twin(op):
     twin = _twins.get(op)
     if twin is None:
         twin = _twins[op] = copy.copy(op)
+        twin.kernels_overridden = True
         twin.forward = _forward_in_float32(op.forward)
         # The compiled backward kernels take float32 and float64 arrays: 16-bit gradients
         # come from the rules on float32 copies.

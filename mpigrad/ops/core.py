@@ -35,26 +35,28 @@ from ..tensor import Tensor
 # torch's ops are silent about division by zero, log(0) and overflow (they answer inf or nan);
 # numpy's warn. Ops run with numpy's floating-point errors ignored, set through the context
 # variable np.errstate itself sets (0.15 us an op where entering an errstate costs 1.2 us, a
-# third of a small op), or through np.errstate where numpy does not have it.
+# third of a small op), or through np.errstate where numpy does not have it. The op's path
+# writes `token = _np_errors.set(_IGNORE_ERRORS)` ... `_np_errors.reset(token)` out in full:
+# helper functions around the two calls cost as much again.
 try:
     from numpy._core._ufunc_config import _extobj_contextvar as _np_errors
     with np.errstate(all="ignore"):
         _IGNORE_ERRORS = _np_errors.get()
+except ImportError:  # another numpy: the documented, slower way, behind the same two calls
+    class _Errstate:
+        def set(self, settings):
+            state = np.errstate(**settings)
+            state.__enter__()
+            return state
 
-    def _quiet():
-        return _np_errors.set(_IGNORE_ERRORS)
+        def reset(self, state):
+            state.__exit__(None, None, None)
 
-    def _loud(token):
-        _np_errors.reset(token)
-except ImportError:  # another numpy: the documented, slower way
-    def _quiet():
-        state = np.errstate(all="ignore")
-        state.__enter__()
-        return state
+    _np_errors = _Errstate()
+    _IGNORE_ERRORS = {"all": "ignore"}
 
-    def _loud(state):
-        state.__exit__(None, None, None)
 
+_wrap = Tensor.wrap  # bound once: run makes every op's result with it
 
 # Every Op by name, so tests can check that each one has a gradcheck case and a tangent rule.
 REGISTRY = {}
@@ -76,7 +78,8 @@ class Op:
     share storage with input 0, so both share one version counter. `inplace_fast(target,
     *others, **params)` writes the result straight into target's array when no graph is
     recorded (the optimizer path); without it, the result is computed and copied in. It is a
-    kernel too, registered in `kernels.NUMPY.inplace`.
+    kernel too, registered in `kernels.NUMPY.inplace`. `backward` is the numpy backend's
+    fused backward where a one-liner beside the rules serves (`kernels.NUMPY.backwards`).
     `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
     function of the op's keyword parameters when torch names the variants apart
     (`SumBackward0` for a full sum, `SumBackward1` along dims), or of the parameters and the
@@ -96,15 +99,19 @@ class Op:
     """
 
     def __init__(self, name, forward, vjps=None, jvps=None, saves="", view=False,
-                 inplace_fast=None, elementwise=False, grad_fn_name=None, joint=False):
+                 inplace_fast=None, elementwise=False, grad_fn_name=None, joint=False,
+                 backward=None):
         self.name = name
         self.node_name = grad_fn_name or ("".join(p.capitalize() for p in name.split("_"))
                                           + "Backward0")
+        # The node's class, made once when its name does not depend on the call.
+        self.node_class = _class_named(self.node_name) if isinstance(self.node_name, str) \
+            else None
         self.name_reads_inputs = (callable(grad_fn_name)
                                   and len(inspect.signature(grad_fn_name).parameters) == 2)
         if name in REGISTRY:
             raise ValueError(f"two ops are named {name!r}; op names must be unique")
-        NUMPY.register(name, forward=forward, inplace=inplace_fast)
+        NUMPY.register(name, forward=forward, backward=backward, inplace=inplace_fast)
         self.vjps = vjps
         if elementwise and jvps is not None:
             raise ValueError(f"op {name}: elementwise ops take their gradient rules as tangent "
@@ -122,6 +129,9 @@ class Op:
                 raise ValueError(f"op {name}: saves names {unknown} that are not inputs")
             self.saved_positions = frozenset(params.index(n) for n in names if n != "ans")
         self.view = view
+        # Whether this op's own forward and fused_backward methods replace the backend's
+        # kernels (autocast's float32 twins); ops read the backend's tables directly otherwise.
+        self.kernels_overridden = False
         REGISTRY[name] = self
 
 
@@ -133,7 +143,15 @@ class Op:
     def fused_backward(self):
         """The selected backend's fused backward for this op, or None: the rules then run."""
         return selected.backend.backwards.get(self.name)
+
     def __call__(self, *args, **params):
+        # Two flags read per call; the profiler's wrapping of `run` only while it records,
+        # the precision handler's (autocast, 16-bit arithmetic) only once it is installed.
+        if profiler.active is None:
+            handler = precision.handler
+            if handler is None:
+                return run(self, args, params)
+            return handler(self, args, params)
         return apply(self, args, params)
 
     def __repr__(self):
@@ -181,11 +199,14 @@ def _apply(op, args, params):
 def run(op, args, params):
     """The op on `args` as they are (the precision handler's casts already made)."""
     arrays = [a._array if isinstance(a, Tensor) else a for a in args]
-    token = _quiet()
+    token = _np_errors.set(_IGNORE_ERRORS)
     try:
-        out = op.forward(*arrays, **params)
+        if op.kernels_overridden:
+            out = op.forward(*arrays, **params)
+        else:
+            out = selected.backend.forwards[op.name](*arrays, **params)
     finally:
-        _loud(token)
+        _np_errors.reset(token)
     kept = None
     if type(out) is tuple:
         out, kept = out
@@ -195,14 +216,14 @@ def run(op, args, params):
     if op.view and out.base is not None and np.may_share_memory(out, arrays[0]):
         result = args[0].alias(out)
     else:
-        result = Tensor.wrap(out)
+        result = _wrap(out)
     if grad_mode._State.enabled:
-        needs = _needs(args)
-        if needs is not None:
-            params = params or _NO_PARAMS
-            node = _node_class(op, args, params)(op, args, params, needs, result)
-            node.kept = kept
-            result.set_history(node)
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:  # a node, which sees which ones
+                params = params or _NO_PARAMS
+                node_class = op.node_class or _node_class(op, args, params)
+                result.set_history(node_class(op, args, params, result, kept))
+                break
     # After recording: a tangent rule reading `ans` then links the tangent to the graph.
     if _dual.level is not None:
         _push_tangent(op, args, params, result)
@@ -260,17 +281,10 @@ def _output_tangent(op, args, params, result, tangents):
 
 
 # Shared, never mutated: a node per op is the graph's cost in objects the garbage collector
-# must walk, so the common empty parameters and the `needs` patterns are not rebuilt each time.
+# must walk, so the common empty parameters and the `needs` patterns (which args need a
+# gradient, one tuple of bools per pattern) are not rebuilt each time.
 _NO_PARAMS = {}
 _NEEDS = {}
-
-
-def _needs(args):
-    """Which args need a gradient, as one shared tuple; None when none does."""
-    needs = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
-    if True not in needs:
-        return None
-    return _NEEDS.setdefault(needs, needs)
 
 
 _NODE_CLASSES = {}
@@ -283,10 +297,9 @@ _INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode 
 
 
 def _node_class(op, args, params):
-    """The node's class: an OpNode subclass named as torch names the node (AddBackward0)."""
+    """The node's class for an op whose node name depends on the call (SumBackward0 or 1)."""
     name = op.node_name
-    if not isinstance(name, str):
-        name = name(params, args) if op.name_reads_inputs else name(params)
+    name = name(params, args) if op.name_reads_inputs else name(params)
     return _class_named(name)
 
 
@@ -316,35 +329,54 @@ class OpNode(Node):
     # The rules build new arrays, or pass an incoming gradient through (which the engine sees).
     fresh_gradients = True
 
-    def __init__(self, op, args, params, needs, result):
-        super().__init__(tuple([gradient_edge(a) if need else None
-                                for a, need in zip(args, needs)]))
-        self.op = op
-        self.params = params
-        self.needs = needs
-        inputs = []
-        versions = []
-        hooks = grad_mode._State.saved_tensors_hooks
+    def __init__(self, op, args, params, result, kept):
+        state = grad_mode._State
+        hooks = state.saved_tensors_hooks
         saved = op.saved_positions
+        # One pass over the inputs for which need a gradient, their edges, what the rules
+        # read and the versions. What the rules read is `args` itself until an input must be
+        # replaced (by its Meta, or a packed SavedTensor): one object fewer per node for the
+        # garbage collector.
+        needs = []
+        edges = []
+        inputs = args
+        versions = []
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
-                inputs.append(a)
-            elif i in saved:
-                if a._inference and not grad_mode._State.inference:
+                needs.append(False)
+                edges.append(None)
+                continue
+            need = a.requires_grad
+            needs.append(need)
+            edges.append(gradient_edge(a) if need else None)
+            if i in saved:
+                if a._inference and not state.inference:
                     raise RuntimeError(_INFERENCE_SAVED)
-                inputs.append(a if hooks is None else SavedTensor(hooks, a, self.next_edges[i]))
-                versions.append((a._vc, a._vc[0], i))
+                versions += (a._vc, a._vc[0], i)
+                if hooks is None:
+                    continue
+                stand_in = SavedTensor(hooks, a, edges[i])
             else:
-                inputs.append(_meta(a._array))
-        if result._vc is getattr(args[0], "_vc", None):
+                stand_in = _meta(a._array)
+            if inputs is args:
+                inputs = list(args)
+            inputs[i] = stand_in
+        Node.__init__(self, tuple(edges))
+        if op.view and result._vc is getattr(args[0], "_vc", None):
             # A view's node describes its base as it is now; an in-place change of the base
             # afterwards would make that history wrong, so backward must refuse it.
-            versions.append((result._vc, result._vc[0], 0))
+            versions += (result._vc, result._vc[0], 0)
+        self.op = op
+        self.params = params
+        needs = tuple(needs)
+        self.needs = _NEEDS.setdefault(needs, needs)
         self.inputs = inputs
-        self.versions = versions or ()
+        # Flat (counter, version it must still have, input position) triples: one tuple per
+        # node, not one per saved input, for the garbage collector to walk.
+        self.versions = tuple(versions)
         self.packed = hooks is not None
         self.ans = None
-        self.kept = None
+        self.kept = kept
         if op.saves_ans:
             self.rebind_output(result)
 
@@ -370,8 +402,10 @@ class OpNode(Node):
         # Read before checking: another thread's backward may release this node meanwhile,
         # and release() marks it freed before it drops anything.
         inputs, saved_ans = self.inputs, self.ans
-        self.check_not_freed()
-        for vc, expected, i in self.versions:
+        if self._freed:
+            self.check_not_freed()
+        triples = iter(self.versions)
+        for vc, expected, i in zip(triples, triples, triples):
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
         ans = None
@@ -390,12 +424,15 @@ class OpNode(Node):
                 _copy_tangent(saved, ans)
         g = grad_outputs[0]
         params = self.params
-        fused = self.op.fused_backward()
-        if fused is not None and not grad_mode._State.enabled and _dual.level is None:
-            return self._fused(fused, g, ans, inputs, params)
-        vjps = self.op.vjps
+        op = self.op
+        if not grad_mode._State.enabled and _dual.level is None and not g.is_sparse:
+            fused = (op.fused_backward() if op.kernels_overridden
+                     else selected.backend.backwards.get(op.name))
+            if fused is not None:
+                return self._fused(fused, g, ans, inputs, params)
+        vjps = op.vjps
         per_input = type(vjps) is tuple
-        joint = vjps(self.needs, g, ans, *inputs, **params) if self.op.joint else None
+        joint = vjps(self.needs, g, ans, *inputs, **params) if op.joint else None
         grads = []
         for i, need in enumerate(self.needs):
             if not need:
@@ -421,12 +458,19 @@ class OpNode(Node):
         arrays = [x._array if isinstance(x, Tensor) else x for x in inputs]
         if self.kept is not None:
             params = {**params, "kept": self.kept}
-        out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays, **params)
+        token = _np_errors.set(_IGNORE_ERRORS)  # silent, as the rules' ops are
+        try:
+            out = kernel(self.needs, g._array, None if ans is None else ans._array, *arrays,
+                         **params)
+        finally:
+            _np_errors.reset(token)
         grads = []
         for need, gi, like in zip(self.needs, out, inputs):
             if not need or gi is None:
                 grads.append(None)
                 continue
+            if type(gi) is not np.ndarray:  # numpy's 0-d arithmetic answers a scalar
+                gi = np.asarray(gi)
             gi = Tensor.wrap(gi)
             if gi.shape != like.shape or gi.dtype != like.dtype:
                 gi = reduce_to(gi, like)
@@ -500,7 +544,7 @@ def inplace(op, target, *others, **params):
     if not record and not dual:
         arrays = [o._array if isinstance(o, Tensor) else o for o in others]
         fast = selected.backend.inplace.get(op.name)
-        token = _quiet()
+        token = _np_errors.set(_IGNORE_ERRORS)
         try:
             with target.writing() as data:
                 if fast is not None:
@@ -508,7 +552,7 @@ def inplace(op, target, *others, **params):
                 else:
                     np.copyto(data, op.forward(data, *arrays, **params), casting="same_kind")
         finally:
-            _loud(token)
+            _np_errors.reset(token)
         return target
     if record:
         _check_inplace_allowed(target)
