@@ -109,7 +109,8 @@ step() {
 # extra installs xdist; MPIGRAD_TEST_WORKERS=1 runs it in this one process). A module stays
 # on one worker (--dist loadfile), so its module fixtures, which often launch a job for all
 # of its tests, run once.
-workers=${MPIGRAD_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}
+# (Not nproc: it counts OMP_NUM_THREADS, set to 1 above.)
+workers=${MPIGRAD_TEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())')}
 (( workers > 4 )) && workers=4
 parallel=()
 if (( workers > 1 )) && python -c "import xdist" 2>/dev/null; then
