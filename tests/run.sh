@@ -18,15 +18,24 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # Whole lines reach mpiexec's output as they are written, not in 8 KiB blocks.
 export PYTHONUNBUFFERED=1
+
+logs=${MPIGRAD_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/mpigrad-tests.XXXXXX")}
+mkdir -p "$logs"
+
+# Bytecode, written: the steps start about ten pytest processes and the tests as many Python
+# jobs again, and each would otherwise compile mpigrad and rewrite the test modules' asserts
+# anew (about 10 s of CPU per pytest process). Into the logs directory, not the source tree,
+# so PYTHONDONTWRITEBYTECODE's usual reason (a clean tree) still holds.
+if [[ -n ${PYTHONDONTWRITEBYTECODE:-} ]]; then
+    unset PYTHONDONTWRITEBYTECODE
+    export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$logs/pycache}
+fi
 # For Open MPI's mpiexec, if that is the one installed (MPICH ignores these): allow root
 # (containers, CI), and more ranks than cores.
 if [[ $(id -u) == 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-
-logs=${MPIGRAD_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/mpigrad-tests.XXXXXX")}
-mkdir -p "$logs"
 
 names=()
 logfiles=()
@@ -95,8 +104,20 @@ step() {
 # rank, and it wins when both are given; --only-mpi runs the MPI-marked tests, skips the rest.
 # -rfEs: failures, errors and skips (the summary below counts the skips by reason, so the
 # ~1000 serial tests that the MPI steps skip become one line).
+#
+# The serial step (no MPI) runs on one pytest-xdist worker per core, up to four (the test
+# extra installs xdist; MPIGRAD_TEST_WORKERS=1 runs it in this one process). A module stays
+# on one worker (--dist loadfile), so its module fixtures, which often launch a job for all
+# of its tests, run once.
+# (Not nproc: it counts OMP_NUM_THREADS, set to 1 above.)
+workers=${MPIGRAD_TEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())')}
+(( workers > 4 )) && workers=4
+parallel=()
+if (( workers > 1 )) && python -c "import xdist" 2>/dev/null; then
+    parallel=(-n "$workers" --dist loadfile)
+fi
 step "serial" "$logs/serial.log" no \
-    timeout -k 30 1800 python -m pytest --durations=15 "$@"
+    timeout -k 30 1800 python -m pytest "${parallel[@]}" --durations=15 "$@"
 step "mpi -n 2" "$logs/mpi-2.log" yes \
     timeout -k 30 900 mpiexec -n 2 python -m pytest --only-mpi -q -rfEs --durations=15 -p no:cacheprovider "$@"
 step "mpi -n 3" "$logs/mpi-3.log" yes \
