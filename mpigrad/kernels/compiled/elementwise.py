@@ -1,0 +1,20 @@
+"""The loops of ops/elementwise.py's fused backwards, one pass each over flat arrays.
+
+`g`, `ans` and `out` are contiguous 1-d arrays of one length and one float dtype, split among
+threads by element (see _threads.py).
+"""
+from numba import prange
+
+from ._threads import parallel
+
+
+@parallel()
+def relu_backward(g, ans, out):
+    """torch's threshold_backward at 0: g where the output is above 0, zero where it is at or
+    below (a nan output passes g, as torch's `ans <= 0 ? 0 : g`). A select, not g * (ans >
+    0): an infinite or nan g at a zero output gives 0, as in torch, not nan."""
+    for i in prange(out.size):
+        value = g[i]
+        if ans[i] <= 0:
+            value = 0
+        out[i] = value
