@@ -1,6 +1,7 @@
-"""ReLU's fused backward (kernels/compiled/elementwise.py) against torch: float64 and
-float32, odd sizes, non-contiguous and half inputs, infinite and nan gradients and outputs;
-its rule (create_graph=True, tangents) through gradcheck and gradgradcheck."""
+"""ReLU's compiled loops (kernels/compiled/elementwise.py) against torch: float64 and
+float32, odd sizes, non-contiguous inputs, signed zeros, nan and infinite inputs and
+gradients; integer and half inputs (numpy's path); its rule (create_graph=True, tangents)
+through gradcheck and gradgradcheck."""
 import numpy as np
 import pytest
 
@@ -38,6 +39,18 @@ def test_relu_gradient_where_g_or_the_output_is_not_finite_is_torchs():
         torch.relu(theirs).backward(torch.tensor(g.astype(dtype)))
         assert ours.grad.dtype == getattr(mg, np.dtype(dtype).name)
         np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int32, np.int64])
+def test_relu_forward_has_torchs_bits_and_dtype(dtype):
+    x = np.array([np.nan, -0.0, 0.0, -1.5, 2.5, -np.inf, np.inf, 1e-30, -1e-30])
+    if np.dtype(dtype).kind == "i":
+        x = np.array([-3, 0, 4, -1, 7])
+    x = x.astype(dtype)
+    ours, theirs = mg.relu(mg.tensor(x)), torch.relu(torch.tensor(x))
+    assert ours.dtype == getattr(mg, np.dtype(dtype).name)
+    # bit for bit: nan stays nan, -0.0 stays -0.0 as in torch
+    assert ours.numpy().tobytes() == theirs.numpy().tobytes()
 
 
 def test_relu_through_gradcheck_and_gradgradcheck():

@@ -202,6 +202,7 @@ def _kernels():
     for name in ("gelu_backward_f32", "gelu_tanh_backward", "silu_backward"):
         cases.append((getattr(activations, name),
                       lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
+    cases.append((elementwise.relu, lambda: [x.astype(f32), np.empty(x.size, f32)]))
     cases.append((elementwise.relu_backward,
                   lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
     cases.append((activations.gelu_f64, lambda: [x, np.empty(x.size)]))

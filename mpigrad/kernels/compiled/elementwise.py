@@ -1,11 +1,22 @@
-"""The loops of ops/elementwise.py's fused backwards, one pass each over flat arrays.
+"""ReLU's loops, forward and backward, one pass each over flat arrays.
 
-`g`, `ans` and `out` are contiguous 1-d arrays of one length and one float dtype, split among
-threads by element (see _threads.py).
+`x`, `g`, `ans` and `out` are contiguous 1-d arrays of one length and one float dtype, split
+among threads by element (see _threads.py).
 """
 from numba import prange
 
 from ._threads import parallel
+
+
+@parallel()
+def relu(x, out):
+    """torch's relu: 0 below zero, x elsewhere, so nan stays nan and -0.0 stays -0.0 (numpy's
+    maximum(x, 0) gave +0.0, and took 2.5x this loop's time)."""
+    for i in prange(out.size):
+        value = x[i]
+        if value < 0:
+            value = 0
+        out[i] = value
 
 
 @parallel()
