@@ -13,15 +13,19 @@ default:
   counted once as torch does; a launcher that binds each rank to its cores gives each rank
   its own).
 
-numpy's BLAS follows `set_num_threads`; at import it is changed only when the default is not
+numpy's BLAS follows `set_num_threads`, except in `run_chunks`' regions and for small
+products through `matmul` (one thread each); at import it is changed only when the default is not
 what it picked by itself (no thread variable set; several ranks on the node, or
 hyperthreads), through
 threadpoolctl, which knows every BLAS numpy is built with (OpenBLAS, MKL, BLIS, Accelerate).
 """
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import threading
+
+import numpy as np
 
 from ..launchers import ranks_on_node
 
@@ -208,11 +212,7 @@ def run_chunks(work, count):
                     failed.append(k)
                     raise
 
-        libraries = _blas_libraries()
-        blas_threads = [lib.get_num_threads() for lib in libraries]
-        for lib in libraries:
-            lib.set_num_threads(1)
-        try:
+        with _blas_on_one_thread():
             helpers = [_ChunkPool.executor.submit(drain) for _ in range(threads - 1)]
             try:
                 drain()
@@ -221,9 +221,47 @@ def run_chunks(work, count):
                 # a helper's error is raised here.
                 for helper in helpers:
                     helper.result()
-        finally:
-            for lib, count_before in zip(libraries, blas_threads):
-                lib.set_num_threads(count_before)
         return results
+    finally:
+        _ChunkPool.lock.release()
+
+
+@contextlib.contextmanager
+def _blas_on_one_thread():
+    """BLAS on one thread inside, its count before restored after; the caller holds
+    _ChunkPool.lock (BLAS's count is the process's: only the lock's holder changes it)."""
+    libraries = _blas_libraries()
+    counts = [lib.get_num_threads() for lib in libraries]
+    for lib in libraries:
+        lib.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for lib, count in zip(libraries, counts):
+            lib.set_num_threads(count)
+
+
+# The fewest multiply-adds (M N K) for which a product outside run_chunks runs on all of
+# BLAS's threads. OpenBLAS threads products from 262144 (4 x 65536), and each threaded call
+# leaves its workers spinning for their next job (a tenth of a second), on the cores that
+# run_chunks' helpers and the compiled loops' threads want: the tutorial CNN at 2 threads,
+# whose only threaded products are its 64 x 320 x 50 linear layer's, spent 5-26 ms of a
+# worker's CPU per step spinning and its main thread 11-22 ms against 6-7 ms with that
+# layer on one thread (loaded machine). Measured alone (CPU time, 2 threads against 1):
+# 1M multiply-adds 3x slower, 3.2M even, 33M 1.1x faster.
+_THREADED_PRODUCT_FROM = 1 << 23
+
+
+def matmul(a, b, out=None):
+    """np.matmul(a, b, out), on one BLAS thread when a (M, K) and b (K, N) are matrices of a
+    small product (_THREADED_PRODUCT_FROM); with set_num_threads(1) it is np.matmul."""
+    if (Settings.intra_op < 2 or a.ndim != 2 or b.ndim != 2
+            or a.shape[0] * a.shape[1] * b.shape[1] >= _THREADED_PRODUCT_FROM
+            or not _ChunkPool.lock.acquire(blocking=False)):
+        # Not small, or another thread's region holds BLAS at one thread already.
+        return np.matmul(a, b, out=out)
+    try:
+        with _blas_on_one_thread():
+            return np.matmul(a, b, out=out)
     finally:
         _ChunkPool.lock.release()

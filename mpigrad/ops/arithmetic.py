@@ -4,6 +4,7 @@ import numpy as np
 from ..autograd import grad_mode
 from .. import dtypes
 from ..dtypes import check_same_dtype
+from ..kernels import threads
 from ..kernels.numpy.linalg import as_matrix
 from ..tensor import Tensor
 from .core import Op, named
@@ -138,13 +139,13 @@ def _linear_forward(x, weight, bias):
         # OpenBLAS runs W @ x^T (no transposed operand) well above x @ W^T's speed for wide
         # layers; copying the small (out, batch) result back to row-major costs far less.
         out = np.empty((x.shape[0], weight.shape[0]), dtype=np.result_type(x, weight))
-        transposed = np.matmul(weight, x.T).T
+        transposed = threads.matmul(weight, x.T).T
         if bias is None:
             np.copyto(out, transposed)
         else:
             np.add(transposed, bias, out=out)
         return out
-    out = np.matmul(x, weight.T)
+    out = threads.matmul(x, weight.T)  # small products on one BLAS thread (see there)
     if bias is not None:
         np.add(out, bias, out=out)
     return out

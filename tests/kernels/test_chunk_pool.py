@@ -102,3 +102,35 @@ def test_a_forked_child_runs_chunks_on_a_pool_of_its_own(restore_threads):
         os.waitpid(child, 0)
         pytest.fail("the forked child's chunks never finished")
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_small_products_run_on_one_blas_thread_and_large_ones_on_all(monkeypatch,
+                                                                     restore_threads):
+    """threads.matmul under set_num_threads(2): a product below _THREADED_PRODUCT_FROM sees
+    BLAS at one thread (a threaded OpenBLAS call leaves its workers spinning on the cores the
+    chunk pool wants), a larger one BLAS's own count, restored after; the same bits as
+    np.matmul either way; linear's forward and backward products go through it."""
+    mg.set_num_threads(2)
+    if not _blas_threads():
+        pytest.skip("no BLAS library found by threadpoolctl")
+    seen = []
+    real_matmul = np.matmul
+
+    def spy(a, b, out=None):
+        seen.append(_blas_threads())
+        return real_matmul(a, b, out=out)
+
+    rng = np.random.default_rng(0)
+    small = rng.standard_normal((64, 320)), rng.standard_normal((320, 50))
+    large = rng.standard_normal((208, 208)), rng.standard_normal((208, 208))  # 208**3 > 2**23
+    x = mg.tensor(small[0].astype(np.float32), requires_grad=True)
+    weight = mg.tensor(small[1].T.astype(np.float32), requires_grad=True)
+    monkeypatch.setattr(threads.np, "matmul", spy)
+    for a, b in (small, large):
+        np.testing.assert_array_equal(threads.matmul(a, b), real_matmul(a, b))
+    mg.nn.functional.linear(x, weight).sum().backward()
+    monkeypatch.undo()
+    one, every = [1] * len(seen[0]), [2] * len(seen[0])
+    # the small product, the large one, then linear's forward and its two gradients
+    assert seen == [one, every, one, one, one]
+    assert _blas_threads() == every

@@ -170,8 +170,8 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
 # --- the threaded twins against the serial loops -----------------------------------------
 
 def _kernels():
-    from mpigrad.kernels.compiled import (activations, attention, clip, dropout, indexing,
-                                          normalization, optim, recurrent, softmax)
+    from mpigrad.kernels.compiled import (activations, attention, clip, dropout, elementwise,
+                                          indexing, normalization, optim, recurrent, softmax)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(1001) * 3
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -30.0, 30.0]
@@ -202,6 +202,9 @@ def _kernels():
     for name in ("gelu_backward_f32", "gelu_tanh_backward", "silu_backward"):
         cases.append((getattr(activations, name),
                       lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
+    cases.append((elementwise.relu, lambda: [x.astype(f32), np.empty(x.size, f32)]))
+    cases.append((elementwise.relu_backward,
+                  lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
     cases.append((activations.gelu_f64, lambda: [x, np.empty(x.size)]))
     cases.append((activations.gelu_backward_f64, lambda: [g, x, np.empty(x.size)]))
     for name in ("softmax", "log_softmax"):

@@ -11,6 +11,7 @@ for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "
     NUMPY.register(_name, forward=getattr(conv, _name))
 for _name in ("sigmoid", "erf"):
     NUMPY.register(_name, forward=getattr(elementwise, _name))
+NUMPY.register("relu", forward=elementwise.relu, backward=elementwise.relu_backward)
 for _name in ("logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
 for _name in ("softmax", "log_softmax", "cross_entropy"):

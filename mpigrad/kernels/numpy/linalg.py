@@ -7,6 +7,8 @@ numpy's matmul runs a (B, T, K) @ (K, N) product as B GEMMs of T rows; folded in
 """
 import numpy as np
 
+from ..threads import matmul
+
 
 def as_matrix(x):
     """x (..., K) as a (rows, K) matrix (an array or a Tensor): a view when its batch
@@ -16,7 +18,8 @@ def as_matrix(x):
 
 def linear_backward(needs, g, ans, x, weight, bias):
     rows = as_matrix(g)
-    grad_x = np.matmul(rows, weight).reshape(x.shape) if needs[0] else None
-    grad_weight = np.matmul(rows.T, as_matrix(x)) if needs[1] else None
+    # threads.matmul: small products on one BLAS thread (see there)
+    grad_x = matmul(rows, weight).reshape(x.shape) if needs[0] else None
+    grad_weight = matmul(rows.T, as_matrix(x)) if needs[1] else None
     grad_bias = rows.sum(0) if needs[2] else None
     return grad_x, grad_weight, grad_bias
