@@ -1,7 +1,8 @@
 """scaled_dot_product_attention block by block (flash attention's scheme): no (B, H, L, S)
 array is ever written whole, forward or backward.
 
-The inputs are 4-d and contiguous: q (B, H, L, E) already multiplied by the scale (so no
+The inputs are 4-d, C-contiguous and writeable (the op makes them so; any other layout
+would compile the loops again): q (B, H, L, E) already multiplied by the scale (so no
 pass over a tile scales its scores, forward or backward), k (B, Hk, S, E), v (B, Hk, S, Ev),
 query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H otherwise).
 `mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where it broadcasts.
@@ -11,8 +12,9 @@ from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps it
 maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
 the maximum grows. A tile is held transposed, keys x queries: a query's maximum and sum then
 run down a column, in vector lanes across queries, where along a row each was a chain of
-dependent scalar steps (GPT's (16, 4, 64, 32) causal forward: 1.0 -> 0.7 ms, float32). Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L, in
-float64) are written.
+dependent scalar steps (GPT's (16, 4, 64, 32) causal forward: 1.0 -> 0.7 ms, float32).
+Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L, in float64) are
+written.
 
 Backward recomputes each tile's probabilities from the log-sum-exp (p = exp(s - lse)), and
 with D = rowsum(dO * O) (the same as rowsum(dP * P), dropout or not):
@@ -199,7 +201,7 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
                 x = float(column[r])
                 new_top[r] = x if x > new_top[r] else new_top[r]  # skips a nan
         for r in range(nq):
-            if new_top[r] == -np.inf:  # every key so far masked, or nan beside them
+            if new_top[r] == -np.inf:  # no score above -inf so far: nan if one is nan
                 new_top[r] = _nan_or_inf(s[:, r])
             # exp(-inf - (-inf)) would be nan; the accumulators hold zeros until then
             rescale[r] = 0.0 if top[r] == -np.inf else exp(top[r] - new_top[r])
