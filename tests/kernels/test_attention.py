@@ -143,6 +143,24 @@ def test_non_contiguous_inputs(tiles, dtype):
     check(run(F.scaled_dot_product_attention), run(_theirs()), arrays, dtype)
 
 
+def test_the_loops_get_only_c_contiguous_writeable_arrays(monkeypatch):
+    # Another layout (q, k, v sliced from a packed qkv as in a GPT) or a read-only array
+    # compiles the loops once more, seconds a signature, and np.dot copies strided tiles.
+    loops = kernel.loops("attention")
+    seen = []
+    for name in ("forward", "backward"):
+        def spy(*args, original=getattr(loops, name)):
+            seen.extend(a for a in args if isinstance(a, np.ndarray))
+            return original(*args)
+        monkeypatch.setattr(loops, name, spy)
+    packed = mg.tensor(_data((2, 9, 3, 3, 4), 0), requires_grad=True)
+    q, k, v = (packed[:, :, i].transpose(1, 2) for i in range(3))
+    mask = mg.tensor(_data((9, 9), 1), requires_grad=True)
+    F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+    assert len(seen) > 10
+    assert all(a.flags.c_contiguous and a.flags.writeable for a in seen)
+
+
 def test_the_output_is_contiguous_as_torchs():
     q, k, v = (mg.tensor(_data(s, i)) for i, s in enumerate(SHAPES["L<S"]))
     out = F.scaled_dot_product_attention(q, k, v)

@@ -2,7 +2,9 @@
 of an (N, C, S) array, forward and backward: each row's or channel's statistics in float64,
 then one write per element. A forward writes the statistics its backward needs (mean and
 rstd per row, or per channel), and the backward reads them rather than computing them from x
-again. `weight` and `bias` hold ones / zeros when absent.
+again. `weight` and `bias` hold ones / zeros when absent. A LayerNorm or RMSNorm row is
+short (a GPT's 128 features), so its sums are added in vector lanes (`lanes_jit`); with one
+scalar addition per element they took twice torch's time.
 
 Threads (see _threads.py) take whole rows (LayerNorm, RMSNorm) or whole channels (BatchNorm),
 each computed as on one thread. The weight and bias gradients of LayerNorm and RMSNorm sum
@@ -12,41 +14,40 @@ import math
 
 from numba import prange
 
-from ._math import jit, row_sum
+from ._math import jit, lanes_jit, row_sum
 from ._threads import parallel
 
 _COLUMNS = 64  # columns per block of the weight-gradient pass
 
 
-@jit
-def _moments(x, r):
-    """The row's mean and (biased) variance, each sum in four interleaved partial sums (a
-    fixed order, the same run to run): one chain of dependent additions would bound the
-    loop by their latency, four times torch's LayerNorm time."""
-    row = x[r]
-    d = row.shape[0]
-    mean = row_sum(row) / d
-    a = b = e = f = 0.0
-    whole = d - d % 4
-    for c in range(0, whole, 4):
-        a += (float(row[c]) - mean) ** 2
-        b += (float(row[c + 1]) - mean) ** 2
-        e += (float(row[c + 2]) - mean) ** 2
-        f += (float(row[c + 3]) - mean) ** 2
-    for c in range(whole, d):
-        a += (float(row[c]) - mean) ** 2
-    return mean, ((a + b) + (e + f)) / d
+@lanes_jit
+def _sum(row):
+    total = 0.0
+    for c in range(row.shape[0]):
+        total += float(row[c])
+    return total
+
+
+@lanes_jit
+def _squared_deviations_sum(row, mu):
+    total = 0.0
+    for c in range(row.shape[0]):
+        total += (float(row[c]) - mu) ** 2
+    return total
 
 
 @parallel()
 def layer_norm(x, weight, bias, eps, out, mean, rstd):
+    d = x.shape[1]
     for r in prange(x.shape[0]):
-        mu, var = _moments(x, r)
-        inv = 1.0 / math.sqrt(var + eps)
+        row = x[r]
+        mu = _sum(row) / d
+        inv = 1.0 / math.sqrt(_squared_deviations_sum(row, mu) / d + eps)
         mean[r] = mu
         rstd[r] = inv
-        for c in range(x.shape[1]):
-            out[r, c] = (float(x[r, c]) - mu) * inv * float(weight[c]) + float(bias[c])
+        out_row = out[r]
+        for c in range(d):
+            out_row[c] = (float(row[c]) - mu) * inv * float(weight[c]) + float(bias[c])
 
 
 @parallel()
@@ -75,32 +76,16 @@ def _affine_grads(g, x, mean, rstd, dweight, dbias):
                     block_dbias[c] += float(g_row[c])
 
 
-@jit
-def _gw_sums(g, x, weight, r, mu, inv):
-    """sum_c g w and sum_c g w xhat over the row, in four interleaved partial sums each (as
-    _moments)."""
-    d = x.shape[1]
-    s0 = s1 = s2 = s3 = 0.0
-    t0 = t1 = t2 = t3 = 0.0
-    whole = d - d % 4
-    for c in range(0, whole, 4):
-        gw0 = float(g[r, c]) * float(weight[c])
-        gw1 = float(g[r, c + 1]) * float(weight[c + 1])
-        gw2 = float(g[r, c + 2]) * float(weight[c + 2])
-        gw3 = float(g[r, c + 3]) * float(weight[c + 3])
-        s0 += gw0
-        s1 += gw1
-        s2 += gw2
-        s3 += gw3
-        t0 += gw0 * ((float(x[r, c]) - mu) * inv)
-        t1 += gw1 * ((float(x[r, c + 1]) - mu) * inv)
-        t2 += gw2 * ((float(x[r, c + 2]) - mu) * inv)
-        t3 += gw3 * ((float(x[r, c + 3]) - mu) * inv)
-    for c in range(whole, d):
-        gw = float(g[r, c]) * float(weight[c])
-        s0 += gw
-        t0 += gw * ((float(x[r, c]) - mu) * inv)
-    return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
+@lanes_jit
+def _gw_sums(g_row, x_row, weight, mu, inv):
+    """sum_c g w and sum_c g w xhat over a row, xhat = (x - mu) inv."""
+    sum_gw = 0.0
+    sum_gw_xhat = 0.0
+    for c in range(x_row.shape[0]):
+        gw = float(g_row[c]) * float(weight[c])
+        sum_gw += gw
+        sum_gw_xhat += gw * ((float(x_row[c]) - mu) * inv)
+    return sum_gw, sum_gw_xhat
 
 
 @parallel()
@@ -109,12 +94,15 @@ def _layer_norm_dx(g, x, weight, mean, rstd, dx):
     for r in prange(x.shape[0]):
         mu = mean[r]
         inv = rstd[r]
-        sum_gw, sum_gw_xhat = _gw_sums(g, x, weight, r, mu, inv)
+        g_row = g[r]
+        x_row = x[r]
+        sum_gw, sum_gw_xhat = _gw_sums(g_row, x_row, weight, mu, inv)
         mean_gw = sum_gw / d
         mean_gw_xhat = sum_gw_xhat / d
+        dx_row = dx[r]
         for c in range(d):
-            xhat = (float(x[r, c]) - mu) * inv
-            dx[r, c] = inv * (float(g[r, c]) * float(weight[c]) - mean_gw - xhat * mean_gw_xhat)
+            xhat = (float(x_row[c]) - mu) * inv
+            dx_row[c] = inv * (float(g_row[c]) * float(weight[c]) - mean_gw - xhat * mean_gw_xhat)
 
 
 def layer_norm_backward(g, x, weight, mean, rstd, dx, dweight, dbias):
@@ -128,14 +116,12 @@ def layer_norm_backward(g, x, weight, mean, rstd, dx, dweight, dbias):
 def rms_norm(x, weight, eps, out, rrms):
     d = x.shape[1]
     for r in prange(x.shape[0]):
-        total = 0.0
-        for c in range(d):
-            v = float(x[r, c])
-            total += v * v
-        inv = 1.0 / math.sqrt(total / d + eps)
+        row = x[r]
+        inv = 1.0 / math.sqrt(_squared_deviations_sum(row, 0.0) / d + eps)
         rrms[r] = inv
+        out_row = out[r]
         for c in range(d):
-            out[r, c] = float(x[r, c]) * inv * float(weight[c])
+            out_row[c] = float(row[c]) * inv * float(weight[c])
 
 
 @parallel()
@@ -143,13 +129,13 @@ def _rms_norm_dx(g, x, weight, rrms, dx):
     d = x.shape[1]
     for r in prange(x.shape[0]):
         inv = rrms[r]
-        sum_gw_xhat = 0.0
+        g_row = g[r]
+        x_row = x[r]
+        mean_gw_xhat = _gw_sums(g_row, x_row, weight, 0.0, inv)[1] / d
+        dx_row = dx[r]
         for c in range(d):
-            sum_gw_xhat += float(g[r, c]) * float(weight[c]) * (float(x[r, c]) * inv)
-        mean_gw_xhat = sum_gw_xhat / d
-        for c in range(d):
-            xhat = float(x[r, c]) * inv
-            dx[r, c] = inv * (float(g[r, c]) * float(weight[c]) - xhat * mean_gw_xhat)
+            xhat = float(x_row[c]) * inv
+            dx_row[c] = inv * (float(g_row[c]) * float(weight[c]) - xhat * mean_gw_xhat)
 
 
 def rms_norm_backward(g, x, weight, rrms, dx, dweight):
@@ -161,7 +147,8 @@ def rms_norm_backward(g, x, weight, rrms, dx, dweight):
 
 @jit
 def _squared_deviations(row, mu):
-    """sum (row - mu)**2 in float64, in four interleaved partial sums (as _moments)."""
+    """sum (row - mu)**2 in float64, in four interleaved partial sums (a fixed order, the
+    same run to run): one chain of dependent additions is bound by their latency."""
     a = b = e = f = 0.0
     n = row.shape[0]
     whole = n - n % 4
@@ -205,7 +192,7 @@ def batch_norm(x, weight, bias, eps, out, mean, invstd, var):
 @jit
 def _gradient_sums(g, x, mu, inv):
     """sum g and sum g xhat over a run of one channel, xhat = (x - mu) inv, in four
-    interleaved partial sums each (as _moments)."""
+    interleaved partial sums each (as _squared_deviations)."""
     s0 = s1 = s2 = s3 = 0.0
     t0 = t1 = t2 = t3 = 0.0
     n = x.shape[0]

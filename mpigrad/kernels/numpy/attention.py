@@ -32,17 +32,25 @@ def _dropout(dropout_p, seed):
     return dropout_p > 0, np.uint64(seed), np.uint64(threshold), drop_scale
 
 
+def _loop_input(x, dtype):
+    """x as the loops take every array: C-contiguous and writeable (numba types a read-only
+    array apart), in `dtype`. Each other layout compiled the loops once more (2-5 s a
+    signature), and numba's np.dot copied the tiles of a strided operand on every call."""
+    return np.require(x, dtype, ("C", "W"))
+
+
 def _arrays(query, key, value, mask, scale):
-    """The loops' inputs: contiguous, in the compute dtype, q times the scale."""
+    """The loops' inputs (see _loop_input), q times the scale (in C order: numpy's default
+    keeps a strided query's layout, e.g. q sliced from a packed qkv)."""
     dtype = compute_dtype(query.dtype)
-    q = np.multiply(query, dtype(scale), dtype=dtype)
-    k, v = (np.ascontiguousarray(x, dtype) for x in (key, value))
+    q = np.multiply(query, dtype(scale), dtype=dtype, order="C")
+    k, v = (_loop_input(x, dtype) for x in (key, value))
     if mask is None:
         padding = _NO_MASK.get(dtype)
         if padding is None:
             padding = _NO_MASK[dtype] = np.zeros((1, 1, 1, 1), dtype)
         return q, k, v, padding, False
-    return q, k, v, np.ascontiguousarray(mask, dtype), True
+    return q, k, v, _loop_input(mask, dtype), True
 
 
 def _output_shape(query, value):
@@ -67,8 +75,8 @@ def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dr
     mask_grad = np.zeros(mask_array.shape if wants_mask else (0, 0, 0, 0))
     loops("attention").backward(q, k, v, mask_array, has_mask, causal, scale,
                                 *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K,
-                                np.ascontiguousarray(ans, q.dtype), kept,
-                                np.ascontiguousarray(g, q.dtype), mask_grad, *grads)
+                                _loop_input(ans, q.dtype), kept, _loop_input(g, q.dtype),
+                                mask_grad, *grads)
     grads = [result(gi, x.dtype) if need else None
              for gi, x, need in zip(grads, (query, key, value), needs)]
     return (*grads, result(mask_grad, mask.dtype) if wants_mask else None)
