@@ -158,6 +158,7 @@ def gru_step(xg, gh, bias, h_prev, in_float64, out):
     (n, size); out (n, 5 size) receives [h, r, z, n, hidden_n] with hidden_n = gh_n + bias_n,
     n = tanh(xg_n + r hidden_n), h = n + z (h_prev - n)."""
     size = h_prev.shape[1]
+    candidates = np.empty((xg.shape[0], size))  # each row's n, before it is stored
     for r in prange(xg.shape[0]):
         x, h, row = xg[r], gh[r], out[r]
         for j in (0, 1):  # r, z
@@ -168,7 +169,7 @@ def gru_step(xg, gh, bias, h_prev, in_float64, out):
         h_n, b_n, x_n = h[2 * size:], bias[2 * size:], x[2 * size:]
         for k in range(size):
             hidden_n[k] = float(h_n[k]) + float(b_n[k])
-        n = np.empty(size)
+        n = candidates[r]
         for k in range(size):
             n[k] = float(x_n[k]) + float(reset[k]) * float(hidden_n[k])
         _tanh_into(n, n, in_float64)
@@ -186,16 +187,16 @@ def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
     d_h z). Writes the gradients of the input and hidden projections' parts d_xg and d_gh
     (n, 3 size), and replaces carry_z with this step's d_h z."""
     size = h_prev.shape[1]
+    scratch = np.empty((g.shape[0], 2, size))  # d_h and d_n of each row
     for r in prange(g.shape[0]):
         row, hp = ans[r], h_prev[r]
         reset, update, n, hidden_n = (row[size:2 * size], row[2 * size:3 * size],
                                       row[3 * size:4 * size], row[4 * size:])
         gr, mm, zc = g[r], carry_mm[r], carry_z[r]
         xr, hr = d_xg[r], d_gh[r]
-        d_h = np.empty(size)
+        d_h, d_n = scratch[r, 0], scratch[r, 1]
         for k in range(size):
             d_h[k] = float(gr[k]) + float(mm[k]) + float(zc[k])
-        d_n = np.empty(size)
         for k in range(size):
             nk = float(n[k])
             d_n[k] = d_h[k] * (1.0 - float(update[k])) * (1.0 - nk * nk)
