@@ -93,3 +93,48 @@ def test_per_step_products_cut_in_column_blocks_match_torch(name, monkeypatch):
         np.testing.assert_allclose(dict(ours.named_parameters())[pname].grad.numpy(),
                                    parameter.grad.numpy(), **TOLERANCE[np.float64],
                                    err_msg=pname)
+
+
+def _ulps(values, exact):
+    """|values - exact| in float32 ulps of the exact value (those of the smallest normal
+    float32 where it is subnormal)."""
+    tiny = np.finfo(np.float32).tiny
+    ulp = np.spacing(np.maximum(np.abs(exact), tiny).astype(np.float32)).astype(np.float64)
+    return np.abs(values.astype(np.float64) - exact) / ulp
+
+
+def test_float32_gates_keep_torchs_float32_accuracy():
+    """The float32 LSTM step computes its sigmoids and tanhs in float32 arithmetic. Over
+    [-12, 12) in windows of width 1/2, each gate's largest error against float64 is at most
+    torch.sigmoid's / torch.tanh's own there, or 2 float32 ulps; tanh keeps its relative
+    precision near 0 (where 1 - 2 / (e^2u + 1) cancels), and +-inf saturate."""
+    from mpigrad.kernels.numpy.recurrent import lstm_step
+    windows, size = 48, 200
+    sweep = np.linspace(-12, 12, windows * 1000, endpoint=False).astype(np.float32)
+    small = np.float32(10) ** np.linspace(-30, -1, 798, dtype=np.float32)
+    sweep = np.concatenate([sweep, small, [np.inf, -np.inf]]).astype(np.float32)
+    sweep = np.concatenate([sweep, -sweep[windows * 1000:]])
+    pre = sweep.reshape(-1, size)  # rows of the step
+    rows = pre.shape[0]
+    zeros = np.zeros((rows, 4 * size), np.float32)
+    out = np.empty((rows, 6 * size), np.float32)
+    # Every gate's pre-activation is the sweep; the previous cell is 0 (c = i g).
+    lstm_step(np.tile(pre, 4), zeros, np.zeros(4 * size, np.float32),
+              np.zeros((rows, 2 * size), np.float32), out)
+    exact = torch.tensor(sweep, dtype=torch.float64)
+    for columns, function in ((slice(2 * size, 3 * size), torch.sigmoid),
+                              (slice(4 * size, 5 * size), torch.tanh)):
+        ours = out[:, columns].reshape(-1)
+        reference = function(exact).numpy()
+        theirs = function(torch.tensor(sweep)).numpy()
+        ours_worst = _ulps(ours, reference)[:windows * 1000].reshape(windows, -1).max(1)
+        torch_worst = _ulps(theirs, reference)[:windows * 1000].reshape(windows, -1).max(1)
+        assert not (ours_worst > np.maximum(torch_worst, 2)).any(), (ours_worst, torch_worst)
+        assert (_ulps(ours, reference)[windows * 1000:] <= 2).all()  # small |u|, +-inf
+    # tanh of the cell: i = 0, f = 1 and o = 1 (pre-activations -100, 100, 100), so
+    # h = tanh(c_prev), c_prev being the sweep.
+    gates = np.concatenate([np.full((rows, size), value, np.float32)
+                            for value in (-100, 100, 0, 100)], 1)
+    lstm_step(gates, zeros, np.zeros(4 * size, np.float32),
+              np.concatenate([np.zeros((rows, size), np.float32), pre], 1), out)
+    assert (_ulps(out[:, :size].reshape(-1), torch.tanh(exact).numpy()) <= 2).all()

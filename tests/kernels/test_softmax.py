@@ -107,3 +107,29 @@ def test_softmax_family_gradcheck_and_gradgradcheck(name):
     x = mg.tensor(_scores((3, 5)) / 4, requires_grad=True)
     assert gradcheck(lambda x: getattr(F, name)(x, 1), (x,))
     assert gradgradcheck(lambda x: getattr(F, name)(x, 1), (x,))
+
+
+def test_float32_cross_entropy_keeps_torchs_float32_accuracy():
+    """float32 cross-entropy takes its exponentials in float32 arithmetic, as torch does: per
+    row, its loss and gradient are no further from the float64 values than torch's float32
+    ones are (twice their largest error, or a few float32 ulps of the row's largest entry),
+    over the word LM's class count and scores of a wide range."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((64, 1000)) * np.linspace(0.1, 30, 64)[:, None]).astype(np.float32)
+    target = rng.integers(0, 1000, 64)
+    g = rng.standard_normal(64).astype(np.float32)
+    exact_x = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    exact = TF.cross_entropy(exact_x, torch.tensor(target), reduction="none")
+    exact.backward(torch.tensor(g, dtype=torch.float64))
+    errors = {}
+    for lib, functional in ((mg, F), (torch, TF)):
+        scores = lib.tensor(x, requires_grad=True)
+        loss = functional.cross_entropy(scores, lib.tensor(target), reduction="none")
+        loss.backward(lib.tensor(g))
+        assert loss.dtype == lib.float32 and scores.grad.dtype == lib.float32
+        errors[lib] = (np.abs(loss.detach().numpy() - exact.detach().numpy()),
+                       np.abs(scores.grad.numpy() - exact_x.grad.numpy()).max(1))
+    ulp = np.spacing(np.float32(1))
+    for ours, theirs, scale in zip(errors[mg], errors[torch],
+                                   (exact.detach().numpy(), np.abs(g))):
+        assert (ours <= np.maximum(2 * theirs, 4 * ulp * np.maximum(np.abs(scale), 1))).all()

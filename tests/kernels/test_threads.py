@@ -214,14 +214,14 @@ def _kernels():
         cases.append((getattr(softmax, name), lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
                                                         np.empty(rows.shape, f32)]))
     log_sum_exp = np.empty(37), np.empty(37)  # what the backward reads
-    softmax.cross_entropy(rows.astype(f32), target, weight.astype(f32), -100, 0.1,
+    softmax.cross_entropy(rows.astype(f32), target, weight.astype(f32), -100, 0.1, False,
                           np.empty(37, f32), *log_sum_exp)
     cases.append((softmax.cross_entropy, lambda: [rows.astype(f32), target, weight.astype(f32),
-                                                  -100, 0.1, np.empty(37, f32), np.empty(37),
-                                                  np.empty(37)]))
+                                                  -100, 0.1, False, np.empty(37, f32),
+                                                  np.empty(37), np.empty(37)]))
     cases.append((softmax.cross_entropy_backward,
                   lambda: [grow.astype(f32), rows.astype(f32), target, weight.astype(f32), -100,
-                           0.1, *log_sum_exp, np.empty(rows.shape, f32)]))
+                           0.1, False, *log_sum_exp, np.empty(rows.shape, f32)]))
     cases.append((recurrent.lstm_step, lambda: [a.astype(f32) for a in gates[:2]]
                   + [bias[:44].astype(f32), state.astype(f32), False,
                      np.empty((23, 6 * 11), f32)]))

@@ -48,7 +48,8 @@ def cross_entropy(x, target, weight, ignore_index, label_smoothing):
     log_sum_exp = (np.empty(x.shape[0]), np.empty(x.shape[0]))
     loops("softmax").cross_entropy(np.ascontiguousarray(x, dtype), flat(target, np.int64),
                                    _class_weight(weight, x.shape[1], dtype), ignore_index,
-                                   float(label_smoothing), out, *log_sum_exp)
+                                   float(label_smoothing), dtype == np.float64, out,
+                                   *log_sum_exp)
     return out.astype(x.dtype, copy=False), log_sum_exp
 
 
@@ -59,5 +60,5 @@ def cross_entropy_backward(needs, g, ans, x, target, weight, ignore_index, label
     loops("softmax").cross_entropy_backward(
         flat(g, dtype), np.ascontiguousarray(x, dtype), flat(target, np.int64),
         _class_weight(weight, x.shape[1], dtype), ignore_index, float(label_smoothing),
-        *kept, out)
+        dtype == np.float64, *kept, out)
     return (out.astype(x.dtype, copy=False),)
