@@ -36,6 +36,7 @@ class _Rounds(Future):
         self._bucket, self._what, self._steps = bucket, what, steps
         self._round = 0
         self._work = None
+        self._progressing = False
         self._earlier = bucket.rounds_in_flight
         self._earlier[:] = [f for f in self._earlier if not f._completed]
         self._earlier.append(self)
@@ -44,7 +45,8 @@ class _Rounds(Future):
     def _may_start_next_round(self, block):
         """Whether every earlier bucket has started the round this one is about to start
         (or finished); with `block`, drives them until they have."""
-        for earlier in self._earlier:
+        # A copy: driving an earlier bucket may finish it, which takes it off the list.
+        for earlier in tuple(self._earlier):
             if earlier is self:
                 return True
             while not earlier._completed and earlier._round <= self._round:
@@ -79,14 +81,23 @@ class _Rounds(Future):
             self.set_exception(exception)
 
     def _progress(self, block):
-        while not self._completed:
-            if block:
-                self._work._progress(block=True)
-            elif not self._work.done():
-                return
-            if self._work.exception() is not None:
-                self._finish(None, self._work.exception())
-                return
-            if not self._may_start_next_round(block):
-                return
-            self._advance()
+        # Driving an earlier bucket runs its completion callbacks, and one may ask this
+        # Future again (the Reducer polls every bucket): that inner call must not advance
+        # the generator under this loop, which would start a round twice or finish twice.
+        if self._progressing:
+            return
+        self._progressing = True
+        try:
+            while not self._completed:
+                if block:
+                    self._work._progress(block=True)
+                elif not self._work.done():
+                    return
+                if self._work.exception() is not None:
+                    self._finish(None, self._work.exception())
+                    return
+                if not self._may_start_next_round(block):
+                    return
+                self._advance()
+        finally:
+            self._progressing = False
