@@ -46,7 +46,7 @@ failed=0
 # skipped (under MPI each rank reports the same lines: identical ones are counted once), so a
 # skip for something not installed stands out among the expected ones.
 skip_reasons() {
-    grep -oE 'SKIPPED \[[0-9]+\] [^ ]+: .*$' "$1" | sort -u \
+    grep -aoE 'SKIPPED \[[0-9]+\] [^ ]+: .*$' "$1" | sort -u \
         | sed -E 's/^SKIPPED \[([0-9]+)\] [^ ]+: (.*)$/\1\t\2/' \
         | awk -F'\t' '{n[$2] += $1} END {for (r in n) printf "%7d  %s\n", n[r], r}' \
         | sort -rn
@@ -55,7 +55,7 @@ skip_reasons() {
 # slowest LOGFILE: the 15 slowest test phases of pytest's --durations report (every rank's).
 slowest() {
     # sed: under MPI another rank's banner can run on at the end of the line.
-    grep -oE '^[0-9]+\.[0-9]+s (call|setup|teardown) +.*$' "$1" | sed -E 's/ ?={3,}.*$//' \
+    grep -aoE '^[0-9]+\.[0-9]+s (call|setup|teardown) +.*$' "$1" | sed -E 's/ ?={3,}.*$//' \
         | sort -rn -k1,1 | head -15
 }
 
@@ -63,7 +63,7 @@ slowest() {
 # (each rank prints its own under MPI; ranks that disagree show as several, "a | b").
 counts() {
     local lines
-    lines=$(grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed|warnings?)(, [0-9]+ [a-z]+)* in [0-9.]+s' "$1" \
+    lines=$(grep -aoE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed|warnings?)(, [0-9]+ [a-z]+)* in [0-9.]+s' "$1" \
         | sed -E 's/ in [0-9.]+s$//' | sort -u | paste -sd ';' | sed 's/;/ | /g')
     echo "${lines:-no pytest summary}"
 }
@@ -88,7 +88,7 @@ step() {
         *)       outcome="FAILED (exit $status)" ;;
     esac
     # Under MPI every non-MPI test is skipped; a pass where nothing ran proves nothing.
-    if [[ $status == 0 && $mpi == yes ]] && ! grep -qE '[0-9]+ passed' "$log"; then
+    if [[ $status == 0 && $mpi == yes ]] && ! grep -aqE '[0-9]+ passed' "$log"; then
         outcome="FAILED (no MPI test ran)"
         status=1
     fi
@@ -129,7 +129,7 @@ for i in "${!names[@]}"; do
     printf '  %-9s %s\n' "${names[$i]}" "${results[$i]}"
     if [[ ${results[$i]} != passed* ]]; then
         # Not anchored at the line start: another rank's output may precede it.
-        grep -oE '(FAILED|ERROR) [^ ]+( - .*)?$' "${logfiles[$i]}" | sort -u | sed 's/^/      /'
+        grep -aoE '(FAILED|ERROR) [^ ]+( - .*)?$' "${logfiles[$i]}" | sort -u | sed 's/^/      /'
     fi
     echo "    skipped, by reason:"
     skip_reasons "${logfiles[$i]}" | sed 's/^/    /'
