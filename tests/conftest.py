@@ -4,7 +4,7 @@ tests/distributed/ddp), and how they run under MPI.
 Every test in tests/distributed runs twice in `tests/run.sh`: serially (a world of one,
 `python -m pytest`) and on 2 and 3 ranks (`mpiexec -n 2|3 python -m pytest --only-mpi`).
 pytest-mpi's `--only-mpi` runs only tests marked `mpi`, so the hook below marks every test
-there `mpi` under MPI; a test writes `mpi(min_size=k)` itself only when it needs k ranks, and
+there `mpi` under MPI (and deselects every test left unmarked); a test writes `mpi(min_size=k)` itself only when it needs k ranks, and
 `mpi_skip` when it launches its own MPI jobs in a subprocess (those run in the serial step
 only). A module there whose tests would all stay out of the MPI steps is a collection error,
 so a multi-rank check cannot silently become a world-of-one check again.
@@ -47,6 +47,12 @@ def pytest_collection_modifyitems(config, items):
             for item in module_items:
                 if _runs_on_several_ranks(item) and item.get_closest_marker("mpi") is None:
                     item.add_marker(pytest.mark.mpi)
+        # Deselected, not skipped as pytest-mpi would: reporting some 5,800 skips took each
+        # rank about 12 s of an MPI step.
+        serial = [item for item in items if item.get_closest_marker("mpi") is None]
+        if serial:
+            config.hook.pytest_deselected(items=serial)
+            items[:] = [item for item in items if item.get_closest_marker("mpi") is not None]
 
 
 # `process_group` (the default group, started once per session) is the fixture of mpigrad's

@@ -101,9 +101,9 @@ step() {
 }
 
 # --only-mpi and not --with-mpi: with pytest-mpi 0.6, --with-mpi runs every test on every
-# rank, and it wins when both are given; --only-mpi runs the MPI-marked tests, skips the rest.
-# -rfEs: failures, errors and skips (the summary below counts the skips by reason, so the
-# ~1000 serial tests that the MPI steps skip become one line).
+# rank, and it wins when both are given; --only-mpi runs the MPI-marked tests (tests/conftest.py
+# deselects the rest). -rfEs: failures, errors and skips (the summary below counts the skips
+# by reason).
 #
 # The serial step (no MPI) runs on one pytest-xdist worker per core, up to four (the test
 # extra installs xdist; MPIGRAD_TEST_WORKERS=1 runs it in this one process). A module stays

@@ -1,5 +1,5 @@
 """mpigrad's pytest plugin, on test files run under their own mpiexec (so serial only: these
-tests are not MPI-marked, and under --only-mpi they are skipped).
+tests are not MPI-marked, and the MPI steps deselect them).
 
 Each run's ranks write their reports to `--mpi-logs`, read here rank by rank: the ranks'
 console output interleaves."""
