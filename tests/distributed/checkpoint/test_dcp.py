@@ -2,6 +2,7 @@
 through the shard files, resharding to other splits and to whole tensors, and the errors a
 damaged checkpoint or mismatched state dicts raise on every rank."""
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,11 +22,13 @@ from ._states import flat_shard, model, sharded_state, train_step, trained
 
 @pytest.fixture
 def shared_dir():
-    """A directory every rank sees (rank 0's temporary one)."""
+    """A directory every rank sees (rank 0's temporary one), removed once every rank is done."""
     holder = [tempfile.mkdtemp(prefix="dcp-") if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(holder)
     yield holder[0]
     dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(holder[0])
 
 
 def fresh_target(rank, world):
