@@ -122,9 +122,13 @@ def matmul(a, b):
     return named(out, "UnsafeViewBackward0", a, b) if a.ndim > 2 else out
 
 
-# Weight size (elements) from which linear's forward multiplies by W untransposed: below it the
-# extra copy costs more than the faster kernel saves (measured with OpenBLAS, 1 thread).
-_TRANSPOSED_GEMM_FROM = 1 << 18
+def _transposed_gemm_pays(rows, out_features):
+    """Whether linear's forward should multiply W @ x^T and copy the result back to row-major.
+    OpenBLAS (one thread) runs that 10-45% faster than x @ W^T for 8 to 64 rows and outputs of
+    128 or more (the MLP's (64, 1024) x (1024, 1024): 0.77x); from 128 rows on it is slower
+    (GPT-2's (1024, 768) x (768, 3072): 1.43x, a word LM's 700-row decoder: 1.2-1.9x), and
+    below 8 rows or 128 outputs the copy costs more than the kernel saves."""
+    return 8 <= rows <= 64 and out_features >= 128
 
 
 def _linear_forward(x, weight, bias):
@@ -135,9 +139,7 @@ def _linear_forward(x, weight, bias):
         # (200, 1000) took 6.5 ms against 3.1 ms as one (700, 200) product
         return _linear_forward(as_matrix(x), weight, bias).reshape(*x.shape[:-1],
                                                                    weight.shape[0])
-    if x.ndim == 2 and weight.size >= _TRANSPOSED_GEMM_FROM:
-        # OpenBLAS runs W @ x^T (no transposed operand) well above x @ W^T's speed for wide
-        # layers; copying the small (out, batch) result back to row-major costs far less.
+    if x.ndim == 2 and _transposed_gemm_pays(x.shape[0], weight.shape[0]):
         out = np.empty((x.shape[0], weight.shape[0]), dtype=np.result_type(x, weight))
         transposed = threads.matmul(weight, x.T).T
         if bias is None:

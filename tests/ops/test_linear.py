@@ -22,8 +22,8 @@ CASES = [((5, 7), 3, True), ((1, 7), 4, False), ((6, 9), 11, True), ((2, 3, 7), 
 @pytest.fixture(params=["transposed", "plain"])
 def kernel(request, monkeypatch):
     """Force one forward kernel for every size."""
-    monkeypatch.setattr(arithmetic, "_TRANSPOSED_GEMM_FROM",
-                        0 if request.param == "transposed" else np.inf)
+    monkeypatch.setattr(arithmetic, "_transposed_gemm_pays",
+                        lambda rows, out_features: request.param == "transposed")
     return request.param
 
 
