@@ -30,6 +30,7 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
+from ..kernels.numpy.linalg import column_sums
 from ..kernels.numpy.recurrent import (StepProduct, compute_dtype, gru_backward_step, gru_step,
                                        lstm_backward_step, lstm_step)
 from ..tensor import Tensor
@@ -373,7 +374,7 @@ def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, rev
             d_pre[rows] += extra[0][rows]
         hidden_product(d_pre[rows], carry[:n, :hidden])
     grads = [d_pre, carry, d_pre.T @ prev[:, :hidden] if needs[2] else None,
-             d_pre.sum(0) if b_hh is not None and needs[3] else None]
+             column_sums(d_pre) if b_hh is not None and needs[3] else None]
     if w_hr is not None:
         h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
         grads.append(d_out.T @ h_raw if needs[4] else None)
@@ -399,7 +400,7 @@ def _gru_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reve
             d_gh[rows] += extra[1][rows]
         hidden_product(d_gh[rows], carry_mm[:n])
     grads = [d_xg, carry_mm + carry_z, d_gh.T @ h_prev if needs[2] else None,
-             d_gh.sum(0) if b_hh is not None and needs[3] else None]
+             column_sums(d_gh) if b_hh is not None and needs[3] else None]
     return [None if grad is None else Tensor.wrap(grad) for grad in grads]
 
 

@@ -16,10 +16,17 @@ def as_matrix(x):
     return x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)), x.shape[-1])
 
 
+def column_sums(rows):
+    """rows (M, N) summed over its rows, as a product with ones: BLAS's GEMV takes 0.3-0.5 of
+    numpy's row-by-row reduction (a GPT layer's (1024, 384) bias gradient: 24 us against 55),
+    adding each column's rows in the same order."""
+    return np.matmul(np.ones(rows.shape[0], rows.dtype), rows)
+
+
 def linear_backward(needs, g, ans, x, weight, bias):
     rows = as_matrix(g)
     # threads.matmul: small products on one BLAS thread (see there)
     grad_x = matmul(rows, weight).reshape(x.shape) if needs[0] else None
     grad_weight = matmul(rows.T, as_matrix(x)) if needs[1] else None
-    grad_bias = rows.sum(0) if needs[2] else None
+    grad_bias = column_sums(rows) if needs[2] else None
     return grad_x, grad_weight, grad_bias
