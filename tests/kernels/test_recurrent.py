@@ -107,12 +107,13 @@ def test_float32_gates_keep_torchs_float32_accuracy():
     """The float32 LSTM step computes its sigmoids and tanhs in float32 arithmetic. Over
     [-12, 12) in windows of width 1/2, each gate's largest error against float64 is at most
     torch.sigmoid's / torch.tanh's own there, or 2 float32 ulps; tanh keeps its relative
-    precision near 0 (where 1 - 2 / (e^2u + 1) cancels), and +-inf saturate."""
+    precision near 0 (where 1 - 2 / (e^2u + 1) cancels) and the sign of a zero, and +-inf
+    saturate."""
     from mpigrad.kernels.numpy.recurrent import lstm_step
     windows, size = 48, 200
     sweep = np.linspace(-12, 12, windows * 1000, endpoint=False).astype(np.float32)
-    small = np.float32(10) ** np.linspace(-30, -1, 798, dtype=np.float32)
-    sweep = np.concatenate([sweep, small, [np.inf, -np.inf]]).astype(np.float32)
+    small = np.float32(10) ** np.linspace(-30, -1, 797, dtype=np.float32)
+    sweep = np.concatenate([sweep, small, [0.0, np.inf, -np.inf]]).astype(np.float32)
     sweep = np.concatenate([sweep, -sweep[windows * 1000:]])
     pre = sweep.reshape(-1, size)  # rows of the step
     rows = pre.shape[0]
@@ -138,3 +139,8 @@ def test_float32_gates_keep_torchs_float32_accuracy():
     lstm_step(gates, zeros, np.zeros(4 * size, np.float32),
               np.concatenate([np.zeros((rows, size), np.float32), pre], 1), out)
     assert (_ulps(out[:, :size].reshape(-1), torch.tanh(exact).numpy()) <= 2).all()
+    # The sign of a zero (the gates' sums above turn -0 into +0, as torch's do): tanh's own.
+    from mpigrad.kernels.compiled.recurrent import _tanh_into
+    signed = np.empty_like(sweep)
+    _tanh_into(signed, sweep, False)
+    np.testing.assert_array_equal(np.signbit(signed), np.signbit(torch.tanh(torch.tensor(sweep))))

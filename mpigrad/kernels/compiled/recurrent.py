@@ -46,7 +46,8 @@ def tanh_f32(u):
     p = p * v + _TANH_CENTRE[2]
     p = p * v + _TANH_CENTRE[1]
     p = p * v + _TANH_CENTRE[0]
-    centre = u + u * v * p
+    # copysign: at u = -0, u v p is +0 (p(0) < 0) and -0 + +0 rounds to +0; tanh(-0) is -0
+    centre = math.copysign(u + u * v * p, u)
     a = abs(u)
     outer = _ONE_F32 - _TWO_F32 / (exp_f32(_TWO_F32 * a) + _ONE_F32)
     outer = outer if u >= np.float32(0.0) else -outer
