@@ -63,59 +63,56 @@ def _printed(results):
     return sorted(" ".join(line.split()) for _, out, _ in results for line in out.splitlines())
 
 
-def _torch_script(tmp_path):
-    text = re.sub(r"^.*# torch: (.*)$", r"\1", SCRIPT.read_text(), flags=re.M)
-    path = tmp_path / "init_methods_torch.py"
-    path.write_text(text)
-    return path
-
-
-# PyTorch's ranks, forked from one process that imported torch: started separately, each would
-# import it again (2 s of CPU per rank). Each rank still runs the whole script, as a process of
-# its own, with its own arguments; its output is written at once, so that the ranks' lines,
-# which share one pipe, do not interleave.
-FORKED_RANKS = """
+SIZES = [2, 3]
+# PyTorch's worlds of each size in SIZES, one after the other, their ranks forked from one
+# process that imported torch: started separately, each rank would import it again (2 s of
+# CPU each). Each rank still runs the whole script, as a process of its own, with its own
+# arguments; its output is written at once, so that the ranks' lines, which share one pipe,
+# do not interleave.
+FORKED_WORLDS = """
 import contextlib, io, os, runpy, sys, traceback
 import torch
-script, url, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ranks = []
-for rank in range(size):
-    pid = os.fork()
-    if pid == 0:
-        sys.argv, code, printed = [script, url, str(rank), str(size)], 0, io.StringIO()
-        try:
-            with contextlib.redirect_stdout(printed):
-                runpy.run_path(script, run_name="__main__")
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        os.write(1, printed.getvalue().encode())
-        os._exit(code)
-    ranks.append(pid)
-sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in ranks))
+script, worlds = sys.argv[1], sys.argv[2:]
+for url, size in zip(worlds[::2], map(int, worlds[1::2])):
+    ranks = []
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:
+            sys.argv, code, printed = [script, url, str(rank), str(size)], 0, io.StringIO()
+            try:
+                with contextlib.redirect_stdout(printed):
+                    runpy.run_path(script, run_name="__main__")
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os.write(1, printed.getvalue().encode())
+            os._exit(code)
+        ranks.append(pid)
+    if any(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in ranks):
+        sys.exit(f"a rank of the world of {size} failed")
 """
 
-_torch_printed = {}
 
-
-def _torch_printed_by(method, size, tmp_path):
-    """What PyTorch's processes print, run once per world size: the lines depend on the size
-    only, so the first method to ask (tcp, in the order below) answers for both."""
-    if size not in _torch_printed:
-        url = _url(method, tmp_path, "theirs")
-        theirs = finish(_start([["-c", FORKED_RANKS, str(_torch_script(tmp_path)), url,
-                                 str(size)]], launcher_free_environment(), cwd=tmp_path),
-                        timeout=300)
-        for code, _, err in theirs:
-            assert code == 0, err
-        _torch_printed[size] = _printed(theirs)
-    return _torch_printed[size]
+@pytest.fixture(scope="module")
+def torch_printed(tmp_path_factory):
+    """{size: what PyTorch's processes print}, over tcp://: the lines depend on the size only,
+    so they answer for both methods."""
+    directory = tmp_path_factory.mktemp("torch")
+    script = directory / "init_methods_torch.py"
+    script.write_text(re.sub(r"^.*# torch: (.*)$", r"\1", SCRIPT.read_text(), flags=re.M))
+    worlds = [argument for size in SIZES for argument in (_url("tcp", directory, ""), str(size))]
+    [(code, out, err)] = finish(_start([["-c", FORKED_WORLDS, str(script), *worlds]],
+                                       launcher_free_environment(), cwd=directory), timeout=300)
+    assert code == 0, err
+    lines = _printed([(code, out, err)])
+    return {size: [line for line in lines if f" of {size} " in line] for size in SIZES}
 
 
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("method", ["tcp", "file"])
-def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path):
+def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path,
+                                                                  request):
     url = _url(method, tmp_path, "ours")
     results = finish(_start([[str(SCRIPT), url, str(rank), str(size)] for rank in range(size)],
                              launcher_free_environment()), timeout=120)
@@ -125,7 +122,7 @@ def test_separately_started_processes_form_one_world_as_in_torch(method, size, t
     assert _printed(results) == [f"Rank {rank} of {size} has data tensor({total}.)"
                                  for rank in range(size)]
     pytest.importorskip("torch")
-    assert _printed(results) == _torch_printed_by(method, size, tmp_path)
+    assert _printed(results) == request.getfixturevalue("torch_printed")[size]
 
 
 @pytest.mark.mpi_skip
