@@ -57,7 +57,9 @@ The line parser (`parse`) and reader (`LineReader`) raise only `ProtocolError` f
 and the PMI command handler (`Server.answer`) answers any parsed line with one line, `rc=-1
 msg=...` for what it refuses. It exits, quietly, when every rank's control connection has
 ended; at once when the job is aborted or a rank crashed; or when not every rank has said
-hello within TIMEOUT seconds (then the ranks that did are told why).
+hello within TIMEOUT seconds (then the ranks that did are told why); each time once the
+notices that ended the job are sent, and LINGER_SECONDS later. Its accept loop waits for a
+connection or for a change of the job's state, never for a clock.
 
 Only the standard library: it runs in a fresh interpreter, without importing mpigrad or MPI.
 """
