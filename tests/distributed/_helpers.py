@@ -1,5 +1,7 @@
 """Inputs, comparisons and process handling shared by the communication-layer tests."""
 import subprocess
+import threading
+import time
 
 import numpy as np
 
@@ -67,3 +69,30 @@ def finish(processes, timeout=120):
         results.append((process.returncode, out, err))
     return results
 
+
+
+def finish_together(jobs, timeout=120):
+    """`finish` for jobs started side by side, `{name: processes}`, waited for together:
+    `{name: (results, seconds from this call until the job's last process ended)}`. On a
+    timeout every process of every job is killed and the timeout raised."""
+    start = time.monotonic()
+    outcomes = {}
+
+    def wait(name, processes):
+        try:
+            outcomes[name] = finish(processes, timeout), time.monotonic() - start
+        except BaseException as error:  # handed over to the caller's thread
+            outcomes[name] = error
+
+    waiters = [threading.Thread(target=wait, args=job) for job in jobs.items()]
+    for waiter in waiters:
+        waiter.start()
+    for waiter in waiters:
+        waiter.join()
+    failures = [outcome for outcome in outcomes.values() if isinstance(outcome, BaseException)]
+    if failures:
+        for processes in jobs.values():
+            for process in processes:
+                process.kill()
+        raise failures[0]
+    return outcomes

@@ -57,7 +57,9 @@ The line parser (`parse`) and reader (`LineReader`) raise only `ProtocolError` f
 and the PMI command handler (`Server.answer`) answers any parsed line with one line, `rc=-1
 msg=...` for what it refuses. It exits, quietly, when every rank's control connection has
 ended; at once when the job is aborted or a rank crashed; or when not every rank has said
-hello within TIMEOUT seconds (then the ranks that did are told why).
+hello within TIMEOUT seconds (then the ranks that did are told why); each time once the
+notices that ended the job are sent, and LINGER_SECONDS later. Its accept loop waits for a
+connection or for a change of the job's state, never for a clock.
 
 Only the standard library: it runs in a fresh interpreter, without importing mpigrad or MPI.
 """
@@ -66,6 +68,7 @@ import hmac
 import os
 import re
 import secrets
+import selectors
 import socket
 import sys
 import threading
@@ -82,6 +85,8 @@ KVSNAME_MAX, KEYLEN_MAX, VALLEN_MAX = 256, 256, 1024
 MAX_LINE = KVSNAME_MAX + KEYLEN_MAX + VALLEN_MAX + 512
 FIRST_LINE_SECONDS = 10.0
 MAX_PENDING = 32
+# How long the process outlives its job (see `main`); nobody waits for it.
+LINGER_SECONDS = 1.0
 # MPICH publishes a handful of keys per rank (its business card, a few per node).
 MAX_KEYS_PER_RANK = 64
 
@@ -202,6 +207,20 @@ class Server:
         self.gone = set()         # ranks whose control connection has ended
         self.aborted = None
         self.pending = threading.BoundedSemaphore(MAX_PENDING)
+        self.sending = 0          # notices decided under the lock and not yet sent
+        # Written to at every change of the job's state, so that `run`, waiting for a
+        # connection, sees it at once instead of at its next look.
+        self.wakeup_reader, self.wakeup_writer = socket.socketpair()
+        self.wakeup_writer.setblocking(False)
+
+    def changed(self):
+        """Wake every thread waiting for the job's state, `run` among them. Called with the
+        lock held."""
+        self.lock.notify_all()
+        try:
+            self.wakeup_writer.send(b"\0")
+        except BlockingIOError:
+            pass  # wake-ups are pending already
 
     # ------------------------------------------------------------------ first lines
     def serve(self, conn):
@@ -284,7 +303,7 @@ class Server:
                 self.hosts[rank] = fields.get("host", "")
                 self.controls[rank] = conn
                 self.nonces[rank] = fields.get("nonce", "")
-                self.lock.notify_all()
+                self.changed()
                 targets = dict(self.controls) if len(self.hosts) == self.size else {}
         if reason is not None:
             self.refuse_all(reason, extra=conn)
@@ -300,10 +319,10 @@ class Server:
         message = f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n"
         with self.lock:
             self.refused = reason
-            self.lock.notify_all()
+            self.changed()
             targets = list(self.controls.values()) + ([extra] if extra is not None else [])
-        for conn in targets:
-            _send(conn, message)
+            self.sending += 1
+        self.send_notice(targets, message)
 
     def abort(self, code, rank, itself=False):
         """Tell every other rank to exit, and `rank` too if `itself`: MPI_Abort waits for the
@@ -319,10 +338,21 @@ class Server:
             if unless_over and (self.aborted is not None or self.refused is not None):
                 return
             self.aborted = code
-            self.lock.notify_all()
+            self.changed()
             targets = [conn for r, conn in self.controls.items() if r != spare]
-        for conn in targets:
-            _send(conn, notice + "\n")
+            self.sending += 1
+        self.send_notice(targets, notice + "\n")
+
+    def send_notice(self, targets, message):
+        """Send a notice that ends the job, counted in `sending` under the lock when it was
+        decided (and sent outside it): `run` returns only once it is out."""
+        try:
+            for conn in targets:
+                _send(conn, message)
+        finally:
+            with self.lock:
+                self.sending -= 1
+                self.changed()
 
     def exited(self, rank):
         """A rank's process ended: after its goodbye, a normal exit; otherwise, or if the
@@ -331,7 +361,7 @@ class Server:
         with self.lock:
             self.controls.pop(rank, None)
             self.gone.add(rank)
-            self.lock.notify_all()
+            self.changed()
             culprit = rank if rank not in self.leaving else self.stranded()
         if culprit is not None:
             self.crashed(culprit)
@@ -355,7 +385,7 @@ class Server:
                         and rank not in self.pmi_ranks and self.refused is None)
             if accepted:
                 self.pmi_ranks.add(rank)
-                self.lock.notify_all()
+                self.changed()
         if not accepted:
             _send(conn, "cmd=mpigrad_refused reason=not_a_rank_without_a_PMI_connection\n")
             conn.close()
@@ -378,7 +408,7 @@ class Server:
             conn.close()
         finally:
             with self.lock:
-                self.lock.notify_all()
+                self.changed()
 
     def answer(self, rank, fields):
         """The reply line to rank `rank`'s PMI command `fields` (parsed, `abort` aside)."""
@@ -448,7 +478,7 @@ class Server:
             if len(self.barrier_ranks) == self.size:
                 self.barrier_ranks.clear()
                 self.barrier_generation += 1
-                self.lock.notify_all()
+                self.changed()
             stranded = self.stranded()
         if stranded is not None:
             self.crashed(stranded)
@@ -462,37 +492,55 @@ class Server:
 
     # ------------------------------------------------------------------ listening
     def run(self, listener):
-        """Accept connections until the job is over; returns the process's exit code."""
+        """Accept connections until the job is over; returns the process's exit code once
+        the notices that ended it have been sent. Woken by each connection and each change
+        of the job's state (`changed`), never by a clock but the joining deadline."""
         deadline = time.monotonic() + self.timeout
-        listener.settimeout(0.5)
-        while not self.finished():
-            with self.lock:
-                complete = len(self.hosts) == self.size
-                connected = len(self.pmi_ranks) == self.size
-                refused = self.refused is not None
-            if refused:
-                time.sleep(1.0)  # the refusal reaches the ranks before their connections close
-                return 1
-            if not complete and time.monotonic() > deadline:
+        code = 0
+        listener.setblocking(False)
+        with selectors.DefaultSelector() as selector:
+            selector.register(listener, selectors.EVENT_READ)
+            selector.register(self.wakeup_reader, selectors.EVENT_READ)
+            while not self.finished():
                 with self.lock:
-                    missing = [r for r in range(self.size) if r not in self.hosts]
-                self.refuse_all(f"ranks {missing} did not join within {self.timeout:g} seconds")
-                continue
-            if connected:
-                listener.close()  # every rank has all it needs: nothing new may come in
-                with self.lock:
-                    self.lock.wait(0.5)
-                continue
-            try:
-                conn, _ = listener.accept()
-            except socket.timeout:
-                continue
-            if not self.pending.acquire(blocking=False):
-                conn.close()  # too many strangers at once: a rank that meets this retries
-                continue
-            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
-        time.sleep(0.5)  # let the last answers and abort notices leave
-        return 0
+                    complete = len(self.hosts) == self.size
+                    connected = len(self.pmi_ranks) == self.size
+                    refused = self.refused is not None
+                if refused:
+                    code = 1
+                    break
+                if not complete and time.monotonic() > deadline:
+                    with self.lock:
+                        missing = [r for r in range(self.size) if r not in self.hosts]
+                    self.refuse_all(f"ranks {missing} did not join within {self.timeout:g} "
+                                    "seconds")
+                    continue
+                if connected and listener.fileno() != -1:
+                    # Every rank has all it needs: nothing new may come in.
+                    selector.unregister(listener)
+                    listener.close()
+                waiting = None if complete else max(deadline - time.monotonic(), 0)
+                for key, _ in selector.select(waiting):
+                    if key.fileobj is listener:
+                        self.accept(listener)
+                    else:
+                        self.wakeup_reader.recv(4096)
+        with self.lock:
+            while self.sending:
+                self.lock.wait()
+        return code
+
+    def accept(self, listener):
+        """Serve a waiting connection in a thread of its own, within MAX_PENDING."""
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return  # the client gave up before it was accepted
+        conn.setblocking(True)
+        if not self.pending.acquire(blocking=False):
+            conn.close()  # too many strangers at once: a rank that meets this retries
+            return
+        threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
 
 
 def listen(host, port):
@@ -517,7 +565,11 @@ def main(host, port, size, timeout):
         print(f"error: cannot listen on {host}:{port}: {error}", flush=True)
         return 1
     print(f"ready {listener.getsockname()[1]}", flush=True)
-    return Server(size, timeout, os.environ.pop(SECRET_ENV, "")).run(listener)
+    code = Server(size, timeout, os.environ.pop(SECRET_ENV, "")).run(listener)
+    # The last notices are sent, but may still be on their way (to another host): the
+    # process's exit, closing the connections, must not overtake them.
+    time.sleep(LINGER_SECONDS)
+    return code
 
 
 if __name__ == "__main__":

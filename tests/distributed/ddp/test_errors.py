@@ -257,29 +257,42 @@ def test_scenarios_finish_under_timeout(scenario, scenarios_job):
     assert returncode == 0, output
 
 
-def _run_job_losing_a_rank(scenario):
-    """Run `scenario` on 3 ranks under `timeout`; returns the result and the pids of its
-    processes still alive afterwards (killed here, so a failure leaves nothing behind)."""
-    marker = f"mpigrad-test-{uuid.uuid4().hex}"  # finds this job's processes afterwards
+@pytest.fixture(scope="module")
+def jobs_losing_a_rank():
+    """The 3-rank jobs whose last rank stops or dies, each under `timeout`, started side by
+    side: most of each job is its other ranks waiting out the group's timeout. {scenario:
+    (the finished job, the pids of its processes still alive afterwards)}; those are killed
+    here, so a failure leaves nothing behind."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    env = job_environment()
+    scenarios = ["stop_mid_backward", "kill_mid_backward", "stop_while_summing"]
+    # A marker on each job's command line finds its processes afterwards.
+    markers = {scenario: f"mpigrad-test-{uuid.uuid4().hex}" for scenario in scenarios}
+    jobs = {scenario: subprocess.Popen(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
+                                        sys.executable, os.path.join(HERE, "scenarios.py"),
+                                        scenario, marker], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, env=job_environment())
+            for scenario, marker in markers.items()}
+    finished = {}
     try:
-        result = subprocess.run(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
-                                 sys.executable, os.path.join(HERE, "scenarios.py"), scenario,
-                                 marker], capture_output=True, text=True, env=env)
+        for scenario, job in jobs.items():
+            out, err = job.communicate()
+            finished[scenario] = subprocess.CompletedProcess(job.args, job.returncode, out, err)
     finally:
-        # After a grace period: the launcher may return while the ranks it killed still exit.
-        leftovers = survivors(marker)
-        kill(leftovers)
-    return result, leftovers
+        leftovers = {}
+        for scenario, marker in markers.items():
+            # After a grace period: the launcher may return while the ranks it killed still
+            # exit.
+            leftovers[scenario] = survivors(marker)
+            kill(leftovers[scenario])
+    return {scenario: (finished[scenario], leftovers[scenario]) for scenario in scenarios}
 
 
 @pytest.mark.mpi_skip  # launches its own MPI job
-def test_rank_stopped_mid_backward_ends_the_job_through_the_watchdog():
+def test_rank_stopped_mid_backward_ends_the_job_through_the_watchdog(jobs_losing_a_rank):
     """The last of 3 ranks is stopped (SIGSTOP) in the middle of DDP's backward. The others
     wait for it in the end-of-backward agreement until the group's timeout (5 s), then the
     watchdog aborts the job naming the operation and the rank; nothing is left running."""
-    result, leftovers = _run_job_losing_a_rank("stop_mid_backward")
+    result, leftovers = jobs_losing_a_rank["stop_mid_backward"]
     output = result.stdout + result.stderr
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert all(f"READY {rank}" in result.stdout for rank in range(3)), output
@@ -293,10 +306,10 @@ def test_rank_stopped_mid_backward_ends_the_job_through_the_watchdog():
 
 
 @pytest.mark.mpi_skip  # launches its own MPI job
-def test_rank_killed_mid_backward_ends_the_job():
+def test_rank_killed_mid_backward_ends_the_job(jobs_losing_a_rank):
     """The last of 3 ranks dies (SIGKILL) mid-backward: the job ends (the launcher notices the
     death, or else the watchdog after the group's timeout) and leaves nothing running."""
-    result, leftovers = _run_job_losing_a_rank("kill_mid_backward")
+    result, leftovers = jobs_losing_a_rank["kill_mid_backward"]
     output = result.stdout + result.stderr
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert "backward finished without rank" not in output
@@ -304,12 +317,13 @@ def test_rank_killed_mid_backward_ends_the_job():
 
 
 @pytest.mark.mpi_skip  # launches its own MPI job
-def test_rank_stopped_while_summing_shared_buckets_ends_the_job_through_the_watchdog():
+def test_rank_stopped_while_summing_shared_buckets_ends_the_job_through_the_watchdog(
+        jobs_losing_a_rank):
     """The last of 3 ranks stops (SIGSTOP) after the end-of-backward agreement, about to sum
     its slice of a shared bucket: the others wait on its flags in shared memory, not in an
     MPI call, and the watchdog still aborts the job at the group's timeout (5 s), naming the
     reduction they wait for and the rank that does not answer; nothing is left running."""
-    result, leftovers = _run_job_losing_a_rank("stop_while_summing")
+    result, leftovers = jobs_losing_a_rank["stop_while_summing"]
     output = result.stdout + result.stderr
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert all(f"READY {rank}" in result.stdout for rank in range(3)), output

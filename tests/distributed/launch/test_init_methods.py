@@ -17,7 +17,7 @@ import pytest
 from mpigrad.distributed.launch import rendezvous
 
 from .._environment import launcher_free_environment
-from .._helpers import finish
+from .._helpers import finish, finish_together
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE.parent / "tutorial" / "init_methods.py"
@@ -63,34 +63,56 @@ def _printed(results):
     return sorted(" ".join(line.split()) for _, out, _ in results for line in out.splitlines())
 
 
-def _torch_script(tmp_path):
-    text = re.sub(r"^.*# torch: (.*)$", r"\1", SCRIPT.read_text(), flags=re.M)
-    path = tmp_path / "init_methods_torch.py"
-    path.write_text(text)
-    return path
+SIZES = [2, 3]
+# PyTorch's worlds of each size in SIZES, one after the other, their ranks forked from one
+# process that imported torch: started separately, each rank would import it again (2 s of
+# CPU each). Each rank still runs the whole script, as a process of its own, with its own
+# arguments; its output is written at once, so that the ranks' lines, which share one pipe,
+# do not interleave.
+FORKED_WORLDS = """
+import contextlib, io, os, runpy, sys, traceback
+import torch
+script, worlds = sys.argv[1], sys.argv[2:]
+for url, size in zip(worlds[::2], map(int, worlds[1::2])):
+    ranks = []
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:
+            sys.argv, code, printed = [script, url, str(rank), str(size)], 0, io.StringIO()
+            try:
+                with contextlib.redirect_stdout(printed):
+                    runpy.run_path(script, run_name="__main__")
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os.write(1, printed.getvalue().encode())
+            os._exit(code)
+        ranks.append(pid)
+    if any(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in ranks):
+        sys.exit(f"a rank of the world of {size} failed")
+"""
 
 
-_torch_printed = {}
-
-
-def _torch_printed_by(method, size, tmp_path):
-    """What PyTorch's processes print, run once per world size: the lines depend on the size
-    only, so the first method to ask (tcp, in the order below) answers for both."""
-    if size not in _torch_printed:
-        script, url = _torch_script(tmp_path), _url(method, tmp_path, "theirs")
-        theirs = finish(_start([[str(script), url, str(rank), str(size)]
-                                for rank in range(size)],
-                               launcher_free_environment(), cwd=tmp_path), timeout=300)
-        for code, _, err in theirs:
-            assert code == 0, err
-        _torch_printed[size] = _printed(theirs)
-    return _torch_printed[size]
+@pytest.fixture(scope="module")
+def torch_printed(tmp_path_factory):
+    """{size: what PyTorch's processes print}, over tcp://: the lines depend on the size only,
+    so they answer for both methods."""
+    directory = tmp_path_factory.mktemp("torch")
+    script = directory / "init_methods_torch.py"
+    script.write_text(re.sub(r"^.*# torch: (.*)$", r"\1", SCRIPT.read_text(), flags=re.M))
+    worlds = [argument for size in SIZES for argument in (_url("tcp", directory, ""), str(size))]
+    [(code, out, err)] = finish(_start([["-c", FORKED_WORLDS, str(script), *worlds]],
+                                       launcher_free_environment(), cwd=directory), timeout=300)
+    assert code == 0, err
+    lines = _printed([(code, out, err)])
+    return {size: [line for line in lines if f" of {size} " in line] for size in SIZES}
 
 
 @pytest.mark.mpi_skip
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("method", ["tcp", "file"])
-def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path):
+def test_separately_started_processes_form_one_world_as_in_torch(method, size, tmp_path,
+                                                                  request):
     url = _url(method, tmp_path, "ours")
     results = finish(_start([[str(SCRIPT), url, str(rank), str(size)] for rank in range(size)],
                              launcher_free_environment()), timeout=120)
@@ -100,7 +122,7 @@ def test_separately_started_processes_form_one_world_as_in_torch(method, size, t
     assert _printed(results) == [f"Rank {rank} of {size} has data tensor({total}.)"
                                  for rank in range(size)]
     pytest.importorskip("torch")
-    assert _printed(results) == _torch_printed_by(method, size, tmp_path)
+    assert _printed(results) == request.getfixturevalue("torch_printed")[size]
 
 
 @pytest.mark.mpi_skip
@@ -138,36 +160,54 @@ def test_a_stale_file_from_a_killed_job_does_not_stop_the_next(tmp_path):
     assert not path.exists()
 
 
+MISSING_TIMEOUT = 5  # seconds: time for the ranks that are there to start on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def incomplete_worlds(tmp_path_factory):
+    """The jobs that wait out a rendezvous timeout, started side by side (each mostly waits):
+    3-rank worlds with a rank missing, `(method, missing rank)`, and a rank 0 whose partner
+    never comes, "timeout". {job: (its URL, its results, how long it took)}."""
+    directory = tmp_path_factory.mktemp("meetings")
+    environment = launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=MISSING_TIMEOUT)
+    urls, jobs = {}, {}
+    for method in ("tcp", "file"):
+        for missing in (0, 2):
+            urls[method, missing] = url = _url(method, directory, f"meeting-{missing}")
+            jobs[method, missing] = _start([[str(SCRIPT), url, str(rank), "3"]
+                                            for rank in range(3) if rank != missing],
+                                           environment)
+    code = ("import datetime, mpigrad.distributed as dist\n"
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
+            "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
+    jobs["timeout"] = _start([["-c", code]], launcher_free_environment())
+    return {job: (urls.get(job), results, took)
+            for job, (results, took) in finish_together(jobs, timeout=90).items()}
+
+
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("missing", [0, 2])
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,
-                                                                            tmp_path):
-    url = _url(method, tmp_path, "meeting")
-    start = time.monotonic()
-    results = finish(_start([[str(SCRIPT), url, str(rank), "3"] for rank in range(3)
-                              if rank != missing], launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=3)),
-                      timeout=60)
-    assert time.monotonic() - start < 20
+                                                                            incomplete_worlds):
+    url, results, took = incomplete_worlds[method, missing]
+    assert took < 40  # the job's own deadline ended it, not the default of 120 s
+    within = f"within {MISSING_TIMEOUT} seconds"
     for code, out, err in results:
         assert code != 0 and "has data" not in out
-        assert "within 3 seconds" in err
+        assert within in err
         if missing == 2:
-            assert "ranks [2] did not join within 3 seconds" in err
+            assert f"ranks [2] did not join {within}" in err
         elif method == "tcp":
-            assert f"no rendezvous server at {url[len('tcp://'):]} within 3 seconds" in err
+            assert f"no rendezvous server at {url[len('tcp://'):]} {within}" in err
         else:
             assert "rank 0 did not write" in err
 
 
 @pytest.mark.mpi_skip
-def test_init_process_group_timeout_bounds_the_rendezvous():
-    code = ("import datetime, mpigrad.distributed as dist\n"
-            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
-            "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
-    start = time.monotonic()
-    [(returncode, out, err)] = finish(_start([["-c", code]], launcher_free_environment()), timeout=60)
-    assert time.monotonic() - start < 15
+def test_init_process_group_timeout_bounds_the_rendezvous(incomplete_worlds):
+    _, [(returncode, out, err)], took = incomplete_worlds["timeout"]
+    assert took < 40
     assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
 
 

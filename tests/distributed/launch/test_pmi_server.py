@@ -410,6 +410,38 @@ def test_a_rank_gone_after_its_goodbye_but_awaited_in_a_barrier_crashed(server, 
 
 
 @pytest.mark.mpi_skip
+def test_the_server_returns_once_the_job_is_over_and_its_notices_are_out(monkeypatch):
+    # Nothing in `run` polls: the abort wakes it although its joining deadline is an hour
+    # away, and it returns only once the abort's notice has gone to every rank.
+    listener = pmi_server.listen("127.0.0.1", 0)
+    server = Server(2, 3600, SECRET)
+    server.address = ("127.0.0.1", listener.getsockname()[1])
+    returned = threading.Event()
+    thread = threading.Thread(target=lambda: (server.run(listener), returned.set()),
+                              daemon=True)
+    thread.start()
+    controls = _check_in_all(server)
+    sending, go_on = threading.Event(), threading.Event()
+    send = pmi_server._send
+
+    def held_send(conn, text):
+        sending.set()
+        go_on.wait(60)
+        send(conn, text)
+
+    monkeypatch.setattr(pmi_server, "_send", held_send)
+    threading.Thread(target=server.abort, args=("3", -1), daemon=True).start()
+    assert sending.wait(60)
+    assert not returned.wait(0.5), "run returned before the abort's notice was sent"
+    go_on.set()
+    thread.join(60)
+    assert returned.is_set()
+    for conn in controls.values():
+        assert _next_line(conn) == b"cmd=mpigrad_abort code=3 rank=-1"
+        conn.close()
+
+
+@pytest.mark.mpi_skip
 def test_a_rank_does_not_talk_to_a_server_without_the_secret():
     listener = pmi_server.listen("127.0.0.1", 0)
 
