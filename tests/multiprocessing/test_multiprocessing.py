@@ -2,7 +2,7 @@
 fn(i, *args); a child's exception, signal or exit code reaches the parent as torch's exception
 within seconds, with the other children ended and no process left; join=False returns the
 context. Then the DDP tutorial's `mp.spawn(demo_basic, ...)` at 2 and 3 processes forms one
-world and prints what PyTorch prints.
+world and prints what PyTorch prints (PyTorch's own run made once, at 3 processes).
 
 The children run functions of this module, so its top level stays light (no MPI)."""
 import multiprocessing
