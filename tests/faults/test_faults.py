@@ -5,6 +5,11 @@ group's timeout there is 4 s, stall reports come after 1 s), never in a hang (ea
 under `timeout`), and leave no process behind. The checkpoint faults (every truncation and
 bit flip of a file, kill -9 during saves) are in tests/serialization/test_serialization.py and
 tests/jobs/test_train_job.py.
+
+Each scenario must end its own job (most abort it), so each test has a job of its own; the
+jobs of the tests selected run side by side, a few at a time (a module fixture starts them on
+first use), since most of a job's time is its ranks waiting: for a timeout, a stall report, a
+departed rank to be noticed.
 """
 import re
 import shutil
@@ -12,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,9 +29,52 @@ SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
 HANG = 124  # timeout's exit status: the job hung
 WITHIN_SECONDS = 10
+# Jobs at once: each rank costs about 1 s of CPU and waits for the rest of its job's few
+# seconds, so on two cores four jobs keep them busy without slowing each other's ends (the
+# tests bound the time from the fault to the end).
+JOBS_AT_ONCE = 4
+# Their jobs last the group's timeout: started first, the others fill the wait.
+WAIT_FOR_THE_TIMEOUT = ("stall_in_collective", "stall_in_ddp_constructor", "stall_in_backward",
+                        "uneven_data_without_join")
 
 pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)"),
               pytest.mark.parametrize("ranks", [2, 3])]
+
+
+def runs(name, min_ranks=2):
+    """Names the scenario the decorated test runs (tests parametrized by `scenario` name it
+    there); `min_ranks`: the test skips its smaller worlds, which get no job."""
+    def named(test):
+        test.scenario, test.min_ranks = name, min_ranks
+        return test
+    return named
+
+
+def _job_of(item):
+    """(scenario, ranks) of a collected test of this module, or None when it runs no job."""
+    params = item.callspec.params
+    name = params.get("scenario", getattr(item.function, "scenario", None))
+    if name is None or params["ranks"] < getattr(item.function, "min_ranks", 2):
+        return None
+    return name, params["ranks"]
+
+
+@pytest.fixture(scope="module")
+def jobs(request):
+    """The jobs of this module's selected tests, started side by side on first use:
+    {(scenario, ranks): future of run(scenario, ranks)}."""
+    wanted = {_job_of(item) for item in request.session.items if item.module is request.module}
+    wanted.discard(None)
+    order = sorted(wanted, key=lambda job: (job[0] not in WAIT_FOR_THE_TIMEOUT, job))
+    with ThreadPoolExecutor(max_workers=JOBS_AT_ONCE) as pool:
+        yield {job: pool.submit(run, *job) for job in order}
+
+
+@pytest.fixture
+def job(request, jobs):
+    """This test's job, once it has ended: (exit status, output, seconds from the fault to
+    the end)."""
+    return jobs[_job_of(request.node)].result()
 
 
 def run(scenario, ranks):
@@ -48,8 +97,9 @@ def run(scenario, ranks):
     return result.returncode, output, ended - float(fault.group(1))
 
 
-def test_exception_inside_backward_caught_then_step_keeps_every_rank_in_line(ranks):
-    status, output, seconds = run("exception_in_backward_caught", ranks)
+@runs("exception_in_backward_caught")
+def test_exception_inside_backward_caught_then_step_keeps_every_rank_in_line(job, ranks):
+    status, output, seconds = job
     assert status == 0, output
     for r in range(ranks):
         assert (f"[rank {r}] step 2: RuntimeError: DistributedDataParallel: the backward pass "
@@ -63,16 +113,17 @@ def test_exception_inside_backward_caught_then_step_keeps_every_rank_in_line(ran
 @pytest.mark.parametrize("scenario, raised", [
     ("exception_in_backward", "ValueError: injected fault in backward"),
     ("exception_outside_backward", "ValueError: injected fault between steps")])
-def test_an_uncaught_exception_on_one_rank_aborts_the_job(ranks, scenario, raised):
-    status, output, seconds = run(scenario, ranks)
+def test_an_uncaught_exception_on_one_rank_aborts_the_job(job, ranks, scenario, raised):
+    status, output, seconds = job
     assert status != 0
     assert f"[rank 1] uncaught exception on rank 1 of {ranks}; aborting the MPI job" in output
     assert f"[rank 1] {raised}" in output
     assert seconds < WITHIN_SECONDS
 
 
-def test_mismatched_collectives_are_an_error_on_every_rank(ranks):
-    status, output, seconds = run("mismatched_collectives", ranks)
+@runs("mismatched_collectives")
+def test_mismatched_collectives_are_an_error_on_every_rank(job, ranks):
+    status, output, seconds = job
     assert status != 0
     expected = ("all_reduce on ranks 0, 2; broadcast on rank 1" if ranks == 3
                 else "all_reduce on rank 0; broadcast on rank 1")
@@ -80,8 +131,9 @@ def test_mismatched_collectives_are_an_error_on_every_rank(ranks):
     assert seconds < WITHIN_SECONDS
 
 
-def test_a_killed_rank_ends_the_job(ranks):
-    status, output, seconds = run("sigkill", ranks)
+@runs("sigkill")
+def test_a_killed_rank_ends_the_job(job, ranks):
+    status, output, seconds = job
     assert status != 0
     assert "KILLED" in output.upper() or "signal 9" in output, output
     assert seconds < WITHIN_SECONDS
@@ -91,8 +143,8 @@ def test_a_killed_rank_ends_the_job(ranks):
     ("sys_exit", "the check before all_reduce #2"),
     ("return_from_main", "DistributedDataParallel: the end-of-backward agreement on launched "
                          "buckets #3")])
-def test_a_rank_that_leaves_early_ends_the_job_naming_it(ranks, scenario, waiting_in):
-    status, output, seconds = run(scenario, ranks)
+def test_a_rank_that_leaves_early_ends_the_job_naming_it(job, ranks, scenario, waiting_in):
+    status, output, seconds = job
     assert status != 0
     # The first rank to abort ends the job, maybe before the others have printed.
     assert re.search(r"\[rank [02]\] mpigrad.distributed: rank 1 has left the job \(its "
@@ -102,17 +154,19 @@ def test_a_rank_that_leaves_early_ends_the_job_naming_it(ranks, scenario, waitin
     assert seconds < WITHIN_SECONDS
 
 
-def test_point_to_point_messages_go_on_after_an_uninvolved_rank_left(ranks):
+@runs("messages_after_one_left", min_ranks=3)
+def test_point_to_point_messages_go_on_after_an_uninvolved_rank_left(jobs, ranks):
     if ranks == 2:
         pytest.skip("on 2 ranks every pair involves the rank that leaves")
-    status, output, seconds = run("messages_after_one_left", ranks)
+    status, output, seconds = jobs["messages_after_one_left", ranks].result()
     assert status == 0, output
     assert "has left the job" not in output
     assert all(f"[rank {r}] END messages_after_one_left" in output for r in range(ranks))
 
 
-def test_a_receive_from_a_rank_that_left_ends_the_job_naming_it(ranks):
-    status, output, seconds = run("recv_from_one_that_left", ranks)
+@runs("recv_from_one_that_left")
+def test_a_receive_from_a_rank_that_left_ends_the_job_naming_it(job, ranks):
+    status, output, seconds = job
     assert status != 0
     # The departure, not the timeout, ends the job (the timeout would name no departure).
     assert re.search(r"\[rank [02]\] mpigrad.distributed: rank 1 has left the job .* while this "
@@ -122,16 +176,18 @@ def test_a_receive_from_a_rank_that_left_ends_the_job_naming_it(ranks):
     assert seconds < WITHIN_SECONDS
 
 
-def test_a_script_that_finalizes_mpi_itself_ends_cleanly(ranks):
-    status, output, seconds = run("finalize_by_the_script", ranks)
+@runs("finalize_by_the_script")
+def test_a_script_that_finalizes_mpi_itself_ends_cleanly(job, ranks):
+    status, output, seconds = job
     assert status == 0, output
     for r in range(ranks):
         assert f"[rank {r}] watchdog out of MPI: True" in output, output
         assert f"[rank {r}] END finalize_by_the_script" in output, output
 
 
-def test_uneven_data_without_join_reports_where_each_rank_waits(ranks):
-    status, output, seconds = run("uneven_data_without_join", ranks)
+@runs("uneven_data_without_join")
+def test_uneven_data_without_join_reports_where_each_rank_waits(job, ranks):
+    status, output, seconds = job
     assert status != 0
     ddp = "waiting in DistributedDataParallel: the end-of-backward agreement on launched buckets"
     assert re.search(rf"\[rank 0\]   rank 0: {ddp}", output), output
@@ -150,9 +206,9 @@ def test_uneven_data_without_join_reports_where_each_rank_waits(ranks):
     ("stall_in_backward",
      "DistributedDataParallel: the end-of-backward agreement on launched buckets #1",
      "in <lambda>")])
-def test_a_stall_is_reported_then_aborted_at_the_timeout(ranks, scenario, stalled_in,
+def test_a_stall_is_reported_then_aborted_at_the_timeout(job, ranks, scenario, stalled_in,
                                                           straggler_at):
-    status, output, seconds = run(scenario, ranks)
+    status, output, seconds = job
     assert status != 0
     report = (f"[rank 0] mpigrad.distributed stall: {stalled_in} on the default group has "
               f"waited 1 s (MPIGRAD_STALL_SECONDS)")
