@@ -7,10 +7,10 @@ per rank compiling on a cold cache. Here one process per job kind runs a tiny ve
 job (one rank, a step or two, the dtypes and layers the tests use) and the ranks launched
 later only load what it saved.
 
-`ensure_warm()` does that at most once per cache and per version of the kernels and jobs: a
-marker file beside numba's cache records it, and a lock on it lets concurrent pytest-xdist
-workers wait for the one that warms instead of compiling alongside it. When the marker
-exists it costs a stat. The jobs run correctly without it, only slower.
+`ensure_warm()` makes each run at most once per cache and per version of the kernels and
+jobs: a marker file beside numba's cache records it, and a lock per run lets concurrent
+pytest-xdist workers share the runs instead of compiling the same loops side by side. When
+the markers exist it costs a stat per run. The jobs run correctly without it, only slower.
 """
 import fcntl
 import hashlib
@@ -50,40 +50,61 @@ def _cache_directory():
     return Path(configured) if configured else Path(_cache.__file__).parent / "__pycache__"
 
 
-def _stamp():
-    """The kernels' own stamp, with the jobs' sources, these runs and this checkout's path
-    (numba's cache keeps each path's loops apart): a change to any of them may change which
-    loops the jobs compile."""
+def _sources():
+    """A hash of the kernels (their own stamp), the jobs' sources and this checkout's path
+    (numba's cache keeps each path's loops apart): a change to any of them may change the
+    loops a job compiles."""
     digest = hashlib.sha256(_cache.package_stamp().encode() + str(REPO).encode())
     for path in sorted(JOBS.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update(repr(RUNS).encode())
-    return digest.hexdigest()[:20]
+    return digest
+
+
+def _marker(directory, sources, run):
+    """The file saying `run` has warmed this cache for these `sources`."""
+    digest = sources.copy()
+    digest.update(repr(run).encode())
+    return directory / f"jobs-warm-{digest.hexdigest()[:20]}"
+
+
+def _warm(run, environment):
+    command = [sys.executable, str(JOBS / run[0]), *run[1:]]
+    done = subprocess.run(command, cwd=REPO, env=environment, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"warming the jobs' kernels: {' '.join(command)} exited "
+                           f"{done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
 
 
 def ensure_warm(environment):
-    """Run RUNS once for this cache (each in `environment`, which must not carry a
-    launcher's variables) unless a marker says they ran for these sources; returns
-    whether it warmed. A run that fails is an error naming it: the runs must keep up with
-    the jobs' options, or they would quietly warm nothing."""
+    """Make each of RUNS (in `environment`, which must not carry a launcher's variables)
+    unless its marker says it ran for these sources; returns whether any ran. A run that
+    fails is an error naming it: the runs must keep up with the jobs' options, or they would
+    quietly warm nothing.
+
+    Each run has its own lock: a run another pytest-xdist worker is making is left to it
+    while this one makes the others (both cores compile), and waited for at the end."""
     directory = _cache_directory()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        lock = open(directory / "jobs-warm.lock", "a")
     except OSError:
         return False  # no writable cache: numba compiles in every process anyway
-    marker = directory / f"jobs-warm-{_stamp()}"
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker warming: wait for it, then load
-        if marker.exists():
-            return False
-        for run in RUNS:
-            command = [sys.executable, str(JOBS / run[0]), *run[1:]]
-            done = subprocess.run(command, cwd=REPO, env=environment, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                raise RuntimeError(f"warming the jobs' kernels: {' '.join(command)} exited "
-                                   f"{done.returncode}:\n{done.stdout[-2000:]}"
-                                   f"{done.stderr[-3000:]}")
-        marker.touch()
-        return True
+    sources, warmed, pending, wait = _sources(), False, list(RUNS), False
+    while pending:
+        busy = []
+        for run in pending:
+            marker = _marker(directory, sources, run)
+            if marker.exists():
+                continue
+            with open(f"{marker}.lock", "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    busy.append(run)
+                    continue
+                if not marker.exists():  # not made while we waited
+                    _warm(run, environment)
+                    marker.touch()
+                    warmed = True
+        pending, wait = busy, True
+    return warmed
