@@ -36,10 +36,15 @@ LM_SBATCH = REPO / "jobs" / "train_lm.sbatch"
 FINISHED = re.compile(r"^\[rank 0\] training finished: epochs=(\d+) test_accuracy=([0-9.]+)$",
                       re.M)
 
-# Small runs: the default synthetic dataset, a few epochs.
+# Small runs: a third of the default synthetic dataset (test accuracy about 0.96 after
+# these epochs; the default 12000 samples only take longer), a few epochs.
 EPOCHS = 3
-# Enough epochs that the job is still running when the signal arrives after epoch 1.
+TRAIN_SAMPLES = 4000
+# Enough epochs that the job is still running when the signal arrives after epoch 1 (9
+# epochs of 3000 samples after it: seconds even on a quiet machine), few samples so that
+# the jobs that get preempted and their reference are short.
 PREEMPT_EPOCHS = 10
+PREEMPT_SAMPLES = 3000
 JOB_TIMEOUT = 240
 
 pytestmark = pytest.mark.slow
@@ -62,7 +67,8 @@ def cluster():
         pytest.skip(reason)
     # A short path: the munge socket lives here and socket paths are limited to ~100 bytes.
     workdir = tempfile.mkdtemp(prefix="mpigrad-slurm-")
-    c = SlurmCluster(workdir)
+    # 6 CPUs: the two preempted jobs and their reference run at once (2 tasks each).
+    c = SlurmCluster(workdir, cpus=6)
     try:
         try:
             c.start()
@@ -141,19 +147,28 @@ def test_no_way_to_install_slurm_is_a_skip_reason(tmp_path, monkeypatch):
     assert reason is not None and "not root" in reason, reason
 
 
-def wait_for_first_epoch(cluster, job, checkpoints, submit_dir, job_name):
+def epoch_checkpoint_written(cluster, job, submit_dir, job_name):
+    """Whether the job has written its first epoch's checkpoint; fails the test if the job
+    is no longer running without one."""
+    checkpoints = submit_dir / "runs" / job_name / "checkpoints"
+    if (checkpoints / "ckpt-epoch0001.npz").exists():
+        return True
+    state = cluster.job(job)["JobState"]
+    assert state in ("PENDING", "CONFIGURING", "RUNNING"), (
+        state, job_log(submit_dir, job_name, job))
+    return False
+
+
+def wait_for_first_epoch(cluster, job, submit_dir, job_name):
     deadline = time.monotonic() + JOB_TIMEOUT
-    while not (checkpoints / "ckpt-epoch0001.npz").exists():
+    while not epoch_checkpoint_written(cluster, job, submit_dir, job_name):
         assert time.monotonic() < deadline, "no checkpoint after epoch 1"
-        state = cluster.job(job)["JobState"]
-        assert state in ("PENDING", "CONFIGURING", "RUNNING"), (
-            state, job_log(submit_dir, job_name, job))
         time.sleep(0.1)
 
 
 def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
     job, info = run_job(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH),
-                        "--epochs", str(EPOCHS))
+                        "--epochs", str(EPOCHS), "--train-samples", str(TRAIN_SAMPLES))
     log = job_log(submit_dir, "mpigrad-train", job)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (
         f"{info}\n{log}{cluster.logs()}")
@@ -174,16 +189,17 @@ def test_train_job_finishes_with_expected_accuracy(cluster, submit_dir):
 
 
 def test_gpt_job_trains_under_srun_with_its_checkpoints(cluster, submit_dir):
-    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(GPT_SBATCH), "--steps", "20",
-                        "--warmup", "2", "--eval-interval", "10", "--max-chars", "100000",
-                        "--sample-chars", "20")
+    # The default model for a few steps: that it learns is test_train_gpt.py's to show.
+    job, info = run_job(cluster, submit_dir, "--ntasks=2", str(GPT_SBATCH), "--steps", "4",
+                        "--warmup", "1", "--eval-interval", "2", "--eval-batches", "2",
+                        "--max-chars", "100000", "--sample-chars", "20")
     log = job_log(submit_dir, "mpigrad-gpt", job)
     assert info["ExitCode"] == "0:0", f"{info}\n{log}{cluster.logs()}"
     # One rank 0 of a 2-rank world (two 1-rank worlds would each print this line).
-    assert log.count("training finished: steps=20") == 1, log
+    assert log.count("training finished: steps=4") == 1, log
     assert "2 ranks x batch" in log, log
     checkpoints = submit_dir / "runs" / "mpigrad-gpt" / "checkpoints"
-    assert {"ckpt-000010.npz", "ckpt-000020.npz", "final.npz"} <= set(os.listdir(checkpoints))
+    assert {"ckpt-000002.npz", "ckpt-000004.npz", "final.npz"} <= set(os.listdir(checkpoints))
 
 
 def test_word_lm_job_trains_one_two_rank_world_under_srun(cluster, submit_dir):
@@ -235,43 +251,73 @@ def test_bench_job_runs(cluster, submit_dir):
     assert re.search(r"^DDP benchmark: .*, 2 ranks,", log, re.M), log
 
 
-@pytest.mark.parametrize("launcher, scancel_args", [
+# How each preempted job is stopped:
+PREEMPTIONS = {
     # The default: srun, and the signal to the job steps, i.e. straight to the ranks, as
     # `#SBATCH --signal=USR1@120` does before the time limit.
-    ("srun", []),
+    "srun": [],
     # The site-MPI variant: mpirun, and the signal to the batch shell, which passes it on.
-    ("mpirun", ["--batch"]),
-])
-def test_preempted_job_requeues_and_matches_uninterrupted_run(cluster, tmp_path, launcher,
-                                                              scancel_args):
-    args = ["--epochs", str(PREEMPT_EPOCHS), "--seed", "3"]
-    submit_dir = tmp_path
-    (submit_dir / "runs").mkdir()
-    env = job_env(cluster, MPIGRAD_LAUNCHER=launcher)
+    "mpirun": ["--batch"],
+}
 
-    # The uninterrupted reference runs beside the preempted job (the node has CPUs for both),
-    # through the preempted one's wait to be requeued.
-    ref = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=reference",
-                 str(TRAIN_SBATCH), *args, env=env)
-    job = sbatch(cluster, submit_dir, "--ntasks=2", "--job-name=preempted",
-                 str(TRAIN_SBATCH), *args, env=env)
-    checkpoints = submit_dir / "runs" / "preempted" / "checkpoints"
-    wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "preempted")
-    cluster.run("scancel", *scancel_args, "--signal=USR1", str(job))
 
-    info = cluster.wait_job(ref, JOB_TIMEOUT)
-    assert info["JobState"] == "COMPLETED", (info, job_log(submit_dir, "reference", ref))
-    info = cluster.wait_job(job, JOB_TIMEOUT)
+@pytest.fixture(scope="module")
+def preempted_jobs(cluster, tmp_path_factory):
+    """One preempted job per launcher and the uninterrupted reference run, all submitted at
+    once: each preempted job waits some seconds to be requeued (Slurm holds a requeued job
+    for its credentials' lifetime), and the others run meanwhile. The reference is the
+    same computation for both launchers (same ranks, same MPI library, same seed).
+
+    Returns {launcher: (submit directory, job id, its final `scontrol show job` fields)}
+    and the reference's checkpoint directory."""
+    args = ["--epochs", str(PREEMPT_EPOCHS), "--train-samples", str(PREEMPT_SAMPLES),
+            "--seed", "3"]
+    reference_dir = tmp_path_factory.mktemp("reference")
+    (reference_dir / "runs").mkdir()
+    reference = sbatch(cluster, reference_dir, "--ntasks=2", "--job-name=reference",
+                       str(TRAIN_SBATCH), *args)
+    submitted = {}
+    for launcher in PREEMPTIONS:
+        submit_dir = tmp_path_factory.mktemp(f"preempted-{launcher}")
+        (submit_dir / "runs").mkdir()
+        submitted[launcher] = submit_dir, sbatch(
+            cluster, submit_dir, "--ntasks=2", "--job-name=preempted", str(TRAIN_SBATCH),
+            *args, env=job_env(cluster, MPIGRAD_LAUNCHER=launcher))
+    # Each is signalled as soon as its first epoch's checkpoint exists.
+    waiting = dict(submitted)
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while waiting:
+        for launcher, (submit_dir, job) in list(waiting.items()):
+            if epoch_checkpoint_written(cluster, job, submit_dir, "preempted"):
+                cluster.run("scancel", *PREEMPTIONS[launcher], "--signal=USR1", str(job))
+                del waiting[launcher]
+        assert time.monotonic() < deadline, f"no checkpoint after epoch 1 from {waiting}"
+        time.sleep(0.1)
+
+    info = cluster.wait_job(reference, JOB_TIMEOUT, poll=0.1)
+    assert info["JobState"] == "COMPLETED", (info, job_log(reference_dir, "reference",
+                                                           reference))
+    finished = {launcher: (submit_dir, job, cluster.wait_job(job, JOB_TIMEOUT, poll=0.1))
+                for launcher, (submit_dir, job) in submitted.items()}
+    return finished, reference_dir / "runs" / "reference" / "checkpoints"
+
+
+@pytest.mark.parametrize("launcher", list(PREEMPTIONS))
+def test_preempted_job_requeues_and_matches_uninterrupted_run(preempted_jobs, launcher):
+    finished, reference = preempted_jobs
+    submit_dir, job, info = finished[launcher]
     log = job_log(submit_dir, "preempted", job)
+    assert f"launcher {launcher}," in log, log
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log)
     assert int(info["Restarts"]) == 1, (
         f"the job was not requeued exactly once (did training end before the signal "
         f"arrived? raise PREEMPT_EPOCHS): {info}\n{log}")
     assert "requeueing" in log, log
+    checkpoints = submit_dir / "runs" / "preempted" / "checkpoints"
     assert (checkpoints / "ckpt-preempt.npz").exists(), sorted(os.listdir(checkpoints))
     assert len(FINISHED.findall(log)) == 1, log
 
-    expected = load_state(submit_dir / "runs" / "reference" / "checkpoints" / "final.npz")
+    expected = load_state(reference / "final.npz")
     got = load_state(checkpoints / "final.npz")
     assert sorted(got) == sorted(expected)
     for name in expected:
@@ -281,13 +327,13 @@ def test_preempted_job_requeues_and_matches_uninterrupted_run(cluster, tmp_path,
 
 
 def test_cancelled_job_is_not_requeued_and_a_new_submission_resumes(cluster, submit_dir):
-    args = ["--epochs", str(PREEMPT_EPOCHS)]
+    args = ["--epochs", str(PREEMPT_EPOCHS), "--train-samples", str(PREEMPT_SAMPLES)]
     job = sbatch(cluster, submit_dir, "--ntasks=2", str(TRAIN_SBATCH), *args)
     checkpoints = submit_dir / "runs" / "mpigrad-train" / "checkpoints"
-    wait_for_first_epoch(cluster, job, checkpoints, submit_dir, "mpigrad-train")
+    wait_for_first_epoch(cluster, job, submit_dir, "mpigrad-train")
     cluster.run("scancel", str(job))  # SIGTERM to the ranks and to the batch script
 
-    info = cluster.wait_job(job, JOB_TIMEOUT)
+    info = cluster.wait_job(job, JOB_TIMEOUT, poll=0.1)
     log = job_log(submit_dir, "mpigrad-train", job)
     assert info["JobState"] == "CANCELLED" and info["Restarts"] == "0", (info, log)
     assert "not requeued" in log, log
