@@ -194,7 +194,10 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
         nk = j1 - j0
         s = scores_space[:nk * nq].reshape((nk, nq))
         _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal, s)
-        new_top[:] = top
+        # Copied element by element: numba's `new_top[:] = top` compiles the string formatting
+        # of its shape-mismatch error, 1.7 s of CPU the first time a process compiles it.
+        for r in range(nq):
+            new_top[r] = top[r]
         for c in range(nk):
             column = s[c]
             for r in range(nq):
