@@ -1,20 +1,10 @@
-"""Session fixtures of the job tests: the compiled loops warmed before any job launches
-(warm_kernels.py), and the train_gpt tests' (test_train_gpt.py, its --fsdp and
---pipeline-stages siblings), built once, shared by every file that compares with them."""
+"""Session fixtures of the train_gpt tests (test_train_gpt.py, its --fsdp and
+--pipeline-stages siblings): built once, shared by every file that compares with them."""
 from pathlib import Path
 
 import pytest
 
-from tests.distributed._environment import job_environment
 from tests.jobs.test_train_gpt import GLOBAL_BATCH, JOB, _final, run, short_run
-from tests.jobs.warm_kernels import ensure_warm
-
-
-@pytest.fixture(scope="session", autouse=True)
-def warm_kernels():
-    """On a cold numba cache, one process compiles what the jobs' ranks would each compile
-    at once; on a warm one this is a file's stat."""
-    ensure_warm(job_environment())
 
 
 @pytest.fixture(scope="session")
