@@ -25,6 +25,7 @@ from mpigrad.optim import SGD
 from tests.faults._processes import kill, survivors
 
 from .._environment import job_environment
+from .._helpers import finish_together
 from ._models import MLP, mse, params_of, regression_data
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -267,16 +268,17 @@ def jobs_losing_a_rank():
     scenarios = ["stop_mid_backward", "kill_mid_backward", "stop_while_summing"]
     # A marker on each job's command line finds its processes afterwards.
     markers = {scenario: f"mpigrad-test-{uuid.uuid4().hex}" for scenario in scenarios}
-    jobs = {scenario: subprocess.Popen(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
-                                        sys.executable, os.path.join(HERE, "scenarios.py"),
-                                        scenario, marker], stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, env=job_environment())
+    jobs = {scenario: [subprocess.Popen(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
+                                         sys.executable, os.path.join(HERE, "scenarios.py"),
+                                         scenario, marker], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True,
+                                        env=job_environment())]
             for scenario, marker in markers.items()}
-    finished = {}
     try:
-        for scenario, job in jobs.items():
-            out, err = job.communicate()
-            finished[scenario] = subprocess.CompletedProcess(job.args, job.returncode, out, err)
+        # Drained together: a job waited for after another could fill its pipes and stall.
+        finished = {scenario: subprocess.CompletedProcess(jobs[scenario][0].args, code, out, err)
+                    for scenario, ([(code, out, err)], _) in
+                    finish_together(jobs, timeout=150).items()}
     finally:
         leftovers = {}
         for scenario, marker in markers.items():
