@@ -167,13 +167,14 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
                 if pool["user_api"] == "blas"} == {n}
 
 
-# --- the threaded twins against the serial loops -----------------------------------------
+# --- the threaded loops against the serial ones -------------------------------------------
 
-# The norms' and attention's twins are checked in float32 only. Threads split their rows,
-# channels or (batch, head) units the same way whatever the dtype, and each unit runs the
-# serial loop's code, so float32 proves the split; what float64 changes is the arithmetic,
-# which tests/kernels/test_normalization.py and test_attention.py hold to torch. Each dtype
-# is one more cold compile of a threaded twin, 1-4 s of CPU each (CI compiles them all).
+# The norms' and attention's threaded loops are checked in float32 only. Threads split their
+# rows, channels or (batch, head) units the same way whatever the dtype, and each unit runs
+# the serial loop's code, so float32 proves the split; what float64 changes is the
+# arithmetic, which tests/kernels/test_normalization.py and test_attention.py hold to torch.
+# Each dtype is one more cold compile of a serial loop and of its threaded form (a row
+# driver, about 0.3 s, or a threaded twin, 1-4 s), and CI compiles them all.
 
 def _kernels():
     from mpigrad.kernels.compiled import (activations, attention, clip, dropout, elementwise,
@@ -259,9 +260,10 @@ def _kernels():
 
 def _normalization_cases(normalization, rng):
     """LayerNorm and RMSNorm over (37, 150) rows (three column blocks of the weight-gradient
-    pass, the last one short), BatchNorm over (5, 11, 13); float32 only (the note
-    above _kernels says why)."""
+    pass, the last one short), LayerNorm over (150, 150), BatchNorm over (5, 11, 13);
+    float32 only (the note above _kernels says why)."""
     rows = rng.standard_normal((37, 150)) * 3 + 1
+    square = rng.standard_normal((150, 150))
     g = rng.standard_normal((37, 150))
     feature = rng.standard_normal(150)
     stats = [rng.random(37) - 0.5, rng.random(37) + 0.5]
@@ -274,6 +276,10 @@ def _normalization_cases(normalization, rng):
     cases.append((normalization.layer_norm, lambda: [
         rows.astype(f32), feature.astype(f32), feature.astype(f32) / 3, 1e-5,
         np.empty(rows.shape, f32), np.empty(37), np.empty(37)]))
+    # as many rows as features: threads cut x's rows, never the weight's or bias's elements
+    cases.append((normalization.layer_norm, lambda: [
+        square.astype(f32), feature.astype(f32), feature.astype(f32) / 3, 1e-5,
+        np.empty(square.shape, f32), np.empty(150), np.empty(150)]))
     cases.append((normalization._layer_norm_dx, lambda: [
         g.astype(f32), rows.astype(f32), feature.astype(f32), *stats,
         np.empty(rows.shape, f32)]))
@@ -439,6 +445,21 @@ def test_small_work_stays_on_one_thread(restore_threads):
     assert activations.silu.threads_for([small, small]) == 1
     large = np.ones(4 * activations.silu.grain, np.float32)
     assert activations.silu.threads_for([large, large]) == min(2, os.cpu_count())
+
+
+def test_an_f_ordered_matrix_runs_on_one_thread(restore_threads):
+    """Threads cut a rows= loop's arrays into row ranges, which an F-ordered matrix's are
+    not: its loop runs serially (the ops pass C-ordered arrays; this is the guard)."""
+    from mpigrad.kernels.compiled import _threads, softmax
+    if _threads._POOL < 2:
+        pytest.skip("numba has one thread here")
+    mg.set_num_threads(2)
+    rows = np.asfortranarray(np.random.default_rng(3).standard_normal((3000, 31)))
+    out, expected = np.empty_like(rows), np.empty_like(rows)
+    softmax.softmax.serial(rows, expected)
+    softmax.softmax(rows, out)
+    np.testing.assert_array_equal(out, expected)
+    assert 0 in softmax.softmax._addresses.values()
 
 
 # --- the guards ---------------------------------------------------------------------------

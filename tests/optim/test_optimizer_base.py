@@ -212,19 +212,26 @@ def _sgd_state(*shapes):
     return optimizer.state_dict()
 
 
-@pytest.mark.parametrize("state, message", [
-    ({"state": {}}, "keys 'state' and 'param_groups'"),
-    (_sgd_state((2,), (3,), (1,)), "has 3 parameters, but the optimizer's group 0 has 2"),
-    (_sgd_state((2,), (4,)), r"'momentum_buffer' of parameter 1 has shape \(4,\), but the "
-                             r"parameter has shape \(3,\)"),
-    ({"state": {}, "param_groups": [{"params": [0, 1], "lr": 0.1}]}, "lacks .*'momentum'"),
-    ({"state": {5: {}}, "param_groups": _sgd_state((2,), (3,))["param_groups"]},
+# Each state is made when its test runs (a lambda): stepping an optimizer at collection would
+# compile its loop in every pytest process.
+_UNFITTING_STATES = [
+    (lambda: {"state": {}}, "keys 'state' and 'param_groups'"),
+    (lambda: _sgd_state((2,), (3,), (1,)), "has 3 parameters, but the optimizer's group 0 has 2"),
+    (lambda: _sgd_state((2,), (4,)), r"'momentum_buffer' of parameter 1 has shape \(4,\), but "
+                                     r"the parameter has shape \(3,\)"),
+    (lambda: {"state": {}, "param_groups": [{"params": [0, 1], "lr": 0.1}]},
+     "lacks .*'momentum'"),
+    (lambda: {"state": {5: {}}, "param_groups": _sgd_state((2,), (3,))["param_groups"]},
      "refers to parameter 5"),
-])
+]
+
+
+@pytest.mark.parametrize("state, message", _UNFITTING_STATES, ids=[
+    f"state{i}-{message}" for i, (_, message) in enumerate(_UNFITTING_STATES)])
 def test_load_state_dict_rejects_a_state_that_does_not_fit(state, message):
     optimizer = optim.SGD([leaf(np.ones(2)), leaf(np.ones(3))], momentum=0.9)
     with pytest.raises(ValueError, match=message):
-        optimizer.load_state_dict(state)
+        optimizer.load_state_dict(state())
 
 
 def test_load_state_dict_rejects_a_different_number_of_groups():

@@ -10,8 +10,8 @@
 - `cache=True`: compiled once per machine, loaded from disk by later processes;
 - `nogil=True`: a loop lets other threads run, as numpy's passes did (DDP's and RPC's
   threads keep communicating while backward computes);
-- no `parallel=`: `_threads.parallel` makes a loop written with `prange` into a serial and a
-  threaded twin, and picks one on each call.
+- no `parallel=`: `_threads.parallel` makes a loop written with `prange` into a serial loop
+  and a way to run it on threads, and picks one on each call.
 
 `cache=True` needs a writable directory (numba tries NUMBA_CACHE_DIR, the package's
 `__pycache__`, then the user's cache directory, e.g. ~/.cache/numba for a read-only
@@ -93,7 +93,7 @@ def lanes_jit(function):
     vectoriser does not combine separate accumulators, and a row sum bound by one scalar
     addition per element made LayerNorm twice torch's time. The lane order is fixed by the
     compiled loop (it depends on the row's length, not its address), so a result is the same
-    run to run and the same in the serial and threaded twins, which inline the same loop;
+    run to run and the same in the serial and threaded forms, which run the same loop;
     it may differ in the last bits between machines of different vector widths."""
     return jit(function, fastmath={"reassoc"})
 

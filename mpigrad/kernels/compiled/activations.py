@@ -21,14 +21,14 @@ _CUBIC = 0.044715
 
 # float32: in float32 arithmetic throughout (normal_cdf_f32 in _math.py), twice the lanes of
 # float64 and no widening; x, g and out are float32 arrays.
-@parallel()
+@parallel(rows=("x", "out"))
 def gelu_f32(x, out):
     for i in prange(x.size):
         v = x[i]
         out[i] = v * normal_cdf_f32(v, gaussian_f32(v))
 
 
-@parallel()
+@parallel(rows=("g", "x", "out"))
 def gelu_backward_f32(g, x, out):
     for i in prange(x.size):
         v = x[i]
@@ -37,14 +37,14 @@ def gelu_backward_f32(g, x, out):
 
 
 # float64: math.erf (a scalar libm call, exact to an ulp); the erf above is float32's.
-@parallel()
+@parallel(rows=("x", "out"))
 def gelu_f64(x, out):
     for i in prange(x.size):
         v = x[i]
         out[i] = 0.5 * v * (1.0 + math.erf(v * _SQRT1_2))
 
 
-@parallel()
+@parallel(rows=("g", "x", "out"))
 def gelu_backward_f64(g, x, out):
     for i in prange(x.size):
         v = x[i]
@@ -59,14 +59,14 @@ def _tanh(u):
     return 1.0 - 2.0 / (exp(2.0 * u) + 1.0)
 
 
-@parallel()
+@parallel(rows=("x", "out"))
 def gelu_tanh(x, out):
     for i in prange(x.size):
         v = float(x[i])
         out[i] = 0.5 * v * (1.0 + _tanh(_SQRT_2_OVER_PI * (v + _CUBIC * v * v * v)))
 
 
-@parallel()
+@parallel(rows=("g", "x", "out"))
 def gelu_tanh_backward(g, x, out):
     for i in prange(x.size):
         v = float(x[i])
@@ -75,14 +75,14 @@ def gelu_tanh_backward(g, x, out):
         out[i] = g[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * slope)
 
 
-@parallel()
+@parallel(rows=("x", "out"))
 def silu(x, out):
     for i in prange(x.size):
         v = float(x[i])
         out[i] = v / (1.0 + exp(-v))
 
 
-@parallel()
+@parallel(rows=("g", "x", "out"))
 def silu_backward(g, x, out):
     for i in prange(x.size):
         v = float(x[i])

@@ -81,7 +81,7 @@ def add_powers(x, p, total):
     return total
 
 
-@parallel()
+@parallel(rows=("x",))
 def scale(x, factor):
     for i in prange(x.size):
         x[i] = x[i] * factor

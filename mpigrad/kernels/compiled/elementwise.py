@@ -14,7 +14,7 @@ from ._threads import parallel
 _GRAIN = 1 << 18
 
 
-@parallel(_GRAIN)
+@parallel(_GRAIN, rows=("x", "out"))
 def relu(x, out):
     """torch's relu: 0 below zero, x elsewhere, so nan stays nan and -0.0 stays -0.0 (numpy's
     maximum(x, 0) gave +0.0, and took 2.5x this loop's time)."""
@@ -25,7 +25,7 @@ def relu(x, out):
         out[i] = value
 
 
-@parallel(_GRAIN)
+@parallel(_GRAIN, rows=("g", "ans", "out"))
 def relu_backward(g, ans, out):
     """torch's threshold_backward at 0: g where the output is above 0, zero where it is at or
     below (a nan output passes g, as torch's `ans <= 0 ? 0 : g`). A select, not g * (ans >

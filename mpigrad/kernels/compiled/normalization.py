@@ -36,7 +36,7 @@ def _squared_deviations_sum(row, mu):
     return total
 
 
-@parallel()
+@parallel(rows=("x", "out", "mean", "rstd"))
 def layer_norm(x, weight, bias, eps, out, mean, rstd):
     d = x.shape[1]
     for r in prange(x.shape[0]):
@@ -88,7 +88,7 @@ def _gw_sums(g_row, x_row, weight, mu, inv):
     return sum_gw, sum_gw_xhat
 
 
-@parallel()
+@parallel(rows=("g", "x", "mean", "rstd", "dx"))
 def _layer_norm_dx(g, x, weight, mean, rstd, dx):
     d = x.shape[1]
     for r in prange(x.shape[0]):
@@ -112,7 +112,7 @@ def layer_norm_backward(g, x, weight, mean, rstd, dx, dweight, dbias):
     _affine_grads(g, x, mean, rstd, dweight, dbias)
 
 
-@parallel()
+@parallel(rows=("x", "out", "rrms"))
 def rms_norm(x, weight, eps, out, rrms):
     d = x.shape[1]
     for r in prange(x.shape[0]):
@@ -124,7 +124,7 @@ def rms_norm(x, weight, eps, out, rrms):
             out_row[c] = float(row[c]) * inv * float(weight[c])
 
 
-@parallel()
+@parallel(rows=("g", "x", "rrms", "dx"))
 def _rms_norm_dx(g, x, weight, rrms, dx):
     d = x.shape[1]
     for r in prange(x.shape[0]):

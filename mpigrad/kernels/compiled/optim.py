@@ -39,7 +39,7 @@ def _adam_moments(m, v, i, gi, lerp_weight, lerp_complement, beta2, beta2_comple
     return mi, vi
 
 
-@parallel()
+@parallel(rows=("p", "g", "buffer"))
 def sgd(p, g, buffer, lr, momentum, dampening_complement, weight_decay, nesterov, maximize,
         first):
     """torch.optim.SGD: g = -g if maximize; g = weight_decay p + g; b = g on the first step
@@ -60,7 +60,7 @@ def sgd(p, g, buffer, lr, momentum, dampening_complement, weight_decay, nesterov
         p[i] = p[i] - gi * lr
 
 
-@parallel()
+@parallel(rows=("p", "g", "m", "v", "v_max"))
 def adam(p, g, m, v, v_max, step_size, bias_correction2_sqrt, lerp_weight, lerp_complement,
          beta2, beta2_complement, eps, decay_factor, weight_decay, maximize):
     """torch.optim.Adam / AdamW: p *= decay_factor (decoupled weight decay, 1 otherwise);
@@ -80,7 +80,7 @@ def adam(p, g, m, v, v_max, step_size, bias_correction2_sqrt, lerp_weight, lerp_
         p[i] = pi - mi / denom * step_size
 
 
-@parallel()
+@parallel(rows=("p", "g", "total"))
 def adagrad(p, g, total, clr, weight_decay, eps, maximize):
     """torch.optim.Adagrad: s += g g; p -= clr g / (sqrt(s) + eps), clr the decayed lr
     (as addcdiv_(g, std, value=-clr): (-clr g) / std)."""
@@ -91,7 +91,7 @@ def adagrad(p, g, total, clr, weight_decay, eps, maximize):
         p[i] = p[i] + gi * -clr / (math.sqrt(s) + eps)
 
 
-@parallel()
+@parallel(rows=("p", "g", "square_avg", "acc_delta"))
 def adadelta(p, g, square_avg, acc_delta, lr, rho, rho_complement, eps, weight_decay,
              maximize):
     """torch.optim.Adadelta: v = rho v + (1 - rho) g g; delta = sqrt(u + eps) / sqrt(v + eps)
@@ -105,7 +105,7 @@ def adadelta(p, g, square_avg, acc_delta, lr, rho, rho_complement, eps, weight_d
         p[i] = p[i] - delta * lr
 
 
-@parallel()
+@parallel(rows=("p", "g", "square_avg", "grad_avg", "buffer"))
 def rmsprop(p, g, square_avg, grad_avg, buffer, lr, alpha, alpha_complement, eps,
             weight_decay, momentum, maximize):
     """torch.optim.RMSprop: v = alpha v + (1 - alpha) g g; a = lerp(a, g, 1 - alpha) and
@@ -131,7 +131,7 @@ def rmsprop(p, g, square_avg, grad_avg, buffer, lr, alpha, alpha_complement, eps
             p[i] = p[i] + gi * -lr / avg
 
 
-@parallel()
+@parallel(rows=("p", "g", "m", "u"))
 def adamax(p, g, m, u, clr, lerp_weight, lerp_complement, beta2, eps, weight_decay,
            maximize):
     """torch.optim.Adamax: m = lerp(m, g, 1 - beta1); u = max(beta2 u, |g| + eps);
@@ -147,7 +147,7 @@ def adamax(p, g, m, u, clr, lerp_weight, lerp_complement, beta2, eps, weight_dec
         p[i] = p[i] - mi / ui * clr
 
 
-@parallel()
+@parallel(rows=("p", "g", "m", "v"))
 def nadam(p, g, m, v, grad_scale, momentum_scale, bias_correction2, lerp_weight,
           lerp_complement, beta2, beta2_complement, eps, decay_factor, weight_decay,
           maximize):
@@ -164,7 +164,7 @@ def nadam(p, g, m, v, grad_scale, momentum_scale, bias_correction2, lerp_weight,
         p[i] = pi + mi / denom * momentum_scale
 
 
-@parallel()
+@parallel(rows=("p", "g", "m", "v"))
 def radam(p, g, m, v, lr, bias_correction1, bias_correction2_sqrt, rect, rectified,
           lerp_weight, lerp_complement, beta2, beta2_complement, eps, decay_factor,
           weight_decay, maximize):

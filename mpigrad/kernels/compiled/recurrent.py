@@ -84,7 +84,7 @@ def _tanh_into(dst, u, in_float64):
             dst[k] = tanh_f32(np.float32(u[k]))
 
 
-@parallel()
+@parallel(rows=("xg", "gh", "prev", "out"))
 def lstm_step(xg, gh, bias, prev, in_float64, out):
     """xg, gh (n, 4 size) in torch's gate order i, f, g, o, bias (4 size) added to both;
     prev (n, *) the previous state, its last `size` columns the cell; out (n, 6 size)
@@ -111,7 +111,7 @@ def lstm_step(xg, gh, bias, prev, in_float64, out):
             row[k] = float(o[k]) * tc[k]
 
 
-@parallel()
+@parallel(rows=("d_h", "g", "carry", "ans", "prev", "d_pre"))
 def lstm_backward_step(d_h, g, carry, ans, prev, in_float64, d_pre):
     """One step of the LSTM's backward from its saved row: ans (n, width + 4 size) holds
     [h, c, i, f, g, o] (h of width - size columns, projected or not), prev (n, width) the
@@ -153,7 +153,7 @@ def lstm_backward_step(d_h, g, carry, ans, prev, in_float64, d_pre):
             carry_c[k] = dc[k] * float(f[k])
 
 
-@parallel()
+@parallel(rows=("xg", "gh", "h_prev", "out"))
 def gru_step(xg, gh, bias, h_prev, in_float64, out):
     """xg, gh (n, 3 size) in torch's gate order r, z, n, bias (3 size) added to gh; h_prev
     (n, size); out (n, 5 size) receives [h, r, z, n, hidden_n] with hidden_n = gh_n + bias_n,
@@ -180,7 +180,7 @@ def gru_step(xg, gh, bias, h_prev, in_float64, out):
             row[k] = n[k] + float(update[k]) * (float(hp[k]) - n[k])
 
 
-@parallel()
+@parallel(rows=("g", "carry_mm", "carry_z", "ans", "h_prev", "d_xg", "d_gh"))
 def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
     """One step of the GRU's backward from its saved row: ans (n, 5 size) holds
     [h, r, z, n, hidden_n], h_prev (n, size) the previous state. The gradient reaching h is

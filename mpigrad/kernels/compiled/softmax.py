@@ -32,7 +32,7 @@ def _shifted_exp_sum(x, r, top, space):
     return row_sum(space)
 
 
-@parallel()
+@parallel(rows=("x", "out"))
 def softmax(x, out):
     for r in prange(x.shape[0]):
         top = _top(x, r)
@@ -42,7 +42,7 @@ def softmax(x, out):
             out[r, c] = space[c] * scale
 
 
-@parallel()
+@parallel(rows=("x", "out"))
 def log_softmax(x, out):
     for r in prange(x.shape[0]):
         top = _top(x, r)
@@ -53,7 +53,7 @@ def log_softmax(x, out):
             out[r, c] = (float(x[r, c]) - top) - log_total
 
 
-@parallel()
+@parallel(rows=("g", "y", "out"))
 def softmax_backward(g, y, out):
     for r in prange(y.shape[0]):
         dot = 0.0
@@ -63,7 +63,7 @@ def softmax_backward(g, y, out):
             out[r, c] = float(y[r, c]) * (float(g[r, c]) - dot)
 
 
-@parallel()
+@parallel(rows=("g", "y", "out"))
 def log_softmax_backward(g, y, out):
     for r in prange(y.shape[0]):
         total = row_sum(g[r])
@@ -102,7 +102,7 @@ def _probabilities_into(space, x, r, top, log_total, in_float64):
 # Cross-entropy of a float32 input takes its exponentials in float32 arithmetic (forward and
 # backward on (700, 1000): 2.7 -> 1.7 ms; torch 1.0-1.4), no further from float64 than
 # torch's float32 result (tests/kernels/test_softmax.py); float64 inputs stay in float64.
-@parallel()
+@parallel(rows=("x", "target", "out", "tops", "log_totals"))
 def cross_entropy(x, target, weight, ignore_index, smoothing, in_float64, out, tops,
                   log_totals):
     """Per row: (1 - s) w[t] (lse - x[t]) + s / C sum_c w[c] (lse - x[c]); 0 where t is
@@ -126,7 +126,7 @@ def cross_entropy(x, target, weight, ignore_index, smoothing, in_float64, out, t
         log_totals[r] = log_total
 
 
-@parallel()
+@parallel(rows=("g", "x", "target", "tops", "log_totals", "out"))
 def cross_entropy_backward(g, x, target, weight, ignore_index, smoothing, in_float64, tops,
                            log_totals, out):
     """d/dx[c] = g ((1 - s) w[t] (p[c] - [c = t]) + s / C (W p[c] - w[c])), W = sum w, with
