@@ -97,11 +97,13 @@ def test_cnn_reaches_high_accuracy():
 
 
 def test_resnet_with_synchronised_batchnorm_learns_under_two_ranks():
-    result = run_train("--model", "resnet", "--sync-bn", "--train-samples", "4000", "--epochs",
-                       "3")
+    result = run_train("--model", "resnet", "--sync-bn", "--train-samples", "3000", "--epochs",
+                       "2", "--batch-size", "16")
     assert result.returncode == 0, result.stderr[-3000:]
-    accuracy = re.search(r"training finished: epochs=3 test_accuracy=([0-9.]+)", result.stdout)
-    # Chance is 0.1; three short epochs of this ResNet reach about 0.75 on the synthetic images.
+    accuracy = re.search(r"training finished: epochs=2 test_accuracy=([0-9.]+)", result.stdout)
+    # Chance is 0.1. Two epochs of 3000 at batch 16 per rank (188 steps) reach 0.69-0.88 over
+    # seeds 0-6, so the test accuracy (BatchNorm's running statistics) is well clear of 0.5;
+    # three epochs of 4000 at batch 64 (94 steps, about the same CPU) ended at 0.32 on seed 4.
     assert accuracy and float(accuracy.group(1)) >= 0.5, result.stdout
 
 
