@@ -46,8 +46,11 @@ def test_batching_parameter_server_trains(ranks):
 def test_split_lstm_learns_and_matches_one_process(ranks):
     """Every trainer (every rank but the server, worker1) learns, and its distributed run
     (embedding and decoder on the server, distributed autograd, DistributedOptimizer) ends
-    where the same model trained in one process does."""
-    result = _run("rpc_rnn.py", "--steps", "60", "--check", "--dtype", "float64", ranks=ranks)
+    where the same model trained in one process does. 40 steps at Adam's lr 0.03 end below
+    0.31 of the first loss on every trainer over seeds 0-2 at 3 ranks, a wider margin under
+    the 0.5 asked for than the default lr's 60 steps (0.39 on seed 2), for less CPU."""
+    result = _run("rpc_rnn.py", "--steps", "40", "--lr", "0.03", "--check", "--dtype", "float64",
+                  ranks=ranks)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     trainers = [r for r in range(ranks) if r != 1]
     for rank in trainers:

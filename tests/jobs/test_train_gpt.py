@@ -69,11 +69,15 @@ def test_n_ranks_train_as_one_process_with_the_global_batch(tmp_path, text, rank
 
 
 def test_the_default_sized_model_learns(tmp_path, text):
-    """A short run of the real shape (not the tiny one): the validation loss falls."""
+    """A short run of the real shape (not the tiny one): the validation loss falls.
+
+    30 steps, evaluated at 10, 20 and 30: over seeds 0-2 the loss falls 0.37-0.61 from the
+    first evaluation to the last, against the 0.2 asked for (60 steps evaluated at 20, 40
+    and 60 fell 0.29 on seed 0: twice the CPU for less margin)."""
     metrics = tmp_path / "metrics.jsonl"
     result = subprocess.run(
         ["timeout", "-k", "10", "240", MPIEXEC, "-n", "2", sys.executable, JOB, "--text", text,
-         "--steps", "60", "--warmup", "10", "--eval-interval", "20", "--sample-chars", "40",
+         "--steps", "30", "--warmup", "5", "--eval-interval", "10", "--sample-chars", "40",
          "--metrics", str(metrics)], capture_output=True, text=True, env=job_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
