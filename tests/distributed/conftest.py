@@ -25,8 +25,9 @@ def _collections_walk_only_this_modules_objects():
     full collection walks only the objects made since. rpc.shutdown collects garbage, and
     the RPC and DDP lifetime tests collect it themselves, in every test: with torch and
     numba loaded a collection walks some 250,000 objects, and on 3 ranks over 2 cores that
-    made the RPC tests take 2-3 times as long. Unfrozen at the module's end, for the tests
-    elsewhere that look through gc.get_objects()."""
+    made the RPC tests take 2-3 times as long. Unfrozen at the module's end: gc.get_objects()
+    leaves frozen objects out, and code that later tests run looks through it (jobs/bench's
+    harness)."""
     gc.collect()  # the garbage of earlier modules goes now, not frozen with the rest
     gc.freeze()
     yield
