@@ -149,17 +149,20 @@ def test_a_pass_after_a_timed_out_one_takes_only_its_own_gradients(process_group
                         released.append(rpc.rpc_async(1, _remote.release_backward,
                                                       args=(5.0,), timeout=20))
             monkeypatch.setattr(engine, "drain", drain_then_release)
-            rpc.rpc_sync(1, _remote.hold_backward, args=(2.0,))
+            # The calls' own timeouts are generous: only the pass's wait for gradients may
+            # run into the agent's 1 s (set_slow's call did once, on a loaded machine).
+            rpc.rpc_sync(1, _remote.hold_backward, args=(2.0,), timeout=20)
             x = mg.tensor(np.ones(3), requires_grad=True)
             with bounded(30), dist_autograd.context() as context_id:
-                y = rpc.rpc_sync(1, _remote.held_stage, args=(x,))
+                y = rpc.rpc_sync(1, _remote.held_stage, args=(x,), timeout=20)
                 with pytest.raises(rpc.RpcTimeoutError, match="no gradients"):
                     dist_autograd.backward(context_id, [y.sum()], retain_graph=True)
                 released[0].wait()
                 dist_autograd.backward(context_id, [y.sum()])
                 np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x]._array,
                                            np.full(3, 5.0), **TOL)
-                assert rpc.rpc_sync(0, _remote.gradients_waiting, args=(context_id,)) == 0
+                assert rpc.rpc_sync(0, _remote.gradients_waiting, args=(context_id,),
+                                    timeout=20) == 0
     finally:
         rpc.shutdown()
 
