@@ -29,11 +29,12 @@ def sleep_then(seconds, value):
     return value
 
 
-def times_out_calling(to, seconds):
-    """A call from inside a request that must time out. Run on the callee's listener, only
-    the thread that receives for it meanwhile can expire the call."""
+def times_out_calling(to, seconds, event):
+    """A call from inside a request that must time out: to `to`, whose function waits for
+    `event` (set it after). Run on the callee's listener, only the thread that receives for
+    it meanwhile can expire the call."""
     try:
-        rpc.rpc_sync(to, sleep_then, args=(10 * seconds, None), timeout=seconds)
+        rpc.rpc_sync(to, wait_for_event, args=(event, 60), timeout=seconds)
     except rpc.RpcTimeoutError:
         return "timed out"
     return "answered"
@@ -203,8 +204,10 @@ def explode_stage(h):
     return Explode.apply(h @ param("W1"))
 
 
-class Slow(mg.autograd.Function):
-    """Identity whose backward sleeps state["slow"] seconds and scales by state["factor"]."""
+class Held(mg.autograd.Function):
+    """Identity whose backward scales by the factor set when it starts (hold_backward,
+    release_backward), and waits first while `hold_backward`'s gate is shut: a held pass
+    sends gradients that differ from those of a pass after the release."""
 
     @staticmethod
     def forward(ctx, x):
@@ -212,16 +215,26 @@ class Slow(mg.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(state["slow"])
-        return grad * state["factor"]
+        factor, gate = state["factor"], state.get("backward gate")
+        if gate is not None:
+            gate.wait(60)
+        return grad * factor
 
 
-def slow_stage(x):
-    return Slow.apply(x)
+def held_stage(x):
+    return Held.apply(x)
 
 
-def set_slow(seconds, factor):
-    state["slow"], state["factor"] = seconds, factor
+def hold_backward(factor):
+    """Held's backwards from now on wait for `release_backward`: a pass that outlasts its
+    timeout for as long as the test needs, where a sleep long enough under load was waited
+    out in full (by the test, then by shutdown)."""
+    state["backward gate"], state["factor"] = threading.Event(), factor
+
+
+def release_backward(factor):
+    state["factor"] = factor
+    state.pop("backward gate").set()
 
 
 class FailingSGD(mg.optim.SGD):
@@ -351,15 +364,19 @@ def call_within(to, seconds):
         return f"RpcTimeoutError: {exc}"
 
 
-def break_releases(broken, slow=0):
-    """Make this worker's context releases fail, after `slow` seconds (or work again)."""
+def break_releases(broken, held=False):
+    """Make this worker's context releases fail (or work again); `held`: each failing
+    release first waits until they are repaired, so it outlasts the agent's timeout."""
     handler = rpc.agent.current.handlers["dist_release"]
     if broken:
         state["release"] = handler.run
+        repaired = state["releases repaired"] = threading.Event()
 
         def refuse(sender, context_id):
-            time.sleep(slow)
+            if held:
+                repaired.wait(60)
             raise_value_error("release refused")
         handler.run = refuse
     else:
         handler.run = state.pop("release")
+        state.pop("releases repaired").set()

@@ -86,10 +86,11 @@ def test_timeout_names_worker_and_function(workers):
     if rank != 0:
         return
     with bounded(20):
-        with pytest.raises(rpc.RpcTimeoutError, match=r"sleep_then.*worker 'worker1'"):
-            rpc.rpc_sync(1, _remote.sleep_then, args=(3, None), timeout=0.2)
+        with pytest.raises(rpc.RpcTimeoutError, match=r"wait_for_event.*worker 'worker1'"):
+            rpc.rpc_sync(1, _remote.wait_for_event, args=("timeout late", 60), timeout=0.2)
         assert isinstance(rpc.RpcTimeoutError("x"), TimeoutError)
-        # The late reply is dropped; the agent keeps working.
+        # Its function now ends: the late reply is dropped; the agent keeps working.
+        rpc.rpc_sync(1, _remote.set_event_later, args=("timeout late",))
         assert rpc.rpc_sync(1, _remote.add, args=(1, 1)) == 2
 
 
@@ -100,9 +101,16 @@ def test_default_timeout_from_backend_options(process_group):
                                                                      init_method="env://"))
     try:
         if dist.get_rank() == 0:
-            with bounded(20), pytest.raises(rpc.RpcTimeoutError):
-                rpc.rpc_sync(1, _remote.sleep_then, args=(2, None))
-            assert rpc.rpc_sync(1, _remote.sleep_then, args=(0.5, 7), timeout=0) == 7
+            with bounded(20):
+                unbounded = rpc.rpc_async(1, _remote.wait_for_event,
+                                          args=("default timeout", 60), timeout=0)
+                with pytest.raises(rpc.RpcTimeoutError):
+                    rpc.rpc_sync(1, _remote.wait_for_event, args=("default timeout", 60))
+                # Started first, the call with timeout=0 has outlasted the default timeout
+                # too, and no timeout ended it.
+                assert not unbounded.done()
+                rpc.rpc_sync(1, _remote.set_event_later, args=("default timeout",), timeout=0)
+                assert unbounded.wait() is True
     finally:
         rpc.shutdown()
 

@@ -102,7 +102,9 @@ def test_requests_run_at_once_while_the_listener_runs_one(workers):
     rank, _ = workers
     if rank == 0:
         waiting = [rpc.rpc_async(1, _remote.wait_for_event, args=("many", 30)) for _ in range(3)]
-        assert rpc.rpc_sync(1, _remote.times_out_calling, args=(0, 0.2)) == "timed out"
+        assert rpc.rpc_sync(1, _remote.times_out_calling,
+                            args=(0, 0.2, "nested late")) == "timed out"
+        _remote.set_event_later("nested late")  # the timed-out call's function, run here
         assert rpc.rpc_sync(1, _remote.set_event_later, args=("many",))
         assert [f.wait() for f in waiting] == [True] * 3
 

@@ -126,25 +126,43 @@ def test_a_failed_pass_leaves_no_gradient_behind(model):
                 assert rpc.rpc_sync(r, _remote.gradients_waiting, args=(context_id,)) == 0
 
 
-def test_a_pass_after_a_timed_out_one_takes_only_its_own_gradients(process_group):
+def test_a_pass_after_a_timed_out_one_takes_only_its_own_gradients(process_group,
+                                                                    monkeypatch):
     """worker1's gradients for a pass that timed out on worker0 arrive after it gave up;
     the retried pass of the context took them as its own (the mailbox had no rounds)."""
+    from mpigrad.distributed.autograd import engine
     rpc.init_rpc(f"worker{dist.get_rank()}",
                  rpc_backend_options=rpc.TensorPipeRpcBackendOptions(rpc_timeout=1,
                                                                      init_method="env://"))
     try:
         if dist.get_rank() == 0:
-            rpc.rpc_sync(1, _remote.set_slow, args=(3.0, 2.0))
+            released = []
+            drain = engine.drain
+
+            def drain_then_release(context, round_):
+                """worker1's held pass (its gradients times 2) ends only once this pass
+                has given up on them; later passes there scale by 5."""
+                try:
+                    drain(context, round_)
+                finally:
+                    if not released:
+                        released.append(rpc.rpc_async(1, _remote.release_backward,
+                                                      args=(5.0,), timeout=20))
+            monkeypatch.setattr(engine, "drain", drain_then_release)
+            # The calls' own timeouts are generous: only the pass's wait for gradients may
+            # run into the agent's 1 s (set_slow's call did once, on a loaded machine).
+            rpc.rpc_sync(1, _remote.hold_backward, args=(2.0,), timeout=20)
             x = mg.tensor(np.ones(3), requires_grad=True)
             with bounded(30), dist_autograd.context() as context_id:
-                y = rpc.rpc_sync(1, _remote.slow_stage, args=(x,))
+                y = rpc.rpc_sync(1, _remote.held_stage, args=(x,), timeout=20)
                 with pytest.raises(rpc.RpcTimeoutError, match="no gradients"):
                     dist_autograd.backward(context_id, [y.sum()], retain_graph=True)
-                rpc.rpc_sync(1, _remote.set_slow, args=(0.0, 5.0))
+                released[0].wait()
                 dist_autograd.backward(context_id, [y.sum()])
                 np.testing.assert_allclose(dist_autograd.get_gradients(context_id)[x]._array,
                                            np.full(3, 5.0), **TOL)
-                assert rpc.rpc_sync(0, _remote.gradients_waiting, args=(context_id,)) == 0
+                assert rpc.rpc_sync(0, _remote.gradients_waiting, args=(context_id,),
+                                    timeout=20) == 0
     finally:
         rpc.shutdown()
 
@@ -285,8 +303,9 @@ def test_a_release_times_out_with_the_agents_timeout(process_group, capfd):
     try:
         if dist.get_rank() == 0:
             # The calls' own timeouts are generous, so that only the release (whose answer
-            # comes after 3 s) runs into the agent's 0.5 s, however loaded the machine.
-            rpc.rpc_sync(1, _remote.break_releases, args=(True, 3.0), timeout=20)
+            # comes once releases are repaired) runs into the agent's 0.5 s, however loaded
+            # the machine.
+            rpc.rpc_sync(1, _remote.break_releases, args=(True, True), timeout=20)
             with bounded(20):
                 with dist_autograd.context() as context_id:
                     rpc.rpc_sync(1, _remote.whoami, timeout=20)
