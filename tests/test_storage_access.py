@@ -21,6 +21,7 @@ NOT_TENSORS = {
     ("nn/utils/rnn.py", "self"): "PackedSequence's data field (a Tensor, the sequence's own)",
     ("distributed/fsdp/_comm.py", "self"): "the MPI communicator for parameter traffic",
     ("distributed/pipelining/messages.py", "self"): "a receiver's per-microbatch slots",
+    ("kernels/compiled/_threads.py", "whole"): "a numba array's data pointer, in LLVM IR",
 }
 
 
