@@ -105,7 +105,9 @@ def _rows_of(context, builder, array_type, array, wanted, rows, start, stop):
 @intrinsic
 def _call_on_rows(typingctx, address, args, split, rows, start, stop):
     """Call the compiled loop at `address` (numba's calling convention, returning nothing)
-    with `args`, each array whose bit is set in `split` cut to rows start:stop."""
+    with `args`, each array whose bit is set in `split` cut to rows start:stop. The status
+    the convention returns is not read: these loops raise nothing (error_model="numpy", and
+    no raise in them)."""
     def codegen(context, builder, signature, values):
         loop, arguments, mask, row_count, first, last = values
         passed = []
@@ -141,6 +143,8 @@ def _type_key(value):
         flags = value.flags
         return (value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous,
                 flags.writeable, flags.aligned)
+    if type(value) is int:  # int64, or uint64 from 2 ** 63 on
+        return int, value < 1 << 63
     return type(value)
 
 
