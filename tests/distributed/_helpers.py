@@ -70,7 +70,6 @@ def finish(processes, timeout=120):
     return results
 
 
-
 def finish_together(jobs, timeout=120):
     """`finish` for jobs started side by side, `{name: processes}`, waited for together:
     `{name: (results, seconds from this call until the job's last process ended)}`. On a

@@ -150,7 +150,7 @@ def test_a_pass_after_a_timed_out_one_takes_only_its_own_gradients(process_group
                                                       args=(5.0,), timeout=20))
             monkeypatch.setattr(engine, "drain", drain_then_release)
             # The calls' own timeouts are generous: only the pass's wait for gradients may
-            # run into the agent's 1 s (set_slow's call did once, on a loaded machine).
+            # run into the agent's 1 s (a call under it timed out once on a loaded machine).
             rpc.rpc_sync(1, _remote.hold_backward, args=(2.0,), timeout=20)
             x = mg.tensor(np.ones(3), requires_grad=True)
             with bounded(30), dist_autograd.context() as context_id:
