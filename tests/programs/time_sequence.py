@@ -59,6 +59,12 @@ def main():
     test_input = torch.from_numpy(data[:2, :-1])
     test_target = torch.from_numpy(data[:2, 1:])
 
+    # The torch run's initial weights are saved for the mpigrad run, so a seed is not needed
+    # for the two to agree; it is needed for the run to be the same from one CI run to the
+    # next. From some draws of torch's init the second L-BFGS step overshoots to losses of
+    # 1e7, and from there float64's last-bit differences grow past the test's 1e-10. This
+    # seed's run learns (test loss 0.17 -> 0.006) and agrees with torch to 1e-14.
+    torch.manual_seed(3)
     seq = Sequence().double()
     if os.path.exists(args.init):
         seq.load_state_dict(torch.load(args.init))
