@@ -1,6 +1,8 @@
 """Nothing compiles at import: numba is imported by a fused kernel's first call, not by
 `import mpigrad` (nor by building a model and its optimizer). The loops' disk cache: keyed by
-every file of their package, and optional."""
+every file of their package, optional, and shared by processes compiling side by side."""
+import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -75,3 +77,93 @@ def test_a_read_only_package_caches_in_the_users_directory(monkeypatch, tmp_path
     locator = _cache.PackageLocator.from_function(function, function.__code__.co_filename)
     assert isinstance(locator, _cache.PackageLocator)
     assert locator.get_cache_path().startswith(str(tmp_path))
+
+
+# A loop in a module of its own (numba caches only those), called by a program in another
+# process and imported by the test, which then holds the loop's turn to compile as a rank
+# compiling it would. The program prints once it calls the loop, then its cache hits, its
+# compiles and how long the call took.
+LOOP_MODULE = """
+from mpigrad.kernels.compiled import _math
+
+
+def triple(x):
+    return 3 * x
+
+
+loop = _math.jit(triple)
+"""
+CALLS_THE_LOOP = """
+import sys
+import time
+
+from mpigrad.kernels.compiled import _cache
+from a_loop import loop
+
+_cache.WAIT_SECONDS = float(sys.argv[1])
+print("calling", flush=True)
+start = time.monotonic()
+assert loop(2) == 6
+took = time.monotonic() - start
+print(sum(loop.stats.cache_hits.values()), sum(loop.stats.cache_misses.values()), took)
+"""
+
+
+@pytest.fixture
+def loop_program(tmp_path, monkeypatch):
+    """(the program's path, the loop as imported here, the program's environment), the loop
+    cached in a directory of the test's own."""
+    from numba.core import config
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(config, "CACHE_DIR", str(cache))
+    (tmp_path / "a_loop.py").write_text(LOOP_MODULE)
+    program = tmp_path / "calls_the_loop.py"
+    program.write_text(CALLS_THE_LOOP)
+    spec = importlib.util.spec_from_file_location("a_loop", tmp_path / "a_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    # imported, as the program imports it: numba's cache names the module the loop's
+    # globals come from
+    monkeypatch.setitem(sys.modules, "a_loop", module)
+    spec.loader.exec_module(module)
+    return program, module.loop, {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+
+
+def _start_calling(program, environment, wait_seconds):
+    process = subprocess.Popen([sys.executable, str(program), str(wait_seconds)],
+                               env=environment, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "calling\n"
+    return process
+
+
+def _hits_compiles_seconds(process):
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0
+    hits, compiles, took = out.split()
+    return int(hits), int(compiles), float(took)
+
+
+def test_a_process_waits_for_the_loop_another_compiles_and_loads_it(loop_program):
+    from numba import types
+
+    from mpigrad.kernels.compiled import _cache
+    program, loop, environment = loop_program
+    signature = (types.int64,)
+    with _cache.turn_to_compile(loop, signature) as held:
+        assert held
+        other = _start_calling(program, environment, wait_seconds=300)
+        # numba's own compile (not the turn-taking one): it compiles and saves while the
+        # other process is calling; without the turn that one would find no cache and compile
+        type(loop).compile(loop, signature)
+    assert _hits_compiles_seconds(other)[:2] == (1, 0)
+
+
+def test_a_turn_held_too_long_is_taken_by_compiling_anyway(loop_program):
+    from numba import types
+
+    from mpigrad.kernels.compiled import _cache
+    program, loop, environment = loop_program
+    with _cache.turn_to_compile(loop, (types.int64,)) as held:
+        assert held
+        hits, compiles, took = _hits_compiles_seconds(
+            _start_calling(program, environment, wait_seconds=0.3))
+    assert (hits, compiles) == (0, 1) and took >= 0.3

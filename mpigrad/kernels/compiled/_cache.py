@@ -7,9 +7,19 @@ changed. Each loop's locator here is numba's own (NUMBA_CACHE_DIR, then the pack
 as its stamp: changing any of them invalidates every loop's cache, and nothing else does
 (a touched file, or a fresh clone of the same code at the same path with NUMBA_CACHE_DIR
 kept from before, still loads).
+
+`compile_once_per_host` makes the processes that share a cache directory take turns on each
+loop: the ranks of a job started on a cold cache (`mpiexec -n 8` after an install) would
+otherwise each compile every loop, eight times the CPU for the same result, and on a host
+with fewer cores than ranks eight times the wall time too.
 """
+import contextlib
+import fcntl
 import hashlib
 import os
+import threading
+import time
+import zlib
 
 from numba.core import caching
 
@@ -58,3 +68,81 @@ class PackageLocator:
 
 if PackageLocator not in _CACHE_IMPLEMENTATION._locator_classes:
     _CACHE_IMPLEMENTATION._locator_classes.insert(0, PackageLocator)
+
+
+# How long a process waits for another one's compile of the same loop before compiling it
+# itself: the slowest loop takes about 10 s on a loaded machine; a holder stopped in a
+# debugger must not stop every other rank for good.
+WAIT_SECONDS = 300.0
+_POLL_SECONDS = 0.01
+_lock_files = {}  # cache directory -> the descriptor of its lock file, open for good
+_lock_files_guard = threading.Lock()
+
+
+def _lock_file(directory):
+    """The process's descriptor of `directory`'s lock file, or None where it cannot be made.
+    It is never closed: closing any descriptor of a file drops every POSIX lock the process
+    holds on it."""
+    with _lock_files_guard:
+        if directory not in _lock_files:
+            try:
+                os.makedirs(directory, exist_ok=True)
+                _lock_files[directory] = os.open(os.path.join(directory, "compiling.lock"),
+                                                 os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:
+                _lock_files[directory] = None
+        return _lock_files[directory]
+
+
+def _lock_byte(descriptor, offset):
+    """Lock one byte of the lock file, waiting up to WAIT_SECONDS; whether it was locked."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+            return True
+        except (BlockingIOError, PermissionError):  # another process holds it
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_SECONDS)
+        except OSError:  # no locks on this file system (ENOLCK)
+            return False
+
+
+@contextlib.contextmanager
+def turn_to_compile(dispatcher, signature):
+    """Hold `dispatcher`'s lock for `signature` (one byte of `compiling.lock` in its cache
+    directory) for the body; yields whether it is held: not when the loop is not cached, the
+    file system has no locks, or another process kept it WAIT_SECONDS."""
+    directory = getattr(dispatcher._cache, "_cache_path", None)
+    descriptor = None if directory is None else _lock_file(directory)
+    name = dispatcher._cache._cache_file._index_name if descriptor is not None else ""
+    offset = zlib.crc32(f"{name} {signature}".encode()) & 0x7FFFFFFF
+    held = descriptor is not None and _lock_byte(descriptor, offset)
+    try:
+        yield held
+    finally:
+        if held:
+            fcntl.lockf(descriptor, fcntl.LOCK_UN, 1, offset)
+
+
+def compile_once_per_host(dispatcher):
+    """Make `dispatcher` compile each signature in its turn (`turn_to_compile`), shared by
+    every process using its cache directory: one process compiles and saves it while the
+    others wait, then load it from the cache (numba's `compile` looks there first).
+
+    The turns are fcntl's POSIX locks: the kernel drops them when a process dies, and they
+    are taken per process, so a compile nested in another (a loop calling a loop) takes its
+    own byte, and two threads of one process never wait on each other here (numba's own
+    compiler lock orders them). A loop calls no loop that calls it back, so no two
+    processes wait on each other's turns."""
+    if getattr(dispatcher._cache, "_cache_path", None) is None:  # not cached: nothing shared
+        return dispatcher
+    compile_here = dispatcher.compile
+
+    def compile(signature):
+        with turn_to_compile(dispatcher, signature):
+            return compile_here(signature)
+
+    dispatcher.compile = compile
+    return dispatcher

@@ -7,7 +7,8 @@
   took 1.5 ms against 0.18 ms);
 - `fastmath=False`: no reassociation, so a result is the same run to run and follows the
   order written (`lanes_jit` allows reassociation in the row sums that need vector lanes);
-- `cache=True`: compiled once per machine, loaded from disk by later processes;
+- `cache=True`: compiled once per machine, loaded from disk by later processes, and by the
+  processes running beside the one compiling it (`_cache.compile_once_per_host`);
 - `nogil=True`: a loop lets other threads run, as numpy's passes did (DDP's and RPC's
   threads keep communicating while backward computes);
 - no `parallel=`: `_threads.parallel` makes a loop written with `prange` into a serial loop
@@ -38,7 +39,7 @@ from numba import types
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-from . import _cache  # noqa: F401  (before any loop: keys their cache by the package)
+from . import _cache  # before any loop: keys their cache by the package
 
 _SCIPY_BLAS = "scipy.linalg.cython_blas"
 
@@ -75,7 +76,8 @@ def jit(function, **extra):
     directory is writable; it compiles (or loads) on its first call."""
     if not _uncached:
         try:
-            return numba.njit(cache=True, **{**OPTIONS, **extra})(function)
+            return _cache.compile_once_per_host(
+                numba.njit(cache=True, **{**OPTIONS, **extra})(function))
         except RuntimeError as error:  # "cannot cache function ...: no locator available"
             if "no locator" not in str(error):
                 raise
