@@ -1,5 +1,4 @@
 """Inputs, comparisons and process handling shared by the communication-layer tests."""
-import subprocess
 import threading
 import time
 
@@ -56,24 +55,46 @@ def reference_reduce(stacked, op):
 
 
 def finish(processes, timeout=120):
-    """(returncode, stdout, stderr) of each started process, waiting at most `timeout` seconds
-    for each; on a timeout every process is killed and the timeout raised."""
-    results = []
-    for process in processes:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            raise
-        results.append((process.returncode, out, err))
-    return results
+    """(returncode, stdout, stderr) of each started process (text mode), their pipes read side
+    by side, so none stalls on a full pipe while another is waited for. If any is still
+    running after `timeout` seconds, every one is killed and an AssertionError names the ones
+    that were still running, with the end of each one's output."""
+    outputs = [None] * len(processes)
+
+    def read(index, process):
+        outputs[index] = process.communicate()
+
+    readers = [threading.Thread(target=read, args=pair, daemon=True)
+               for pair in enumerate(processes)]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    for reader in readers:
+        reader.join(max(deadline - time.monotonic(), 0))
+    running = [index for index, reader in enumerate(readers) if reader.is_alive()]
+    if running:
+        for process in processes:
+            process.kill()
+        for reader in readers:
+            reader.join(10)  # a killed process's pipes close, unless a child of it holds them
+        report = "\n".join(
+            f"process {index} ({'still running, killed' if index in running else 'exited'}):"
+            f"\n{_tail(outputs[index])}" for index in range(len(processes)))
+        raise AssertionError(f"processes {running} still running after {timeout} s:\n{report}")
+    return [(process.returncode, out, err) for process, (out, err) in zip(processes, outputs)]
+
+
+def _tail(output, characters=2000):
+    if output is None:
+        return "  (its pipes stayed open)"
+    out, err = output
+    return f"  stdout: ...{(out or '')[-characters:]}\n  stderr: ...{(err or '')[-characters:]}"
 
 
 def finish_together(jobs, timeout=120):
     """`finish` for jobs started side by side, `{name: processes}`, waited for together:
     `{name: (results, seconds from this call until the job's last process ended)}`. On a
-    timeout every process of every job is killed and the timeout raised."""
+    timeout every process of every job is killed and the first job's error raised."""
     start = time.monotonic()
     outcomes = {}
 
