@@ -8,20 +8,30 @@ as its stamp: changing any of them invalidates every loop's cache, and nothing e
 (a touched file, or a fresh clone of the same code at the same path with NUMBA_CACHE_DIR
 kept from before, still loads).
 
-`compile_once_per_host` makes the processes that share a cache directory take turns on each
-loop: the ranks of a job started on a cold cache (`mpiexec -n 8` after an install) would
-otherwise each compile every loop, eight times the CPU for the same result, and on a host
-with fewer cores than ranks eight times the wall time too.
+`share` makes a loop's dispatcher use that cache well:
+
+- loads skip numba's tables: numba fills its tables of implementations (about 0.35 s, most of
+  a warm process's kernel start-up) before every cache load, but only a compile reads them;
+  a load needs numba's runtime alone. They are filled when a load misses, just before the
+  compile that follows, and without importing scipy.linalg (`_fill_numba_tables`);
+- compiles take turns: the processes sharing a cache directory compile each loop one at a
+  time, and the others then load it. The ranks of a job started on a cold cache (`mpiexec -n
+  8` after an install) would otherwise each compile every loop, eight times the CPU for the
+  same result, and on a host with fewer cores than ranks eight times the wall time too.
 """
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import os
+import sys
 import threading
 import time
 import zlib
 
 from numba.core import caching
+from numba.core.registry import cpu_target
+from numba.core.runtime import rtsys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CACHE_IMPLEMENTATION = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # < 0.65
@@ -126,23 +136,60 @@ def turn_to_compile(dispatcher, signature):
             fcntl.lockf(descriptor, fcntl.LOCK_UN, 1, offset)
 
 
-def compile_once_per_host(dispatcher):
-    """Make `dispatcher` compile each signature in its turn (`turn_to_compile`), shared by
-    every process using its cache directory: one process compiles and saves it while the
-    others wait, then load it from the cache (numba's `compile` looks there first).
+_SCIPY_BLAS = "scipy.linalg.cython_blas"
+
+
+def _fill_numba_tables():
+    """Fill numba's tables of implementations, as its compile would, but without importing
+    scipy.linalg: numba.np.arraymath imports it only to learn whether np.convolve/np.correlate
+    may call BLAS, which no loop here does, and it was 0.4-0.8 s of a start (scipy.linalg
+    pulls in numpy.f2py). The answer is put back to what the import would have said (scipy is
+    there), and numba imports scipy.linalg itself when a function that uses BLAS is
+    compiled."""
+    if (_SCIPY_BLAS in sys.modules or "numba.np.arraymath" in sys.modules
+            or importlib.util.find_spec("scipy") is None):
+        cpu_target.target_context.refresh()  # nothing to spare
+        return
+    sys.modules[_SCIPY_BLAS] = None  # its import fails at once
+    try:
+        cpu_target.target_context.refresh()
+    finally:
+        if sys.modules.get(_SCIPY_BLAS, 0) is None:
+            del sys.modules[_SCIPY_BLAS]
+    from numba.np import arraymath  # imported by the refresh above; not at the top (see there)
+    arraymath._HAVE_BLAS = True
+
+
+def share(dispatcher):
+    """`dispatcher` (cached on disk) made to load without numba's tables and to compile each
+    signature in its turn (`turn_to_compile`), shared by every process using its cache
+    directory: one process compiles and saves it while the others wait, then load it (numba's
+    `compile` looks in the cache first).
 
     The turns are fcntl's POSIX locks: the kernel drops them when a process dies, and they
     are taken per process, so a compile nested in another (a loop calling a loop) takes its
     own byte, and two threads of one process never wait on each other here (numba's own
     compiler lock orders them). A loop calls no loop that calls it back, so no two
     processes wait on each other's turns."""
-    if getattr(dispatcher._cache, "_cache_path", None) is None:  # not cached: nothing shared
+    cache = dispatcher._cache
+    if getattr(cache, "_cache_path", None) is None:  # not cached: nothing shared
         return dispatcher
+
+    def load_overload(signature, target_context):
+        rtsys.initialize(target_context)  # what loaded code calls into
+        loaded = None
+        with cache._guard_against_spurious_io_errors():
+            loaded = cache._load_overload(signature, target_context)
+        if loaded is None:
+            _fill_numba_tables()  # numba compiles it next
+        return loaded
+
     compile_here = dispatcher.compile
 
     def compile(signature):
         with turn_to_compile(dispatcher, signature):
             return compile_here(signature)
 
+    cache.load_overload = load_overload
     dispatcher.compile = compile
     return dispatcher

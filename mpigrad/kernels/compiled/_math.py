@@ -8,7 +8,7 @@
 - `fastmath=False`: no reassociation, so a result is the same run to run and follows the
   order written (`lanes_jit` allows reassociation in the row sums that need vector lanes);
 - `cache=True`: compiled once per machine, loaded from disk by later processes, and by the
-  processes running beside the one compiling it (`_cache.compile_once_per_host`);
+  processes running beside the one compiling it (`_cache.share`);
 - `nogil=True`: a loop lets other threads run, as numpy's passes did (DDP's and RPC's
   threads keep communicating while backward computes);
 - no `parallel=`: `_threads.parallel` makes a loop written with `prange` into a serial loop
@@ -27,45 +27,16 @@ in float32 arithmetic, twice the lanes, for the loops whose cost is that math (G
 exponentials of attention's tiles); their constants are np.float32, since a Python float
 literal would widen the arithmetic to float64.
 """
-import importlib.util
 import math
-import sys
 import warnings
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from . import _cache  # before any loop: keys their cache by the package
-
-_SCIPY_BLAS = "scipy.linalg.cython_blas"
-
-
-def _load_numba_tables():
-    """Fill numba's tables of implementations now, as its first compile or cache load would,
-    but without importing scipy.linalg: numba.np.arraymath imports it only to learn whether
-    np.convolve/np.correlate may call BLAS, which no loop here does, and it was 0.4-0.8 s
-    of a warm start (scipy.linalg pulls in numpy.f2py). The answer is put back to what the
-    import would have said (scipy is there), and numba imports scipy.linalg itself when a
-    function that uses BLAS is compiled."""
-    if (_SCIPY_BLAS in sys.modules or "numba.np.arraymath" in sys.modules
-            or importlib.util.find_spec("scipy") is None):
-        cpu_target.target_context.refresh()  # nothing to spare
-        return
-    sys.modules[_SCIPY_BLAS] = None  # its import fails at once
-    try:
-        cpu_target.target_context.refresh()
-    finally:
-        if sys.modules.get(_SCIPY_BLAS, 0) is None:
-            del sys.modules[_SCIPY_BLAS]
-    from numba.np import arraymath  # imported by the refresh above; not at the top (see there)
-    arraymath._HAVE_BLAS = True
-
-
-_load_numba_tables()
 
 OPTIONS = dict(error_model="numpy", fastmath=False, nogil=True)
 _uncached = []  # set once numba found no writable cache directory
@@ -76,8 +47,7 @@ def jit(function, **extra):
     directory is writable; it compiles (or loads) on its first call."""
     if not _uncached:
         try:
-            return _cache.compile_once_per_host(
-                numba.njit(cache=True, **{**OPTIONS, **extra})(function))
+            return _cache.share(numba.njit(cache=True, **{**OPTIONS, **extra})(function))
         except RuntimeError as error:  # "cannot cache function ...: no locator available"
             if "no locator" not in str(error):
                 raise
