@@ -70,8 +70,8 @@ def main(out_dir, cluster_prefix, configurations):
     hosts = comm.gather(MPI.Get_processor_name(), root=0)
     local_sizes = comm.gather(dist.get_local_world_size(), root=0)
     batches = global_batches(size)
-    # Every configuration's variables are unset for the others, as they are where the launch
-    # set none of them.
+    # Each configuration sees its own variables only, as if it had a launch of its own: the
+    # ones another configuration sets are unset for it.
     variables = {name for environment in configurations.values() for name in environment}
     outside = {k: v for k, v in os.environ.items() if k not in variables}
     for name, environment in configurations.items():
