@@ -225,8 +225,11 @@ def venv_problem(venv):
     if not (Path(venv) / "bin" / "mpiexec").exists() or not python.exists():
         return f"{venv} is not a venv with Open MPI's mpiexec (build it: jobs/tools/cluster.py venv)"
     names = [re.split(r"[<>=!~ ]", requirement)[0] for requirement in REQUIREMENTS]
-    probe = subprocess.run([str(python), "-c", "import importlib.metadata as m; from mpi4py "
-                            f"import MPI; [m.version(n) for n in {names!r}]; "
+    # Without MPI_Init, which MPI_Get_library_version does not need: a singleton's start-up
+    # in Open MPI 5 waits about a second.
+    probe = subprocess.run([str(python), "-c", "import importlib.metadata as m, mpi4py; "
+                            "mpi4py.rc.initialize = False; from mpi4py import MPI; "
+                            f"[m.version(n) for n in {names!r}]; "
                             "print(MPI.Get_library_version())"],
                            capture_output=True, text=True, env=Cluster.environment(venv))
     if probe.returncode != 0:

@@ -1,11 +1,13 @@
 """DDP across two simulated hosts (jobs/tools/cluster.py): network namespaces joined by a shaped
-veth, Open MPI over TCP. On 2 hosts x 1 rank and 2 hosts x 2 ranks the parameters after a
-few steps must equal one process's on the whole batch (float64, 1e-10) and have the same bits
-on every rank, the ranks must sit on two hosts, and the link's counters must show the
-gradients crossed it. On 2 x 2, DDP's default keeps each host's buckets in shared memory and
-sums their slices across hosts (by the ring, the library's Iallreduce, or as timed);
-MPIGRAD_DDP_SHARED_MEMORY=0 makes it reduce in hierarchical MPI rounds instead, as do hosts
-with different numbers of ranks (2 + 1). Each rank reports how it reduced
+veth, Open MPI over TCP. On 2 hosts x 1 rank and 2 hosts x 2 ranks the parameters after a few
+steps must equal one process's on the whole batch (float64, 1e-10) and have the same bits on
+every rank, the ranks must sit on two hosts, and the link's counters must show the gradients
+crossed it while that configuration trained. One launch per layout runs its configurations one
+after another (tests/jobs/cluster_ddp_worker.py): three launches, not one per configuration,
+whose start-up would cost more than the training. On 2 x 2, DDP's default keeps each host's
+buckets in shared memory and sums their slices across hosts (by the ring, the library's
+Iallreduce, or as timed); MPIGRAD_DDP_SHARED_MEMORY=0 makes it reduce in hierarchical MPI rounds
+instead, as do hosts with different numbers of ranks (2 + 1). Each rank reports how it reduced
 (jobs/tools/ddp_reduction.py): the ranks that sum across hosts must agree on the ring or the
 library's Iallreduce, and take the one MPIGRAD_CROSS_HOST_ALLREDUCE forces.
 
@@ -19,6 +21,7 @@ package index), so a fresh clone runs these tests too; MPIGRAD_CLUSTER_BUILD_VEN
 instead, saying how to get the venv.
 """
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -35,19 +38,20 @@ import cluster_ddp_worker as worker  # noqa: E402
 
 VENV = Path(os.environ.get("MPIGRAD_CLUSTER_VENV", "/tmp/mpigrad-ompi-venv"))
 RUN_TIMEOUT = 300
+# Its own names and subnet, so a cluster someone started by hand is left alone.
+PREFIX = "mgt"
 
 
 @pytest.fixture(scope="module")
 def ompi_venv():
-    if not VENV.exists() or "lacks one of mpigrad's requirements" in (
-            cluster.venv_problem(VENV) or ""):
+    problem = cluster.venv_problem(VENV) if VENV.exists() else None
+    if not VENV.exists() or "lacks one of mpigrad's requirements" in (problem or ""):
         if os.environ.get("MPIGRAD_CLUSTER_BUILD_VENV") == "0":
             pytest.skip(f"no Open MPI venv at {VENV} and MPIGRAD_CLUSTER_BUILD_VENV=0: unset it "
                         f"to build one (pip install {' '.join(cluster.VENV_PACKAGES)}), or set "
                         f"MPIGRAD_CLUSTER_VENV to an existing one")
-        cluster.build_venv(VENV)
-    problem = cluster.venv_problem(VENV)
-    if problem:
+        cluster.build_venv(VENV)  # raises if the venv it built still has a problem
+    elif problem:
         pytest.skip(problem)
     return VENV
 
@@ -57,8 +61,9 @@ def two_hosts():
     reason = cluster.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    # Its own names and subnet, so a cluster someone started by hand is left alone.
-    with cluster.Cluster(prefix="mgt", subnet="10.78.0", rate="1gbit") as hosts:
+    # 10gbit: what these tests check does not depend on the rate, and the timings of the
+    # allreduces across hosts (DDP's 'auto': eight of 4 MiB each) wait less on it than at 1gbit.
+    with cluster.Cluster(prefix=PREFIX, subnet="10.78.0", rate="10gbit") as hosts:
         yield hosts
 
 
@@ -80,28 +85,56 @@ SETUPS = {
 }
 
 
-@pytest.mark.parametrize("setup", list(SETUPS))
-def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tmp_path):
-    layout, extra, how = SETUPS[setup]
-    world = sum(layout)
-    out = tmp_path / "result.npz"
-    before = two_hosts.link_bytes()
-    command = two_hosts.mpiexec(ompi_venv, layout[0],
-                                ["python", str(REPO / "tests" / "jobs" / "cluster_ddp_worker.py"),
-                                 str(out)], export=cluster.EXPORT + tuple(extra),
-                                ranks=world)
-    # timeout(1), not subprocess's timeout: it signals mpiexec first, which takes the ranks on
-    # both hosts down with it, instead of killing the launcher alone.
-    run = subprocess.run(["timeout", "-k", "10", str(RUN_TIMEOUT), *command],
-                         env=cluster.Cluster.environment(ompi_venv, **extra),
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    sent, received = (after - b for after, b in zip(two_hosts.link_bytes(), before))
+@pytest.fixture(scope="module")
+def launches(two_hosts, ompi_venv, tmp_path_factory):
+    """`launch(layout)`: the one launch that runs every configuration of SETUPS on `layout`
+    (the worker runs them one after another), made when a test first needs it and kept, a
+    failed one too: (the finished mpiexec, the link's (sent, received) bytes over the whole
+    launch, the directory of each configuration's result)."""
+    done = {}
 
-    result = np.load(out)
+    def launch(layout):
+        if layout not in done:
+            out = tmp_path_factory.mktemp("cluster")
+            configurations = {name: extra for name, (where, extra, _) in SETUPS.items()
+                              if where == layout}
+            before = two_hosts.link_bytes()
+            command = two_hosts.mpiexec(
+                ompi_venv, layout[0], ["python", str(REPO / "tests" / "jobs" /
+                                                     "cluster_ddp_worker.py"), str(out),
+                                       PREFIX, json.dumps(configurations)],
+                export=cluster.EXPORT, ranks=sum(layout))
+            # timeout(1), not subprocess's timeout: it signals mpiexec first, which takes the
+            # ranks on both hosts down with it, instead of killing the launcher alone.
+            run = subprocess.run(["timeout", "-k", "10", str(RUN_TIMEOUT), *command],
+                                 env=cluster.Cluster.environment(ompi_venv),
+                                 capture_output=True, text=True)
+            total = [after - b for after, b in zip(two_hosts.link_bytes(), before)]
+            done[layout] = run, total, out
+        return done[layout]
+    return launch
+
+
+@functools.cache
+def one_process(world):
+    """The parameters after training on the whole batch of `world` ranks in one process, and
+    the bytes of the model's gradients."""
+    net = worker.model()
+    expected = worker.train(net, worker.global_batches(world), 0, worker.PER_RANK * world)
+    return expected, sum(p._array.nbytes for p in net.parameters())
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_ddp_across_two_hosts_equals_one_process(launches, setup):
+    layout, _, how = SETUPS[setup]
+    world = sum(layout)
+    run, launch_bytes, out = launches(layout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    result = np.load(out / f"{setup}.npz")
     assert str(result["library"]).startswith("Open MPI")
     hosts = list(result["hosts"])
-    assert hosts == ["mgt1"] * layout[0] + ["mgt2"] * layout[1]
+    assert hosts == [f"{PREFIX}1"] * layout[0] + [f"{PREFIX}2"] * layout[1]
     assert list(result["local_sizes"]) == [layout[0]] * layout[0] + [layout[1]] * layout[1]
     assert result["buckets"] > 2
     kind, _, forced = how.partition(" ")
@@ -125,16 +158,19 @@ def test_ddp_across_two_hosts_equals_one_process(two_hosts, ompi_venv, setup, tm
         assert ring == [forced == "ring" and c for c in crosses]
     assert bool(result["same_bits"]), "the ranks' parameters differ"
 
-    net = worker.model()
-    expected = worker.train(net, worker.global_batches(world), 0, worker.PER_RANK * world)
+    expected, gradient_bytes = one_process(world)
     for i, want in enumerate(expected):
         np.testing.assert_allclose(result[f"p{i}"], want, rtol=0, atol=1e-10)
 
     # Each step, each host must learn the other's partial sums of every gradient: at least
-    # the gradients' size in each direction (random float64 bits do not compress).
-    gradient_bytes = sum(p._array.nbytes for p in net.parameters())
+    # the gradients' size in each direction (random float64 bits do not compress). The
+    # worker counts this configuration's steps alone; the launch as a whole, counted here
+    # from outside, carried at least that (else the worker read another link).
+    sent, received = result["link_bytes"]
     assert sent >= worker.STEPS * gradient_bytes, (sent, gradient_bytes)
     assert received >= worker.STEPS * gradient_bytes, (received, gradient_bytes)
+    assert launch_bytes[0] >= sent and launch_bytes[1] >= received, (launch_bytes, sent,
+                                                                     received)
 
 
 def test_up_on_an_existing_cluster_reshapes_it_aloud_and_refuses_half_of_one(monkeypatch,
