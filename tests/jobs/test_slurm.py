@@ -69,7 +69,7 @@ def cluster():
     workdir = tempfile.mkdtemp(prefix="mpigrad-slurm-")
     # As many CPUs as the `jobs` fixture has tasks running at once (17), so none waits for
     # another to end; the ranks share this machine's cores.
-    c = SlurmCluster(workdir, cpus=18)
+    c = SlurmCluster(workdir, cpus=17)
     try:
         try:
             c.start()
