@@ -68,6 +68,14 @@ def ensure_installed(log=print):
     return None
 
 
+def _job_fields(line):
+    fields = {}
+    for word in line.split():
+        k, _, v = word.partition("=")
+        fields.setdefault(k, v)
+    return fields
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -219,12 +227,13 @@ class SlurmCluster:
 
     def job(self, job_id):
         """`scontrol show job` as a dict (JobState, ExitCode, Restarts, ...)."""
-        out = self.run("scontrol", "show", "job", "-o", str(job_id)).stdout
-        fields = {}
-        for word in out.split():
-            k, _, v = word.partition("=")
-            fields.setdefault(k, v)
-        return fields
+        return _job_fields(self.run("scontrol", "show", "job", "-o", str(job_id)).stdout)
+
+    def jobs(self):
+        """{job id: `scontrol show job` fields} of every job the controller knows, from one
+        call (polling several jobs one `scontrol` each costs a process launch per job)."""
+        out = self.run("scontrol", "show", "job", "-o").stdout
+        return {int(f["JobId"]): f for f in map(_job_fields, out.splitlines()) if "JobId" in f}
 
     def wait_job(self, job_id, timeout, poll=0.5):
         """Poll until the job reaches a final state (a requeued job is not final)."""
