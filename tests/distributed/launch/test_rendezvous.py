@@ -109,6 +109,31 @@ def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
         assert "mpiexec -n N" in err
 
 
+@pytest.mark.mpi_skip
+def test_a_rank_that_comes_after_the_refusal_hears_why_at_once():
+    # Rank 1's hello, with another world size, can reach rank 0's server before rank 0's own
+    # (rank 0, just woken from reading the server's "ready", is slower on a loaded machine).
+    # The refusing server then ended before rank 0 came, and rank 0 knocked on its port until
+    # its whole timeout had passed: the test above hung so.
+    listener = pmi_server.listen("127.0.0.1", 0)
+    server = pmi_server.Server(2, 60)
+    runner = threading.Thread(target=server.run, args=(listener,), daemon=True)
+    runner.start()
+    host, port = listener.getsockname()
+    try:
+        for rank, size in [(1, 3), (0, 2)]:
+            with pytest.raises(RuntimeError, match="refused to form the world: rank 1 was "
+                                                   "started with world size 3, but rank 0 "
+                                                   "with 2"):
+                rendezvous._check_in(rendezvous.Request(rank, size), host, port, "",
+                                     time.monotonic() + 15, 15)
+            runner.join(0.5)  # time for a server that does not wait for rank 0 to end
+        runner.join(30)
+        assert not runner.is_alive()  # every rank has heard why: nothing left to wait for
+    finally:
+        listener.close()
+
+
 @pytest.fixture(scope="module")
 def worlds_that_time_out():
     """The jobs that wait out their rendezvous timeout, started side by side: {job: (results,
