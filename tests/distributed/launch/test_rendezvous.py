@@ -5,6 +5,7 @@ parsing tests run everywhere."""
 import os
 import pathlib
 import queue
+import random
 import shutil
 import socket
 import subprocess
@@ -65,13 +66,18 @@ def test_process_mapping_groups_consecutive_ranks_by_host():
 
 
 def _free_port():
-    # Two consecutive free ports: torchrun's store takes one, mpigrad's server the next.
+    """Two consecutive free ports, torchrun's store takes one, mpigrad's server the next, below
+    the range from which the kernel hands out ports (to a bind to port 0 and to each outgoing
+    connection, which other tests' jobs make by the hundred): there, nobody takes them between
+    this look and rank 0's server binding them. A taken port fails rank 0 at once, but leaves
+    the other ranks, which cannot tell it from a slow rank 0, waiting out their timeout."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        kernels_lowest = int(ports.read().split()[0])
     while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        with socket.socket() as second:
+        port = random.randrange(kernels_lowest // 2, kernels_lowest - 1)
+        with socket.socket() as probe, socket.socket() as second:
             try:
+                probe.bind(("127.0.0.1", port))
                 second.bind(("127.0.0.1", port + 1))
                 return port
             except OSError:
