@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -160,14 +161,18 @@ def test_a_stale_file_from_a_killed_job_does_not_stop_the_next(tmp_path):
     assert not path.exists()
 
 
-MISSING_TIMEOUT = 5  # seconds: time for the ranks that are there to start on a loaded machine
+# Seconds: time for the ranks that are there to start on a loaded machine, beside the other
+# tests' processes.
+MISSING_TIMEOUT = 10
+BACKGROUND_JOBS = ("incomplete_worlds",)  # see conftest.py
 
 
 @pytest.fixture(scope="module")
 def incomplete_worlds(tmp_path_factory):
     """The jobs that wait out a rendezvous timeout, started side by side (each mostly waits):
     3-rank worlds with a rank missing, `(method, missing rank)`, and a rank 0 whose partner
-    never comes, "timeout". {job: (its URL, its results, how long it took)}."""
+    never comes, "timeout". A future of {job: (its URL, its results, how long it took)}: they
+    run in the background while the module's other tests run (BACKGROUND_JOBS)."""
     directory = tmp_path_factory.mktemp("meetings")
     environment = launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=MISSING_TIMEOUT)
     urls, jobs = {}, {}
@@ -181,8 +186,12 @@ def incomplete_worlds(tmp_path_factory):
             f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
             "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
     jobs["timeout"] = _start([["-c", code]], launcher_free_environment())
-    return {job: (urls.get(job), results, took)
-            for job, (results, took) in finish_together(jobs, timeout=90).items()}
+
+    def wait():
+        return {job: (urls.get(job), results, took)
+                for job, (results, took) in finish_together(jobs, timeout=90).items()}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(wait)
 
 
 @pytest.mark.mpi_skip
@@ -190,7 +199,7 @@ def incomplete_worlds(tmp_path_factory):
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,
                                                                             incomplete_worlds):
-    url, results, took = incomplete_worlds[method, missing]
+    url, results, took = incomplete_worlds.result()[method, missing]
     assert took < 40  # the job's own deadline ended it, not the default of 120 s
     within = f"within {MISSING_TIMEOUT} seconds"
     for code, out, err in results:
@@ -206,7 +215,7 @@ def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(meth
 
 @pytest.mark.mpi_skip
 def test_init_process_group_timeout_bounds_the_rendezvous(incomplete_worlds):
-    _, [(returncode, out, err)], took = incomplete_worlds["timeout"]
+    _, [(returncode, out, err)], took = incomplete_worlds.result()["timeout"]
     assert took < 40
     assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
 
