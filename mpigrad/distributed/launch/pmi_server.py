@@ -58,7 +58,7 @@ and the PMI command handler (`Server.answer`) answers any parsed line with one l
 msg=...` for what it refuses. It exits, quietly, when every rank's control connection has
 ended; at once when the job is aborted or a rank crashed; when the world cannot form (ranks
 that disagree), once every rank has been told why, those that come later answered at their
-hello (at TIMEOUT seconds for those that never come); or when not every rank has said hello
+hello (after REFUSAL_GRACE_SECONDS if some never come); or when not every rank has said hello
 within TIMEOUT seconds (then the ranks that did are told why); each time once the notices
 that ended the job are sent, and LINGER_SECONDS later. Its accept loop waits for a
 connection or for a change of the job's state, never for a clock.
@@ -89,6 +89,10 @@ FIRST_LINE_SECONDS = 10.0
 MAX_PENDING = 32
 # How long the process outlives its job (see `main`); nobody waits for it.
 LINGER_SECONDS = 1.0
+# How long a refused world's server still answers the hellos of ranks that have not heard why
+# (rank 0 among them when another rank's mistaken hello came first), at most: meanwhile it
+# holds the port that a corrected relaunch may want.
+REFUSAL_GRACE_SECONDS = 10.0
 # MPICH publishes a handful of keys per rank (its business card, a few per node).
 MAX_KEYS_PER_RANK = 64
 
@@ -203,6 +207,7 @@ class Server:
         self.nonces = {}          # rank -> the nonce its hello carried, for the welcome's proof
         self.pmi_ranks = set()    # ranks whose PMI connection is open
         self.refused = None       # why the world cannot form, once known
+        self.refused_at = None    # and since when (time.monotonic())
         self.told = set()         # ranks that have been told so (control connection or hello)
         self.barrier_ranks = set()
         self.barrier_generation = 0
@@ -327,6 +332,7 @@ class Server:
         message = f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n"
         with self.lock:
             self.refused = reason
+            self.refused_at = time.monotonic()
             self.told.update(self.controls)
             if extra_rank is not None:
                 self.told.add(extra_rank)
@@ -521,11 +527,13 @@ class Server:
                     complete = len(self.hosts) == self.size
                     connected = len(self.pmi_ranks) == self.size
                     refused = self.refused is not None
+                    until = (deadline if not refused else
+                             min(deadline, self.refused_at + REFUSAL_GRACE_SECONDS))
                 # A refused world's server stays, answering each hello with the reason, until
-                # every rank has heard it: a rank that comes after the refusal (rank 0 itself,
-                # when another rank's mistaken hello came first) would otherwise find nobody
-                # and wait out its whole timeout.
-                if refused and (self.everyone_told() or time.monotonic() > deadline):
+                # every rank has heard it (or for the grace): a rank that comes after the
+                # refusal (rank 0 itself, when another rank's mistaken hello came first) would
+                # otherwise find nobody and wait out its whole timeout.
+                if refused and (self.everyone_told() or time.monotonic() > until):
                     code = 1
                     break
                 if not refused and not complete and time.monotonic() > deadline:
@@ -538,7 +546,7 @@ class Server:
                     # Every rank has all it needs: nothing new may come in.
                     selector.unregister(listener)
                     listener.close()
-                waiting = None if complete else max(deadline - time.monotonic(), 0)
+                waiting = None if complete else max(until - time.monotonic(), 0)
                 for key, _ in selector.select(waiting):
                     if key.fileobj is listener:
                         self.accept(listener)

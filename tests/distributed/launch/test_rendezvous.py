@@ -141,6 +141,25 @@ def test_a_rank_that_comes_after_the_refusal_hears_why_at_once():
         listener.close()
 
 
+@pytest.mark.mpi_skip
+def test_a_refused_worlds_server_waits_for_the_ranks_yet_to_hear_only_a_moment(monkeypatch):
+    # Rank 0 never comes: its server must not hold the port (which a corrected relaunch may
+    # want) for the whole rendezvous timeout.
+    monkeypatch.setattr(pmi_server, "REFUSAL_GRACE_SECONDS", 0.2)
+    listener = pmi_server.listen("127.0.0.1", 0)
+    runner = threading.Thread(target=pmi_server.Server(2, 60).run, args=(listener,),
+                              daemon=True)
+    runner.start()
+    try:
+        with pytest.raises(RuntimeError, match="rank 1 was started with world size 3"):
+            rendezvous._check_in(rendezvous.Request(1, 3), *listener.getsockname(), "",
+                                 time.monotonic() + 15, 15)
+        runner.join(30)
+        assert not runner.is_alive()
+    finally:
+        listener.close()
+
+
 WAITING_TIMEOUT = 10  # seconds: time for a rank to start beside the other tests' processes
 BACKGROUND_JOBS = ("worlds_that_time_out",)  # see conftest.py
 
