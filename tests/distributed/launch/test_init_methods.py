@@ -19,6 +19,7 @@ from mpigrad.distributed.launch import rendezvous
 
 from .._environment import launcher_free_environment
 from .._helpers import finish, finish_together
+from ._ports import free_port
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE.parent / "tutorial" / "init_methods.py"
@@ -44,12 +45,6 @@ def test_start_mpi_does_nothing_once_mpi_runs(process_group):
     assert time.monotonic() - start < 1
 
 
-def _port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _start(args_per_process, env, cwd=None):
     return [subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -57,7 +52,7 @@ def _start(args_per_process, env, cwd=None):
 
 
 def _url(method, tmp_path, name):
-    return f"tcp://127.0.0.1:{_port()}" if method == "tcp" else f"file://{tmp_path / name}"
+    return f"tcp://127.0.0.1:{free_port()}" if method == "tcp" else f"file://{tmp_path / name}"
 
 
 def _printed(results):
@@ -183,7 +178,7 @@ def incomplete_worlds(tmp_path_factory):
                                             for rank in range(3) if rank != missing],
                                            environment)
     code = ("import datetime, mpigrad.distributed as dist\n"
-            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, "
             "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
     jobs["timeout"] = _start([["-c", code]], launcher_free_environment())
 

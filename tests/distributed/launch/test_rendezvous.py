@@ -5,7 +5,6 @@ parsing tests run everywhere."""
 import os
 import pathlib
 import queue
-import random
 import shutil
 import socket
 import subprocess
@@ -21,6 +20,7 @@ from mpigrad.distributed.launch.pmi_server import process_mapping
 
 from .._environment import launcher_free_environment
 from .._helpers import finish, finish_together
+from ._ports import free_port
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "launch_check.py"
@@ -66,25 +66,6 @@ def test_process_mapping_groups_consecutive_ranks_by_host():
     assert process_mapping(["a", "b", "a"]) == "(vector,(0,1,1),(1,1,1),(0,1,1))"
 
 
-def _free_port():
-    """Two consecutive free ports, torchrun's store takes one, mpigrad's server the next, below
-    the range from which the kernel hands out ports (to a bind to port 0 and to each outgoing
-    connection, which other tests' jobs make by the hundred): there, nobody takes them between
-    this look and rank 0's server binding them. A taken port fails rank 0 at once, but leaves
-    the other ranks, which cannot tell it from a slow rank 0, waiting out their timeout."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
-        kernels_lowest = int(ports.read().split()[0])
-    while True:
-        port = random.randrange(kernels_lowest // 2, kernels_lowest - 1)
-        with socket.socket() as probe, socket.socket() as second:
-            try:
-                probe.bind(("127.0.0.1", port))
-                second.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-
-
 def _start_world(sizes, port, extra=None, args=()):
     """One process per entry of `sizes` (the WORLD_SIZE each is told), rank = position."""
     return [subprocess.Popen([sys.executable, str(SCRIPT), *args], text=True,
@@ -98,7 +79,7 @@ def _start_world(sizes, port, extra=None, args=()):
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("size", [2, 3])
 def test_torchrun_style_processes_form_one_mpi_world(size):
-    results = finish(_start_world([size] * size, _free_port(), args=["gloo"]))
+    results = finish(_start_world([size] * size, free_port(), args=["gloo"]))
     expected_sum = size * (size + 1) // 2
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, err
@@ -108,7 +89,7 @@ def test_torchrun_style_processes_form_one_mpi_world(size):
 @pytest.mark.mpi_skip
 def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
     start = time.monotonic()
-    results = finish(_start_world([2, 3], _free_port()), timeout=60)
+    results = finish(_start_world([2, 3], free_port()), timeout=60)
     assert time.monotonic() - start < 30
     for code, out, err in results:
         assert code != 0 and "rank" not in out
@@ -172,7 +153,7 @@ def worlds_that_time_out():
     is refused. Mostly waiting, they run in the background while the module's other tests
     run (BACKGROUND_JOBS), so their timeout, long enough for the ranks there to start on a
     loaded machine, costs the module no time."""
-    port = _free_port()
+    port = free_port()
     secrets = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=launcher_free_environment(RANK=rank, WORLD_SIZE=2,
@@ -182,7 +163,7 @@ def worlds_that_time_out():
                                                                   WAITING_TIMEOUT),
                                                               MPIGRAD_RENDEZVOUS_SECRET=secret))
                for rank, secret in enumerate(["ours", "a guess"])]
-    missing = _start_world([3, 3], _free_port(),
+    missing = _start_world([3, 3], free_port(),
                            extra={"MPIGRAD_RENDEZVOUS_TIMEOUT": WAITING_TIMEOUT})
     with ThreadPoolExecutor(max_workers=1) as pool:
         yield pool.submit(finish_together, {"missing": missing, "secrets": secrets},
@@ -191,7 +172,7 @@ def worlds_that_time_out():
 
 @pytest.mark.mpi_skip
 def test_one_rank_failing_ends_every_rank():
-    results = finish(_start_world([3] * 3, _free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
+    results = finish(_start_world([3] * 3, free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
                       timeout=120)
     assert [code for code, _, _ in results] == [1, 1, 1]
     assert "this rank fails on purpose" in results[1][2]
@@ -201,7 +182,7 @@ def test_one_rank_failing_ends_every_rank():
 def test_a_rank_leaving_cleanly_ends_no_other_rank():
     # Rank 0 leaves with os._exit, which skips MPICH's PMI finalize, while rank 1 still runs:
     # only its goodbye tells the server this is no crash.
-    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_LEAVE": 0}),
+    results = finish(_start_world([2] * 2, free_port(), extra={"LAUNCH_CHECK_LEAVE": 0}),
                      timeout=60)
     assert [code for code, _, _ in results] == [0, 0], results
     assert "rank 1 left after MPI_Finalize" in results[1][1]
@@ -211,7 +192,7 @@ def test_a_rank_leaving_cleanly_ends_no_other_rank():
 @pytest.mark.mpi_skip
 def test_a_killed_rank_is_named_as_crashed_and_ends_the_others():
     start = time.monotonic()
-    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_KILL": 1}),
+    results = finish(_start_world([2] * 2, free_port(), extra={"LAUNCH_CHECK_KILL": 1}),
                      timeout=60)
     assert [code for code, _, _ in results] == [1, -9], results
     assert "mpigrad: rank 1 crashed" in results[0][2]
@@ -222,7 +203,7 @@ def test_a_killed_rank_is_named_as_crashed_and_ends_the_others():
 def test_mpi_abort_ends_every_rank_with_its_code_itself_included():
     # MPI_Abort leaves ending the process to the process manager, as under mpiexec.
     start = time.monotonic()
-    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
+    results = finish(_start_world([2] * 2, free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
                       timeout=60)
     assert [code for code, _, _ in results] == [3, 3], results
     assert "rank 1 ended the job (exit code 3)" in results[0][2]
@@ -234,7 +215,7 @@ def test_torchrun_gives_a_two_rank_world():
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.skip("torchrun (PyTorch, the oracle extra) is not installed")
-    port = _free_port()
+    port = free_port()
     result = subprocess.run([torchrun, "--nproc_per_node=2", f"--master_port={port}",
                              str(SCRIPT)], env=launcher_free_environment(), text=True,
                             capture_output=True, timeout=300)
@@ -246,7 +227,7 @@ def test_torchrun_gives_a_two_rank_world():
 
 @pytest.mark.mpi_skip
 def test_ranks_sharing_a_secret_form_a_world():
-    results = finish(_start_world([2, 2], _free_port(), args=["gloo"],
+    results = finish(_start_world([2, 2], free_port(), args=["gloo"],
                                    extra={"MPIGRAD_RENDEZVOUS_SECRET": "ours"}))
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, err
