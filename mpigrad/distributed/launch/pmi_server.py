@@ -56,9 +56,11 @@ connection has no idle timeout: a rank's connections are quiet for the whole of 
 The line parser (`parse`) and reader (`LineReader`) raise only `ProtocolError` for bad input,
 and the PMI command handler (`Server.answer`) answers any parsed line with one line, `rc=-1
 msg=...` for what it refuses. It exits, quietly, when every rank's control connection has
-ended; at once when the job is aborted or a rank crashed; or when not every rank has said
-hello within TIMEOUT seconds (then the ranks that did are told why); each time once the
-notices that ended the job are sent, and LINGER_SECONDS later. Its accept loop waits for a
+ended; at once when the job is aborted or a rank crashed; when the world cannot form (ranks
+that disagree), once every rank has been told why, those that come later answered at their
+hello (after REFUSAL_GRACE_SECONDS if some never come); or when not every rank has said hello
+within TIMEOUT seconds (then the ranks that did are told why); each time once the notices
+that ended the job are sent, and LINGER_SECONDS later. Its accept loop waits for a
 connection or for a change of the job's state, never for a clock.
 
 Only the standard library: it runs in a fresh interpreter, without importing mpigrad or MPI.
@@ -87,6 +89,10 @@ FIRST_LINE_SECONDS = 10.0
 MAX_PENDING = 32
 # How long the process outlives its job (see `main`); nobody waits for it.
 LINGER_SECONDS = 1.0
+# How long a refused world's server still answers the hellos of ranks that have not heard why
+# (rank 0 among them when another rank's mistaken hello came first), at most: meanwhile it
+# holds the port that a corrected relaunch may want.
+REFUSAL_GRACE_SECONDS = 10.0
 # MPICH publishes a handful of keys per rank (its business card, a few per node).
 MAX_KEYS_PER_RANK = 64
 
@@ -201,6 +207,8 @@ class Server:
         self.nonces = {}          # rank -> the nonce its hello carried, for the welcome's proof
         self.pmi_ranks = set()    # ranks whose PMI connection is open
         self.refused = None       # why the world cannot form, once known
+        self.refused_at = None    # and since when (time.monotonic())
+        self.told = set()         # ranks that have been told so (control connection or hello)
         self.barrier_ranks = set()
         self.barrier_generation = 0
         self.leaving = set()      # ranks that said goodbye (or PMI's finalize): ending is no crash
@@ -289,6 +297,9 @@ class Server:
             if len(self.hosts) == self.size or self.refused is not None:
                 # Answered alone: the world is formed (or refused) without it.
                 reason = self.refused or "the world has formed already"
+                if self.refused is not None and rank is not None:
+                    self.told.add(rank)
+                    self.changed()
                 _send(conn, f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n")
                 return None
             if size != str(self.size):
@@ -306,7 +317,7 @@ class Server:
                 self.changed()
                 targets = dict(self.controls) if len(self.hosts) == self.size else {}
         if reason is not None:
-            self.refuse_all(reason, extra=conn)
+            self.refuse_all(reason, extra=conn, extra_rank=rank)
             return None
         # Everyone is here: only now may the ranks start MPI, so a missing or mistaken rank is
         # an error before MPI_Init, never a rank stuck inside it.
@@ -315,10 +326,16 @@ class Server:
                           f"{proof(self.secret, self.nonces[r], 'mpigrad_welcome', r)}\n")
         return rank
 
-    def refuse_all(self, reason, extra=None):
+    def refuse_all(self, reason, extra=None, extra_rank=None):
+        """Tell every rank that has said hello, and the connection `extra` (of rank
+        `extra_rank`, when it is one of the world's), that the world cannot form."""
         message = f"cmd=mpigrad_refused reason={reason.replace(' ', '_')}\n"
         with self.lock:
             self.refused = reason
+            self.refused_at = time.monotonic()
+            self.told.update(self.controls)
+            if extra_rank is not None:
+                self.told.add(extra_rank)
             self.changed()
             targets = list(self.controls.values()) + ([extra] if extra is not None else [])
             self.sending += 1
@@ -486,6 +503,10 @@ class Server:
             while self.barrier_generation == generation and self.aborted is None:
                 self.lock.wait()
 
+    def everyone_told(self):
+        with self.lock:
+            return len(self.told) == self.size
+
     def finished(self):
         with self.lock:
             return self.aborted is not None or len(self.gone) == self.size
@@ -506,10 +527,16 @@ class Server:
                     complete = len(self.hosts) == self.size
                     connected = len(self.pmi_ranks) == self.size
                     refused = self.refused is not None
-                if refused:
+                    until = (deadline if not refused else
+                             min(deadline, self.refused_at + REFUSAL_GRACE_SECONDS))
+                # A refused world's server stays, answering each hello with the reason, until
+                # every rank has heard it (or for the grace): a rank that comes after the
+                # refusal (rank 0 itself, when another rank's mistaken hello came first) would
+                # otherwise find nobody and wait out its whole timeout.
+                if refused and (self.everyone_told() or time.monotonic() > until):
                     code = 1
                     break
-                if not complete and time.monotonic() > deadline:
+                if not refused and not complete and time.monotonic() > deadline:
                     with self.lock:
                         missing = [r for r in range(self.size) if r not in self.hosts]
                     self.refuse_all(f"ranks {missing} did not join within {self.timeout:g} "
@@ -519,7 +546,7 @@ class Server:
                     # Every rank has all it needs: nothing new may come in.
                     selector.unregister(listener)
                     listener.close()
-                waiting = None if complete else max(deadline - time.monotonic(), 0)
+                waiting = None if complete else max(until - time.monotonic(), 0)
                 for key, _ in selector.select(waiting):
                     if key.fileobj is listener:
                         self.accept(listener)

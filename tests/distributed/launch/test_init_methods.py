@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -18,6 +19,7 @@ from mpigrad.distributed.launch import rendezvous
 
 from .._environment import launcher_free_environment
 from .._helpers import finish, finish_together
+from ._ports import free_port
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE.parent / "tutorial" / "init_methods.py"
@@ -43,12 +45,6 @@ def test_start_mpi_does_nothing_once_mpi_runs(process_group):
     assert time.monotonic() - start < 1
 
 
-def _port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _start(args_per_process, env, cwd=None):
     return [subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -56,7 +52,7 @@ def _start(args_per_process, env, cwd=None):
 
 
 def _url(method, tmp_path, name):
-    return f"tcp://127.0.0.1:{_port()}" if method == "tcp" else f"file://{tmp_path / name}"
+    return f"tcp://127.0.0.1:{free_port()}" if method == "tcp" else f"file://{tmp_path / name}"
 
 
 def _printed(results):
@@ -160,14 +156,18 @@ def test_a_stale_file_from_a_killed_job_does_not_stop_the_next(tmp_path):
     assert not path.exists()
 
 
-MISSING_TIMEOUT = 5  # seconds: time for the ranks that are there to start on a loaded machine
+# Seconds: time for the ranks that are there to start on a loaded machine, beside the other
+# tests' processes.
+MISSING_TIMEOUT = 10
+BACKGROUND_JOBS = ("incomplete_worlds",)  # see conftest.py
 
 
 @pytest.fixture(scope="module")
 def incomplete_worlds(tmp_path_factory):
     """The jobs that wait out a rendezvous timeout, started side by side (each mostly waits):
     3-rank worlds with a rank missing, `(method, missing rank)`, and a rank 0 whose partner
-    never comes, "timeout". {job: (its URL, its results, how long it took)}."""
+    never comes, "timeout". A future of {job: (its URL, its results, how long it took)}: they
+    run in the background while the module's other tests run (BACKGROUND_JOBS)."""
     directory = tmp_path_factory.mktemp("meetings")
     environment = launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=MISSING_TIMEOUT)
     urls, jobs = {}, {}
@@ -178,11 +178,15 @@ def incomplete_worlds(tmp_path_factory):
                                             for rank in range(3) if rank != missing],
                                            environment)
     code = ("import datetime, mpigrad.distributed as dist\n"
-            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{_port()}', rank=0, "
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, "
             "world_size=2, timeout=datetime.timedelta(seconds=2))\n")
     jobs["timeout"] = _start([["-c", code]], launcher_free_environment())
-    return {job: (urls.get(job), results, took)
-            for job, (results, took) in finish_together(jobs, timeout=90).items()}
+
+    def wait():
+        return {job: (urls.get(job), results, took)
+                for job, (results, took) in finish_together(jobs, timeout=90).items()}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(wait)
 
 
 @pytest.mark.mpi_skip
@@ -190,7 +194,7 @@ def incomplete_worlds(tmp_path_factory):
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,
                                                                             incomplete_worlds):
-    url, results, took = incomplete_worlds[method, missing]
+    url, results, took = incomplete_worlds.result()[method, missing]
     assert took < 40  # the job's own deadline ended it, not the default of 120 s
     within = f"within {MISSING_TIMEOUT} seconds"
     for code, out, err in results:
@@ -206,7 +210,7 @@ def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(meth
 
 @pytest.mark.mpi_skip
 def test_init_process_group_timeout_bounds_the_rendezvous(incomplete_worlds):
-    _, [(returncode, out, err)], took = incomplete_worlds["timeout"]
+    _, [(returncode, out, err)], took = incomplete_worlds.result()["timeout"]
     assert took < 40
     assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
 

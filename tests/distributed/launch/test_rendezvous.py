@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -19,6 +20,7 @@ from mpigrad.distributed.launch.pmi_server import process_mapping
 
 from .._environment import launcher_free_environment
 from .._helpers import finish, finish_together
+from ._ports import free_port
 
 HERE = pathlib.Path(__file__).parent
 SCRIPT = HERE / "launch_check.py"
@@ -64,20 +66,6 @@ def test_process_mapping_groups_consecutive_ranks_by_host():
     assert process_mapping(["a", "b", "a"]) == "(vector,(0,1,1),(1,1,1),(0,1,1))"
 
 
-def _free_port():
-    # Two consecutive free ports: torchrun's store takes one, mpigrad's server the next.
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-
-
 def _start_world(sizes, port, extra=None, args=()):
     """One process per entry of `sizes` (the WORLD_SIZE each is told), rank = position."""
     return [subprocess.Popen([sys.executable, str(SCRIPT), *args], text=True,
@@ -91,7 +79,7 @@ def _start_world(sizes, port, extra=None, args=()):
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("size", [2, 3])
 def test_torchrun_style_processes_form_one_mpi_world(size):
-    results = finish(_start_world([size] * size, _free_port(), args=["gloo"]))
+    results = finish(_start_world([size] * size, free_port(), args=["gloo"]))
     expected_sum = size * (size + 1) // 2
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, err
@@ -101,7 +89,7 @@ def test_torchrun_style_processes_form_one_mpi_world(size):
 @pytest.mark.mpi_skip
 def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
     start = time.monotonic()
-    results = finish(_start_world([2, 3], _free_port()), timeout=60)
+    results = finish(_start_world([2, 3], free_port()), timeout=60)
     assert time.monotonic() - start < 30
     for code, out, err in results:
         assert code != 0 and "rank" not in out
@@ -109,38 +97,82 @@ def test_disagreeing_world_sizes_fail_within_seconds_on_every_rank():
         assert "mpiexec -n N" in err
 
 
+@pytest.mark.mpi_skip
+def test_a_rank_that_comes_after_the_refusal_hears_why_at_once():
+    # Rank 1's hello, with another world size, can reach rank 0's server before rank 0's own
+    # (rank 0, just woken from reading the server's "ready", is slower on a loaded machine).
+    # The refusing server then ended before rank 0 came, and rank 0 knocked on its port until
+    # its whole timeout had passed: the test above hung so.
+    listener = pmi_server.listen("127.0.0.1", 0)
+    server = pmi_server.Server(2, 60)
+    runner = threading.Thread(target=server.run, args=(listener,), daemon=True)
+    runner.start()
+    host, port = listener.getsockname()
+    try:
+        for rank, size in [(1, 3), (0, 2)]:
+            with pytest.raises(RuntimeError, match="refused to form the world: rank 1 was "
+                                                   "started with world size 3, but rank 0 "
+                                                   "with 2"):
+                rendezvous._check_in(rendezvous.Request(rank, size), host, port, "",
+                                     time.monotonic() + 15, 15)
+            runner.join(0.5)  # time for a server that does not wait for rank 0 to end
+        runner.join(30)
+        assert not runner.is_alive()  # every rank has heard why: nothing left to wait for
+    finally:
+        listener.close()
+
+
+@pytest.mark.mpi_skip
+def test_a_refused_worlds_server_waits_for_the_ranks_yet_to_hear_only_a_moment(monkeypatch):
+    # Rank 0 never comes: its server must not hold the port (which a corrected relaunch may
+    # want) for the whole rendezvous timeout.
+    monkeypatch.setattr(pmi_server, "REFUSAL_GRACE_SECONDS", 0.2)
+    listener = pmi_server.listen("127.0.0.1", 0)
+    runner = threading.Thread(target=pmi_server.Server(2, 60).run, args=(listener,),
+                              daemon=True)
+    runner.start()
+    try:
+        with pytest.raises(RuntimeError, match="rank 1 was started with world size 3"):
+            rendezvous._check_in(rendezvous.Request(1, 3), *listener.getsockname(), "",
+                                 time.monotonic() + 15, 15)
+        runner.join(30)
+        assert not runner.is_alive()
+    finally:
+        listener.close()
+
+
+WAITING_TIMEOUT = 10  # seconds: time for a rank to start beside the other tests' processes
+BACKGROUND_JOBS = ("worlds_that_time_out",)  # see conftest.py
+
+
 @pytest.fixture(scope="module")
 def worlds_that_time_out():
-    """The jobs that wait out their rendezvous timeout, started side by side: {job: (results,
-    seconds it took)}. "missing": 2 ranks of 3, whose server waits 5 s for the third, time
-    for the second to start on a loaded machine. "secrets": 2 ranks with different secrets;
-    rank 0's server waits 6 s, time for rank 1 to start and be refused. (Side by side, the
-    longer wait sets the time: the shorter costs nothing.)"""
-    port = _free_port()
+    """The jobs that wait out their rendezvous timeout, started side by side: a future of
+    {job: (results, seconds it took)}. "missing": 2 ranks of 3, whose server waits for the
+    third. "secrets": 2 ranks with different secrets; rank 0's server waits for rank 1, which
+    is refused. Mostly waiting, they run in the background while the module's other tests
+    run (BACKGROUND_JOBS), so their timeout, long enough for the ranks there to start on a
+    loaded machine, costs the module no time."""
+    port = free_port()
     secrets = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=launcher_free_environment(RANK=rank, WORLD_SIZE=2,
                                                               MASTER_ADDR="127.0.0.1",
                                                               MASTER_PORT=port,
-                                                              MPIGRAD_RENDEZVOUS_TIMEOUT=6,
+                                                              MPIGRAD_RENDEZVOUS_TIMEOUT=(
+                                                                  WAITING_TIMEOUT),
                                                               MPIGRAD_RENDEZVOUS_SECRET=secret))
                for rank, secret in enumerate(["ours", "a guess"])]
-    missing = _start_world([3, 3], _free_port(), extra={"MPIGRAD_RENDEZVOUS_TIMEOUT": 5})
-    return finish_together({"missing": missing, "secrets": secrets}, timeout=60)
-
-
-@pytest.mark.mpi_skip
-def test_a_missing_rank_is_an_error_naming_it_after_the_timeout(worlds_that_time_out):
-    results, took = worlds_that_time_out["missing"]
-    assert took < 30
-    for code, out, err in results:
-        assert code != 0
-        assert "ranks [2] did not join within 5 seconds" in err
+    missing = _start_world([3, 3], free_port(),
+                           extra={"MPIGRAD_RENDEZVOUS_TIMEOUT": WAITING_TIMEOUT})
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(finish_together, {"missing": missing, "secrets": secrets},
+                          timeout=90)
 
 
 @pytest.mark.mpi_skip
 def test_one_rank_failing_ends_every_rank():
-    results = finish(_start_world([3] * 3, _free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
+    results = finish(_start_world([3] * 3, free_port(), extra={"LAUNCH_CHECK_ABORT": 1}),
                       timeout=120)
     assert [code for code, _, _ in results] == [1, 1, 1]
     assert "this rank fails on purpose" in results[1][2]
@@ -150,7 +182,7 @@ def test_one_rank_failing_ends_every_rank():
 def test_a_rank_leaving_cleanly_ends_no_other_rank():
     # Rank 0 leaves with os._exit, which skips MPICH's PMI finalize, while rank 1 still runs:
     # only its goodbye tells the server this is no crash.
-    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_LEAVE": 0}),
+    results = finish(_start_world([2] * 2, free_port(), extra={"LAUNCH_CHECK_LEAVE": 0}),
                      timeout=60)
     assert [code for code, _, _ in results] == [0, 0], results
     assert "rank 1 left after MPI_Finalize" in results[1][1]
@@ -160,7 +192,7 @@ def test_a_rank_leaving_cleanly_ends_no_other_rank():
 @pytest.mark.mpi_skip
 def test_a_killed_rank_is_named_as_crashed_and_ends_the_others():
     start = time.monotonic()
-    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_KILL": 1}),
+    results = finish(_start_world([2] * 2, free_port(), extra={"LAUNCH_CHECK_KILL": 1}),
                      timeout=60)
     assert [code for code, _, _ in results] == [1, -9], results
     assert "mpigrad: rank 1 crashed" in results[0][2]
@@ -171,7 +203,7 @@ def test_a_killed_rank_is_named_as_crashed_and_ends_the_others():
 def test_mpi_abort_ends_every_rank_with_its_code_itself_included():
     # MPI_Abort leaves ending the process to the process manager, as under mpiexec.
     start = time.monotonic()
-    results = finish(_start_world([2] * 2, _free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
+    results = finish(_start_world([2] * 2, free_port(), extra={"LAUNCH_CHECK_MPI_ABORT": 1}),
                       timeout=60)
     assert [code for code, _, _ in results] == [3, 3], results
     assert "rank 1 ended the job (exit code 3)" in results[0][2]
@@ -183,7 +215,7 @@ def test_torchrun_gives_a_two_rank_world():
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.skip("torchrun (PyTorch, the oracle extra) is not installed")
-    port = _free_port()
+    port = free_port()
     result = subprocess.run([torchrun, "--nproc_per_node=2", f"--master_port={port}",
                              str(SCRIPT)], env=launcher_free_environment(), text=True,
                             capture_output=True, timeout=300)
@@ -195,20 +227,11 @@ def test_torchrun_gives_a_two_rank_world():
 
 @pytest.mark.mpi_skip
 def test_ranks_sharing_a_secret_form_a_world():
-    results = finish(_start_world([2, 2], _free_port(), args=["gloo"],
+    results = finish(_start_world([2, 2], free_port(), args=["gloo"],
                                    extra={"MPIGRAD_RENDEZVOUS_SECRET": "ours"}))
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, err
         assert f"rank {rank} of 2 sum 3 local 2" in out
-
-
-@pytest.mark.mpi_skip
-def test_ranks_with_different_secrets_do_not_form_a_world(worlds_that_time_out):
-    [(code0, out0, err0), (code1, out1, err1)], took = worlds_that_time_out["secrets"]
-    assert took < 30
-    assert code0 != 0 and code1 != 0 and "sum" not in out0 + out1
-    assert "the rendezvous secret does not match rank 0's" in err1
-    assert "ranks [1] did not join within 6 seconds" in err0
 
 
 # What any process that reaches the rendezvous port could send: hellos, MPI's own PMI
@@ -362,3 +385,23 @@ def test_rank_0_that_cannot_replace_the_file_says_so_and_leaves_nothing(tmp_path
                                            "Operation not permitted"):
         rendezvous._write_rendezvous_file(rendezvous.Request(0, 2, path=str(path)), "", 5)
     assert list(tmp_path.iterdir()) == [] and "server" not in rendezvous._control
+
+
+# Last: the worlds they read have waited out their timeouts meanwhile.
+@pytest.mark.mpi_skip
+def test_a_missing_rank_is_an_error_naming_it_after_the_timeout(worlds_that_time_out):
+    results, took = worlds_that_time_out.result()["missing"]
+    assert took < 40  # the job's own deadline ended it, not the default of 120 s
+    for code, out, err in results:
+        assert code != 0
+        assert f"ranks [2] did not join within {WAITING_TIMEOUT} seconds" in err
+
+
+@pytest.mark.mpi_skip
+def test_ranks_with_different_secrets_do_not_form_a_world(worlds_that_time_out):
+    [(code0, out0, err0), (code1, out1, err1)], took = (
+        worlds_that_time_out.result()["secrets"])
+    assert took < 40
+    assert code0 != 0 and code1 != 0 and "sum" not in out0 + out1
+    assert "the rendezvous secret does not match rank 0's" in err1
+    assert f"ranks [1] did not join within {WAITING_TIMEOUT} seconds" in err0
