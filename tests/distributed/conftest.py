@@ -12,6 +12,7 @@ import gc
 import pytest
 
 import mpigrad as mg
+from mpigrad.launchers import mpi_launcher
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -32,6 +33,23 @@ def _collections_walk_only_this_modules_objects():
     gc.freeze()
     yield
     gc.unfreeze()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _background_jobs_start_with_the_module(request):
+    """Some jobs mostly wait: for a timeout to pass, to prove that a missing, stopped or
+    mistaken rank ends the others with an error naming it. A module names the fixtures that
+    start such jobs in BACKGROUND_JOBS; each returns a future of its results and is set up
+    with the module's first test, so that the jobs wait while the module's other tests run
+    instead of before the tests that read them (which the module puts last). Only those a
+    selected test needs; never under an MPI launcher, since tests that start their own
+    processes run in the serial step only."""
+    if mpi_launcher() is not None:
+        return
+    for name in getattr(request.module, "BACKGROUND_JOBS", ()):
+        if any(item.module is request.module and name in item.fixturenames
+               for item in request.session.items):
+            request.getfixturevalue(name)
 
 
 @pytest.fixture(params=["ndarray", "Tensor"])

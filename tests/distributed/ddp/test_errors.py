@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -258,12 +259,10 @@ def test_scenarios_finish_under_timeout(scenario, scenarios_job):
     assert returncode == 0, output
 
 
-@pytest.fixture(scope="module")
-def jobs_losing_a_rank():
-    """The 3-rank jobs whose last rank stops or dies, each under `timeout`, started side by
-    side: most of each job is its other ranks waiting out the group's timeout. {scenario:
-    (the finished job, the pids of its processes still alive afterwards)}; those are killed
-    here, so a failure leaves nothing behind."""
+BACKGROUND_JOBS = ("jobs_losing_a_rank",)  # see tests/distributed/conftest.py
+
+
+def _run_jobs_losing_a_rank():
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     scenarios = ["stop_mid_backward", "kill_mid_backward", "stop_while_summing"]
     # A marker on each job's command line finds its processes afterwards.
@@ -289,12 +288,23 @@ def jobs_losing_a_rank():
     return {scenario: (finished[scenario], leftovers[scenario]) for scenario in scenarios}
 
 
+@pytest.fixture(scope="module")
+def jobs_losing_a_rank():
+    """The 3-rank jobs whose last rank stops or dies, each under `timeout`, started side by
+    side: most of each job is its other ranks waiting out the group's timeout, so they run in
+    the background from the module's first test (BACKGROUND_JOBS). A future of {scenario:
+    (the finished job, the pids of its processes still alive afterwards)}; those are killed
+    when the jobs end, so a failure leaves nothing behind."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(_run_jobs_losing_a_rank)
+
+
 @pytest.mark.mpi_skip  # launches its own MPI job
 def test_rank_stopped_mid_backward_ends_the_job_through_the_watchdog(jobs_losing_a_rank):
     """The last of 3 ranks is stopped (SIGSTOP) in the middle of DDP's backward. The others
     wait for it in the end-of-backward agreement until the group's timeout (5 s), then the
     watchdog aborts the job naming the operation and the rank; nothing is left running."""
-    result, leftovers = jobs_losing_a_rank["stop_mid_backward"]
+    result, leftovers = jobs_losing_a_rank.result()["stop_mid_backward"]
     output = result.stdout + result.stderr
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert all(f"READY {rank}" in result.stdout for rank in range(3)), output
@@ -311,7 +321,7 @@ def test_rank_stopped_mid_backward_ends_the_job_through_the_watchdog(jobs_losing
 def test_rank_killed_mid_backward_ends_the_job(jobs_losing_a_rank):
     """The last of 3 ranks dies (SIGKILL) mid-backward: the job ends (the launcher notices the
     death, or else the watchdog after the group's timeout) and leaves nothing running."""
-    result, leftovers = jobs_losing_a_rank["kill_mid_backward"]
+    result, leftovers = jobs_losing_a_rank.result()["kill_mid_backward"]
     output = result.stdout + result.stderr
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert "backward finished without rank" not in output
@@ -325,7 +335,7 @@ def test_rank_stopped_while_summing_shared_buckets_ends_the_job_through_the_watc
     its slice of a shared bucket: the others wait on its flags in shared memory, not in an
     MPI call, and the watchdog still aborts the job at the group's timeout (5 s), naming the
     reduction they wait for and the rank that does not answer; nothing is left running."""
-    result, leftovers = jobs_losing_a_rank["stop_while_summing"]
+    result, leftovers = jobs_losing_a_rank.result()["stop_while_summing"]
     output = result.stdout + result.stderr
     assert result.returncode not in (0, TIMEOUT_EXIT), output
     assert all(f"READY {rank}" in result.stdout for rank in range(3)), output

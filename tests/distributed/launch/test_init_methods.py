@@ -159,7 +159,7 @@ def test_a_stale_file_from_a_killed_job_does_not_stop_the_next(tmp_path):
 # Seconds: time for the ranks that are there to start on a loaded machine, beside the other
 # tests' processes.
 MISSING_TIMEOUT = 10
-BACKGROUND_JOBS = ("incomplete_worlds",)  # see conftest.py
+BACKGROUND_JOBS = ("incomplete_worlds",)  # see tests/distributed/conftest.py
 
 
 @pytest.fixture(scope="module")

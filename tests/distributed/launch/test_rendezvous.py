@@ -142,7 +142,7 @@ def test_a_refused_worlds_server_waits_for_the_ranks_yet_to_hear_only_a_moment(m
 
 
 WAITING_TIMEOUT = 10  # seconds: time for a rank to start beside the other tests' processes
-BACKGROUND_JOBS = ("worlds_that_time_out",)  # see conftest.py
+BACKGROUND_JOBS = ("worlds_that_time_out",)  # see tests/distributed/conftest.py
 
 
 @pytest.fixture(scope="module")
