@@ -116,14 +116,7 @@ parallel=()
 if (( workers > 1 )) && python -c "import xdist" 2>/dev/null; then
     parallel=(-n "$workers" --dist loadfile)
 fi
-# The jobs that the serial step's tests launch (two workers' worth on the cores) wait for their
-# peers inside MPI, and MPICH's waits poll without pause: a waiting rank takes the core from
-# the rank it waits for and from the other worker. With MPICH's heavy yield, its waits sleep
-# between polls (MPI_THREAD_MULTIPLE, as mpigrad initialises MPI): a rank waiting 2 s in a
-# barrier for a sleeping peer used 0.62 s of CPU instead of 2.08 s. MPICH only; other MPIs
-# ignore it. Not in the MPI steps, whose ranks meet in lockstep.
 step "serial" "$logs/serial.log" no \
-    env MPIR_CVAR_ENABLE_HEAVY_YIELD=1 \
     timeout -k 30 1800 python -m pytest "${parallel[@]}" --durations=15 "$@"
 step "mpi -n 2" "$logs/mpi-2.log" yes \
     timeout -k 30 900 mpiexec -n 2 python -m pytest --only-mpi -q -rfEs --durations=15 -p no:cacheprovider "$@"
