@@ -10,8 +10,8 @@ kept from before, still loads).
 
 `share` makes a loop's dispatcher use that cache well:
 
-- loads skip numba's tables: numba fills its tables of implementations (about 0.35 s, most of
-  a warm process's kernel start-up) before every cache load, but only a compile reads them;
+- loads skip numba's tables: numba fills its tables of implementations (0.15-0.35 s of a warm
+  process's kernel start-up, measured) before every cache load, but only a compile reads them;
   a load needs numba's runtime alone. They are filled when a load misses, just before the
   compile that follows, and without importing scipy.linalg (`_fill_numba_tables`);
 - compiles take turns: the processes sharing a cache directory compile each loop one at a
