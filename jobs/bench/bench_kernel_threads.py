@@ -1,9 +1,10 @@
 """The compiled loops on one thread and on several: each threaded loop of
 kernels/compiled/ on the GPT step's shapes (jobs/train_gpt.py's batch 16 x 64 positions,
 512-wide activations, 65 classes), in interleaved rounds, median time per call; and the
-threading layer's cost of one launch on a tiny input.
+threading layer's cost of one launch on a tiny input. By default the layer mpigrad picks (tbb
+where its wheel is installed); `--layer` names one.
 
-    python jobs/bench/bench_kernel_threads.py [--threads 2] [--layer workqueue|omp]
+    python jobs/bench/bench_kernel_threads.py [--threads 2] [--layer tbb|workqueue|omp]
 """
 import argparse
 import os
@@ -13,10 +14,12 @@ import time
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--layer", default="workqueue", help="numba's threading layer")
+    parser.add_argument("--layer", choices=["tbb", "workqueue", "omp"],
+                        help="numba's threading layer (default: mpigrad's choice)")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    os.environ["NUMBA_THREADING_LAYER"] = args.layer  # read when the loops are first imported
+    if args.layer:
+        os.environ["NUMBA_THREADING_LAYER"] = args.layer  # read when the loops are imported
     import numpy as np
 
     import mpigrad as mg
@@ -30,6 +33,7 @@ def main():
     attention = rng.standard_normal((16 * 8 * 64, 64)).astype(np.float32)  # (B H T, T)
     target = rng.integers(0, classes, rows)
     weight = np.ones(classes, np.float32)
+    tops, log_totals = np.empty(rows, np.float32), np.empty(rows, np.float32)  # forward's
     gates = [rng.standard_normal((rows, 4 * width)).astype(np.float32) for _ in range(2)]
     bias = rng.standard_normal(4 * width).astype(np.float32)
     state = rng.standard_normal((rows, 2 * width)).astype(np.float32)  # [h, c]
@@ -42,10 +46,12 @@ def main():
         "softmax (attention rows)": (softmax.softmax,
                                      lambda: (attention, np.empty_like(attention))),
         "cross-entropy": (softmax.cross_entropy, lambda: (scores, target, weight, -100, 0.0,
-                                                          np.empty(rows, np.float32))),
+                                                          False, np.empty(rows, np.float32),
+                                                          tops, log_totals)),
         "cross-entropy backward": (softmax.cross_entropy_backward,
                                    lambda: (np.ones(rows, np.float32), scores, target, weight,
-                                            -100, 0.0, np.empty_like(scores))),
+                                            -100, 0.0, False, tops, log_totals,
+                                            np.empty_like(scores))),
         "lstm step": (recurrent.lstm_step, lambda: (*gates, bias, state, False,
                                                     np.empty((rows, 6 * width), np.float32))),
         "embedding backward": (indexing.add_along, lambda: (table, grads, positions)),
