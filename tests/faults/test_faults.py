@@ -6,10 +6,11 @@ under `timeout`), and leave no process behind. The checkpoint faults (every trun
 bit flip of a file, kill -9 during saves) are in tests/serialization/test_serialization.py and
 tests/jobs/test_train_job.py.
 
-Each scenario must end its own job (most abort it), so each test has a job of its own; the
-jobs of the tests selected run side by side, a few at a time (a module fixture starts them on
-first use), since most of a job's time is its ranks waiting: for a timeout, a stall report, a
-departed rank to be noticed.
+A scenario that ends its job (most abort it) has a job of its own; those that leave every rank
+in line run one after the other in one job (SHARED_JOBS). The jobs of the tests selected run
+side by side, a few at a time (a module fixture starts them on first use), since most of a
+job's time is its ranks waiting: for a timeout, a stall report, a departed rank to be noticed
+(waits that sleep between polls: WAITING_JOB).
 """
 import re
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed._environment import job_environment
-from tests.faults._processes import kill, survivors
+from tests.faults._processes import WAITING_JOB, kill, survivors
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
@@ -36,6 +37,10 @@ JOBS_AT_ONCE = 4
 # Their jobs last the group's timeout: started first, the others fill the wait.
 WAIT_FOR_THE_TIMEOUT = ("stall_in_collective", "stall_in_ddp_constructor", "stall_in_backward",
                         "uneven_data_without_join")
+# Scenarios that end with every rank in line and the job going on, each run by the ranks in
+# turn in one job (a launch costs each rank half a second of CPU): the job's clean end is then
+# every one's. MPI.Finalize by the script can only come last.
+SHARED_JOBS = (("exception_in_backward_caught", "finalize_by_the_script"),)
 
 pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)"),
               pytest.mark.parametrize("ranks", [2, 3])]
@@ -51,18 +56,20 @@ def runs(name, min_ranks=2):
 
 
 def _job_of(item):
-    """(scenario, ranks) of a collected test of this module, or None when it runs no job."""
+    """(scenarios, ranks) of the job of a collected test of this module (scenarios: the
+    names of those it runs, joined by commas), or None when the test runs no job."""
     params = item.callspec.params
     name = params.get("scenario", getattr(item.function, "scenario", None))
     if name is None or params["ranks"] < getattr(item.function, "min_ranks", 2):
         return None
-    return name, params["ranks"]
+    shared = [",".join(names) for names in SHARED_JOBS if name in names]
+    return (shared[0] if shared else name), params["ranks"]
 
 
 @pytest.fixture(scope="module")
 def jobs(request):
     """The jobs of this module's selected tests, started side by side on first use:
-    {(scenario, ranks): future of run(scenario, ranks)}."""
+    {(scenarios, ranks): future of run(scenarios, ranks)}."""
     wanted = {_job_of(item) for item in request.session.items if item.module is request.module}
     wanted.discard(None)
     order = sorted(wanted, key=lambda job: (job[0] not in WAIT_FOR_THE_TIMEOUT, job))
@@ -77,21 +84,22 @@ def job(request, jobs):
     return jobs[_job_of(request.node)].result()
 
 
-def run(scenario, ranks):
-    """Run `scenario`; returns (exit status, output, seconds from the fault to the end)."""
+def run(scenarios, ranks):
+    """Run `scenarios` (names joined by commas) in one job; returns (exit status, output,
+    seconds from the first fault to the end)."""
     marker = f"mpigrad-fault-{uuid.uuid4().hex}"  # finds this job's processes afterwards
     try:
         result = subprocess.run(["timeout", "-k", "10", "120", MPIEXEC, "-n", str(ranks),
-                                 sys.executable, str(SCENARIOS), scenario, marker],
+                                 sys.executable, str(SCENARIOS), scenarios, marker],
                                 capture_output=True, text=True,
-                                env=job_environment(MPIGRAD_STALL_SECONDS=1))
+                                env=job_environment(MPIGRAD_STALL_SECONDS=1, **WAITING_JOB))
         ended = time.time()
     finally:
         leftovers = survivors(marker)
         kill(leftovers)
     output = result.stdout + result.stderr
-    assert result.returncode != HANG, f"{scenario} hung:\n{output}"
-    assert leftovers == [], f"{scenario} left processes behind: {leftovers}\n{output}"
+    assert result.returncode != HANG, f"{scenarios} hung:\n{output}"
+    assert leftovers == [], f"{scenarios} left processes behind: {leftovers}\n{output}"
     fault = re.search(r"^FAULT ([0-9.]+)", result.stdout, re.MULTILINE)
     assert fault, output
     return result.returncode, output, ended - float(fault.group(1))
