@@ -10,7 +10,7 @@ A scenario that ends its job (most abort it) has a job of its own; those that le
 in line run one after the other in one job (SHARED_JOBS). The jobs of the tests selected run
 side by side, a few at a time (a module fixture starts them on first use), since most of a
 job's time is its ranks waiting: for a timeout, a stall report, a departed rank to be noticed
-(waits that sleep between polls: WAITING_JOB).
+(started so that the waits sleep: start_waiting_job).
 """
 import re
 import shutil
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed._environment import job_environment
-from tests.faults._processes import WAITING_JOB, kill, survivors
+from tests.faults._processes import kill, start_waiting_job, survivors
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
@@ -89,20 +89,21 @@ def run(scenarios, ranks):
     seconds from the first fault to the end)."""
     marker = f"mpigrad-fault-{uuid.uuid4().hex}"  # finds this job's processes afterwards
     try:
-        result = subprocess.run(["timeout", "-k", "10", "120", MPIEXEC, "-n", str(ranks),
-                                 sys.executable, str(SCENARIOS), scenarios, marker],
-                                capture_output=True, text=True,
-                                env=job_environment(MPIGRAD_STALL_SECONDS=1, **WAITING_JOB))
+        process = start_waiting_job(["timeout", "-k", "10", "120", MPIEXEC, "-n", str(ranks),
+                                     sys.executable, str(SCENARIOS), scenarios, marker],
+                                    env=job_environment(MPIGRAD_STALL_SECONDS=1),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = process.communicate()
         ended = time.time()
     finally:
         leftovers = survivors(marker)
         kill(leftovers)
-    output = result.stdout + result.stderr
-    assert result.returncode != HANG, f"{scenarios} hung:\n{output}"
+    output = stdout + stderr
+    assert process.returncode != HANG, f"{scenarios} hung:\n{output}"
     assert leftovers == [], f"{scenarios} left processes behind: {leftovers}\n{output}"
-    fault = re.search(r"^FAULT ([0-9.]+)", result.stdout, re.MULTILINE)
+    fault = re.search(r"^FAULT ([0-9.]+)", stdout, re.MULTILINE)
     assert fault, output
-    return result.returncode, output, ended - float(fault.group(1))
+    return process.returncode, output, ended - float(fault.group(1))
 
 
 @runs("exception_in_backward_caught")

@@ -14,7 +14,7 @@ import pytest
 import mpigrad.distributed as dist
 from mpigrad.distributed.fault import abort
 
-from tests.faults._processes import WAITING_JOB
+from tests.faults._processes import start_waiting_job
 
 from .._environment import job_environment, launcher_free_environment
 from .._helpers import finish_together
@@ -136,13 +136,13 @@ def test_importing_installs_nothing_init_decides(result, expected):
 # traceback.
 JOBS = {
     "test_a_rank_that_raises_aborts_the_job":
-        (TWO_RANKS, RAISE_ON_LAST_RANK, [], job_environment(**WAITING_JOB)),
+        (TWO_RANKS, RAISE_ON_LAST_RANK, [], job_environment()),
     "test_single_process_keeps_pythons_behaviour":
         ([], RAISE_ON_LAST_RANK, [], launcher_free_environment()),
     "test_collectives_that_cannot_meet_end_the_job_after_the_timeout":
-        (TWO_RANKS, COLLECTIVES_ON_DIFFERENT_GROUPS, [], job_environment(**WAITING_JOB)),
+        (TWO_RANKS, COLLECTIVES_ON_DIFFERENT_GROUPS, [], job_environment()),
     **{f"test_an_aborted_job_leaves_no_shared_memory_segment[{how}]":
-       (TWO_RANKS, SEGMENTS_THEN_DIE, [how], job_environment(**WAITING_JOB))
+       (TWO_RANKS, SEGMENTS_THEN_DIE, [how], job_environment())
        for how in ("exception", "sigkill")},
     **{f"test_importing_installs_nothing_init_decides[{name}]":
        ([], WHICH_HOOK.replace("ARGUMENTS", repr(arguments)), [],
@@ -163,9 +163,10 @@ def launched(request, tmp_path_factory):
         launcher, text, arguments, env = JOBS[name]
         script = tmp_path_factory.mktemp("job") / "job.py"
         script.write_text(text)
-        processes[name] = [subprocess.Popen(
+        start = start_waiting_job if launcher else subprocess.Popen  # MPI jobs wait
+        processes[name] = [start(
             ["timeout", "120", *launcher, sys.executable, str(script), *arguments],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)]
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     with ThreadPoolExecutor(max_workers=1) as pool:
         yield pool.submit(finish_together, processes, 150)
 
