@@ -8,9 +8,9 @@ tests/jobs/test_train_job.py.
 
 A scenario that ends its job (most abort it) has a job of its own; those that leave every rank
 in line run one after the other in one job (SHARED_JOBS). The jobs of the tests selected run
-side by side, a few at a time (a module fixture starts them on first use), since most of a
-job's time is its ranks waiting: for a timeout, a stall report, a departed rank to be noticed
-(started so that the waits sleep: start_waiting_job).
+side by side, JOBS_AT_ONCE at a time (a module fixture starts them on first use), since most
+of a job's time is its ranks waiting: for a timeout, a stall report, a departed rank to be
+noticed (started so that the waits sleep: start_waiting_job).
 """
 import re
 import shutil
@@ -30,13 +30,14 @@ SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
 HANG = 124  # timeout's exit status: the job hung
 WITHIN_SECONDS = 10
-# Jobs at once: each rank costs about 1 s of CPU and waits for the rest of its job's few
-# seconds, so on two cores four jobs keep them busy without slowing each other's ends (the
-# tests bound the time from the fault to the end).
-JOBS_AT_ONCE = 4
 # Their jobs last the group's timeout: started first, the others fill the wait.
 WAIT_FOR_THE_TIMEOUT = ("stall_in_collective", "stall_in_ddp_constructor", "stall_in_backward",
                         "uneven_data_without_join")
+# Jobs at once: those that wait out the timeout (on both sizes), whose waiting ranks sleep
+# (start_waiting_job), and four more, whose ranks start and compute (about half a second of
+# CPU each to start) meanwhile. Four at once used to be all: the waiting ranks took their
+# share of the cores.
+JOBS_AT_ONCE = 2 * len(WAIT_FOR_THE_TIMEOUT) + 4
 # Scenarios that end with every rank in line and the job going on, each run by the ranks in
 # turn in one job (a launch costs each rank half a second of CPU): the job's clean end is then
 # every one's. MPI.Finalize by the script can only come last.
