@@ -14,10 +14,11 @@ import time
 # of a core, taken from the rank it waits for and from the other tests. With its heavy yield
 # it sleeps between polls instead (MPICH only; other MPIs ignore the variable), for at least
 # the thread's timer slack, which a process inherits from the thread that started it: 50 us
-# by default, so the rank still polls some 15,000 times a second; with WAIT_SLACK, about a
-# thousand. A 3-rank job whose ranks wait 4 s for a sleeping one: 2.4-2.9 s of CPU as is,
-# 1.4-1.7 s with both (1.35 s of it starting the ranks). A message that arrives during a
-# pause is seen up to a millisecond late: nothing next to the jobs' timeouts.
+# by default, so the rank still polls some 15,000 times a second; with
+# WAIT_SLACK_NANOSECONDS, about a thousand. A 3-rank job whose ranks wait 4 s for a sleeping
+# one: 2.4-2.9 s of CPU with the heavy yield alone, 1.4-1.7 s with the slack too (1.35 s of
+# it starting the ranks). A message that arrives during a pause is seen up to a millisecond
+# late: nothing next to the jobs' timeouts.
 WAITING_JOB = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 WAIT_SLACK_NANOSECONDS = 1_000_000
 _PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30  # prctl(2), Linux
