@@ -1,6 +1,6 @@
 """Faults injected into small data-parallel jobs; test_faults.py runs each under mpiexec.
 
-    mpiexec -n 2 python tests/faults/scenarios.py <scenario> [marker]
+    mpiexec -n 2 python tests/faults/scenarios.py <scenario>[,<scenario>...] [marker]
 
 Rank 1 is the faulty rank (the others behave). Just before the fault, rank 1 prints
 "FAULT <unix time>", so the test can bound how long the job took to end after it. The
@@ -223,11 +223,11 @@ def stall_in_backward(rank):
 
 
 def main():
-    scenario = sys.argv[1]
     dist.init_process_group(timeout=TIMEOUT)
     rank = dist.get_rank()
-    globals()[scenario](rank)
-    print(f"[rank {rank}] END {scenario}", flush=True)
+    for scenario in sys.argv[1].split(","):  # in turn: those before must leave the ranks in line
+        globals()[scenario](rank)
+        print(f"[rank {rank}] END {scenario}", flush=True)
 
 
 if __name__ == "__main__":

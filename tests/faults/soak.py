@@ -38,7 +38,7 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script (the driver, or a job's rank): tests.* importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.faults._processes import kill, survivors  # noqa: E402
+from tests.faults._processes import kill, start_waiting_job, survivors  # noqa: E402
 
 EVENTS = ("kill", "stop", "stop-resume", "none")
 TIMEOUT = 5        # seconds: the group's (and RPC's) timeout in the jobs
@@ -122,11 +122,11 @@ class _Job:
         from tests.distributed._environment import job_environment
         self.ranks, self.directory, self.marker = ranks, directory, marker
         self.lines = []
-        self.process = subprocess.Popen(
+        self.process = start_waiting_job(
             ["timeout", "-k", "5", str(JOB_LIMIT), shutil.which("mpiexec"), "-n", str(ranks),
              sys.executable, __file__, "--job", directory, marker],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=job_environment(MPIGRAD_STALL_SECONDS=1))
+            env=job_environment(MPIGRAD_STALL_SECONDS=1),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._reader = threading.Thread(target=self.lines.extend, args=(self.process.stdout,),
                                          daemon=True)
         self._reader.start()

@@ -6,10 +6,11 @@ under `timeout`), and leave no process behind. The checkpoint faults (every trun
 bit flip of a file, kill -9 during saves) are in tests/serialization/test_serialization.py and
 tests/jobs/test_train_job.py.
 
-Each scenario must end its own job (most abort it), so each test has a job of its own; the
-jobs of the tests selected run side by side, a few at a time (a module fixture starts them on
-first use), since most of a job's time is its ranks waiting: for a timeout, a stall report, a
-departed rank to be noticed.
+A scenario that ends its job (most abort it) has a job of its own; those that leave every rank
+in line run one after the other in one job (SHARED_JOBS). The jobs of the tests selected run
+side by side, JOBS_AT_ONCE at a time (a module fixture starts them on first use), since most
+of a job's time is its ranks waiting: for a timeout, a stall report, a departed rank to be
+noticed (started so that the waits sleep: start_waiting_job).
 """
 import re
 import shutil
@@ -23,19 +24,24 @@ from pathlib import Path
 import pytest
 
 from tests.distributed._environment import job_environment
-from tests.faults._processes import kill, survivors
+from tests.faults._processes import kill, start_waiting_job, survivors
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
 HANG = 124  # timeout's exit status: the job hung
 WITHIN_SECONDS = 10
-# Jobs at once: each rank costs about 1 s of CPU and waits for the rest of its job's few
-# seconds, so on two cores four jobs keep them busy without slowing each other's ends (the
-# tests bound the time from the fault to the end).
-JOBS_AT_ONCE = 4
 # Their jobs last the group's timeout: started first, the others fill the wait.
 WAIT_FOR_THE_TIMEOUT = ("stall_in_collective", "stall_in_ddp_constructor", "stall_in_backward",
                         "uneven_data_without_join")
+# Jobs at once: those that wait out the timeout (on both sizes), whose waiting ranks sleep
+# (start_waiting_job), and four more, whose ranks start and compute (about half a second of
+# CPU each to start) meanwhile. Four at once used to be all: the waiting ranks took their
+# share of the cores.
+JOBS_AT_ONCE = 2 * len(WAIT_FOR_THE_TIMEOUT) + 4
+# Scenarios that end with every rank in line and the job going on, each run by the ranks in
+# turn in one job (a launch costs each rank half a second of CPU): the job's clean end is then
+# every one's. MPI.Finalize by the script can only come last.
+SHARED_JOBS = (("exception_in_backward_caught", "finalize_by_the_script"),)
 
 pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)"),
               pytest.mark.parametrize("ranks", [2, 3])]
@@ -51,18 +57,20 @@ def runs(name, min_ranks=2):
 
 
 def _job_of(item):
-    """(scenario, ranks) of a collected test of this module, or None when it runs no job."""
+    """(scenarios, ranks) of the job of a collected test of this module (scenarios: the
+    names of those it runs, joined by commas), or None when the test runs no job."""
     params = item.callspec.params
     name = params.get("scenario", getattr(item.function, "scenario", None))
     if name is None or params["ranks"] < getattr(item.function, "min_ranks", 2):
         return None
-    return name, params["ranks"]
+    shared = [",".join(names) for names in SHARED_JOBS if name in names]
+    return (shared[0] if shared else name), params["ranks"]
 
 
 @pytest.fixture(scope="module")
 def jobs(request):
     """The jobs of this module's selected tests, started side by side on first use:
-    {(scenario, ranks): future of run(scenario, ranks)}."""
+    {(scenarios, ranks): future of run(scenarios, ranks)}."""
     wanted = {_job_of(item) for item in request.session.items if item.module is request.module}
     wanted.discard(None)
     order = sorted(wanted, key=lambda job: (job[0] not in WAIT_FOR_THE_TIMEOUT, job))
@@ -77,24 +85,26 @@ def job(request, jobs):
     return jobs[_job_of(request.node)].result()
 
 
-def run(scenario, ranks):
-    """Run `scenario`; returns (exit status, output, seconds from the fault to the end)."""
+def run(scenarios, ranks):
+    """Run `scenarios` (names joined by commas) in one job; returns (exit status, output,
+    seconds from the first fault to the end)."""
     marker = f"mpigrad-fault-{uuid.uuid4().hex}"  # finds this job's processes afterwards
     try:
-        result = subprocess.run(["timeout", "-k", "10", "120", MPIEXEC, "-n", str(ranks),
-                                 sys.executable, str(SCENARIOS), scenario, marker],
-                                capture_output=True, text=True,
-                                env=job_environment(MPIGRAD_STALL_SECONDS=1))
+        process = start_waiting_job(["timeout", "-k", "10", "120", MPIEXEC, "-n", str(ranks),
+                                     sys.executable, str(SCENARIOS), scenarios, marker],
+                                    env=job_environment(MPIGRAD_STALL_SECONDS=1),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = process.communicate()
         ended = time.time()
     finally:
         leftovers = survivors(marker)
         kill(leftovers)
-    output = result.stdout + result.stderr
-    assert result.returncode != HANG, f"{scenario} hung:\n{output}"
-    assert leftovers == [], f"{scenario} left processes behind: {leftovers}\n{output}"
-    fault = re.search(r"^FAULT ([0-9.]+)", result.stdout, re.MULTILINE)
+    output = stdout + stderr
+    assert process.returncode != HANG, f"{scenarios} hung:\n{output}"
+    assert leftovers == [], f"{scenarios} left processes behind: {leftovers}\n{output}"
+    fault = re.search(r"^FAULT ([0-9.]+)", stdout, re.MULTILINE)
     assert fault, output
-    return result.returncode, output, ended - float(fault.group(1))
+    return process.returncode, output, ended - float(fault.group(1))
 
 
 @runs("exception_in_backward_caught")

@@ -23,7 +23,7 @@ from mpigrad.distributed.algorithms import Join
 from mpigrad.nn.parallel import DistributedDataParallel as DDP
 from mpigrad.optim import SGD
 
-from tests.faults._processes import kill, survivors
+from tests.faults._processes import kill, start_waiting_job, survivors
 
 from .._environment import job_environment
 from .._helpers import finish_together
@@ -267,11 +267,11 @@ def _run_jobs_losing_a_rank():
     scenarios = ["stop_mid_backward", "kill_mid_backward", "stop_while_summing"]
     # A marker on each job's command line finds its processes afterwards.
     markers = {scenario: f"mpigrad-test-{uuid.uuid4().hex}" for scenario in scenarios}
-    jobs = {scenario: [subprocess.Popen(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
-                                         sys.executable, os.path.join(HERE, "scenarios.py"),
-                                         scenario, marker], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True,
-                                        env=job_environment())]
+    jobs = {scenario: [start_waiting_job(["timeout", "-k", "10", "120", mpiexec, "-n", "3",
+                                          sys.executable, os.path.join(HERE, "scenarios.py"),
+                                          scenario, marker], env=job_environment(),
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)]
             for scenario, marker in markers.items()}
     try:
         # Drained together: a job waited for after another could fill its pipes and stall.

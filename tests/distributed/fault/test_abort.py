@@ -1,9 +1,12 @@
 """An uncaught exception on one rank ends the whole MPI job instead of leaving the others
 waiting, and so does a rank blocked for longer than its group's timeout. The jobs run as
-subprocesses, under `timeout`, so a regression fails instead of hanging."""
+subprocesses, under `timeout`, so a regression fails instead of hanging; those of the tests
+selected start side by side with the module (BACKGROUND_JOBS), since each is mostly an
+interpreter starting and ranks waiting for an abort."""
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,10 @@ import pytest
 import mpigrad.distributed as dist
 from mpigrad.distributed.fault import abort
 
-from .._environment import launcher_free_environment
+from tests.faults._processes import start_waiting_job
+
+from .._environment import job_environment, launcher_free_environment
+from .._helpers import finish_together
 
 RAISE_ON_LAST_RANK = """
 import numpy as np
@@ -35,34 +41,25 @@ dist.all_reduce(np.zeros(1), group=pair if dist.get_rank() == 0 else None)
 """
 TIMEOUT_EXIT = 124  # what coreutils' `timeout` exits with when it had to stop the job
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
-
-
-def _run(launcher, script_text, tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(script_text)
-    return subprocess.run(["timeout", "120", *launcher, sys.executable, str(script)],
-                          capture_output=True, text=True)
+TWO_RANKS = [MPIEXEC, "-n", "2"]
 
 
 @pytest.mark.mpi_skip
-def test_a_rank_that_raises_aborts_the_job(tmp_path):
-    result = _run([MPIEXEC, "-n", "2"], RAISE_ON_LAST_RANK, tmp_path)
+def test_a_rank_that_raises_aborts_the_job(result):
     assert result.returncode not in (0, TIMEOUT_EXIT), result.stderr
     assert "[rank 1] uncaught exception on rank 1 of 2; aborting the MPI job" in result.stderr
     assert "[rank 1] RuntimeError: raised on purpose" in result.stderr
 
 
 @pytest.mark.mpi_skip
-def test_single_process_keeps_pythons_behaviour(tmp_path):
-    result = _run([], RAISE_ON_LAST_RANK, tmp_path)
+def test_single_process_keeps_pythons_behaviour(result):
     assert result.returncode == 1
     assert "aborting" not in result.stderr
     assert result.stderr.rstrip().endswith("RuntimeError: raised on purpose")
 
 
 @pytest.mark.mpi_skip
-def test_collectives_that_cannot_meet_end_the_job_after_the_timeout(tmp_path):
-    result = _run([MPIEXEC, "-n", "2"], COLLECTIVES_ON_DIFFERENT_GROUPS, tmp_path)
+def test_collectives_that_cannot_meet_end_the_job_after_the_timeout(result):
     assert result.returncode not in (0, TIMEOUT_EXIT), result.stderr
     assert ("the check before all_reduce on the group of global ranks [0, 1] has been blocked "
             "on rank 0 for longer than the group's timeout (1 s)") in result.stderr
@@ -92,14 +89,10 @@ dist.recv(np.zeros(1), src=dist.get_world_size() - 1)
 
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("how", ["exception", "sigkill"])
-def test_an_aborted_job_leaves_no_shared_memory_segment(tmp_path, how):
+def test_an_aborted_job_leaves_no_shared_memory_segment(result, how):
     """MPICH unlinks its /dev/shm segment in MPI_Finalize only: each aborted job used to leave
     2 MB of memory there for good. The job names the segments its ranks map; none may be left
     once it has ended (other jobs running meanwhile do not matter)."""
-    script = tmp_path / "job.py"
-    script.write_text(SEGMENTS_THEN_DIE)
-    result = subprocess.run(["timeout", "120", MPIEXEC, "-n", "2", sys.executable, str(script),
-                             how], capture_output=True, text=True)
     assert result.returncode not in (0, TIMEOUT_EXIT), result.stderr
     named = {name for line in result.stdout.splitlines() if line.startswith("segments:")
              for name in line.split()[1:]}
@@ -123,20 +116,66 @@ print("init:", "abort" if sys.excepthook is abort._abort_hook else "python's")
 """
 
 
+# id: (init_process_group's arguments, environment, the hook init leaves)
+HOOK_CASES = {"default": ({}, {}, "abort"),
+              "argument-off": ({"abort_on_exception": False}, {}, "python's"),
+              "env-off": ({}, {abort.ENV: "0"}, "python's"),
+              "argument-wins": ({"abort_on_exception": True}, {abort.ENV: "0"}, "abort")}
+
+
 @pytest.mark.mpi_skip  # a fresh interpreter: the session's group is already initialised
-@pytest.mark.parametrize("arguments,env,expected", [
-    ({}, {}, "abort"),
-    ({"abort_on_exception": False}, {}, "python's"),
-    ({}, {abort.ENV: "0"}, "python's"),
-    ({"abort_on_exception": True}, {abort.ENV: "0"}, "abort"),
-], ids=["default", "argument-off", "env-off", "argument-wins"])
-def test_importing_installs_nothing_init_decides(arguments, env, expected, tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(WHICH_HOOK.replace("ARGUMENTS", repr(arguments)))
-    result = subprocess.run(["timeout", "120", sys.executable, str(script)], capture_output=True,
-                            text=True, env=launcher_free_environment(**env))
+@pytest.mark.parametrize("expected", [expected for _, _, expected in HOOK_CASES.values()],
+                         ids=list(HOOK_CASES))
+def test_importing_installs_nothing_init_decides(result, expected):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["import: python's", f"init: {expected}"]
+
+
+# The job of each test that runs one, by the test's name: (launcher, script, its arguments,
+# environment). Each script is job.py in a directory of its own: a test reads the name in a
+# traceback.
+JOBS = {
+    "test_a_rank_that_raises_aborts_the_job":
+        (TWO_RANKS, RAISE_ON_LAST_RANK, [], job_environment()),
+    "test_single_process_keeps_pythons_behaviour":
+        ([], RAISE_ON_LAST_RANK, [], launcher_free_environment()),
+    "test_collectives_that_cannot_meet_end_the_job_after_the_timeout":
+        (TWO_RANKS, COLLECTIVES_ON_DIFFERENT_GROUPS, [], job_environment()),
+    **{f"test_an_aborted_job_leaves_no_shared_memory_segment[{how}]":
+       (TWO_RANKS, SEGMENTS_THEN_DIE, [how], job_environment())
+       for how in ("exception", "sigkill")},
+    **{f"test_importing_installs_nothing_init_decides[{name}]":
+       ([], WHICH_HOOK.replace("ARGUMENTS", repr(arguments)), [],
+        launcher_free_environment(**env))
+       for name, (arguments, env, _) in HOOK_CASES.items()},
+}
+BACKGROUND_JOBS = ("launched",)  # see tests/distributed/conftest.py
+
+
+@pytest.fixture(scope="module")
+def launched(request, tmp_path_factory):
+    """The jobs of the module's selected tests, started together: a future of {test name:
+    ([(exit status, stdout, stderr)], seconds)} (finish_together's)."""
+    selected = [item.name for item in request.session.items
+                if item.module is request.module and item.name in JOBS]
+    processes = {}
+    for name in selected:
+        launcher, text, arguments, env = JOBS[name]
+        script = tmp_path_factory.mktemp("job") / "job.py"
+        script.write_text(text)
+        start = start_waiting_job if launcher else subprocess.Popen  # MPI jobs wait
+        processes[name] = [start(
+            ["timeout", "120", *launcher, sys.executable, str(script), *arguments],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(finish_together, processes, 150)
+
+
+@pytest.fixture
+def result(request, launched):
+    """This test's job, once it has ended."""
+    [(returncode, stdout, stderr)], _ = launched.result()[request.node.name]
+    return subprocess.CompletedProcess(request.node.name, returncode, stdout, stderr)
 
 
 def test_bad_setting_is_an_error(monkeypatch):
