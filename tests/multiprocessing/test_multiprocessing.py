@@ -70,6 +70,14 @@ def _processes_running(word):
     return found
 
 
+def _forked(fn, args=(), nprocs=1, join=True):
+    """start_processes forking its children: for the tests of how a job's children are joined
+    and how their failures reach the parent, which do not depend on how a child started. A
+    spawned child is a fresh interpreter importing this module, pytest and mpigrad (0.5 s of
+    CPU apiece); spawn itself, and the children that form an MPI world, are spawned below."""
+    return mp.start_processes(fn, args=args, nprocs=nprocs, join=join, start_method="fork")
+
+
 def test_spawn_runs_fn_with_the_index_first_then_args(tmp_path):
     assert mp.spawn(_write_index, args=(str(tmp_path), "hello"), nprocs=3) is None
     texts = [(tmp_path / f"{i}.txt").read_text().split() for i in range(3)]
@@ -86,7 +94,7 @@ def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path
     for job in range(2):
         folder = tmp_path / str(job)
         folder.mkdir()
-        mp.spawn(_write_secret, args=(str(folder),), nprocs=2)
+        _forked(_write_secret, args=(str(folder),), nprocs=2)
         secrets_seen.append({(folder / f"{i}.txt").read_text().split()[0] for i in range(2)})
     assert all(len(job) == 1 for job in secrets_seen)  # one secret per job
     first, second = (job.pop() for job in secrets_seen)
@@ -95,7 +103,7 @@ def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path
 
 def test_a_child_that_raises_gives_process_raised_exception_with_its_traceback():
     start = time.monotonic()
-    context = mp.start_processes(_raise_in_one, args=(1,), nprocs=3, join=False)
+    context = _forked(_raise_in_one, args=(1,), nprocs=3, join=False)
     with pytest.raises(mp.ProcessRaisedException) as info:
         while not context.join(grace_period=1):
             pass
@@ -119,7 +127,7 @@ def test_spawn_join_raises_too_and_leaves_no_process():
 
 
 def test_a_killed_child_gives_process_exited_exception_with_the_signal():
-    context = mp.spawn(_kill_self, nprocs=2, join=False)
+    context = _forked(_kill_self, nprocs=2, join=False)
     with pytest.raises(mp.ProcessExitedException) as info:
         while not context.join():
             pass
@@ -131,7 +139,7 @@ def test_a_killed_child_gives_process_exited_exception_with_the_signal():
 
 def test_a_non_zero_exit_gives_process_exited_exception_with_the_code():
     with pytest.raises(mp.ProcessExitedException) as info:
-        mp.spawn(_exit_with, args=(3,), nprocs=2)
+        _forked(_exit_with, args=(3,), nprocs=2)
     assert str(info.value) == "process 1 terminated with exit code 3"
     assert (info.value.exit_code, info.value.signal_name) == (3, None)
 
@@ -154,7 +162,7 @@ def _fail_in_several_ways(index, ways):
 def test_when_several_children_failed_the_cause_is_reported(ways, expected):
     # As in an MPI world, where one child's failure makes the others exit with code 1: all
     # have ended before join looks, and the one that raised (or was killed) is the cause.
-    context = mp.spawn(_fail_in_several_ways, args=(ways,), nprocs=3, join=False)
+    context = _forked(_fail_in_several_ways, args=(ways,), nprocs=3, join=False)
     deadline = time.monotonic() + 60
     while any(p.is_alive() for p in context.processes):
         assert time.monotonic() < deadline
@@ -164,7 +172,7 @@ def test_when_several_children_failed_the_cause_is_reported(ways, expected):
 
 
 def test_join_false_returns_the_context_and_join_with_a_timeout_says_if_all_are_done():
-    context = mp.spawn(_sleep, args=(1.0,), nprocs=2, join=False)
+    context = _forked(_sleep, args=(1.0,), nprocs=2, join=False)
     assert isinstance(context, mp.ProcessContext) and len(context.pids()) == 2
     assert context.join(timeout=0.01) is False
     deadline = time.monotonic() + 60
