@@ -87,7 +87,7 @@ def test_a_failure_on_one_rank_fails_the_test_on_every_rank(tmp_path, ranks, req
         outcome_of = functools.partial(outcome, log, ISOLATION)
         a = outcome_of("test_a")
         assert a.startswith(f"{ISOLATION}::test_a call: failed"), log
-        assert f"call failed on ranks" in a and "rank 1: ValueError: rank 1 only" in a, log
+        assert "call failed on ranks" in a and "rank 1: ValueError: rank 1 only" in a, log
         if rank != 1:  # its second all_reduce ends at once, naming rank 1 and where it left
             assert f"RankLeftTestError: rank 1 left {ISOLATION}::test_a (call) at " in a
             assert f"{ISOLATION}:{line_of(examples.ISOLATION, 'rank 1 only')}: " \
