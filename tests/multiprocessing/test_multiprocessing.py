@@ -6,7 +6,7 @@ world and prints what PyTorch prints (PyTorch's own run made once, at 3 processe
 
 The children run functions of _children.py, which imports neither MPI nor pytest: a spawned
 child imports its function's module. The tests of how children are joined and how their
-failures reach the parent fork them instead (see `_forked`)."""
+failures reach the parent fork their children instead of spawning them (see `_forked`)."""
 import multiprocessing
 import os
 import pathlib
