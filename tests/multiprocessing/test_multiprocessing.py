@@ -166,8 +166,8 @@ def test_the_standard_library_is_there_as_in_torch():
 
 
 # Children in one MPI world: they meet through init_process_group (see
-# mpigrad.distributed.launch.rendezvous). One fails; the parent must hear of it within seconds and no
-# process (child, or rank 0's rendezvous server) may stay behind.
+# mpigrad.distributed.launch.rendezvous). One fails; the parent must hear of it within seconds
+# and no process (child, or rank 0's rendezvous server) may stay behind.
 
 @pytest.mark.parametrize("how", ["raise", "kill"])
 def test_a_failing_child_in_an_mpi_world_ends_the_spawn_within_seconds(how):
