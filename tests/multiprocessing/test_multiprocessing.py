@@ -4,14 +4,14 @@ within seconds, with the other children ended and no process left; join=False re
 context. Then the DDP tutorial's `mp.spawn(demo_basic, ...)` at 2 and 3 processes forms one
 world and prints what PyTorch prints (PyTorch's own run made once, at 3 processes).
 
-The children run functions of this module, so its top level stays light (no MPI)."""
+The children run functions of _children.py, which imports neither MPI nor pytest: a spawned
+child imports its function's module. The tests of how children are joined and how their
+failures reach the parent fork their children instead of spawning them (see `_forked`)."""
 import multiprocessing
 import os
 import pathlib
 import pickle
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,36 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import mpigrad.multiprocessing as mp
+from tests.distributed._environment import job_environment
+from tests.multiprocessing import _children as children
 
 HERE = pathlib.Path(__file__).parent
 # The DDP tutorial's demo_basic, launched as the tutorial launches it (mp.spawn).
 DDP_TUTORIAL = HERE.parent / "examples" / "ddp_main.py"
-
-
-def _write_index(index, folder, text):
-    pathlib.Path(folder, f"{index}.txt").write_text(f"{text} {index} {os.getpid()}")
-
-
-def _raise_in_one(index, failing):
-    if index == failing:
-        raise ValueError(f"child {index} fails on purpose")
-    time.sleep(300)  # ended by the parent
-
-
-def _kill_self(index):
-    if index == 0:
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(300)
-
-
-def _exit_with(index, code):
-    if index == 1:
-        sys.exit(code)
-    time.sleep(300)
-
-
-def _sleep(index, seconds):
-    time.sleep(seconds)
 
 
 def _gone(pid):
@@ -70,15 +46,19 @@ def _processes_running(word):
     return found
 
 
+def _forked(fn, args=(), nprocs=1, join=True):
+    """start_processes forking its children: for the tests of how a job's children are joined
+    and how their failures reach the parent, which do not depend on how a child started. A
+    spawned child is a fresh interpreter importing mpigrad (0.4 s of CPU apiece); spawn
+    itself, and the children that form an MPI world, are spawned below."""
+    return mp.start_processes(fn, args=args, nprocs=nprocs, join=join, start_method="fork")
+
+
 def test_spawn_runs_fn_with_the_index_first_then_args(tmp_path):
-    assert mp.spawn(_write_index, args=(str(tmp_path), "hello"), nprocs=3) is None
+    assert mp.spawn(children.write_index, args=(str(tmp_path), "hello"), nprocs=3) is None
     texts = [(tmp_path / f"{i}.txt").read_text().split() for i in range(3)]
     assert [t[:2] for t in texts] == [["hello", str(i)] for i in range(3)]
     assert len({t[2] for t in texts} | {str(os.getpid())}) == 4  # three new processes
-
-
-def _write_secret(index, folder):
-    _write_index(index, folder, os.environ["MPIGRAD_RENDEZVOUS_SECRET"])
 
 
 def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path):
@@ -86,7 +66,7 @@ def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path
     for job in range(2):
         folder = tmp_path / str(job)
         folder.mkdir()
-        mp.spawn(_write_secret, args=(str(folder),), nprocs=2)
+        _forked(children.write_secret, args=(str(folder),), nprocs=2)
         secrets_seen.append({(folder / f"{i}.txt").read_text().split()[0] for i in range(2)})
     assert all(len(job) == 1 for job in secrets_seen)  # one secret per job
     first, second = (job.pop() for job in secrets_seen)
@@ -95,7 +75,7 @@ def test_each_job_gets_a_fresh_rendezvous_secret_shared_by_its_children(tmp_path
 
 def test_a_child_that_raises_gives_process_raised_exception_with_its_traceback():
     start = time.monotonic()
-    context = mp.start_processes(_raise_in_one, args=(1,), nprocs=3, join=False)
+    context = _forked(children.raise_in_one, args=(1,), nprocs=3, join=False)
     with pytest.raises(mp.ProcessRaisedException) as info:
         while not context.join(grace_period=1):
             pass
@@ -104,7 +84,7 @@ def test_a_child_that_raises_gives_process_raised_exception_with_its_traceback()
     assert str(error).startswith("\n\n-- Process 1 terminated with the following error:\n"
                                  "Traceback (most recent call last):")
     assert "ValueError: child 1 fails on purpose" in str(error)
-    assert "_raise_in_one" in str(error)  # the child's own frames
+    assert "raise_in_one" in str(error)  # the child's own frames
     assert (error.error_index, error.error_pid) == (1, context.pids()[1])
     assert all(_gone(pid) for pid in context.pids())
     assert not any(os.path.exists(path) for path in context.error_files)
@@ -113,13 +93,13 @@ def test_a_child_that_raises_gives_process_raised_exception_with_its_traceback()
 def test_spawn_join_raises_too_and_leaves_no_process():
     start = time.monotonic()
     with pytest.raises(mp.ProcessRaisedException, match="child 0 fails on purpose"):
-        mp.spawn(_raise_in_one, args=(0,), nprocs=2)
+        mp.spawn(children.raise_in_one, args=(0,), nprocs=2)
     assert time.monotonic() - start < 45
     assert mp.active_children() == []
 
 
 def test_a_killed_child_gives_process_exited_exception_with_the_signal():
-    context = mp.spawn(_kill_self, nprocs=2, join=False)
+    context = _forked(children.kill_self, nprocs=2, join=False)
     with pytest.raises(mp.ProcessExitedException) as info:
         while not context.join():
             pass
@@ -131,19 +111,9 @@ def test_a_killed_child_gives_process_exited_exception_with_the_signal():
 
 def test_a_non_zero_exit_gives_process_exited_exception_with_the_code():
     with pytest.raises(mp.ProcessExitedException) as info:
-        mp.spawn(_exit_with, args=(3,), nprocs=2)
+        _forked(children.exit_with, args=(3,), nprocs=2)
     assert str(info.value) == "process 1 terminated with exit code 3"
     assert (info.value.exit_code, info.value.signal_name) == (3, None)
-
-
-def _fail_in_several_ways(index, ways):
-    way = ways[index]
-    if way == "exit":
-        sys.exit(1)
-    if way == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if way == "raise":
-        raise ValueError(f"child {index} is the cause")
 
 
 @pytest.mark.parametrize("ways, expected", [
@@ -154,17 +124,16 @@ def _fail_in_several_ways(index, ways):
 def test_when_several_children_failed_the_cause_is_reported(ways, expected):
     # As in an MPI world, where one child's failure makes the others exit with code 1: all
     # have ended before join looks, and the one that raised (or was killed) is the cause.
-    context = mp.spawn(_fail_in_several_ways, args=(ways,), nprocs=3, join=False)
-    deadline = time.monotonic() + 60
-    while any(p.is_alive() for p in context.processes):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    context = _forked(children.fail_in_several_ways, args=(ways,), nprocs=3, join=False)
+    for process in context.processes:  # the standard library's join: it waits, raises nothing
+        process.join(timeout=60)
+    assert not any(process.is_alive() for process in context.processes)
     with pytest.raises(expected[0], match=expected[1]):
         context.join()
 
 
 def test_join_false_returns_the_context_and_join_with_a_timeout_says_if_all_are_done():
-    context = mp.spawn(_sleep, args=(1.0,), nprocs=2, join=False)
+    context = _forked(children.sleep, args=(1.0,), nprocs=2, join=False)
     assert isinstance(context, mp.ProcessContext) and len(context.pids()) == 2
     assert context.join(timeout=0.01) is False
     deadline = time.monotonic() + 60
@@ -176,8 +145,9 @@ def test_join_false_returns_the_context_and_join_with_a_timeout_says_if_all_are_
 
 def test_spawn_warns_about_another_start_method_and_start_processes_takes_it(tmp_path):
     with pytest.warns(FutureWarning, match="only supports start_method=spawn"):
-        mp.spawn(_write_index, args=(str(tmp_path), "s"), nprocs=1, start_method="fork")
-    mp.start_processes(_write_index, args=(str(tmp_path), "f"), nprocs=2, start_method="fork")
+        mp.spawn(children.write_index, args=(str(tmp_path), "s"), nprocs=1, start_method="fork")
+    mp.start_processes(children.write_index, args=(str(tmp_path), "f"), nprocs=2,
+                       start_method="fork")
     assert (tmp_path / "1.txt").read_text().startswith("f 1")
 
 
@@ -196,32 +166,14 @@ def test_the_standard_library_is_there_as_in_torch():
 
 
 # Children in one MPI world: they meet through init_process_group (see
-# mpigrad.distributed.launch.rendezvous). One fails; the parent must hear of it within seconds and no
-# process (child, or rank 0's rendezvous server) may stay behind.
-
-def _port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _in_one_world(index, size, port, how):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    import mpigrad.distributed as dist  # in the child only: the parent stays free of MPI
-    dist.init_process_group("gloo", rank=index, world_size=size)
-    if index == size - 1:
-        if how == "raise":
-            raise ValueError(f"rank {index} of {dist.get_world_size()} fails on purpose")
-        os.kill(os.getpid(), signal.SIGKILL)
-    dist.barrier()  # where the other ranks wait for the failing one
-
+# mpigrad.distributed.launch.rendezvous). One fails; the parent must hear of it within seconds
+# and no process (child, or rank 0's rendezvous server) may stay behind.
 
 @pytest.mark.parametrize("how", ["raise", "kill"])
 def test_a_failing_child_in_an_mpi_world_ends_the_spawn_within_seconds(how):
-    port = _port()
+    port = children.free_port()
     start = time.monotonic()
-    context = mp.spawn(_in_one_world, args=(3, port, how), nprocs=3, join=False)
+    context = mp.spawn(children.in_one_world, args=(3, port, how), nprocs=3, join=False)
     if how == "raise":
         with pytest.raises(mp.ProcessRaisedException,
                            match="(?s)Process 2 terminated.*rank 2 of 3 fails on purpose"):
@@ -240,35 +192,22 @@ def test_a_failing_child_in_an_mpi_world_ends_the_spawn_within_seconds(how):
         time.sleep(0.2)
 
 
-def _join_in_the_parents_world(index, folder):
-    import mpigrad as mg  # in the child only: the parent stays free of MPI
-    import mpigrad.distributed as dist
-    dist.init_process_group("gloo", rank=index, world_size=int(os.environ["WORLD_SIZE"]))
-    total = mg.tensor([float(index + 1)])
-    dist.all_reduce(total)
-    _write_index(index, folder, f"{dist.get_world_size()} {total.item():g}")
-    dist.destroy_process_group()
-
-
 def test_children_of_a_parent_that_set_world_size_and_master_join_with_their_rank(
         monkeypatch, tmp_path):
     # Scripts often set WORLD_SIZE with MASTER_ADDR/MASTER_PORT in the parent; each child
     # inherits them without RANK and passes its rank to init_process_group.
     for name, value in (("WORLD_SIZE", "3"), ("MASTER_ADDR", "127.0.0.1"),
-                        ("MASTER_PORT", str(_port()))):
+                        ("MASTER_PORT", str(children.free_port()))):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("RANK", raising=False)
-    mp.spawn(_join_in_the_parents_world, args=(str(tmp_path),), nprocs=3)
+    mp.spawn(children.join_in_the_parents_world, args=(str(tmp_path),), nprocs=3)
     assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(3)] == [
         ["3", "6", str(i)] for i in range(3)]
 
 
 def _run_tutorial(script, size, cwd):
-    # Not at the top: children import this module by its folder alone, where the `tests`
-    # package need not be importable.
-    from tests.distributed._environment import job_environment
     return subprocess.run(["timeout", "-k", "10", "600", sys.executable, str(script), str(size)],
-                          env=job_environment(EXAMPLE_PORT=_port()), cwd=cwd,
+                          env=job_environment(EXAMPLE_PORT=children.free_port()), cwd=cwd,
                           capture_output=True, text=True)
 
 
@@ -335,37 +274,11 @@ def test_the_ddp_tutorials_spawn_forms_one_world_and_prints_what_torch_prints(si
     assert _messages(ours) == _ranks_below(size, _messages(theirs.stdout))
 
 
-def _one_world_then_linger(index, size, port, folder):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    import mpigrad as mg  # in the child only: the parent stays free of MPI
-    import mpigrad.distributed as dist
-    dist.init_process_group("gloo", rank=index, world_size=size)
-    total = mg.tensor([float(index + 1)])
-    dist.all_reduce(total)
-    dist.destroy_process_group()
-    if index == 0:
-        # On while the others are in MPI_Finalize: they write their file just before they
-        # return (and finalize at exit), so wait for those, then give them a moment to get there.
-        others = [pathlib.Path(folder, f"{i}.txt") for i in range(1, size)]
-        deadline = time.monotonic() + 60
-        while not all(path.exists() for path in others) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)
-    _write_index(index, folder, f"{dist.get_world_size() if dist.is_initialized() else size} "
-                                f"{total.item():g}")
-
-
-def _lingering_world(start_method, folder):
-    mp.start_processes(_one_world_then_linger, args=(3, _port(), folder), nprocs=3,
-                       start_method=start_method)
-
-
 def _run_lingering_parent(start_method, folder):
     # The parent is a fresh interpreter: the test session's may hold its process group, which
     # a forked child would inherit (as a torch child would inherit torch's).
-    parent = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_multiprocessing; "
-              f"test_multiprocessing._lingering_world({start_method!r}, {str(folder)!r})")
+    parent = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import _children; "
+              f"_children.lingering_world({start_method!r}, {str(folder)!r})")
     return subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
                           timeout=240)
 
@@ -395,22 +308,10 @@ def test_children_leave_their_world_cleanly_when_one_lingers(start_method, linge
         ["3", "6", str(i)] for i in range(3)]
 
 
-def _rpc_world(index, size, port, folder):
-    os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = str(port)
-    import mpigrad as mg  # in the child only: the parent stays free of MPI
-    import mpigrad.distributed.rpc as rpc
-    rpc.init_rpc(f"worker{index}", rank=index, world_size=size)
-    peer = rpc.get_worker_info(f"worker{(index + 1) % size}")
-    answer = rpc.rpc_sync(peer.name, mg.add, args=(mg.ones(2), float(index)))
-    _write_index(index, folder, f"{peer.id} {answer[0].item():g}")
-    rpc.shutdown()
-
-
 @pytest.mark.parametrize("size", [2, 3])
 def test_spawned_children_form_one_rpc_world(size, tmp_path):
     # The RPC tutorials' launch: mp.spawn, MASTER_ADDR/MASTER_PORT, init_rpc(rank, world_size).
-    mp.spawn(_rpc_world, args=(size, _port(), str(tmp_path)), nprocs=size)
+    mp.spawn(children.rpc_world, args=(size, children.free_port(), str(tmp_path)), nprocs=size)
     assert [(tmp_path / f"{i}.txt").read_text().split()[:3] for i in range(size)] == [
         [str((i + 1) % size), f"{1 + i:g}", str(i)] for i in range(size)]
 

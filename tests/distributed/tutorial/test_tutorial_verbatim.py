@@ -109,12 +109,13 @@ def _torch_version(tmp_path):
     """The same file with the `# torch:` import lines swapped in, its launcher forking the
     ranks instead of spawning them: a spawned rank imports torch again (2 s of CPU each, two
     thirds of the oracle's cost), and what the blocks print does not depend on how the
-    processes started. (mpigrad's own run keeps the tutorial's spawn.)"""
+    processes started. (mpigrad's own run keeps the tutorial's spawn.) Forced: one process
+    runs the launcher once per world size."""
     text = SCRIPT.read_text()
     text = re.sub(r"^.*# torch: (.*)$", r"\1", text, flags=re.M)
     spawn = 'mp.set_start_method("spawn")'
     assert text.count(spawn) == 1, "the tutorial's launcher no longer sets the spawn method"
-    text = text.replace(spawn, 'mp.set_start_method("fork")')
+    text = text.replace(spawn, 'mp.set_start_method("fork", force=True)')
     path = tmp_path / "dist_tuto_torch.py"
     path.write_text(text)
     return path
@@ -122,18 +123,36 @@ def _torch_version(tmp_path):
 
 BLOCKS = {2: ["blocking", "nonblocking", "all_reduce", "ring"], 3: ["all_reduce", "ring"]}
 _torch_outputs = {}
+# Runs the script's launcher (`python SCRIPT BLOCKS spawn SIZE`) for each world size in turn,
+# in one interpreter, each world on a port of its own and its output after a "world SIZE"
+# line: one torch import for all the oracle's worlds instead of one per world.
+_EACH_WORLD = """
+import os, runpy, sys
+script, worlds = sys.argv[1], sys.argv[2:]
+for size, blocks, port in zip(worlds[::3], worlds[1::3], worlds[2::3]):
+    print("world", size, flush=True)  # flushed: each forked rank inherits the buffer
+    os.environ["TUTORIAL_PORT"] = port
+    sys.argv = [script, blocks, "spawn", size]
+    runpy.run_path(script, run_name="__main__")
+    sys.stdout.flush()
+"""
 
 
 def _torch_output(size, tmp_path):
-    """PyTorch's output for every block of a world size, computed once (each preamble and
-    launcher compares with it)."""
-    if size not in _torch_outputs:
-        theirs = subprocess.run([sys.executable, str(_torch_version(tmp_path)),
-                                 ",".join(BLOCKS[size]), "spawn", str(size)],
-                                env=_environment(TUTORIAL_PORT=_port()), capture_output=True,
-                                text=True, timeout=300, cwd=tmp_path)
+    """PyTorch's output for every block of a world size; its run for every size is made once,
+    on the first call (each preamble and launcher compares with it)."""
+    if not _torch_outputs:
+        worlds = [str(value) for size, blocks in BLOCKS.items()
+                  for value in (size, ",".join(blocks), _port())]
+        theirs = subprocess.run([sys.executable, "-c", _EACH_WORLD,
+                                 str(_torch_version(tmp_path)), *worlds],
+                                env=_environment(), capture_output=True, text=True,
+                                timeout=300, cwd=tmp_path)
         assert theirs.returncode == 0, theirs.stderr
-        _torch_outputs[size] = theirs.stdout
+        for printed in re.split(r"^world ", theirs.stdout, flags=re.M)[1:]:
+            world, lines = printed.split("\n", 1)
+            _torch_outputs[int(world)] = lines
+        assert sorted(_torch_outputs) == sorted(BLOCKS), theirs.stdout
     return _torch_outputs[size]
 
 
