@@ -11,7 +11,6 @@ import signal
 import tempfile
 
 import numpy as np
-from mpi4py import MPI
 
 import mpigrad as mg
 import mpigrad.distributed as dist
@@ -130,7 +129,11 @@ def parameter_server_arguments(doc):
 def run_server_and_trainers(script, train, args):
     """Rank 0 is the parameter server "ps" and serves; every other rank is a trainer and
     runs `train(args, rank, size)`; all stop together once every trainer is done."""
-    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    # The process group first: the role depends on the rank, and in a process no launcher
+    # started mpigrad.distributed leaves MPI to start there (a plain `python` is a world of
+    # one, refused below, where asking mpi4py first would abort in MPICH).
+    dist.init_process_group()
+    rank, size = dist.get_rank(), dist.get_world_size()
     if size < 2:
         raise SystemExit(f"{script} needs at least 2 ranks (a server and a trainer): "
                          f"mpiexec -n 3 python jobs/{script}")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.test_train_gpt import GLOBAL_BATCH, JOB, _final, run, short_run
+from tests.jobs.test_train_gpt import GLOBAL_BATCH, JOB, _final, reference_run, run
 
 
 @pytest.fixture(scope="session")
@@ -16,9 +16,26 @@ def text(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def one_process(tmp_path_factory, text):
-    """The final weights of the short run in one process with the whole global batch: what
-    N data-parallel ranks, N shards and N pipeline stages must each end with."""
-    directory = tmp_path_factory.mktemp("one")
-    run(1, *short_run(text), "--batch-size", str(GLOBAL_BATCH), "--checkpoint", str(directory))
+def trained(tmp_path_factory):
+    """`trained(ranks, *options)`: (checkpoint directory, finished process) of train_gpt.py
+    run with these options, launched once per configuration in the session: N ranks'
+    run is both what must equal one process and the uninterrupted run that the same
+    configuration preempted and resumed must equal bit for bit."""
+    runs = {}
+
+    def trained(ranks, *options):
+        key = (ranks, *options)
+        if key not in runs:
+            directory = tmp_path_factory.mktemp("trained")
+            runs[key] = directory, run(ranks, *options, "--checkpoint", str(directory))
+        return runs[key]
+
+    return trained
+
+
+@pytest.fixture(scope="session")
+def one_process(trained, text):
+    """The final weights of the reference run in one process with the whole global batch:
+    what N data-parallel ranks, N shards and N pipeline stages must each end with."""
+    directory, _ = trained(1, *reference_run(text), "--batch-size", str(GLOBAL_BATCH))
     return _final(directory)

@@ -22,6 +22,7 @@ MPIEXEC = shutil.which("mpiexec")
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH (pip install mpich)")
 
 GLOBAL_BATCH = 6
+STEPS = 20
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--eval-batches", "1", "--sample-chars", "0", "--dtype", "float64", "--warmup", "1"]
 
@@ -49,23 +50,26 @@ def _assert_same(a, b, atol):
                                    err_msg=name)
 
 
-def short_run(text):
-    """The options of the short run that N ranks and one process must end alike."""
-    return ["--text", text, "--steps", "3", "--eval-interval", "3", "--grad-accum", "2"]
+def reference_run(text):
+    """The options of the run that N ranks and one process must end alike: 2 micro-batches a
+    step, a checkpoint every 5 steps, and steps enough after the first one that a signal sent
+    when it appears stops the run before its end (at step 6 as measured; 15 steps cost about
+    0.2 s of CPU a run, next to about 1.3 s per rank for a launch)."""
+    return ["--text", text, "--steps", str(STEPS), "--eval-interval", "5", "--grad-accum", "2"]
 
 
-# `text` (the training text) and `one_process` (the short run's final weights in one process
-# with the whole global batch) are session fixtures in conftest.py, shared with the --fsdp and
+# `text` (the training text), `trained` (one launch per configuration of train_gpt.py in the
+# session) and `one_process` (the reference run's final weights in one process with the
+# whole global batch) are session fixtures in conftest.py, shared with the --fsdp and
 # --pipeline-stages tests, which compare with the same one-process run.
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_n_ranks_train_as_one_process_with_the_global_batch(tmp_path, text, ranks,
-                                                            one_process):
-    result = run(ranks, *short_run(text), "--batch-size", str(GLOBAL_BATCH // ranks),
-                 "--checkpoint", str(tmp_path / "many"))
-    assert "training finished: steps=3" in result.stdout
-    _assert_same(one_process, _final(tmp_path / "many"), atol=1e-10)
+def test_n_ranks_train_as_one_process_with_the_global_batch(text, ranks, one_process, trained):
+    directory, result = trained(ranks, *reference_run(text), "--batch-size",
+                                str(GLOBAL_BATCH // ranks))
+    assert f"training finished: steps={STEPS}" in result.stdout
+    _assert_same(one_process, _final(directory), atol=1e-10)
 
 
 def test_the_default_sized_model_learns(tmp_path, text):
@@ -86,14 +90,13 @@ def test_the_default_sized_model_learns(tmp_path, text):
     assert "sample:" in result.stdout
 
 
-def assert_preempted_run_resumes_bit_for_bit(tmp_path, text, mode=(), suffix=".npz"):
-    """Stop a 2-rank run (with `mode`'s options) by SIGUSR1 after its step-5 checkpoint (a
-    `suffix` file or directory), resume it, and compare its final weights with an
-    uninterrupted run's, bit for bit."""
-    common = ["--text", text, "--steps", "40", "--eval-interval", "5", "--batch-size", "3",
-              *mode]
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    run(2, *common, "--checkpoint", str(straight))
+def assert_preempted_run_resumes_bit_for_bit(tmp_path, trained, text, options, suffix=".npz"):
+    """Stop a 2-rank reference run (with `options`) by SIGUSR1 after its step-5 checkpoint (a
+    `suffix` file or directory), resume it, and compare its final weights with the
+    uninterrupted run's (the one the N-ranks test compares with one process), bit for bit."""
+    common = [*reference_run(text), *options]
+    straight, _ = trained(2, *common)
+    stopped = tmp_path / "stopped"
     job = subprocess.Popen(_command(2, *common, "--checkpoint", str(stopped)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=job_environment())
@@ -118,16 +121,16 @@ def assert_preempted_run_resumes_bit_for_bit(tmp_path, text, mode=(), suffix=".n
     _assert_same(_final(straight), _final(stopped), atol=0)
 
 
-def test_a_preempted_run_resumes_bit_for_bit(tmp_path, text):
-    assert_preempted_run_resumes_bit_for_bit(tmp_path, text)
+def test_a_preempted_run_resumes_bit_for_bit(tmp_path, trained, text):
+    assert_preempted_run_resumes_bit_for_bit(tmp_path, trained, text,
+                                             ["--batch-size", str(GLOBAL_BATCH // 2)])
 
 
-def test_resuming_with_another_global_batch_is_refused(tmp_path, text):
-    common = ["--text", text, "--steps", "2", "--eval-interval", "2", "--checkpoint",
-              str(tmp_path)]
-    run(1, *common, "--batch-size", "4")
-    result = subprocess.run(_command(1, *common, "--batch-size", "2", "--resume",
-                                     "--steps", "4"), capture_output=True, text=True,
-                            env=job_environment())
+def test_resuming_with_another_global_batch_is_refused(tmp_path, trained, text):
+    one, _ = trained(1, *reference_run(text), "--batch-size", str(GLOBAL_BATCH))
+    shutil.copy(one / f"ckpt-{STEPS:06d}.npz", tmp_path)  # a copy: a resume writes there
+    result = subprocess.run(_command(1, *reference_run(text), "--batch-size", "2", "--resume",
+                                     "--checkpoint", str(tmp_path)), capture_output=True,
+                            text=True, env=job_environment())
     assert result.returncode == 1
-    assert "global batch of 4" in result.stdout
+    assert f"global batch of {GLOBAL_BATCH}" in result.stdout

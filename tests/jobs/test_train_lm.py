@@ -128,8 +128,8 @@ def test_batch_columns_must_split_evenly_over_the_ranks():
     assert "--batch-size 5 is not a multiple of the 2 ranks" in result.stdout
 
 
-def test_tied_weights_need_equal_sizes():
-    result = subprocess.run([sys.executable, JOB, "--tied", "--emsize", "8", "--nhid", "16"],
-                            capture_output=True, text=True, env=job_environment())
-    assert result.returncode == 2
-    assert "--tied needs --emsize equal to --nhid" in result.stderr
+def test_tied_weights_need_equal_sizes(capsys):
+    with pytest.raises(SystemExit) as exited:
+        train_lm.parse_args(["--tied", "--emsize", "8", "--nhid", "16"])
+    assert exited.value.code == 2
+    assert "--tied needs --emsize equal to --nhid" in capsys.readouterr().err
