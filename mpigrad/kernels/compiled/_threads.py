@@ -90,9 +90,10 @@ def _load_tbb():
 
 
 def _choose_layer():
+    tbb = _load_tbb()  # also for a user's NUMBA_THREADING_LAYER that names or allows it
     if "NUMBA_THREADING_LAYER" in os.environ:
         return os.environ["NUMBA_THREADING_LAYER"]  # numba reads it itself
-    numba.config.THREADING_LAYER = "tbb" if _load_tbb() else "workqueue"
+    numba.config.THREADING_LAYER = "tbb" if tbb else "workqueue"
     return numba.config.THREADING_LAYER
 
 
