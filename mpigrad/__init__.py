@@ -5,6 +5,7 @@ The public names mirror torch's: tensors and their factories here, `mpigrad.auto
 `mpigrad.distributed`.
 """
 from . import _allocator  # noqa: F401  (first: tunes malloc before any large array)
+from . import _blas_wait  # noqa: F401  (before numpy loads its BLAS, which reads it once)
 from .dtypes import (float16, half, bfloat16, float32, float, float64, double, int8,  # noqa: F401
                      uint8, int16, short, int32, int, int64, long, bool, complex64, cfloat,
                      complex128, cdouble, get_default_dtype, set_default_dtype,

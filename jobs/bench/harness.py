@@ -24,9 +24,8 @@ import gc  # noqa: E402
 import socket  # noqa: E402
 import time  # noqa: E402
 
+import mpigrad as mg  # noqa: E402  (before numpy: it sets OpenBLAS's wait, read at load)
 import numpy as np  # noqa: E402
-
-import mpigrad as mg  # noqa: E402
 import mpigrad.nn.functional as F  # noqa: E402
 from mpigrad import kernels  # noqa: E402
 from mpigrad.kernels.numpy import conv as conv_ops  # noqa: E402
