@@ -243,14 +243,21 @@ def _open_pmi(server, rank, secret=SECRET):
 def _stranger(server, line):
     """What the server answers a stranger whose first line is `line` (or `line(nonce)`, given
     the challenge's nonce): the lines it sent after its challenge until it closed the
-    connection (None if it was not listening)."""
+    connection (None if it was not listening, or stopped listening with this connection in
+    its queue, which the kernel then closes or resets before any challenge)."""
     try:
         conn = socket.create_connection(server.address, timeout=5)
     except ConnectionRefusedError:
         return None
     with conn:
         reader = pmi_server.LineReader(conn)
-        challenge = parse(reader.line(time.monotonic() + 5))
+        try:
+            first = reader.line(time.monotonic() + 5)
+        except ConnectionResetError:
+            first = None
+        if first is None:  # closed (or reset) before its challenge
+            return None
+        challenge = parse(first)
         assert challenge["cmd"] == "mpigrad_challenge"
         text = line(challenge["nonce"]) if callable(line) else line
         replies = []
