@@ -36,8 +36,8 @@ against 82 us on one, where tbb took 52 us. On workqueue a call therefore needs
 `WORKQUEUE_GRAINS` times more work to be threaded. Both layers survive a fork (tbb stops and
 restarts its threads around a fork by the thread that first started them); GNU OpenMP kills a
 child that enters it after its parent did, and tbb's threads may be lost to a child forked
-by another thread: such a child runs the serial loops. workqueue aborts the process when two threads enter it at
-once, which the one-at-a-time rule rules out.
+by another thread: such a child runs the serial loops. workqueue aborts the process when
+two threads enter it at once, which the one-at-a-time rule rules out.
 
 Threaded runs compute the same thing element by element: rows or elements split among
 threads are each computed as in the serial loop (split by rows, by the same machine code),
