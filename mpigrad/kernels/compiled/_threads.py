@@ -89,15 +89,16 @@ def _load_tbb():
     return False
 
 
-def _choose_layer():
+@functools.cache
+def _layer():
+    """numba's threading layer for the loops, chosen before the first threaded call, which
+    starts it; not at import, since finding and loading tbb's library takes 15-30 ms that
+    the one-thread ranks of a launched job would pay for nothing."""
     tbb = _load_tbb()  # also for a user's NUMBA_THREADING_LAYER that names or allows it
     if "NUMBA_THREADING_LAYER" in os.environ:
         return os.environ["NUMBA_THREADING_LAYER"]  # numba reads it itself
     numba.config.THREADING_LAYER = "tbb" if tbb else "workqueue"
     return numba.config.THREADING_LAYER
-
-
-_LAYER = _choose_layer()
 
 
 class _Region:
@@ -240,6 +241,7 @@ _I64 = ir.IntType(64)
 @functools.cache
 def _driver_address():
     """The address of _split_rows' one compiled form (compiled or loaded on first use)."""
+    _layer()  # before numba compiles a parallel loop, which may start its layer
     signature = (numba.types.int64,) * 4
     _on_rows.compile(signature)
     compiled = _on_rows.overloads[signature]
@@ -280,6 +282,7 @@ class Parallel:
     @property
     def threaded(self):
         if self._threaded is None:
+            _layer()  # before numba compiles a parallel loop, which may start its layer
             self._threaded = jit(_twin(self.function), parallel=True)
         return self._threaded
 
@@ -309,7 +312,7 @@ class Parallel:
         if Settings.intra_op < 2 or _Region.serial_only:
             return 1
         work = max(arg.size for arg in args if isinstance(arg, np.ndarray))
-        grain = self.grain * WORKQUEUE_GRAINS if _LAYER == "workqueue" else self.grain
+        grain = self.grain * WORKQUEUE_GRAINS if _layer() == "workqueue" else self.grain
         return max(1, min(Settings.intra_op, _POOL, work // grain))
 
     def __call__(self, *args):
