@@ -7,10 +7,11 @@ from numba import prange
 
 from ._threads import parallel
 
-# Elements per thread (two threads from 524288): passes this light gain nothing from a second
-# thread below a few hundred thousand elements, since waking numba's workers costs tens of
-# microseconds. Forward and backward over 65536 float32 elements: 18 us on one thread, 123 us
-# on two; over 524288: 122 against 272 us (loaded machine, so the launch cost is high there).
+# Elements per thread (two threads from 524288), measured when threads ran on numba's
+# workqueue, whose regions cost tens of microseconds: forward and backward over 65536 float32
+# elements took 18 us on one thread, 123 us on two; over 524288, 122 against 272 us (loaded
+# machine). On tbb (2 us a region) a smaller grain may pay; these passes are memory-bound, and
+# quartering every grain showed nothing beyond noise in bench_models at 2 threads.
 _GRAIN = 1 << 18
 
 
