@@ -26,7 +26,7 @@ LAYERS = [
     {"mpigrad.hooks", "mpigrad.dtypes", "mpigrad.random", "mpigrad.futures", "mpigrad.device",
      "mpigrad.autograd.grad_mode", "mpigrad.autograd.anomaly", "mpigrad.autograd.graph",
      "mpigrad.autograd.engine", "mpigrad.launchers", "mpigrad._allocator",
-     "mpigrad._tensor_str"},
+     "mpigrad._blas_wait", "mpigrad._tensor_str"},
     {"mpigrad.kernels"},
     {"mpigrad.tensor"},
     {"mpigrad.ops", "mpigrad.autograd", "mpigrad.creation", "mpigrad.serialization",
