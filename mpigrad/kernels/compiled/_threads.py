@@ -93,7 +93,8 @@ def _load_tbb():
 def _layer():
     """numba's threading layer for the loops, chosen before the first threaded call, which
     starts it; not at import, since finding and loading tbb's library takes 15-30 ms that
-    the one-thread ranks of a launched job would pay for nothing."""
+    the one-thread ranks of a launched job would pay for nothing. `Parallel.threads_for`
+    asks first, before a call compiles or runs anything parallel."""
     tbb = _load_tbb()  # also for a user's NUMBA_THREADING_LAYER that names or allows it
     if "NUMBA_THREADING_LAYER" in os.environ:
         return os.environ["NUMBA_THREADING_LAYER"]  # numba reads it itself
@@ -241,7 +242,6 @@ _I64 = ir.IntType(64)
 @functools.cache
 def _driver_address():
     """The address of _split_rows' one compiled form (compiled or loaded on first use)."""
-    _layer()  # before numba compiles a parallel loop, which may start its layer
     signature = (numba.types.int64,) * 4
     _on_rows.compile(signature)
     compiled = _on_rows.overloads[signature]
@@ -282,7 +282,6 @@ class Parallel:
     @property
     def threaded(self):
         if self._threaded is None:
-            _layer()  # before numba compiles a parallel loop, which may start its layer
             self._threaded = jit(_twin(self.function), parallel=True)
         return self._threaded
 
