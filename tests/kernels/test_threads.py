@@ -280,18 +280,21 @@ def _normalization_cases(normalization, rng):
     cases.append((normalization.layer_norm, lambda: [
         square.astype(f32), feature.astype(f32), feature.astype(f32) / 3, 1e-5,
         np.empty(square.shape, f32), np.empty(150), np.empty(150)]))
-    cases.append((normalization._layer_norm_dx, lambda: [
-        g.astype(f32), rows.astype(f32), feature.astype(f32), *stats,
-        np.empty(rows.shape, f32)]))
-    cases.append((normalization._affine_grads, lambda: [
-        g.astype(f32), rows.astype(f32), *stats, np.zeros(150), np.zeros(150)]))
-    cases.append((normalization._affine_grads, lambda: [
-        g.astype(f32), rows.astype(f32), np.empty(0), stats[1], np.zeros(150), np.zeros(0)]))
     cases.append((normalization.rms_norm, lambda: [
         rows.astype(f32), feature.astype(f32), 1e-5, np.empty(rows.shape, f32), np.empty(37)]))
-    cases.append((normalization._rms_norm_dx, lambda: [
-        g.astype(f32), rows.astype(f32), feature.astype(f32), stats[1],
-        np.empty(rows.shape, f32)]))
+    # the norms' backward: 2 chunks of rows (the last one short), 5 chunks of a square
+    chunks = -(-37 // normalization.CHUNK_ROWS)
+    cases.append((normalization.norm_backward, lambda: [
+        g.astype(f32), rows.astype(f32), feature.astype(f32), *stats,
+        np.empty(rows.shape, f32), np.empty((chunks, 150), f32), np.empty((chunks, 150), f32)]))
+    cases.append((normalization.norm_backward, lambda: [  # RMSNorm's: no mean, no bias
+        g.astype(f32), rows.astype(f32), feature.astype(f32), np.empty(0), stats[1],
+        np.empty(rows.shape, f32), np.empty((chunks, 150), f32), np.empty((chunks, 0), f32)]))
+    square_chunks = -(-150 // normalization.CHUNK_ROWS)
+    cases.append((normalization.norm_backward, lambda: [
+        square.astype(f32), square.astype(f32).T.copy(), feature.astype(f32),
+        stats[0][:1].repeat(150), stats[1][:1].repeat(150), np.empty(square.shape, f32),
+        np.empty((square_chunks, 150), f32), np.empty((square_chunks, 150), f32)]))
     cases.append((normalization.batch_norm, lambda: [
         cube.astype(f32), channel.astype(f32), channel.astype(f32) / 2, 1e-5,
         np.empty(cube.shape, f32), np.empty(11), np.empty(11), np.empty(11)]))

@@ -38,14 +38,24 @@ def layer_norm(x, weight, bias, dims, eps):
     return _finish(out, x), (mean, rstd)
 
 
+def _norm_backward(g, matrix, weight, mean, rstd, with_bias):
+    """dx and the weight's (and bias's) gradient of LayerNorm, or of RMSNorm (`mean`
+    empty): the loop's per-chunk sums added in chunk order, in float64."""
+    loop = loops("normalization")
+    chunks = -(-matrix.shape[0] // loop.CHUNK_ROWS)
+    dx = np.empty_like(matrix)
+    partial_weight = np.empty((chunks, matrix.shape[1]), matrix.dtype)
+    partial_bias = np.empty((chunks, matrix.shape[1] if with_bias else 0), matrix.dtype)
+    loop.norm_backward(np.ascontiguousarray(g, matrix.dtype).reshape(matrix.shape), matrix,
+                       weight, mean, rstd, dx, partial_weight, partial_bias)
+    # numpy adds along a leading axis row after row: the chunks in order
+    return dx, partial_weight.sum(0, np.float64), partial_bias.sum(0, np.float64)
+
+
 def layer_norm_backward(needs, g, ans, x, weight, bias, dims, eps, kept):
     matrix, dtype = _rows(x, dims)
-    features = matrix.shape[1]
-    dx = np.empty_like(matrix)
-    dweight, dbias = np.zeros(features), np.zeros(features)
-    loops("normalization").layer_norm_backward(
-        np.ascontiguousarray(g, dtype).reshape(matrix.shape),
-        matrix, _per_feature(weight, features, dtype, 1), *kept, dx, dweight, dbias)
+    dx, dweight, dbias = _norm_backward(g, matrix, _per_feature(weight, matrix.shape[1], dtype, 1),
+                                        *kept, bias is not None)
     return _finish(dx, x), _gradient(dweight, weight), _gradient(dbias, bias)
 
 
@@ -60,11 +70,8 @@ def rms_norm(x, weight, dims, eps):
 
 def rms_norm_backward(needs, g, ans, x, weight, dims, eps, kept):
     matrix, dtype = _rows(x, dims)
-    dx = np.empty_like(matrix)
-    dweight = np.zeros(matrix.shape[1])
-    loops("normalization").rms_norm_backward(
-        np.ascontiguousarray(g, dtype).reshape(matrix.shape), matrix,
-        _per_feature(weight, matrix.shape[1], dtype, 1), kept, dx, dweight)
+    dx, dweight, _ = _norm_backward(g, matrix, _per_feature(weight, matrix.shape[1], dtype, 1),
+                                    kept[:0], kept, False)
     return _finish(dx, x), _gradient(dweight, weight)
 
 
