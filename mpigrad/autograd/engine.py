@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from . import anomaly, grad_mode
+from . import anomaly, forward_ad, grad_mode
 from .graph import AccumulateGrad, reachable
 
 _task_ids = itertools.count(1)
@@ -43,9 +43,10 @@ class GraphTask:
 
     `accumulate`: gradients go into leaves' `.grad` (else they are captured into `results`,
     one per captured edge, from `captures[node] = [(nr, position)]`). `buffers[node][nr]` is
-    the gradient summed so far for that output of `node`; for a leaf's AccumulateGrad,
-    `owned[node]` says whether nothing else can see its array (so the leaf may keep it as
-    `.grad` without a copy; no other node keeps a gradient, so none is asked).
+    the gradient summed so far for that output of `node`; for a single-output node or a
+    leaf's AccumulateGrad, `owned[node]` says whether nothing else can see its array (so
+    later gradients may be added into it in place, and a leaf may keep it as `.grad`
+    without a copy).
     `deps[node]` counts the edges into `node` still to run; `ready` is the heap of nodes whose
     count reached zero, highest priority first, then in the order they became ready
     (`tiebreak`, for leaves: other nodes' creation numbers differ). `callbacks` run when the
@@ -138,18 +139,27 @@ def _ready_entry(node, tiebreak):
 _LEAF = float("-inf")
 
 
-def _add_to_buffer(buffers, node, nr, grad):
+def _add_to_buffer(buffers, owned, node, nr, grad, fresh, in_place):
+    """Add `grad` to the gradient of `node`'s output `nr` so far. A single-output node's sum
+    is noted in `owned` as for a leaf (_add_to_leaf_buffer), and with `in_place` an owned
+    sum takes the next gradient into its own array."""
     buf = buffers.get(node)
     if buf is None:
         outputs = node.num_outputs
         if outputs == 1:  # most nodes: the buffer is the gradient alone
             buffers[node] = [grad]
+            owned[node] = fresh
             return
         buf = buffers[node] = [None] * outputs
-    buf[nr] = grad if buf[nr] is None else _sum(buf[nr], grad)
+    if buf[nr] is None:
+        buf[nr] = grad
+    elif node.num_outputs == 1:
+        _add_owned(buf, owned, node, grad, in_place)
+    else:
+        buf[nr] = _sum(buf[nr], grad)
 
 
-def _add_to_leaf_buffer(buffers, owned, node, grad, fresh):
+def _add_to_leaf_buffer(buffers, owned, node, grad, fresh, in_place):
     """_add_to_buffer for a leaf's AccumulateGrad, noting whether the sum's array is `fresh`
     (nothing else can see it); a sum made here always is."""
     buf = buffers.get(node)
@@ -157,7 +167,18 @@ def _add_to_leaf_buffer(buffers, owned, node, grad, fresh):
         buffers[node] = [grad]
         owned[node] = fresh
     else:
-        buf[0] = _sum(buf[0], grad)
+        _add_owned(buf, owned, node, grad, in_place)
+
+
+def _add_owned(buf, owned, node, grad, in_place):
+    """buf[0] += grad: with `in_place`, into the sum so far when only this pass holds it,
+    else into a new array; either way the sum is owned from then on."""
+    total = buf[0]
+    if (in_place and owned[node] and not total.is_sparse and not grad.is_sparse
+            and total.shape == grad.shape and total.dtype == grad.dtype):
+        np.add(total._array, grad._array, out=total._array)
+    else:
+        buf[0] = _sum(total, grad)
         owned[node] = True
 
 
@@ -184,6 +205,16 @@ def _is_fresh(grad, *others):
                     and (other._array is data or other._array.base is data)):
                 return False
     return True
+
+
+def _scattered(node, grads, buffers, owned):
+    """Whether `node`, one whose input gradient is its output's gradient placed into zeros
+    (a slice of its input), added that gradient straight into its input's gradient so far:
+    done when that is an array only this pass holds (the other pieces of a split, say)."""
+    edge = node.next_edges[0]
+    if edge is None or not owned.get(edge[0]):
+        return False
+    return node.scatter_into(grads[0], buffers[edge[0]][0])
 
 
 def _any_gradient(grads):
@@ -252,9 +283,9 @@ def run_backward(root_edges, root_grads, retain_graph, create_graph, capture_edg
     buffers = task.buffers
     for (node, nr), grad in zip(root_edges, root_grads):
         if type(node) is AccumulateGrad:
-            _add_to_leaf_buffer(buffers, task.owned, node, grad, False)  # the caller holds it
+            _add_to_leaf_buffer(buffers, task.owned, node, grad, False, False)  # caller's
         else:
-            _add_to_buffer(buffers, node, nr, grad)
+            _add_to_buffer(buffers, task.owned, node, nr, grad, False, False)
 
     nodes = reachable(list(buffers))
     if not task.accumulate:
@@ -292,6 +323,10 @@ def _propagate(task):
     captures, results, accumulate = task.captures, task.results, task.accumulate
     retain_graph, create_graph = task.retain_graph, task.create_graph
     check_anomaly, observe, tiebreak = task.check_anomaly, task.observe, task.tiebreak
+    # Gradients summed into arrays only this pass holds, in place: when no graph or tangent
+    # of the sums is wanted, and anomaly mode and the profiler see every node's own result.
+    in_place = (not create_graph and forward_ad._global.level is None and not check_anomaly
+                and observe is None)
     # The last node a node made ready skips the heap when it is the only ready one (a chain
     # of layers): the heap would hand it straight back. Pushes keep the order nodes became
     # ready in, which orders the leaves.
@@ -322,8 +357,9 @@ def _propagate(task):
             continue
         input_grads = None
         if grads is not None and (grads[0] is not None or _any_gradient(grads)):
-            input_grads = (node.apply(grads) if observe is None
-                           else observe(node.name(), node.apply, grads))
+            if not (in_place and node.scatters and _scattered(node, grads, buffers, owned)):
+                input_grads = (node.apply(grads) if observe is None
+                               else observe(node.name(), node.apply, grads))
             if not retain_graph:
                 node.release()  # its saved tensors are dead weight from here on
             if check_anomaly:
@@ -337,11 +373,13 @@ def _propagate(task):
                 continue
             g = input_grads[i] if input_grads is not None else None
             if g is not None:
+                # Fresh: no other gradient here is g's array or a view of it.
+                fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i],
+                                                           input_grads[i + 1:])
                 if type(child) is AccumulateGrad:
-                    fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i])
-                    _add_to_leaf_buffer(buffers, owned, child, g, fresh)
+                    _add_to_leaf_buffer(buffers, owned, child, g, fresh, in_place)
                 else:
-                    _add_to_buffer(buffers, child, nr, g)
+                    _add_to_buffer(buffers, owned, child, nr, g, fresh, in_place)
             deps[child] = waiting - 1
             if waiting == 1:
                 if follow is not None:

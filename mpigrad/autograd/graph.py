@@ -53,6 +53,8 @@ class Node:
 
     # A class attribute, read once per node in backward; multi-output nodes override it.
     num_outputs = 1
+    # Whether scatter_into may add this node's one input gradient into a buffer in place.
+    scatters = False
 
     def apply(self, grad_outputs):
         raise NotImplementedError

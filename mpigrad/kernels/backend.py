@@ -7,10 +7,11 @@ class Backend:
         self.forwards = {}
         self.backwards = {}
         self.inplace = {}
+        self.scatters = {}
 
-    def register(self, op_name, forward=None, backward=None, inplace=None):
+    def register(self, op_name, forward=None, backward=None, inplace=None, scatter=None):
         for table, kernel in ((self.forwards, forward), (self.backwards, backward),
-                              (self.inplace, inplace)):
+                              (self.inplace, inplace), (self.scatters, scatter)):
             if kernel is None:
                 continue
             if op_name in table and table[op_name] is not kernel:

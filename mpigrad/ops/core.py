@@ -80,6 +80,12 @@ class Op:
     recorded (the optimizer path); without it, the result is computed and copied in. It is a
     kernel too, registered in `kernels.NUMPY.inplace`. `backward` is the numpy backend's
     fused backward where a one-liner beside the rules serves (`kernels.NUMPY.backwards`).
+    An op whose input's gradient is the output's gradient placed into zeros (a slice's) may
+    have a scatter kernel, `scatter(buffer, g, **params)` in `kernels.NUMPY.scatters`, which
+    adds g at those places into `buffer`, an array of the input's shape, in place. Backward
+    uses it instead of the rule when the input's gradient so far is an array only backward
+    holds, so that the pieces of a split meet in one array, with no zeros and no sums of
+    whole arrays.
     `grad_fn_name` is what the node prints as, torch's name for it (`MmBackward0`), or a
     function of the op's keyword parameters when torch names the variants apart
     (`SumBackward0` for a full sum, `SumBackward1` along dims), or of the parameters and the
@@ -398,16 +404,42 @@ class OpNode(Node):
             f"{expected}. Use an out-of-place op (x = x + y instead of x += y) or clone() "
             "the tensor before changing it.")
 
-    def apply(self, grad_outputs):
+    def _check_current(self):
+        """The inputs the rules read, after checking that backward may still run this node:
+        not freed, and nothing it saved changed in place since."""
         # Read before checking: another thread's backward may release this node meanwhile,
         # and release() marks it freed before it drops anything.
-        inputs, saved_ans = self.inputs, self.ans
+        inputs = self.inputs
         if self._freed:
             self.check_not_freed()
         triples = iter(self.versions)
         for vc, expected, i in zip(triples, triples, triples):
             if vc[0] != expected:
                 raise self._stale(f"input {i}", inputs[i].shape, inputs[i].dtype, vc[0], expected)
+        return inputs
+
+    @property
+    def scatters(self):
+        return self.op.name in selected.backend.scatters
+
+    def scatter_into(self, g, target):
+        """Add the input's gradient, from the output's gradient g, into `target` (the
+        gradient backward holds for the input so far, a Tensor only it sees) in place with
+        the op's scatter kernel; False when that does not apply (the rules then run)."""
+        op = self.op
+        kernel = None if op.kernels_overridden else selected.backend.scatters.get(op.name)
+        if kernel is None or g.is_sparse or target.is_sparse or _dual.level is not None:
+            return False
+        like = self._check_current()[0]
+        array = target._array
+        if array.shape != like.shape or not array.dtype == g.dtype == like.dtype:
+            return False
+        kernel(array, g._array, **self.params)
+        return True
+
+    def apply(self, grad_outputs):
+        saved_ans = self.ans
+        inputs = self._check_current()
         ans = None
         if self.packed:
             inputs = [x.unpack(self) if type(x) is SavedTensor else x for x in inputs]

@@ -195,3 +195,59 @@ def test_a_gradient_is_fresh_only_if_no_other_gradient_is_it_or_a_view_of_it():
     assert not _is_fresh(owner, [], [owner.reshape(2, 3)])     # a sibling views it
     assert not _is_fresh(owner.reshape(2, 3), [other])         # a view of something else
     assert not _is_fresh(owner[::2], [])
+
+
+def _split_use(lib, x, retained):
+    """A split whose pieces meet again with other uses of the same tensor: some pieces'
+    gradients arrive before the whole's (broadcast views, not fresh), others after."""
+    a = x * 2.0
+    a.retain_grad()
+    q, k, v = a.split(2, dim=1)
+    retained.append(k)
+    k.retain_grad()
+    first = (q * q).sum() + (a.sum(1, keepdim=True) * a[:, :1]).sum()
+    return first + (k.exp() * v).sum() + (v[:, ::2] * 3).sum() + a[0].sum()
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_pieces_of_a_split_meet_in_one_gradient_as_in_torch(create_graph, float64, rng,
+                                                            monkeypatch):
+    """Slices' gradients are added into the gradient so far in place when only backward
+    holds it (engine's _scattered); retained and captured gradients are not changed by it."""
+    torch = pytest.importorskip("torch")
+    from mpigrad.autograd import engine
+    scattered = []
+    real = engine._scattered
+    monkeypatch.setattr(engine, "_scattered", lambda *args: scattered.append(real(*args))
+                        or scattered[-1])
+    xv = rng.standard_normal((3, 6))
+    results = []
+    for lib in (mg, torch):
+        x = lib.tensor(xv, requires_grad=True)
+        retained = []
+        loss = _split_use(lib, x, retained)
+        (gx,) = lib.autograd.grad(loss, x, create_graph=create_graph, retain_graph=True)
+        if lib is mg:  # in place only without a graph of the gradients
+            assert (True in scattered) != create_graph
+        loss.backward()
+        results.append([gx.detach().numpy(), x.grad.numpy(), retained[0].grad.numpy()])
+    for mine, theirs in zip(*results):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+    assert True in scattered and False in scattered  # the first piece's gradient makes one
+
+
+def test_gradients_summed_in_place_leave_the_addends_alone(float64, rng):
+    """A gradient that another node or hook still sees is never the array a sum is made in:
+    a passed-through gradient (add's) and one a hook keeps stay as they were."""
+    xv = rng.standard_normal((4, 5))
+    x = mg.tensor(xv, requires_grad=True)
+    kept = []
+    a = x * 1.0
+    a.register_hook(lambda g: kept.append(g.numpy().copy()) or None)
+    b = a + a  # backward passes the incoming gradient to both inputs
+    b.register_hook(lambda g: kept.append(g))
+    (b[:2].sum() + b[1:].sum() * 2 + b.sum()).backward()
+    expected_b = np.ones((4, 5)) + 2 * (np.arange(4) >= 1)[:, None] + (np.arange(4) < 2)[:, None]
+    np.testing.assert_array_equal(kept[0].numpy(), expected_b)
+    np.testing.assert_array_equal(kept[1], 2 * expected_b)
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * expected_b)

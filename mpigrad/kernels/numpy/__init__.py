@@ -19,6 +19,7 @@ for _name in ("softmax", "log_softmax", "cross_entropy"):
                    backward=getattr(softmax, _name + "_backward"))
 NUMPY.register("_masked_softmax", forward=reduction.masked_softmax)
 NUMPY.register("index_scatter", forward=indexing.index_scatter)
+NUMPY.register("getitem", scatter=indexing.index_add_)
 NUMPY.register("scaled_dot_product_attention", forward=attention.attention,
                backward=attention.attention_backward)
 NUMPY.register("attention_dropout", forward=attention.attention_dropout)

@@ -47,12 +47,20 @@ def _add_along(out, g, positions, axis):
 
 def index_scatter(g, index, shape):
     out = np.zeros(shape, dtype=g.dtype)
+    if _array_axis(index) is None and not _is_advanced(index):
+        out[index] = g  # not +=: a -0.0 in g stays -0.0, as in torch's slice backward
+    else:
+        index_add_(out, g, index)
+    return out
+
+
+def index_add_(out, g, index):
+    """out[index] += g in place, every occurrence of a repeated index adding (getitem's
+    scatter kernel: ops/core.py's Op)."""
     axis = _array_axis(index)
     if axis is not None:
         _add_along(out, g, index[axis] if isinstance(index, tuple) else index, axis)
     elif _is_advanced(index):
-        # Integer-array indexing may repeat an element; every occurrence adds its gradient.
         np.add.at(out, index, g)
     else:
-        out[index] = g
-    return out
+        out[index] += g
