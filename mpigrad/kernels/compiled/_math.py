@@ -34,7 +34,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from . import _cache  # before any loop: keys their cache by the package
 
@@ -68,6 +68,15 @@ def lanes_jit(function):
     run to run and the same in the serial and threaded forms, which run the same loop;
     it may differ in the last bits between machines of different vector widths."""
     return jit(function, fastmath={"reassoc"})
+
+
+@lanes_jit
+def lanes_sum(row):
+    """The row's sum in float64, added in vector lanes (see lanes_jit)."""
+    total = 0.0
+    for c in range(row.shape[0]):
+        total += float(row[c])
+    return total
 
 
 def _bitcast(source, target, target_ir):
@@ -219,29 +228,36 @@ def normal_cdf_f32(x, gaussian):
     return centre if a < _ONE_F32 else tail
 
 
-@jit
 def row_max(row):
-    """The row's maximum; nan if the row holds a nan and nothing else above -inf. (A nan
-    beside finite scores is skipped here, as a branch-free maximum does, and reaches the
-    output through its exponential anyway.)"""
-    a = b = c = d = -np.inf
-    n = row.shape[0]
-    whole = n - n % 4
-    for j in range(0, whole, 4):
-        x0, x1, x2, x3 = float(row[j]), float(row[j + 1]), float(row[j + 2]), float(row[j + 3])
-        a = x0 if x0 > a else a
-        b = x1 if x1 > b else b
-        c = x2 if x2 > c else c
-        d = x3 if x3 > d else d
-    for j in range(whole, n):
-        x = float(row[j])
-        a = x if x > a else a
-    top = max(max(a, b), max(c, d))
-    if top == -np.inf:
-        for j in range(n):
-            if row[j] != row[j]:
-                return np.nan
-    return top
+    """The maximum of a float32 or float64 row (compiled loops only): nan if the row holds a
+    nan of positive sign; a negative nan is skipped, and reaches the output through its
+    exponential anyway. Compared as integers: a float's bits, with the magnitude bits of a
+    negative one flipped, order as the floats do, and an integer maximum vectorises, where
+    a float one (nan-aware) stayed scalar: (1024, 96) float32 rows, 12 us against numpy's
+    68 us; four scalar partial maxima took 197 us on (700, 1000) against 61."""
+    raise TypeError("row_max runs inside compiled loops only")
+
+
+def _ordered_max(bits_of, from_bits, integer, sign_shift):
+    shift, magnitude = integer(sign_shift), integer((1 << sign_shift) - 1)
+
+    def impl(row):
+        best = integer(-(1 << sign_shift))
+        for c in range(row.shape[0]):
+            bits = bits_of(row[c])
+            key = bits ^ ((bits >> shift) & magnitude)  # its own inverse
+            best = key if key > best else best
+        return from_bits(best ^ ((best >> shift) & magnitude))
+    return impl
+
+
+_FLOAT32_MAX = _ordered_max(_bits_of_float, _float_from_bits, np.int32, 31)
+_FLOAT64_MAX = _ordered_max(_bits_of_double, _double_from_bits, np.int64, 63)
+
+
+@overload(row_max, jit_options=OPTIONS)
+def _row_max(row):
+    return _FLOAT32_MAX if row.dtype == types.float32 else _FLOAT64_MAX
 
 
 @jit

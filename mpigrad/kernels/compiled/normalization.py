@@ -21,18 +21,10 @@ import math
 
 from numba import prange
 
-from ._math import jit, lanes_jit, row_sum
+from ._math import jit, lanes_jit, lanes_sum, row_sum
 from ._threads import parallel
 
 CHUNK_ROWS = 32  # rows per partial sum of the norms' weight and bias gradients
-
-
-@lanes_jit
-def _sum(row):
-    total = 0.0
-    for c in range(row.shape[0]):
-        total += float(row[c])
-    return total
 
 
 @lanes_jit
@@ -48,7 +40,7 @@ def layer_norm(x, weight, bias, eps, out, mean, rstd):
     d = x.shape[1]
     for r in prange(x.shape[0]):
         row = x[r]
-        mu = _sum(row) / d
+        mu = lanes_sum(row) / d
         inv = 1.0 / math.sqrt(_squared_deviations_sum(row, mu) / d + eps)
         mean[r] = mu
         rstd[r] = inv
