@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from . import anomaly, forward_ad, grad_mode
+from . import anomaly, grad_mode
 from .graph import AccumulateGrad, reachable
 
 _task_ids = itertools.count(1)
@@ -36,6 +36,9 @@ _running = _Running()
 # timed event. The engine cannot import the profiler (it sits above the Tensor layer), so the
 # profiler plugs itself in here.
 observer = None
+# forward_ad's state (its `level`: the active dual level or None), plugged in by forward_ad,
+# which sits above the engine: a sum must keep its tangent while a dual level is active.
+dual_state = None
 
 
 class GraphTask:
@@ -325,8 +328,8 @@ def _propagate(task):
     check_anomaly, observe, tiebreak = task.check_anomaly, task.observe, task.tiebreak
     # Gradients summed into arrays only this pass holds, in place: when no graph or tangent
     # of the sums is wanted, and anomaly mode and the profiler see every node's own result.
-    in_place = (not create_graph and forward_ad._global.level is None and not check_anomaly
-                and observe is None)
+    in_place = (not create_graph and (dual_state is None or dual_state.level is None)
+                and not check_anomaly and observe is None)
     # The last node a node made ready skips the heap when it is the only ready one (a chain
     # of layers): the heap would hand it straight back. Pushes keep the order nodes became
     # ready in, which orders the leaves.

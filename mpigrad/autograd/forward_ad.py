@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import dtypes
 from ..tensor import Tensor
-from . import grad_mode
+from . import engine, grad_mode
 from .graph import Node, gradient_edge
 
 __all__ = ["dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
@@ -78,6 +78,7 @@ class _ThreadState(threading.local):
 
 
 _global = _Global
+engine.dual_state = _global
 _thread = _ThreadState()
 
 

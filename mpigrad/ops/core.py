@@ -428,9 +428,10 @@ class OpNode(Node):
         the op's scatter kernel; False when that does not apply (the rules then run)."""
         op = self.op
         kernel = None if op.kernels_overridden else selected.backend.scatters.get(op.name)
-        if kernel is None or g.is_sparse or target.is_sparse or _dual.level is not None:
+        if (kernel is None or self.packed or g.is_sparse or target.is_sparse
+                or _dual.level is not None):
             return False
-        like = self._check_current()[0]
+        like = self._check_current()[0]  # a Meta or a Tensor: its shape and dtype
         array = target._array
         if array.shape != like.shape or not array.dtype == g.dtype == like.dtype:
             return False
