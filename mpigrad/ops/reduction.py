@@ -1,6 +1,7 @@
 """Reductions and the softmax family; the longer forwards are in kernels/numpy/reduction.py."""
 import builtins
 import collections
+import math
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def sum(x, dim=None, keepdim=False, dtype=None):
 
 
 def _count(shape, dim):
-    return int(np.prod([shape[d] for d in normalize_dims(dim, len(shape))]))
+    return math.prod(shape[d] for d in normalize_dims(dim, len(shape)))
 
 
 _mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),

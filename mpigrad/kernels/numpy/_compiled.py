@@ -5,6 +5,7 @@ bring any array there (a copy only when the input is strided or of another dtype
 `loops` imports a module of loops, and with it numba, the first time a kernel needs it.
 """
 import importlib
+import math
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def rows(array, axis, dtype=None):
     moved = np.moveaxis(array, axis, -1) if array.ndim else array.reshape(1)
     shape = moved.shape
     matrix = np.ascontiguousarray(moved, dtype or compute_dtype(array.dtype))
-    return matrix.reshape(int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]), shape
+    return matrix.reshape(math.prod(shape[:-1]), shape[-1]), shape
 
 
 def unrows(matrix, shape, axis, like):

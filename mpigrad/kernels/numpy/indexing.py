@@ -1,5 +1,7 @@
 """The gradient of indexing (ops/shape.py's index_scatter): g added into zeros at the
 indexed places, every occurrence of a repeated index adding."""
+import math
+
 import numpy as np
 
 from ._compiled import loops
@@ -34,8 +36,8 @@ def _add_along(out, g, positions, axis):
     if flat.min() < 0 or flat.max() >= n:  # the loop does not check: never write outside
         raise IndexError(f"index {int(flat.max() if flat.max() >= n else flat.min())} is out "
                          f"of bounds for axis {axis} with size {n}")
-    before = int(np.prod(out.shape[:axis], dtype=np.int64))
-    after = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
+    before = math.prod(out.shape[:axis])
+    after = math.prod(out.shape[axis + 1:])
     if out.dtype not in (np.float32, np.float64):
         np.add.at(out, (slice(None),) * axis + (flat,), g.reshape(
             out.shape[:axis] + (flat.size,) + out.shape[axis + 1:]))

@@ -2,13 +2,15 @@
 all but the channel dimension (1): the numpy backend's kernels over the compiled loops
 (kernels/compiled/normalization.py). Each forward returns `(out, kept)`, the per-row or
 per-channel statistics (float64) its fused backward reads."""
+import math
+
 import numpy as np
 
 from ._compiled import compute_dtype, loops
 
 
 def _rows(x, dims):
-    features = int(np.prod(x.shape[x.ndim - dims:], dtype=np.int64))
+    features = math.prod(x.shape[x.ndim - dims:])
     dtype = compute_dtype(x.dtype)
     return np.ascontiguousarray(x, dtype).reshape(-1, features), dtype
 
@@ -78,7 +80,7 @@ def rms_norm_backward(needs, g, ans, x, weight, dims, eps, kept):
 def _channels(x, dtype=None):
     """x (N, C, ...) as a contiguous (N, C, S) array of its compute dtype (or `dtype`)."""
     dtype = dtype or compute_dtype(x.dtype)
-    spatial = int(np.prod(x.shape[2:], dtype=np.int64))
+    spatial = math.prod(x.shape[2:])
     return np.ascontiguousarray(x, dtype).reshape(x.shape[0], x.shape[1], spatial), dtype
 
 

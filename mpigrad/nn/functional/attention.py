@@ -1,4 +1,5 @@
 """Attention: scaled_dot_product_attention, and multi_head_attention_forward over it."""
+import math
 import numbers
 
 import numpy as np
@@ -86,7 +87,7 @@ def _as_4d(x, outer, heads):
         x = x.expand(shape)
     if len(shape) == 4:
         return x
-    return x.reshape((int(np.prod(outer, dtype=np.int64)), heads) + tuple(x.shape[-2:]))
+    return x.reshape((math.prod(outer), heads) + tuple(x.shape[-2:]))
 
 
 def _mask_4d(mask, dtype, outer, scores_ndim):
@@ -101,7 +102,7 @@ def _mask_4d(mask, dtype, outer, scores_ndim):
     batch = tuple(mask.shape[:-3])
     if any(size != 1 for size in batch) and batch != tuple(outer):
         mask = mask.expand(tuple(outer) + tuple(mask.shape[-3:]))
-    size = 1 if all(size == 1 for size in mask.shape[:-3]) else int(np.prod(outer, dtype=np.int64))
+    size = 1 if all(size == 1 for size in mask.shape[:-3]) else math.prod(outer)
     return mask.reshape((size,) + tuple(mask.shape[-3:]))
 
 
