@@ -102,8 +102,9 @@ def _scaled_probabilities_into(out, row, top, log_total, scale, in_float64):
 
 # Cross-entropy of a float32 input computes in float32 arithmetic (its exponentials and the
 # backward's gradient; sums stay float64), no further from float64 than torch's float32
-# result (tests/kernels/test_softmax.py); float64 inputs stay in float64. On (700, 1000),
-# one thread: forward 2.7 -> 0.5 ms, backward 0.34 ms (torch: 0.4 and 0.7).
+# result (tests/kernels/test_softmax.py); float64 inputs stay in float64. Forward and
+# backward on (700, 1000), one thread: 2.7 -> 1.7 ms with float32 exponentials, then
+# 1.98 -> 1.05 ms with the vectorised maximum, lane sums and a float32 backward (torch 1.0-1.1).
 @parallel(rows=("x", "target", "out", "tops", "log_totals"))
 def cross_entropy(x, target, weight, ignore_index, smoothing, in_float64, out, tops,
                   log_totals):
