@@ -144,8 +144,9 @@ def test_non_contiguous_inputs(tiles, dtype):
 
 
 def test_the_loops_get_only_c_contiguous_writeable_arrays(monkeypatch):
-    # Another layout (q, k, v sliced from a packed qkv as in a GPT) or a read-only array
-    # compiles the loops once more, seconds a signature, and np.dot copies strided tiles.
+    # Another layout or a read-only array compiles the loops once more, seconds a signature,
+    # and np.dot copies strided tiles. q, k, v sliced from a packed qkv, as in a GPT, come as
+    # 1-d arrays over the packed memory with their strides: read in place, not copied.
     loops = kernel.loops("attention")
     seen = []
     for name in ("forward", "backward"):
@@ -159,6 +160,7 @@ def test_the_loops_get_only_c_contiguous_writeable_arrays(monkeypatch):
     F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
     assert len(seen) > 10
     assert all(a.flags.c_contiguous and a.flags.writeable for a in seen)
+    assert sum(np.shares_memory(a, packed.detach().numpy()) for a in seen) == 6  # fwd, bwd
 
 
 def test_the_output_is_contiguous_as_torchs():

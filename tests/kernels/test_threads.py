@@ -308,26 +308,31 @@ def _attention_cases(attention, rng):
     """Forward and backward on tiles of 8 (odd lengths, so the last tiles are short), two
     query heads per key head: causal with dropout and a per-element mask (whose gradient
     threads write in disjoint (batch, head) slices), and without either; float32 only (the note
-    above _kernels says why)."""
+    above _kernels says why). q is read strided, from a (B, L, H, E) array."""
+    from mpigrad.kernels.numpy.attention import _strided
     q, g = rng.standard_normal((2, 2, 4, 19, 8)) / 3
     k = rng.standard_normal((2, 2, 23, 8))
     v = rng.standard_normal((2, 2, 23, 5))
     mask = rng.standard_normal((2, 4, 19, 23))
     mask[1, 2, 3] = -np.inf  # a row with every key masked
     dropping = (True, np.uint64(11), np.uint64(2 ** 51), 4 / 3)
+    dims = (2, 4, 19, 8, 2, 23, 5)
     cases = []
     f32 = np.float32
     for masked in (True, False):
-        inputs = [q.astype(f32), k.astype(f32), v.astype(f32),
-                  mask.astype(f32) if masked else np.zeros((1, 1, 1, 1), f32), masked, masked]
+        inputs = [*_strided(q.astype(f32).transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3),
+                            f32),
+                  *_strided(k.astype(f32), f32), *_strided(v.astype(f32), f32), dims]
+        masking = [mask.astype(f32) if masked else np.zeros((1, 1, 1, 1), f32), masked, masked]
         drop = list(dropping if masked else (False, np.uint64(0), np.uint64(0), 0.0))
         out, lse = np.empty((2, 4, 19, 5), f32), np.empty((2, 4, 19))
-        attention.forward(*inputs, *drop, 8, 8, out, lse)  # what the backward reads
-        cases.append((attention.forward, lambda inputs=inputs, drop=drop: [
-            *inputs, *drop, 8, 8, np.empty((2, 4, 19, 5), f32), np.empty((2, 4, 19))]))
-        cases.append((attention._backward, lambda inputs=inputs, drop=drop, out=out,
-                      lse=lse, masked=masked: [
-            *inputs[:6], 0.5, *drop, 8, 8, out, lse, g[..., :5].astype(f32),
+        attention.forward(*inputs, 0.5, *masking, *drop, 8, 8, out, lse)  # the backward reads
+        cases.append((attention.forward, lambda inputs=inputs, masking=masking, drop=drop: [
+            *inputs, 0.5, *masking, *drop, 8, 8, np.empty((2, 4, 19, 5), f32),
+            np.empty((2, 4, 19))]))
+        cases.append((attention._backward, lambda inputs=inputs, masking=masking, drop=drop,
+                      out=out, lse=lse, masked=masked: [
+            *inputs, *masking, 0.5, *drop, 8, 8, out, lse, *_strided(g[..., :5].astype(f32), f32),
             np.zeros(mask.shape if masked else (0, 0, 0, 0)),
             *[np.zeros(a.shape, f32) for a in (q, k, v)]]))
     cases.append((attention.dropout_scale, lambda: [np.uint64(11), np.uint64(2 ** 52), 2.0,
@@ -345,18 +350,22 @@ def test_a_broadcast_mask_gradient_is_summed_on_one_thread(monkeypatch, restore_
     rng = np.random.default_rng(5)
     # float32, as the bit-for-bit test's cases, whose compiled loops this reuses; the mask's
     # gradient is float64 whatever the dtype, so the sums still agree to float64 rounding
+    from mpigrad.kernels.numpy.attention import _strided
     q, g = rng.standard_normal((2, 2, 3, 9, 4)).astype(np.float32)
     k, v = rng.standard_normal((2, 2, 3, 11, 4)).astype(np.float32)
     mask = rng.standard_normal((1, 1, 9, 11)).astype(np.float32)
+    inputs = [*_strided(q, np.float32), *_strided(k, np.float32), *_strided(v, np.float32),
+              (2, 3, 9, 4, 3, 11, 4)]
     out, lse = np.empty(q.shape, np.float32), np.empty(q.shape[:3])
-    attention.forward(q, k, v, mask, True, False, False, np.uint64(0), np.uint64(0), 0.0, 4, 4,
-                      out, lse)
+    attention.forward(*inputs, 1.0, mask, True, False, False, np.uint64(0), np.uint64(0), 0.0,
+                      4, 4, out, lse)
 
     def backward(mask_shape):
         mask_grad = np.zeros(mask_shape)
-        attention.backward(q, k, v, np.broadcast_to(mask, mask_shape).copy(), True, False,
-                           1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse, g,
-                           mask_grad, *[np.zeros_like(a) for a in (q, k, v)])
+        attention.backward(*inputs, np.broadcast_to(mask, mask_shape).copy(), True, False,
+                           1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse,
+                           *_strided(g, np.float32), mask_grad,
+                           *[np.zeros_like(a) for a in (q, k, v)])
         return mask_grad
 
     mg.set_num_threads(2)

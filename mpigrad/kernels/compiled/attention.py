@@ -1,11 +1,16 @@
 """scaled_dot_product_attention block by block (flash attention's scheme): no (B, H, L, S)
 array is ever written whole, forward or backward.
 
-The inputs are 4-d, C-contiguous and writeable (the op makes them so; any other layout
-would compile the loops again): q (B, H, L, E) already multiplied by the scale (so no
-pass over a tile scales its scores, forward or backward), k (B, Hk, S, E), v (B, Hk, S, Ev),
-query head h reading key head h // (H / Hk) (grouped-query attention; Hk = H otherwise).
-`mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where it broadcasts.
+q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev) and the output's gradient (B, H, L, Ev)
+come as a 1-d array over the 4-d array's span and its four strides in elements, the last 1
+(kernels/numpy/attention.py's `_strided`): a GPT's q, k and v, views of one packed product,
+are read where they are, and every layout is one compiled signature. A block of their rows is
+copied into a contiguous tile when it is used (q's multiplied by the scale on the way, so no
+pass over a tile of scores scales it), while the rows are in cache: copying the three views
+whole, forward and again backward, took about 1.5 ms of a GPT step. `dims` is
+(B, H, L, E, Hk, S, Ev); query head h reads key head h // (H / Hk) (grouped-query attention;
+Hk = H otherwise). `mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where
+it broadcasts; it, the output, the log-sum-exps and the gradients are C-contiguous.
 
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
@@ -149,30 +154,52 @@ def _add(target, tile, factor):
 
 
 @jit
-def _sizes(q, k, v):
+def _sizes(q, dims):
     """B, H, L, E, S, Ev; the query heads per key head; whether exponentials are taken in
     float32 arithmetic (float32 inputs)."""
-    batch, heads, length, width = q.shape
-    return (batch, heads, length, width, k.shape[2], v.shape[3], heads // k.shape[1],
+    batch, heads, length, width, key_heads, source, value_width = dims
+    return (batch, heads, length, width, source, value_width, heads // key_heads,
             q.itemsize == 4)
 
 
-@parallel()
-def forward(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
-            block_q, block_k, out, lse):
-    batch, heads, length = q.shape[:3]
-    tiles = (length + block_q - 1) // block_q
-    for unit in prange(batch * heads * tiles):
-        _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
-                       block_q, block_k, out, lse, unit // (heads * tiles),
-                       unit // tiles % heads, unit % tiles * block_q)
+@jit
+def _row(flat, strides, b, h, i, width):
+    """Row i of head h of batch b of a strided input: a contiguous 1-d view."""
+    start = b * strides[0] + h * strides[1] + i * strides[2]
+    return flat[start:start + width]
 
 
 @jit
-def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, drop_scale,
-                   block_q, block_k, out, lse, b, h, i0):
+def _tile(flat, strides, b, h, i0, i1, width, factor, space):
+    """Rows i0 to i1 of head h of batch b, times `factor` (in the input's dtype), copied
+    into the front of `space`: a C-contiguous (i1 - i0, width) tile, as np.dot takes."""
+    tile = space[:(i1 - i0) * width].reshape((i1 - i0, width))
+    narrow = flat.dtype.type(factor)
+    for r in range(i1 - i0):
+        row, target = _row(flat, strides, b, h, i0 + r, width), tile[r]
+        for d in range(width):
+            target[d] = row[d] * narrow
+    return tile
+
+
+@parallel()
+def forward(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, has_mask, causal,
+            dropping, seed, threshold, drop_scale, block_q, block_k, out, lse):
+    batch, heads, length = dims[:3]
+    tiles = (length + block_q - 1) // block_q
+    for unit in prange(batch * heads * tiles):
+        _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, has_mask,
+                       causal, dropping, seed, threshold, drop_scale, block_q, block_k, out,
+                       lse, unit // (heads * tiles), unit // tiles % heads,
+                       unit % tiles * block_q)
+
+
+@jit
+def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, has_mask,
+                   causal, dropping, seed, threshold, drop_scale, block_q, block_k, out, lse,
+                   b, h, i0):
     """The output rows and log-sum-exps of query rows i0 to i0 + block_q of (b, h)."""
-    batch, heads, length, _, source, value_width, group, single = _sizes(q, k, v)
+    batch, heads, length, width, source, value_width, group, single = _sizes(q, dims)
     dtype = q.dtype
     kh = h // group
     i1 = min(i0 + block_q, length)
@@ -180,20 +207,23 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
     scores_space = np.empty(nq * block_k, dtype)
     dropped_space = np.empty(nq * block_k, dtype)
     product_space = np.empty(nq * value_width, dtype)
+    k_space = np.empty(block_k * width, dtype)
+    v_space = np.empty(block_k * value_width, dtype)
     acc = np.zeros((nq, value_width), dtype)
     top = np.full(nq, -np.inf)
     new_top = np.empty(nq)
     rescale = np.empty(nq)
     total = np.zeros(nq)
     tile_total = np.empty(nq)
-    q_tile = q[b, h, i0:i1]
+    q_tile = _tile(q, q_strides, b, h, i0, i1, width, scale, np.empty(nq * width, dtype))
     for j0 in range(0, source, block_k):
         if causal and j0 > i1 - 1:
             break  # every key from here on comes after every query of the block
         j1 = min(j0 + block_k, source)
         nk = j1 - j0
         s = scores_space[:nk * nq].reshape((nk, nq))
-        _scores(q_tile, k[b, kh, j0:j1], mask, b, h, i0, j0, has_mask, causal, s)
+        k_tile = _tile(k, k_strides, b, kh, j0, j1, width, 1.0, k_space)
+        _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, s)
         # Copied element by element: numba's `new_top[:] = top` compiles the string formatting
         # of its shape-mismatch error, 1.7 s of CPU the first time a process compiles it.
         for r in range(nq):
@@ -230,7 +260,8 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
         weights = _dropped(s, dropped_space, b, h, i0, j0, heads, length, source, dropping,
                            seed, threshold, drop_scale)
         product = product_space.reshape((nq, value_width))
-        np.dot(weights.T, v[b, kh, j0:j1], product)
+        np.dot(weights.T, _tile(v, v_strides, b, kh, j0, j1, value_width, 1.0, v_space),
+               product)
         _add(acc, product, 1.0)
     for r in range(nq):
         row = out[b, h, i0 + r]
@@ -244,14 +275,16 @@ def _forward_block(q, k, v, mask, has_mask, causal, dropping, seed, threshold, d
         lse[b, h, i0 + r] = top[r] + math.log(total[r])
 
 
-def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-             block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v):
+def backward(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal, scale,
+             dropping, seed, threshold, drop_scale, block_q, block_k, out, lse, grad_out,
+             go_strides, mask_grad, grad_q, grad_k, grad_v):
     """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
     the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
-    arguments = (q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-                 block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v)
-    shared = mask_grad.size > 0 and ((mask_grad.shape[0] == 1 and q.shape[0] > 1)
-                                     or (mask_grad.shape[1] == 1 and k.shape[1] > 1))
+    arguments = (q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal, scale,
+                 dropping, seed, threshold, drop_scale, block_q, block_k, out, lse, grad_out,
+                 go_strides, mask_grad, grad_q, grad_k, grad_v)
+    shared = mask_grad.size > 0 and ((mask_grad.shape[0] == 1 and dims[0] > 1)
+                                     or (mask_grad.shape[1] == 1 and dims[4] > 1))
     if shared:  # several units would add into one element
         _backward.serial(*arguments)
     else:
@@ -259,22 +292,27 @@ def backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, 
 
 
 @parallel()
-def _backward(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold, drop_scale,
-              block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k, grad_v):
-    batch, key_heads = k.shape[:2]
+def _backward(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal, scale,
+              dropping, seed, threshold, drop_scale, block_q, block_k, out, lse, grad_out,
+              go_strides, mask_grad, grad_q, grad_k, grad_v):
+    batch, key_heads = dims[0], dims[4]
     for unit in prange(batch * key_heads):
-        _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold,
-                       drop_scale, block_q, block_k, out, lse, grad_out, mask_grad, grad_q,
-                       grad_k, grad_v, unit // key_heads, unit % key_heads)
+        _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal,
+                       scale, dropping, seed, threshold, drop_scale, block_q, block_k, out, lse,
+                       grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v,
+                       unit // key_heads, unit % key_heads)
 
 
 @jit
-def _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, threshold,
-                   drop_scale, block_q, block_k, out, lse, grad_out, mask_grad, grad_q, grad_k,
-                   grad_v, b, kh):
+def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal,
+                   scale, dropping, seed, threshold, drop_scale, block_q, block_k, out, lse,
+                   grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v, b, kh):
     """The gradients of batch b's query heads that read key head kh, in head order."""
-    batch, heads, length, width, source, value_width, group, single = _sizes(q, k, v)
+    batch, heads, length, width, source, value_width, group, single = _sizes(q, dims)
     dtype = q.dtype
+    q_space, k_space = np.empty(block_q * width, dtype), np.empty(block_k * width, dtype)
+    go_space = np.empty(block_q * value_width, dtype)
+    v_space = np.empty(block_k * value_width, dtype)
     wants_mask = mask_grad.size > 0
     delta = np.empty(length)
     p_space = np.empty(block_q * block_k, dtype)
@@ -284,17 +322,20 @@ def _backward_pair(q, k, v, mask, has_mask, causal, scale, dropping, seed, thres
     shift = np.empty(block_q)
     for h in range(kh * group, (kh + 1) * group):
         for i in range(length):
-            delta[i] = _dot(grad_out[b, h, i], out[b, h, i])
+            delta[i] = _dot(_row(grad_out, go_strides, b, h, i, value_width), out[b, h, i])
         for j0 in range(0, source, block_k):
             j1 = min(j0 + block_k, source)
             nk = j1 - j0
-            k_tile, v_tile = k[b, kh, j0:j1], v[b, kh, j0:j1]
+            k_tile = _tile(k, k_strides, b, kh, j0, j1, width, 1.0, k_space)
+            v_tile = _tile(v, v_strides, b, kh, j0, j1, value_width, 1.0, v_space)
             for i0 in range(0, length, block_q):
                 i1 = min(i0 + block_q, length)
                 if causal and j0 > i1 - 1:
                     continue  # every query of the block comes before every key
                 nq = i1 - i0
-                q_tile, go_tile = q[b, h, i0:i1], grad_out[b, h, i0:i1]
+                q_tile = _tile(q, q_strides, b, h, i0, i1, width, scale, q_space)
+                go_tile = _tile(grad_out, go_strides, b, h, i0, i1, value_width, 1.0,
+                                go_space)
                 tile_delta = delta[i0:i1]
                 p = p_space[:nk * nq].reshape((nk, nq))  # transposed, as _scores writes
                 _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, p)

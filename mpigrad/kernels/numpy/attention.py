@@ -7,6 +7,7 @@ mask (1 or B, 1 or H, 1 or L, 1 or S) or None. Its output is the attention outpu
 is what the forward keeps (ops/core.py's `kept`).
 """
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ._compiled import compute_dtype, loops, result
 
@@ -33,49 +34,62 @@ def _dropout(dropout_p, seed):
 
 
 def _loop_input(x, dtype):
-    """x as the loops take every array: C-contiguous and writeable (numba types a read-only
-    array apart), in `dtype`. Each other layout compiled the loops once more (2-5 s a
-    signature), and numba's np.dot copied the tiles of a strided operand on every call."""
+    """x as the loops take the mask and the output: C-contiguous and writeable (numba types a
+    read-only array apart), in `dtype`. Each other layout would compile the loops again."""
     return np.require(x, dtype, ("C", "W"))
 
 
-def _arrays(query, key, value, mask, scale):
-    """The loops' inputs (see _loop_input), q times the scale (in C order: numpy's default
-    keeps a strided query's layout, e.g. q sliced from a packed qkv)."""
+def _strided(x, dtype):
+    """x (4-d) as the loops read q, k, v and the output's gradient: a 1-d array from x's first
+    element over its span, and x's strides in elements. A view is read where it is (a GPT's q,
+    k and v, sliced from one product and transposed); only an array of another dtype, a
+    read-only one, or one whose last dimension is not contiguous is copied first."""
+    item = np.dtype(dtype).itemsize
+    if (x.dtype != dtype or not x.flags.writeable
+            or (x.shape[-1] > 1 and x.strides[-1] != item)
+            or any(stride < 0 or stride % item for stride in x.strides)):
+        x = np.ascontiguousarray(x, dtype)
+    strides = tuple(stride // item for stride in x.strides[:3])
+    span = 1 + sum((n - 1) * stride for n, stride in zip(x.shape, strides + (1,)))
+    return as_strided(x, (span if x.size else 0,), (item,)), strides + (1,)
+
+
+def _arrays(query, key, value, mask):
+    """The loops' inputs: q, k and v as (flat, strides) pairs (_strided), their dims, and the
+    mask (_loop_input; a 1-element one standing for none) and whether there is one."""
     dtype = compute_dtype(query.dtype)
-    q = np.multiply(query, dtype(scale), dtype=dtype, order="C")
-    k, v = (_loop_input(x, dtype) for x in (key, value))
+    (batch, heads, length, width), (key_heads, source) = query.shape, key.shape[1:3]
+    dims = (batch, heads, length, width, key_heads, source, value.shape[3])
+    arrays = [part for x in (query, key, value) for part in _strided(x, dtype)]
     if mask is None:
         padding = _NO_MASK.get(dtype)
         if padding is None:
             padding = _NO_MASK[dtype] = np.zeros((1, 1, 1, 1), dtype)
-        return q, k, v, padding, False
-    return q, k, v, _loop_input(mask, dtype), True
-
-
-def _output_shape(query, value):
-    return tuple(query.shape[:3]) + (value.shape[3],)
+        return arrays, dims, padding, False
+    return arrays, dims, _loop_input(mask, dtype), True
 
 
 def attention(query, key, value, mask, scale, causal, dropout_p, seed):
-    q, k, v, mask, has_mask = _arrays(query, key, value, mask, scale)
-    out = np.empty(_output_shape(q, v), q.dtype)
-    lse = np.empty(out.shape[:3])
-    loops("attention").forward(q, k, v, mask, has_mask, causal, *_dropout(dropout_p, seed),
-                               BLOCK_Q, BLOCK_K, out, lse)
+    arrays, dims, mask, has_mask = _arrays(query, key, value, mask)
+    dtype = compute_dtype(query.dtype)
+    out = np.empty(dims[:3] + (dims[6],), dtype)
+    lse = np.empty(dims[:3])
+    loops("attention").forward(*arrays, dims, float(scale), mask, has_mask, causal,
+                               *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K, out, lse)
     return result(out, query.dtype), lse
 
 
 def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed,
                        kept):
-    q, k, v, mask_array, has_mask = _arrays(query, key, value, mask, scale)
-    grads = [np.zeros_like(x) for x in (q, k, v)]
+    arrays, dims, mask_array, has_mask = _arrays(query, key, value, mask)
+    dtype = compute_dtype(query.dtype)
+    grads = [np.zeros(x.shape, dtype) for x in (query, key, value)]
     wants_mask = has_mask and needs[3]
     # Summed in float64: a broadcast mask's gradient adds up many tiles.
     mask_grad = np.zeros(mask_array.shape if wants_mask else (0, 0, 0, 0))
-    loops("attention").backward(q, k, v, mask_array, has_mask, causal, scale,
+    loops("attention").backward(*arrays, dims, mask_array, has_mask, causal, float(scale),
                                 *_dropout(dropout_p, seed), BLOCK_Q, BLOCK_K,
-                                _loop_input(ans, q.dtype), kept, _loop_input(g, q.dtype),
+                                _loop_input(ans, dtype), kept, *_strided(g, dtype),
                                 mask_grad, *grads)
     grads = [result(gi, x.dtype) if need else None
              for gi, x, need in zip(grads, (query, key, value), needs)]
