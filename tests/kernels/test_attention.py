@@ -161,6 +161,15 @@ def test_the_loops_get_only_c_contiguous_writeable_arrays(monkeypatch):
     assert len(seen) > 10
     assert all(a.flags.c_contiguous and a.flags.writeable for a in seen)
     assert sum(np.shares_memory(a, packed.detach().numpy()) for a in seen) == 6  # fwd, bwd
+    seen.clear()
+    # a read-only input (expand's broadcast view, here a C-contiguous one) is copied,
+    # writeable, and still right
+    shared = mg.tensor(_data((2, 3, 9, 4), 2)).expand(2, 3, 9, 4)
+    ours = F.scaled_dot_product_attention(q, shared, shared)
+    theirs = TF.scaled_dot_product_attention(*(torch.tensor(t.detach().numpy()) for t in
+                                               (q, shared, shared)))
+    assert seen and all(a.flags.c_contiguous and a.flags.writeable for a in seen)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_the_output_is_contiguous_as_torchs():

@@ -48,7 +48,7 @@ def _strided(x, dtype):
     if (x.dtype != dtype or not x.flags.writeable
             or (x.shape[-1] > 1 and x.strides[-1] != item)
             or any(stride < 0 or stride % item for stride in x.strides)):
-        x = np.ascontiguousarray(x, dtype)
+        x = _loop_input(x, dtype)  # a writeable copy: ascontiguousarray keeps a read-only one
     strides = tuple(stride // item for stride in x.strides[:3])
     span = 1 + sum((n - 1) * stride for n, stride in zip(x.shape, strides + (1,)))
     return as_strided(x, (span if x.size else 0,), (item,)), strides + (1,)
