@@ -376,10 +376,12 @@ def _propagate(task):
                 continue
             g = input_grads[i] if input_grads is not None else None
             if g is not None:
-                # Fresh: no other gradient here is g's array or a view of it.
-                fresh = node.fresh_gradients and _is_fresh(g, grads, input_grads[:i],
-                                                           input_grads[i + 1:])
-                if type(child) is AccumulateGrad:
+                leaf = type(child) is AccumulateGrad
+                # Fresh: no other gradient here is g's array or a view of it. Asked only where
+                # it is used: a leaf may keep g as .grad; an in-place sum may write into g.
+                fresh = ((leaf or in_place) and node.fresh_gradients
+                         and _is_fresh(g, grads, input_grads[:i], input_grads[i + 1:]))
+                if leaf:
                     _add_to_leaf_buffer(buffers, owned, child, g, fresh, in_place)
                 else:
                     _add_to_buffer(buffers, owned, child, nr, g, fresh, in_place)
