@@ -55,8 +55,9 @@ def _strided(x, dtype):
 
 
 def _arrays(query, key, value, mask):
-    """The loops' inputs: q, k and v as (flat, strides) pairs (_strided), their dims, and the
-    mask (_loop_input; a 1-element one standing for none) and whether there is one."""
+    """The loops' inputs: q, k and v as (flat, strides) pairs (_strided), their dims, the
+    mask (_loop_input; a 1-element one standing for none), whether there is one, and the
+    dtype the loops compute in."""
     dtype = compute_dtype(query.dtype)
     (batch, heads, length, width), (key_heads, source) = query.shape, key.shape[1:3]
     dims = (batch, heads, length, width, key_heads, source, value.shape[3])
@@ -65,13 +66,12 @@ def _arrays(query, key, value, mask):
         padding = _NO_MASK.get(dtype)
         if padding is None:
             padding = _NO_MASK[dtype] = np.zeros((1, 1, 1, 1), dtype)
-        return arrays, dims, padding, False
-    return arrays, dims, _loop_input(mask, dtype), True
+        return arrays, dims, padding, False, dtype
+    return arrays, dims, _loop_input(mask, dtype), True, dtype
 
 
 def attention(query, key, value, mask, scale, causal, dropout_p, seed):
-    arrays, dims, mask, has_mask = _arrays(query, key, value, mask)
-    dtype = compute_dtype(query.dtype)
+    arrays, dims, mask, has_mask, dtype = _arrays(query, key, value, mask)
     out = np.empty(dims[:3] + (dims[6],), dtype)
     lse = np.empty(dims[:3])
     loops("attention").forward(*arrays, dims, float(scale), mask, has_mask, causal,
@@ -81,8 +81,7 @@ def attention(query, key, value, mask, scale, causal, dropout_p, seed):
 
 def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed,
                        kept):
-    arrays, dims, mask_array, has_mask = _arrays(query, key, value, mask)
-    dtype = compute_dtype(query.dtype)
+    arrays, dims, mask_array, has_mask, dtype = _arrays(query, key, value, mask)
     grads = [np.zeros(x.shape, dtype) for x in (query, key, value)]
     wants_mask = has_mask and needs[3]
     # Summed in float64: a broadcast mask's gradient adds up many tiles.

@@ -49,7 +49,7 @@ def _add_along(out, g, positions, axis):
 
 def index_scatter(g, index, shape):
     out = np.zeros(shape, dtype=g.dtype)
-    if _array_axis(index) is None and not _is_advanced(index):
+    if not _is_advanced(index):  # basic indexing (an integer array is advanced)
         out[index] = g  # not +=: a -0.0 in g stays -0.0, as in torch's slice backward
     else:
         index_add_(out, g, index)
