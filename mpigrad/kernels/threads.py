@@ -114,6 +114,16 @@ def _set_blas_threads(threads):
     Settings.blas = threads
 
 
+def follow_new_blas():
+    """Look for BLAS libraries again after one was loaded (scipy's, which numba's np.dot
+    calls), so that the count last given to set_num_threads applies to it too."""
+    global _blas_controller
+    _blas_controller = None
+    if Settings.blas is not None:
+        threads, Settings.blas = Settings.blas, None
+        _set_blas_threads(threads)
+
+
 def _positive(name, threads):
     if isinstance(threads, bool) or not hasattr(type(threads), "__index__"):
         raise RuntimeError(f"{name} expects an int, but got {type(threads).__name__}")

@@ -3,7 +3,8 @@
 Each op takes the input projection of every step already computed (`xg`, one matmul for the
 whole sequence, done by the caller), the initial state, and the recurrent weights; its forward
 runs the time loop (per step one small product and, for the LSTM and GRU, one compiled call
-for the gates) and returns the state after every step. The whole recurrence is one
+for the gates; an LSTM without a projection runs its whole loop in one compiled call) and
+returns the state after every step. The whole recurrence is one
 graph node, so backward through time keeps no per-step Python objects at all.
 
 Rows are in packed order (torch's PackedSequence layout): the `batch_sizes[t]` rows of step t
@@ -22,7 +23,8 @@ namespace of numpy arrays or of Tensor ops: with Tensors they are differentiable
 (create_graph, forward-over-reverse); with arrays, when no graph or tangent is being recorded,
 the same arithmetic runs without the Tensor layer's cost per call. There the LSTM and the GRU
 take their compiled backward instead (`_lstm_backward`, `_gru_backward`): one call per step
-for the gates' gradient, one product for the state's carry.
+for the gates' gradient, one product for the state's carry (the whole loop in one call for
+an LSTM without a projection).
 """
 import functools
 
@@ -32,7 +34,8 @@ from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.elementwise import sigmoid as _sigmoid
 from ..kernels.numpy.linalg import column_sums
 from ..kernels.numpy.recurrent import (StepProduct, compute_dtype, gru_backward_step, gru_step,
-                                       lstm_backward_step, lstm_step)
+                                       lstm_backward_step, lstm_recurrence,
+                                       lstm_recurrence_backward, lstm_step)
 from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
@@ -266,6 +269,12 @@ def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     out = np.empty((xg.shape[0], width + kind.saved(w_hh)), work)
     xg = np.ascontiguousarray(xg, work)
     bias = np.zeros(w_hh.shape[0], work) if b_hh is None else np.ascontiguousarray(b_hh, work)
+    if isinstance(kind, _LSTM) and w_hr is None:  # the whole loop in one compiled call
+        size = w_hh.shape[1]
+        lstm_recurrence(xg, np.array(init[:, :size], work), np.array(init[:, size:], work),
+                        w_hh.astype(work, copy=False), bias,
+                        np.array(steps, np.int64).reshape(-1, 2), out)
+        return out if work == dtype else out.astype(dtype)
     state = init.astype(work, copy=True)
     hidden_product = StepProduct(w_hh.T.astype(work, copy=False), batch_sizes[0])
     gh = np.empty((batch_sizes[0], w_hh.shape[0]), work)
@@ -349,35 +358,44 @@ def _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse):
 
 
 def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
-    """The LSTM's backward when nothing is recorded: per step, the gradient reaching the
-    hidden output (through the projection if any), one compiled call for the gates'
+    """The LSTM's backward when nothing is recorded. Without a projection, the whole loop
+    is one compiled call (lstm_recurrence_backward); with one, per step: the gradient
+    reaching the hidden output through the projection, one compiled call for the gates'
     gradient and the cell's carry, and one product for the hidden state's carry, all into
-    buffers made once; the weight gradients are then one product each over all steps."""
+    buffers made once. The weight gradients are then one product each over all steps."""
     g, ans, prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
     work = ans.dtype
     size, hidden = w_hh.shape[0] // 4, w_hh.shape[1]  # the cell's size, h's (maybe projected)
     width = hidden + size
-    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
     d_pre = np.empty((ans.shape[0], 4 * size), work)
     carry = np.zeros((batch_sizes[0], width), work)  # as in _backward
+    if w_hr is None:  # the whole loop in one compiled call
+        steps = np.array(_schedule(batch_sizes, reverse)[0], np.int64).reshape(-1, 2)
+        lstm_recurrence_backward(g, ans, np.ascontiguousarray(prev),
+                                 None if extra is None else np.ascontiguousarray(extra[0]),
+                                 w_hh.astype(work, copy=False), steps, carry, d_pre)
+        return _lstm_gradients(needs, d_pre, carry, prev, hidden, b_hh)
+    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
     d_h = np.empty((batch_sizes[0], size), work)
-    d_out = None if w_hr is None else np.empty((ans.shape[0], hidden), work)
+    d_out = np.empty((ans.shape[0], hidden), work)
     for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
         rows = slice(start, start + n)
-        if w_hr is None:
-            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_h[:n])
-        else:
-            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_out[rows])
-            np.matmul(d_out[rows], w_hr, out=d_h[:n])
+        np.add(g[rows, :hidden], carry[:n, :hidden], out=d_out[rows])
+        np.matmul(d_out[rows], w_hr, out=d_h[:n])
         lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows], d_pre[rows])
         if extra is not None:
             d_pre[rows] += extra[0][rows]
         hidden_product(d_pre[rows], carry[:n, :hidden])
+    h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
+    return _lstm_gradients(needs, d_pre, carry, prev, hidden, b_hh,
+                           d_out.T @ h_raw if needs[4] else None)
+
+
+def _lstm_gradients(needs, d_pre, carry, prev, hidden, b_hh, *w_hr_grad):
+    """The LSTM's input gradients from its gates' pre-activations' gradient d_pre and the
+    carry into the initial state: the weights' and bias's are one product over all steps."""
     grads = [d_pre, carry, d_pre.T @ prev[:, :hidden] if needs[2] else None,
-             column_sums(d_pre) if b_hh is not None and needs[3] else None]
-    if w_hr is not None:
-        h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
-        grads.append(d_out.T @ h_raw if needs[4] else None)
+             column_sums(d_pre) if b_hh is not None and needs[3] else None, *w_hr_grad]
     return [None if grad is None else Tensor.wrap(grad) for grad in grads]
 
 

@@ -67,8 +67,9 @@ def test_fused_backward_equals_the_rules(cell, batch_sizes, reverse):
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
 def test_per_step_products_cut_in_column_blocks_match_torch(name, monkeypatch):
     """Few rows and a wide W_hh on one thread: each step's products (forward and backward)
-    run in column blocks (uneven ones: 3 of 640 columns forward); float64 against torch to
-    1e-10."""
+    run in column blocks (uneven ones: 3 of 640 columns forward; the LSTM's whole-loop
+    kernel pads the last block, the GRU's StepProduct cuts it short); float64 against torch
+    to 1e-10."""
     from mpigrad.kernels.numpy.recurrent import Settings, StepProduct
     monkeypatch.setattr(Settings, "intra_op", 1)
     size, batch = 160, 20

@@ -84,6 +84,31 @@ def _tanh_into(dst, u, in_float64):
             dst[k] = tanh_f32(np.float32(u[k]))
 
 
+@jit
+def _lstm_units(x, h, h_stride, bias, c_prev, a0, a1, in_float64, tanh_c, row):
+    """Units a0:a1 of one row's step into row (6 size): [h, c, i, f, g, o] there. x and bias
+    (4 size) in torch's gate order i, f, g, o; h gate j's hidden product for the units at
+    h[j h_stride:], c_prev the previous cell (size); tanh_c a work row of a1 - a0 or more."""
+    size = x.shape[0] // 4
+    w = a1 - a0
+    for j in (0, 1, 3):  # i, f, o
+        _sigmoid_into(row[(2 + j) * size + a0:(2 + j) * size + a1],
+                      x[j * size + a0:j * size + a1], h[j * h_stride:j * h_stride + w],
+                      bias[j * size + a0:j * size + a1], in_float64)
+    _tanh_of_sum_into(row[4 * size + a0:4 * size + a1], x[2 * size + a0:2 * size + a1],
+                      h[2 * h_stride:2 * h_stride + w], bias[2 * size + a0:2 * size + a1],
+                      in_float64)
+    c = row[size + a0:size + a1]
+    i, f, g, o = (row[2 * size + a0:2 * size + a1], row[3 * size + a0:3 * size + a1],
+                  row[4 * size + a0:4 * size + a1], row[5 * size + a0:5 * size + a1])
+    for k in range(w):
+        c[k] = float(f[k]) * float(c_prev[a0 + k]) + float(i[k]) * float(g[k])
+    tc = tanh_c[:w]
+    _tanh_into(tc, c, in_float64)
+    for k in range(w):
+        row[a0 + k] = float(o[k]) * tc[k]
+
+
 @parallel(rows=("xg", "gh", "prev", "out"))
 def lstm_step(xg, gh, bias, prev, in_float64, out):
     """xg, gh (n, 4 size) in torch's gate order i, f, g, o, bias (4 size) added to both;
@@ -93,22 +118,47 @@ def lstm_step(xg, gh, bias, prev, in_float64, out):
     cell = prev.shape[1] - size
     tanh_c = np.empty((xg.shape[0], size))
     for r in prange(xg.shape[0]):
-        x, h, row = xg[r], gh[r], out[r]
-        for j in (0, 1, 3):  # i, f, o
-            block = slice(j * size, (j + 1) * size)
-            _sigmoid_into(row[(2 + j) * size:(3 + j) * size], x[block], h[block], bias[block],
-                          in_float64)
-        block = slice(2 * size, 3 * size)
-        _tanh_of_sum_into(row[4 * size:5 * size], x[block], h[block], bias[block], in_float64)
-        c_prev, c = prev[r, cell:], row[size:2 * size]
-        i, f, g, o = (row[2 * size:3 * size], row[3 * size:4 * size], row[4 * size:5 * size],
-                      row[5 * size:])
-        for k in range(size):
-            c[k] = float(f[k]) * float(c_prev[k]) + float(i[k]) * float(g[k])
-        tc = tanh_c[r]
-        _tanh_into(tc, c, in_float64)
-        for k in range(size):
-            row[k] = float(o[k]) * tc[k]
+        _lstm_units(xg[r], gh[r], size, bias, prev[r, cell:], 0, size, in_float64, tanh_c[r],
+                    out[r])
+
+
+@jit
+def _lstm_backward_units(d_h, g_c, carry_c, row, c_prev, a0, a1, in_float64, scratch, d_pre):
+    """Units a0:a1 of one row's step back: d_h (a1 - a0) the gradient reaching their hidden
+    output, g_c and carry_c (size) the two parts of the gradient reaching the cell (carry_c
+    replaced by the part reaching the previous cell, d_c f), row the saved [.., c, i, f, g,
+    o] (its last 5 size columns), c_prev the previous cell (size); writes their columns of
+    d_pre (4 size). scratch: (2, a1 - a0 or more) work."""
+    size = c_prev.shape[0]
+    base = row.shape[0] - 5 * size  # where the saved cell starts (after h, maybe projected)
+    w = a1 - a0
+    c = row[base + a0:base + a1]
+    i, f, gg, o = (row[base + size + a0:base + size + a1],
+                   row[base + 2 * size + a0:base + 2 * size + a1],
+                   row[base + 3 * size + a0:base + 3 * size + a1],
+                   row[base + 4 * size + a0:base + 4 * size + a1])
+    tc, dc = scratch[0, :w], scratch[1, :w]
+    _tanh_into(tc, c, in_float64)
+    for k in range(w):
+        ok = float(o[k])
+        dc[k] = (float(g_c[a0 + k]) + float(carry_c[a0 + k])
+                 + float(d_h[k]) * ok * (1.0 - tc[k] * tc[k]))
+    d_i, d_f, d_g, d_o = (d_pre[a0:a1], d_pre[size + a0:size + a1],
+                          d_pre[2 * size + a0:2 * size + a1], d_pre[3 * size + a0:3 * size + a1])
+    for k in range(w):
+        ok = float(o[k])
+        d_o[k] = float(d_h[k]) * tc[k] * (ok * (1.0 - ok))
+    for k in range(w):
+        ik = float(i[k])
+        d_i[k] = dc[k] * float(gg[k]) * (ik * (1.0 - ik))
+    for k in range(w):
+        fk = float(f[k])
+        d_f[k] = dc[k] * float(c_prev[a0 + k]) * (fk * (1.0 - fk))
+    for k in range(w):
+        gk = float(gg[k])
+        d_g[k] = dc[k] * float(i[k]) * (1.0 - gk * gk)
+    for k in range(w):
+        carry_c[a0 + k] = dc[k] * float(f[k])
 
 
 @parallel(rows=("d_h", "g", "carry", "ans", "prev", "d_pre"))
@@ -124,33 +174,79 @@ def lstm_backward_step(d_h, g, carry, ans, prev, in_float64, d_pre):
     cell = width - size
     scratch = np.empty((d_h.shape[0], 2, size))  # tanh(c) and d_c of each row
     for r in prange(d_h.shape[0]):
-        row, out = ans[r], d_pre[r]
-        c, c_prev = row[cell:width], prev[r, cell:]
-        i, f, gg, o = (row[width:width + size], row[width + size:width + 2 * size],
-                       row[width + 2 * size:width + 3 * size], row[width + 3 * size:])
-        dh, g_c, carry_c = d_h[r], g[r, cell:width], carry[r, cell:]
-        tc, dc = scratch[r, 0], scratch[r, 1]
-        _tanh_into(tc, c, in_float64)
-        for k in range(size):
-            ok = float(o[k])
-            dc[k] = (float(g_c[k]) + float(carry_c[k])
-                     + float(dh[k]) * ok * (1.0 - tc[k] * tc[k]))
-        d_i, d_f, d_g, d_o = (out[:size], out[size:2 * size], out[2 * size:3 * size],
-                              out[3 * size:])
-        for k in range(size):
-            ok = float(o[k])
-            d_o[k] = float(dh[k]) * tc[k] * (ok * (1.0 - ok))
-        for k in range(size):
-            ik = float(i[k])
-            d_i[k] = dc[k] * float(gg[k]) * (ik * (1.0 - ik))
-        for k in range(size):
-            fk = float(f[k])
-            d_f[k] = dc[k] * float(c_prev[k]) * (fk * (1.0 - fk))
-        for k in range(size):
-            gk = float(gg[k])
-            d_g[k] = dc[k] * float(i[k]) * (1.0 - gk * gk)
-        for k in range(size):
-            carry_c[k] = dc[k] * float(f[k])
+        _lstm_backward_units(d_h[r], g[r, cell:width], carry[r, cell:], ans[r], prev[r, cell:],
+                             0, size, in_float64, scratch[r], d_pre[r])
+
+
+# ----------------------------------------------------------------------------- whole recurrences
+# An LSTM layer without a projection, all its steps in one call: per step the hidden product
+# (numba's np.dot, BLAS, by the column blocks of `w_blocks`, as StepProduct cuts them) and
+# the gates, as lstm_step and lstm_backward_step compute them, with no Python between the
+# steps (a step's calls, slices and copies took about 10 us, 1.4 ms of the word LM's step).
+
+@jit
+def _product(x, w_blocks, n, columns, blocks_out, out):
+    """out[:n, :columns] = x[:n] W, W's `columns` columns cut into the (K, u) blocks
+    w_blocks (the last padded): each block's product into its part of blocks_out, then
+    copied into place."""
+    width = w_blocks.shape[2]
+    for q in range(w_blocks.shape[0]):
+        part = blocks_out[q, :n]
+        np.dot(x[:n], w_blocks[q], part)
+        first = q * width
+        last = min(columns, first + width)
+        for r in range(n):
+            row, source = out[r], part[r]
+            for k in range(last - first):
+                row[first + k] = source[k]
+
+
+@jit
+def lstm_forward(xg, w_blocks, bias, steps, in_float64, h, c, out, gh, blocks_out):
+    """xg (rows, 4 size) the input projections, w_blocks W_hh^T's column blocks, bias
+    (4 size), steps (T, 2) each step's first row and row count in running order; h and c
+    (batch, size) the state, updated in place; out (rows, 6 size) receives [h, c, i, f, g,
+    o] per row. gh (batch, 4 size) and blocks_out (blocks, batch, u): work."""
+    size = c.shape[1]
+    tanh_c = np.empty(size)
+    for s in range(steps.shape[0]):
+        start, n = steps[s, 0], steps[s, 1]
+        _product(h, w_blocks, n, 4 * size, blocks_out, gh)
+        for r in range(n):
+            row, h_r, c_r = out[start + r], h[r], c[r]
+            _lstm_units(xg[start + r], gh[r], size, bias, c_r, 0, size, in_float64, tanh_c,
+                        row)
+            for k in range(size):
+                h_r[k] = row[k]
+                c_r[k] = row[size + k]
+
+
+@jit
+def lstm_backward(g, ans, prev, extra, w_blocks, steps, in_float64, carry, d_pre,
+                  blocks_out):
+    """The backward of lstm_forward. g and ans (rows, 6 size) the gradient reaching and the
+    value of each output row, prev (rows, 2 size) each row's previous state, extra (rows,
+    4 size, or no rows) a gradient added to d_pre (the saved columns' own); w_blocks W_hh's
+    column blocks. Steps go last to first; carry (batch, 2 size), the gradient reaching each
+    sequence's [h, c] from the steps after, starts as zeros and ends as the initial state's;
+    d_pre (rows, 4 size) receives the gates' pre-activations' gradient. blocks_out (blocks,
+    batch, u): work."""
+    size = carry.shape[1] // 2
+    d_h = np.empty(size)
+    scratch = np.empty((2, size))  # tanh(c), d_c
+    for s in range(steps.shape[0] - 1, -1, -1):
+        start, n = steps[s, 0], steps[s, 1]
+        for r in range(n):
+            g_r, carry_r, d = g[start + r], carry[r], d_pre[start + r]
+            for k in range(size):
+                d_h[k] = float(g_r[k]) + float(carry_r[k])
+            _lstm_backward_units(d_h, g_r[size:2 * size], carry_r[size:], ans[start + r],
+                                 prev[start + r, size:], 0, size, in_float64, scratch, d)
+            if extra.shape[0]:
+                e = extra[start + r]
+                for k in range(4 * size):
+                    d[k] += e[k]
+        _product(d_pre[start:start + n], w_blocks, n, size, blocks_out, carry)
 
 
 @parallel(rows=("xg", "gh", "h_prev", "out"))

@@ -3,13 +3,15 @@
 take arrays already in the loops' form, prepared once per sequence: C-contiguous rows (a
 row slice of a C-contiguous array is one) of one dtype, `compute_dtype`'s, and write into
 the views they are given."""
+import functools
+
 import numpy as np
 
-from ..threads import Settings
+from ..threads import Settings, follow_new_blas
 from ._compiled import compute_dtype, loops
 
 __all__ = ["StepProduct", "compute_dtype", "gru_backward_step", "gru_step",
-           "lstm_backward_step", "lstm_step"]
+           "lstm_backward_step", "lstm_recurrence", "lstm_recurrence_backward", "lstm_step"]
 
 # OpenBLAS multiplies matrices of at most 100^3 multiply-adds with kernels that skip packing
 # the operands; per-step products of a few rows are just above that (20 x 200 by 200 x 800 is
@@ -20,6 +22,23 @@ _UNPACKED_SIZE = 100 ** 3
 _FEW_ROWS = 32
 
 
+def _block_count(w, rows):
+    """How many column blocks x @ w is cut into, x of at most `rows` rows (see above)."""
+    if rows <= _FEW_ROWS and Settings.intra_op == 1:
+        return min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE))
+    return 1
+
+
+def _column_blocks(w, rows):
+    """w (K, N) cut as StepProduct cuts it, into equal (K, u) blocks, the last padded with
+    zero columns: (blocks, K, u), contiguous, for the whole-recurrence loops."""
+    blocks = _block_count(w, rows)
+    width = -(-w.shape[1] // blocks)
+    padded = np.zeros((w.shape[0], blocks * width), w.dtype)
+    padded[:, :w.shape[1]] = w
+    return np.ascontiguousarray(padded.reshape(w.shape[0], blocks, width).transpose(1, 0, 2))
+
+
 class StepProduct:
     """x @ w (into `out`) for every step of a recurrence, x of at most `rows` rows. w is
     copied once, contiguous (BLAS multiplies by a transposed view about half as fast), and
@@ -27,10 +46,7 @@ class StepProduct:
     computes (threaded, BLAS splits the whole product between its threads instead)."""
 
     def __init__(self, w, rows):
-        blocks = 1
-        if rows <= _FEW_ROWS and Settings.intra_op == 1:
-            blocks = min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE))
-        edges = np.linspace(0, w.shape[1], blocks + 1).astype(int)
+        edges = np.linspace(0, w.shape[1], _block_count(w, rows) + 1).astype(int)
         self.blocks = [(slice(lo, hi), np.ascontiguousarray(w[:, lo:hi]))
                        for lo, hi in zip(edges[:-1], edges[1:])]
 
@@ -67,3 +83,39 @@ def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
     carry_z summed) and its saved row ans; carry_z becomes d_h z, the part of the previous
     state's gradient that skips the hidden product."""
     loops("recurrent").gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh)
+
+
+@functools.cache
+def _load_products_blas():
+    """Load scipy's BLAS, which the whole-recurrence loops' np.dot calls (numba would at
+    their first product), and have it follow set_num_threads as numpy's does."""
+    import scipy.linalg.cython_blas  # noqa: F401  (here: 0.3-0.6 s, for LSTM users only)
+    follow_new_blas()
+
+
+def lstm_recurrence(xg, h, c, w_hh, bias, steps, out):
+    """The LSTM layer (no projection) over all steps in one compiled call: out (rows, 6 size)
+    receives each row's [h, c, i, f, g, o]; h and c (batch, size) hold the initial state and
+    are left holding the last. xg (rows, 4 size), bias (4 size) and w_hh (4 size, size) in
+    the compute dtype, steps (T, 2) int64: each step's first row and row count in running
+    order."""
+    w_blocks = _column_blocks(np.ascontiguousarray(w_hh.T), h.shape[0])
+    gh = np.empty((h.shape[0], w_hh.shape[0]), out.dtype)
+    blocks_out = np.empty((w_blocks.shape[0], h.shape[0], w_blocks.shape[2]), out.dtype)
+    _load_products_blas()
+    loops("recurrent").lstm_forward(xg, w_blocks, bias, steps, out.dtype == np.float64, h, c,
+                                    out, gh, blocks_out)
+
+
+def lstm_recurrence_backward(g, ans, prev, extra, w_hh, steps, carry, d_pre):
+    """lstm_recurrence's backward: d_pre (rows, 4 size) receives the gradient of the gates'
+    pre-activations; carry (batch, 2 size), zeros, ends as the initial [h, c]'s gradient. g
+    and ans (rows, 6 size), prev (rows, 2 size) each row's previous state, extra (rows,
+    4 size) or None: a gradient added to d_pre. All C-contiguous, in ans's dtype."""
+    w_blocks = _column_blocks(w_hh, carry.shape[0])
+    blocks_out = np.empty((w_blocks.shape[0], carry.shape[0], w_blocks.shape[2]), d_pre.dtype)
+    if extra is None:
+        extra = np.empty((0, d_pre.shape[1]), d_pre.dtype)
+    _load_products_blas()
+    loops("recurrent").lstm_backward(g, ans, prev, extra, w_blocks, steps,
+                                     d_pre.dtype == np.float64, carry, d_pre, blocks_out)
