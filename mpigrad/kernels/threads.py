@@ -262,16 +262,25 @@ def _blas_on_one_thread():
 _THREADED_PRODUCT_FROM = 1 << 23
 
 
+@contextlib.contextmanager
+def blas_on_one_thread():
+    """BLAS on one thread inside (nothing to change under set_num_threads(1), nor while
+    another thread's region holds it there already)."""
+    if Settings.intra_op < 2 or not _ChunkPool.lock.acquire(blocking=False):
+        yield
+        return
+    try:
+        with _blas_on_one_thread():
+            yield
+    finally:
+        _ChunkPool.lock.release()
+
+
 def matmul(a, b, out=None):
     """np.matmul(a, b, out), on one BLAS thread when a (M, K) and b (K, N) are matrices of a
     small product (_THREADED_PRODUCT_FROM); with set_num_threads(1) it is np.matmul."""
     if (Settings.intra_op < 2 or a.ndim != 2 or b.ndim != 2
-            or a.shape[0] * a.shape[1] * b.shape[1] >= _THREADED_PRODUCT_FROM
-            or not _ChunkPool.lock.acquire(blocking=False)):
-        # Not small, or another thread's region holds BLAS at one thread already.
+            or a.shape[0] * a.shape[1] * b.shape[1] >= _THREADED_PRODUCT_FROM):
         return np.matmul(a, b, out=out)
-    try:
-        with _blas_on_one_thread():
-            return np.matmul(a, b, out=out)
-    finally:
-        _ChunkPool.lock.release()
+    with blas_on_one_thread():
+        return np.matmul(a, b, out=out)

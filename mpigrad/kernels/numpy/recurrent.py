@@ -3,11 +3,12 @@
 take arrays already in the loops' form, prepared once per sequence: C-contiguous rows (a
 row slice of a C-contiguous array is one) of one dtype, `compute_dtype`'s, and write into
 the views they are given."""
+import contextlib
 import functools
 
 import numpy as np
 
-from ..threads import Settings, follow_new_blas
+from ..threads import Settings, blas_on_one_thread, follow_new_blas
 from ._compiled import compute_dtype, loops
 
 __all__ = ["StepProduct", "compute_dtype", "gru_backward_step", "gru_step",
@@ -22,17 +23,25 @@ _UNPACKED_SIZE = 100 ** 3
 _FEW_ROWS = 32
 
 
-def _block_count(w, rows):
-    """How many column blocks x @ w is cut into, x of at most `rows` rows (see above)."""
-    if rows <= _FEW_ROWS and Settings.intra_op == 1:
+def _block_count(w, rows, threads):
+    """How many column blocks x @ w is cut into, x of at most `rows` rows, BLAS on `threads`
+    threads (see above)."""
+    if rows <= _FEW_ROWS and threads == 1:
         return min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE))
     return 1
+
+
+def _few_rows_on_one_thread(rows):
+    """The whole-recurrence loops' BLAS: one thread for products of a few rows, which gain
+    nothing from more (20 x 200 by 200 x 800: 65-69 us on 1 or 2 threads, the waking of
+    BLAS's second thread on each), and are then cut into column blocks."""
+    return blas_on_one_thread() if rows <= _FEW_ROWS else contextlib.nullcontext()
 
 
 def _column_blocks(w, rows):
     """w (K, N) cut as StepProduct cuts it, into equal (K, u) blocks, the last padded with
     zero columns: (blocks, K, u), contiguous, for the whole-recurrence loops."""
-    blocks = _block_count(w, rows)
+    blocks = _block_count(w, rows, 1 if rows <= _FEW_ROWS else Settings.intra_op)
     width = -(-w.shape[1] // blocks)
     padded = np.zeros((w.shape[0], blocks * width), w.dtype)
     padded[:, :w.shape[1]] = w
@@ -46,7 +55,8 @@ class StepProduct:
     computes (threaded, BLAS splits the whole product between its threads instead)."""
 
     def __init__(self, w, rows):
-        edges = np.linspace(0, w.shape[1], _block_count(w, rows) + 1).astype(int)
+        edges = np.linspace(0, w.shape[1], _block_count(w, rows, Settings.intra_op) + 1
+                            ).astype(int)
         self.blocks = [(slice(lo, hi), np.ascontiguousarray(w[:, lo:hi]))
                        for lo, hi in zip(edges[:-1], edges[1:])]
 
@@ -103,8 +113,9 @@ def lstm_recurrence(xg, h, c, w_hh, bias, steps, out):
     gh = np.empty((h.shape[0], w_hh.shape[0]), out.dtype)
     blocks_out = np.empty((w_blocks.shape[0], h.shape[0], w_blocks.shape[2]), out.dtype)
     _load_products_blas()
-    loops("recurrent").lstm_forward(xg, w_blocks, bias, steps, out.dtype == np.float64, h, c,
-                                    out, gh, blocks_out)
+    with _few_rows_on_one_thread(h.shape[0]):
+        loops("recurrent").lstm_forward(xg, w_blocks, bias, steps, out.dtype == np.float64, h,
+                                        c, out, gh, blocks_out)
 
 
 def lstm_recurrence_backward(g, ans, prev, extra, w_hh, steps, carry, d_pre):
@@ -117,5 +128,6 @@ def lstm_recurrence_backward(g, ans, prev, extra, w_hh, steps, carry, d_pre):
     if extra is None:
         extra = np.empty((0, d_pre.shape[1]), d_pre.dtype)
     _load_products_blas()
-    loops("recurrent").lstm_backward(g, ans, prev, extra, w_blocks, steps,
-                                     d_pre.dtype == np.float64, carry, d_pre, blocks_out)
+    with _few_rows_on_one_thread(carry.shape[0]):
+        loops("recurrent").lstm_backward(g, ans, prev, extra, w_blocks, steps,
+                                         d_pre.dtype == np.float64, carry, d_pre, blocks_out)
