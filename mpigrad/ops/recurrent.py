@@ -276,13 +276,13 @@ def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
                         np.array(steps, np.int64).reshape(-1, 2), out)
         return out if work == dtype else out.astype(dtype)
     state = init.astype(work, copy=True)
-    hidden_product = StepProduct(w_hh.T.astype(work, copy=False), batch_sizes[0])
     gh = np.empty((batch_sizes[0], w_hh.shape[0]), work)
-    for start, n in steps:
-        rows, prev = slice(start, start + n), state[:n]
-        hidden_product(prev[:, :hidden], gh[:n])
-        kind.step(xg[rows], gh[:n], bias, prev, w_hr, out[rows])
-        state[:n] = out[rows, :width]
+    with StepProduct(w_hh.T.astype(work, copy=False), batch_sizes[0]) as hidden_product:
+        for start, n in steps:
+            rows, prev = slice(start, start + n), state[:n]
+            hidden_product(prev[:, :hidden], gh[:n])
+            kind.step(xg[rows], gh[:n], bias, prev, w_hr, out[rows])
+            state[:n] = out[rows, :width]
     return out if work == dtype else out.astype(dtype)
 
 
@@ -375,17 +375,18 @@ def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, rev
                                  None if extra is None else np.ascontiguousarray(extra[0]),
                                  w_hh.astype(work, copy=False), steps, carry, d_pre)
         return _lstm_gradients(needs, d_pre, carry, prev, hidden, b_hh)
-    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
     d_h = np.empty((batch_sizes[0], size), work)
     d_out = np.empty((ans.shape[0], hidden), work)
-    for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
-        rows = slice(start, start + n)
-        np.add(g[rows, :hidden], carry[:n, :hidden], out=d_out[rows])
-        np.matmul(d_out[rows], w_hr, out=d_h[:n])
-        lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows], d_pre[rows])
-        if extra is not None:
-            d_pre[rows] += extra[0][rows]
-        hidden_product(d_pre[rows], carry[:n, :hidden])
+    with StepProduct(w_hh.astype(work, copy=False), batch_sizes[0]) as hidden_product:
+        for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
+            rows = slice(start, start + n)
+            np.add(g[rows, :hidden], carry[:n, :hidden], out=d_out[rows])
+            np.matmul(d_out[rows], w_hr, out=d_h[:n])
+            lstm_backward_step(d_h[:n], g[rows], carry[:n], ans[rows], prev[rows],
+                               d_pre[rows])
+            if extra is not None:
+                d_pre[rows] += extra[0][rows]
+            hidden_product(d_pre[rows], carry[:n, :hidden])
     h_raw = ans[:, width + 3 * size:] * np.tanh(ans[:, hidden:width])
     return _lstm_gradients(needs, d_pre, carry, prev, hidden, b_hh,
                            d_out.T @ h_raw if needs[4] else None)
@@ -404,19 +405,19 @@ def _gru_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reve
     step for the projections' gradients, one product for the state's carry."""
     g, ans, h_prev, extra = _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse)
     work = ans.dtype
-    hidden_product = StepProduct(w_hh.astype(work, copy=False), batch_sizes[0])
     d_xg, d_gh = np.empty((2, ans.shape[0], w_hh.shape[0]), work)
     # The state's gradient from the steps already taken back, in two parts: through the
     # hidden product (carry_mm) and through h' = ... + z h (carry_z).
     carry_mm, carry_z = np.zeros((2,) + init.shape, work)
-    for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
-        rows = slice(start, start + n)
-        gru_backward_step(g[rows], carry_mm[:n], carry_z[:n], ans[rows], h_prev[rows],
-                          d_xg[rows], d_gh[rows])
-        if extra is not None:
-            d_xg[rows] += extra[0][rows]
-            d_gh[rows] += extra[1][rows]
-        hidden_product(d_gh[rows], carry_mm[:n])
+    with StepProduct(w_hh.astype(work, copy=False), batch_sizes[0]) as hidden_product:
+        for start, n in reversed(_schedule(batch_sizes, reverse)[0]):
+            rows = slice(start, start + n)
+            gru_backward_step(g[rows], carry_mm[:n], carry_z[:n], ans[rows], h_prev[rows],
+                              d_xg[rows], d_gh[rows])
+            if extra is not None:
+                d_xg[rows] += extra[0][rows]
+                d_gh[rows] += extra[1][rows]
+            hidden_product(d_gh[rows], carry_mm[:n])
     grads = [d_xg, carry_mm + carry_z, d_gh.T @ h_prev if needs[2] else None,
              column_sums(d_gh) if b_hh is not None and needs[3] else None]
     return [None if grad is None else Tensor.wrap(grad) for grad in grads]

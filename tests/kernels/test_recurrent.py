@@ -64,14 +64,36 @@ def test_fused_backward_equals_the_rules(cell, batch_sizes, reverse):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
 
 
+def test_few_row_products_run_on_one_blas_thread():
+    """Under set_num_threads(2), a recurrence of a few rows holds BLAS (numpy's and scipy's,
+    which the whole-loop LSTM's np.dot calls) at one thread while its steps run, and gives
+    the count back after; a wide batch leaves BLAS its threads."""
+    from mpigrad.kernels import threads
+    from mpigrad.kernels.numpy.recurrent import StepProduct, _load_products_blas
+    _load_products_blas()
+    before = mg.get_num_threads()
+    try:
+        mg.set_num_threads(2)
+        counts = lambda: [lib.get_num_threads() for lib in threads._blas_libraries()]  # noqa
+        if not counts():
+            pytest.skip("no BLAS library found by threadpoolctl")
+        assert set(counts()) == {2}, counts()
+        with StepProduct(np.zeros((8, 32)), 20):
+            assert set(counts()) == {1}
+        assert set(counts()) == {2}
+        with StepProduct(np.zeros((8, 32)), 64):
+            assert set(counts()) == {2}
+    finally:
+        mg.set_num_threads(before)
+
+
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
-def test_per_step_products_cut_in_column_blocks_match_torch(name, monkeypatch):
-    """Few rows and a wide W_hh on one thread: each step's products (forward and backward)
-    run in column blocks (uneven ones: 3 of 640 columns forward; the LSTM's whole-loop
-    kernel pads the last block, the GRU's StepProduct cuts it short); float64 against torch
-    to 1e-10."""
-    from mpigrad.kernels.numpy.recurrent import Settings, StepProduct
-    monkeypatch.setattr(Settings, "intra_op", 1)
+def test_per_step_products_cut_in_column_blocks_match_torch(name):
+    """Few rows and a wide W_hh: each step's products (forward and backward) run in column
+    blocks, on one BLAS thread whatever set_num_threads says (uneven blocks: 3 of 640
+    columns forward; the LSTM's whole-loop kernel pads the last block, the GRU's StepProduct
+    cuts it short); float64 against torch to 1e-10."""
+    from mpigrad.kernels.numpy.recurrent import StepProduct
     size, batch = 160, 20
     gates = 4 if name == "LSTM" else 3
     assert len(StepProduct(np.zeros((size, gates * size)), batch).blocks) > 1

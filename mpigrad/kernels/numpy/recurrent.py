@@ -23,25 +23,26 @@ _UNPACKED_SIZE = 100 ** 3
 _FEW_ROWS = 32
 
 
-def _block_count(w, rows, threads):
-    """How many column blocks x @ w is cut into, x of at most `rows` rows, BLAS on `threads`
-    threads (see above)."""
-    if rows <= _FEW_ROWS and threads == 1:
-        return min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE))
+def _block_count(w, rows):
+    """How many column blocks x @ w is cut into, x of at most `rows` rows (see above): a
+    product of a few rows runs on one BLAS thread whatever set_num_threads says."""
+    if rows <= _FEW_ROWS:
+        return max(1, min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE)))
     return 1
 
 
 def _few_rows_on_one_thread(rows):
-    """The whole-recurrence loops' BLAS: one thread for products of a few rows, which gain
-    nothing from more (20 x 200 by 200 x 800: 65-69 us on 1 or 2 threads, the waking of
-    BLAS's second thread on each), and are then cut into column blocks."""
+    """BLAS on one thread for the per-step products of a recurrence of a few rows, which gain
+    nothing from more (20 x 200 by 200 x 800: 65-69 us on 1 or 2 threads, and the waking of
+    BLAS's second thread on each step made the word LM's recurrences slower on 2 threads
+    than on 1)."""
     return blas_on_one_thread() if rows <= _FEW_ROWS else contextlib.nullcontext()
 
 
 def _column_blocks(w, rows):
     """w (K, N) cut as StepProduct cuts it, into equal (K, u) blocks, the last padded with
     zero columns: (blocks, K, u), contiguous, for the whole-recurrence loops."""
-    blocks = _block_count(w, rows, 1 if rows <= _FEW_ROWS else Settings.intra_op)
+    blocks = _block_count(w, rows)
     width = -(-w.shape[1] // blocks)
     padded = np.zeros((w.shape[0], blocks * width), w.dtype)
     padded[:, :w.shape[1]] = w
@@ -49,16 +50,27 @@ def _column_blocks(w, rows):
 
 
 class StepProduct:
-    """x @ w (into `out`) for every step of a recurrence, x of at most `rows` rows. w is
-    copied once, contiguous (BLAS multiplies by a transposed view about half as fast), and
-    cut into column blocks each small enough for BLAS's unpacked kernels when one thread
-    computes (threaded, BLAS splits the whole product between its threads instead)."""
+    """x @ w (into `out`) for every step of a recurrence, x of at most `rows` rows; used as a
+    context, around the steps: a product of a few rows keeps BLAS on one thread there (see
+    _few_rows_on_one_thread). w is copied once, contiguous (BLAS multiplies by a transposed
+    view about half as fast), and cut into column blocks each small enough for BLAS's
+    unpacked kernels when one thread computes (threaded, BLAS splits the whole product
+    between its threads instead)."""
 
     def __init__(self, w, rows):
-        edges = np.linspace(0, w.shape[1], _block_count(w, rows, Settings.intra_op) + 1
-                            ).astype(int)
+        self.rows = rows
+        edges = np.linspace(0, w.shape[1], _block_count(w, rows) + 1).astype(int)
         self.blocks = [(slice(lo, hi), np.ascontiguousarray(w[:, lo:hi]))
                        for lo, hi in zip(edges[:-1], edges[1:])]
+        self._threads = None
+
+    def __enter__(self):
+        self._threads = _few_rows_on_one_thread(self.rows)
+        self._threads.__enter__()
+        return self
+
+    def __exit__(self, *exception):
+        return self._threads.__exit__(*exception)
 
     def __call__(self, x, out):
         for columns, block in self.blocks:
