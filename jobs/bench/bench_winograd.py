@@ -1,15 +1,16 @@
 """Winograd F(2x2, 3x3) against the column paths (im2col and a GEMM; the input's gradient a
 correlation of g) for 3x3 stride-1 convolutions, op by op.
 
-    python jobs/bench/bench_winograd.py [--reps 15]
+    python jobs/bench/bench_winograd.py [--reps 15] [--threads 1]
 
 Times conv2d's forward, its input's gradient (conv_transpose2d) and its weight's gradient
-(conv2d_weight) on both paths, float32, one BLAS thread, padding 1, at the shapes of the
-CIFAR-shaped CNN of jobs/bench/bench_engine.py, bench_models' ResNet and a few more. The two
-paths alternate rep by rep, so a busy neighbour slows both alike; medians of the thread's CPU
-time are reported. conv/_WINOGRAD_FROM's thresholds come from this table.
+(conv2d_weight) on both paths, float32, padding 1, at the shapes of the CIFAR-shaped CNN of
+jobs/bench/bench_engine.py, bench_models' ResNet and a few more. The two paths alternate rep
+by rep, so a busy neighbour slows both alike; medians of the process's CPU time on one
+thread, of wall time on `--threads N` (set_num_threads) are reported.
+conv/_WINOGRAD_FROM's thresholds come from this table, at one thread and two.
 """
-import harness  # noqa: F401  (first: one BLAS thread per process)
+import harness  # first: one BLAS thread per process unless told otherwise
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -39,9 +40,13 @@ def calls(n, channels, out_channels, size, rng):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    harness.use_threads(args.threads)
+    clock = time.process_time if args.threads == 1 else time.perf_counter
     rng = np.random.default_rng(0)
-    print(f"median ms of {args.reps} alternating reps, float32, 1 thread, cpu time")
+    print(f"median ms of {args.reps} alternating reps, float32, {args.threads} thread(s), "
+          f"{'cpu' if args.threads == 1 else 'wall'} time")
     print(f"{'batch, channels in/out, size':30}" + "".join(f"{op:>26}" for op in OPS))
     for shape in SHAPES:
         ops = calls(*shape, rng)
@@ -50,9 +55,9 @@ def main():
             for path, threshold in PATHS.items():
                 conv._WINOGRAD_FROM = dict.fromkeys(OPS, threshold)
                 for op, call in zip(OPS, ops):
-                    start = time.process_time()
+                    start = clock()
                     call()
-                    times[path, op].append(time.process_time() - start)
+                    times[path, op].append(clock() - start)
         cells = []
         for op in OPS:
             before, after = (statistics.median(times[path, op][1:]) * 1e3 for path in PATHS)

@@ -36,3 +36,141 @@ def fold_add(cols, image, kernel_width, tap_steps, window_steps, out_rows, out_c
                                            window_steps[1]]
                             for s in range(out_cols):
                                 spaced[s] += values[s]
+
+
+# Winograd F(2x2, 3x3)'s input and output transforms (kernels/numpy/conv.py's _Tiles), one
+# pass each over a chunk of samples: numpy took about ten passes for each, short enough
+# that two threads sharing the chunks waited on each other's interpreter lock (a 32-channel
+# 16 x 16 input's gradient: 2.1 ms on one thread, the same on two). The arithmetic is
+# numpy's, in the same order, so each real tile's values are the same bits.
+
+@jit
+def _input_rows(d0, d1, d2, d3):
+    """B^T along one axis of a tile."""
+    return d0 - d2, d1 + d2, d2 - d1, d1 - d3
+
+
+@jit
+def _store4(out, row, at, values):
+    out[row, at] = values[0]
+    out[row + 1, at] = values[1]
+    out[row + 2, at] = values[2]
+    out[row + 3, at] = values[3]
+
+
+@jit
+def winograd_input(x, top, left, padded, out):
+    """B^T d B of every 4 x 4 tile of images x (n, C, H, W) padded by top and left (and by
+    zeros below and right as far as the tiles read) into out (16, C n gh gw), point (a, b)
+    in row 4 a + b: tile (i, j) of sample s and channel c at (c n + s) gh gw + i gw + j,
+    reading rows 2 i to 2 i + 3 and columns 2 j to 2 j + 3 of the padded image, over the
+    whole (gh, gw) grid (_Tiles': the image's tiles and a junk row and column). padded
+    (2 gh + 2, 2 gw + 2), zeros: a work array whose border stays zero."""
+    samples, channels, height, width = x.shape
+    rows, columns = padded.shape[0] // 2 - 1, padded.shape[1] // 2 - 1
+    per_sample = rows * columns
+    for c in range(channels):
+        for s in range(samples):
+            image = x[s, c]
+            for r in range(height):
+                line, source = padded[top + r], image[r]
+                for q in range(width):
+                    line[left + q] = source[q]
+            base = (c * samples + s) * per_sample
+            for i in range(rows):
+                d0, d1, d2, d3 = (padded[2 * i], padded[2 * i + 1], padded[2 * i + 2],
+                                  padded[2 * i + 3])
+                first = base + i * columns
+                for j in range(columns):
+                    k = 2 * j
+                    a0, a1, a2, a3 = _input_rows(d0[k], d1[k], d2[k], d3[k])
+                    b0, b1, b2, b3 = _input_rows(d0[k + 1], d1[k + 1], d2[k + 1], d3[k + 1])
+                    c0, c1, c2, c3 = _input_rows(d0[k + 2], d1[k + 2], d2[k + 2], d3[k + 2])
+                    e0, e1, e2, e3 = _input_rows(d0[k + 3], d1[k + 3], d2[k + 3], d3[k + 3])
+                    at = first + j
+                    _store4(out, 0, at, _input_rows(a0, b0, c0, e0))
+                    _store4(out, 4, at, _input_rows(a1, b1, c1, e1))
+                    _store4(out, 8, at, _input_rows(a2, b2, c2, e2))
+                    _store4(out, 12, at, _input_rows(a3, b3, c3, e3))
+
+
+@jit
+def _output_rows(m0, m1, m2, m3):
+    """A^T along one axis of a tile's points."""
+    return (m0 + m1) + m2, (m1 - m2) - m3
+
+
+@jit
+def winograd_output(products, bias, has_bias, grid_height, grid_width, out):
+    """out (n, O, H, W): each 2 x 2 output tile from A^T m A of its 16 points, products (16,
+    O n gh gw) in winograd_input's layout, plus bias (O) when has_bias."""
+    samples, channels, height, width = out.shape
+    rows, columns = (height + 1) // 2, (width + 1) // 2
+    per_sample = grid_height * grid_width
+    for o in range(channels):
+        for s in range(samples):
+            plane = out[s, o]
+            base = (o * samples + s) * per_sample
+            for i in range(rows):
+                first = base + i * grid_width
+                for j in range(columns):
+                    at = first + j
+                    t00, t10 = _output_rows(products[0, at], products[4, at],
+                                            products[8, at], products[12, at])
+                    t01, t11 = _output_rows(products[1, at], products[5, at],
+                                            products[9, at], products[13, at])
+                    t02, t12 = _output_rows(products[2, at], products[6, at],
+                                            products[10, at], products[14, at])
+                    t03, t13 = _output_rows(products[3, at], products[7, at],
+                                            products[11, at], products[15, at])
+                    y00, y01 = _output_rows(t00, t01, t02, t03)
+                    y10, y11 = _output_rows(t10, t11, t12, t13)
+                    if has_bias:
+                        y00 += bias[o]
+                        y01 += bias[o]
+                        y10 += bias[o]
+                        y11 += bias[o]
+                    r, q = 2 * i, 2 * j
+                    plane[r, q] = y00
+                    if q + 1 < width:
+                        plane[r, q + 1] = y01
+                    if r + 1 < height:
+                        plane[r + 1, q] = y10
+                        if q + 1 < width:
+                            plane[r + 1, q + 1] = y11
+
+
+@jit
+def _gradient_rows(g0, g1):
+    """A along one axis of a tile's 2 x 2 gradient."""
+    return g0, g0 + g1, g0 - g1, -g1
+
+
+@jit
+def winograd_gradient(g, grid_height, grid_width, out):
+    """The adjoint of winograd_output: A g A^T of every 2 x 2 tile of g (n, O, H, W) into
+    out (16, O n gh gw) in winograd_input's layout, g zero beyond its edge (an odd size's
+    overhang, the junk tiles)."""
+    samples, channels, height, width = g.shape
+    per_sample = grid_height * grid_width
+    zero = g.dtype.type(0)
+    for o in range(channels):
+        for s in range(samples):
+            plane = g[s, o]
+            base = (o * samples + s) * per_sample
+            for i in range(grid_height):
+                r = 2 * i
+                first = base + i * grid_width
+                for j in range(grid_width):
+                    q = 2 * j
+                    g00 = plane[r, q] if r < height and q < width else zero
+                    g01 = plane[r, q + 1] if r < height and q + 1 < width else zero
+                    g10 = plane[r + 1, q] if r + 1 < height and q < width else zero
+                    g11 = plane[r + 1, q + 1] if r + 1 < height and q + 1 < width else zero
+                    a0, a1, a2, a3 = _gradient_rows(g00, g10)  # column 0, down the rows
+                    b0, b1, b2, b3 = _gradient_rows(g01, g11)  # column 1
+                    at = first + j
+                    _store4(out, 0, at, _gradient_rows(a0, b0))
+                    _store4(out, 4, at, _gradient_rows(a1, b1))
+                    _store4(out, 8, at, _gradient_rows(a2, b2))
+                    _store4(out, 12, at, _gradient_rows(a3, b3))

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..threads import get_num_threads, run_chunks
-from ._compiled import compute_dtype, loops
+from ._compiled import compute_dtype, loops, result
 
 # Columns of one chunk of samples (rows C * kh * kw, columns oh * ow) are at most this big,
 # so im2col writes them to cache and the GEMM reads them from there; measured best at 1-4 MB.
@@ -636,111 +636,46 @@ _WINOGRAD_FROM = {"conv2d": (64, 16 * 16), "conv2d_weight": (32, 32 * 32),
 
 class _Tiles:
     """The 2x2 output tiles of a 3x3 stride-1 convolution of images `in_size` with
-    `padding`, laid out so that every transform is a few long contiguous runs.
-
-    The padded image (zero below and right as far as the last tile reads; tiles overhang an
-    odd output) is kept as its four phases, (row, column) parity, each an (hh, wh) image of
-    every other row and column, all samples' in one flat run. A tile's input (2i + k, 2j + l)
-    is then phase (k % 2, l % 2) at flat position q + (k // 2) * wh + l // 2, q = i * wh + j
-    the tile's own: each of the 16 taps is one shifted run of a phase. Positions with
-    i = th or j = tw are junk tiles: computed, and dropped from outputs or zero in gradients.
-    """
+    `padding`, (th, tw) of them per image (the last row or column overhangs an odd output),
+    each transform one compiled pass over a chunk of samples (compiled/conv.py). A point's
+    values are laid out channel by channel, then sample, then tile row and column, so that
+    each of the 16 points' GEMMs takes one (channels, tiles) matrix. The grid has a junk
+    row and column of tiles ((th + 1, tw + 1) per image; transformed from zeros, dropped
+    from outputs): without them a power-of-two image made the points' strides multiples of
+    4 KiB, and the passes and GEMMs took up to twice as long (cache sets)."""
 
     def __init__(self, in_size, padding):
         self.in_size, self.padding = tuple(in_size), tuple(padding)
         self.out_size = tuple(s + 2 * p - 2 for s, p in zip(in_size, padding))
         self.tiles = tuple((o + 1) // 2 for o in self.out_size)
-        self.phase_size = tuple(t + 1 for t in self.tiles)
-        self.per_sample = self.phase_size[0] * self.phase_size[1]
+        self.grid = tuple(t + 1 for t in self.tiles)
+        self.per_sample = self.grid[0] * self.grid[1]
 
     def chunk_bounds(self, n, channels, itemsize):
         return _chunk_bounds(n, 16 * channels * self.per_sample * itemsize)
 
-    def _phases(self, images, dtype, key, offset=(0, 0)):
-        """Scatter images (n, C, H, W), shifted by `offset`, into zeroed phases (2, 2,
-        C * n * hh * wh + wh + 1), channels and samples one flat run so that every transform
-        is one long contiguous operation (a real tile's taps never leave its own sample and
-        channel), the tail for the last junk tiles' shifted reads. Only the images' cells
-        are written, so the rest stays zero across calls (`key` names the geometry)."""
-        (size, channels), (hh, wh) = images.shape[:2], self.phase_size
-        length = channels * size * self.per_sample
-        phases = _scratch_array((2, 2, length + wh + 1), dtype, key, zeros=True)
-        grid = phases[..., :length].reshape(2, 2, channels, size, hh, wh)
-        for a in range(2):
-            first_row = (a - offset[0]) % 2
-            for b in range(2):
-                first_col = (b - offset[1]) % 2
-                part = images[:, :, first_row::2, first_col::2].transpose(1, 0, 2, 3)
-                i, j = (first_row + offset[0]) // 2, (first_col + offset[1]) // 2
-                grid[a, b, :, :, i:i + part.shape[2], j:j + part.shape[3]] = part
-        return phases
-
     def transform_input(self, x, start, stop, out):
-        """B^T d B of every 4x4 tile of images x[start:stop], into `out` (4, 4, C, length)."""
-        wh, length = self.phase_size[1], out[0, 0].size
-        phases = self._phases(x[start:stop], out.dtype,
-                              ("winograd input", self.in_size, self.padding), self.padding)
-        across = _scratch_array((4, 2, length + 1), out.dtype, "winograd rows")
-        _input_transform([phases[k % 2, :, (k // 2) * wh:(k // 2) * wh + length + 1]
-                          for k in range(4)], across)
-        for a in range(4):
-            _input_transform([across[a, l % 2, l // 2:l // 2 + length] for l in range(4)],
-                             out[a].reshape(4, length))
+        """B^T d B of every 4x4 tile of images x[start:stop], into `out` (4, 4, C, length):
+        one compiled pass (compiled/conv.py's winograd_input)."""
+        # the padded image as far as the tiles read, its border zero across calls
+        padded = _scratch_array((2 * self.grid[0] + 2, 2 * self.grid[1] + 2), out.dtype,
+                                ("winograd padded", self.in_size, self.padding), zeros=True)
+        loops("conv").winograd_input(x[start:stop], *self.padding, padded,
+                                     out.reshape(16, -1))
 
     def transform_gradient(self, g, start, stop, out):
         """The adjoint of untransform_output: A g A^T of every 2x2 tile of g[start:stop],
-        junk tiles and the overhang zero, into `out` (4, 4, O, length)."""
-        length = out[0, 0].size
-        phases = self._phases(g[start:stop], out.dtype, ("winograd gradient", self.out_size))
-        across = _scratch_array((4, 2, length), out.dtype, "winograd rows")
-        _gradient_transform([phases[r, :, :length] for r in range(2)], across)
-        for a in range(4):
-            _gradient_transform([across[a, s] for s in range(2)], out[a].reshape(4, length))
+        the overhang zero, into `out` (4, 4, O, length): one compiled pass
+        (compiled/conv.py's winograd_gradient)."""
+        loops("conv").winograd_gradient(g[start:stop], *self.grid, out.reshape(16, -1))
 
     def untransform_output(self, products, bias, out, start):
         """A^T m A of every tile's 16 points `products` (4, 4, O, length) into the outputs
-        out[start:...], plus bias."""
-        hh, wh = self.phase_size
-        channels, length = products.shape[2:]
-        size = length // self.per_sample
-        rows = _scratch_array((2, 4, channels, length), products.dtype, "winograd out")
-        _output_transform(products, rows)
-        corners = _scratch_array((2, 2, channels, length), products.dtype, "winograd corners")
-        for r in range(2):
-            _output_transform(rows[r], corners[r])
-        if bias is not None:
-            corners += bias.reshape(channels, 1)
-        grid = corners.reshape(2, 2, channels, size, hh, wh)
-        chunk = out[start:start + size]
-        for r in range(2):
-            for s in range(2):
-                part = chunk[:, :, r::2, s::2]
-                part[...] = grid[r, s, :, :, :part.shape[2], :part.shape[3]].transpose(
-                    1, 0, 2, 3)
-
-
-def _input_transform(d, out):
-    """B^T applied along the axis that d's four entries run over."""
-    np.subtract(d[0], d[2], out=out[0])
-    np.add(d[1], d[2], out=out[1])
-    np.subtract(d[2], d[1], out=out[2])
-    np.subtract(d[1], d[3], out=out[3])
-
-
-def _gradient_transform(g, out):
-    """A applied along the axis that g's two entries run over (A^T's transpose)."""
-    np.copyto(out[0], g[0])
-    np.add(g[0], g[1], out=out[1])
-    np.subtract(g[0], g[1], out=out[2])
-    np.negative(g[1], out=out[3])
-
-
-def _output_transform(m, out):
-    """A^T applied along the axis that m's four entries run over."""
-    np.add(m[0], m[1], out=out[0])
-    out[0] += m[2]
-    np.subtract(m[1], m[2], out=out[1])
-    out[1] -= m[3]
+        out[start:...], plus bias: one compiled pass (compiled/conv.py's winograd_output)."""
+        size = products.shape[3] // self.per_sample
+        loops("conv").winograd_output(products.reshape(16, -1),
+                                      np.empty(0, products.dtype) if bias is None else bias,
+                                      bias is not None, *self.grid, out[start:start + size])
 
 
 def _winograd_points(x, tiles, start, stop, step, out_channels, dtype):
@@ -758,7 +693,10 @@ def _winograd_points(x, tiles, start, stop, step, out_channels, dtype):
 def _winograd_conv2d(x, weight, bias, padding):
     n, channels, out_channels = x.shape[0], x.shape[1], weight.shape[0]
     tiles = _Tiles(x.shape[2:], padding)
-    dtype = np.result_type(x, weight)
+    given = np.result_type(x, weight)
+    dtype = np.dtype(compute_dtype(given))  # the compiled transforms' (float16 via float32)
+    x = x.astype(dtype, copy=False)
+    bias = None if bias is None else bias.astype(dtype, copy=False)
     # G w G^T of each 3x3 kernel, as (4, 4, O, C): one (O, C) matrix per point.
     transformed = np.tensordot(_WINOGRAD_G, np.tensordot(weight, _WINOGRAD_G, (3, 1)), (1, 2))
     transformed = np.ascontiguousarray(transformed.transpose(0, 3, 1, 2), dtype)
@@ -774,7 +712,7 @@ def _winograd_conv2d(x, weight, bias, padding):
                   out=products.reshape(16, out_channels, -1))
         tiles.untransform_output(products, bias, out, start)
     run_chunks(compute, len(bounds))
-    return out
+    return result(out, given)
 
 
 def _winograd_conv2d_weight(x, g, padding):
@@ -782,7 +720,9 @@ def _winograd_conv2d_weight(x, g, padding):
     sum over samples and tiles, G^T . G takes the sum back to 3x3."""
     channels, out_channels = x.shape[1], g.shape[1]
     tiles = _Tiles(x.shape[2:], padding)
-    dtype = np.result_type(x, g)
+    given = np.result_type(x, g)
+    dtype = np.dtype(compute_dtype(given))  # the compiled transforms' (float16 via float32)
+    x, g = x.astype(dtype, copy=False), g.astype(dtype, copy=False)
     bounds = tiles.chunk_bounds(x.shape[0], channels, dtype.itemsize)
 
     def chunk_sum(k):
@@ -796,8 +736,8 @@ def _winograd_conv2d_weight(x, g, padding):
     for part in run_chunks(chunk_sum, len(bounds)):  # in chunk order, on any thread count
         total += part
     total = np.tensordot(_WINOGRAD_G, total.reshape(4, 4, out_channels, channels), (0, 0))
-    return np.ascontiguousarray(
-        np.tensordot(total, _WINOGRAD_G, (1, 0)).transpose(1, 2, 0, 3), dtype)
+    return result(np.ascontiguousarray(
+        np.tensordot(total, _WINOGRAD_G, (1, 0)).transpose(1, 2, 0, 3), dtype), given)
 
 
 # ----------------------------------------------------------------------------- max pooling
