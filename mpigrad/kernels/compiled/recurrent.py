@@ -85,28 +85,25 @@ def _tanh_into(dst, u, in_float64):
 
 
 @jit
-def _lstm_units(x, h, h_stride, bias, c_prev, a0, a1, in_float64, tanh_c, row):
-    """Units a0:a1 of one row's step into row (6 size): [h, c, i, f, g, o] there. x and bias
-    (4 size) in torch's gate order i, f, g, o; h gate j's hidden product for the units at
-    h[j h_stride:], c_prev the previous cell (size); tanh_c a work row of a1 - a0 or more."""
+def _lstm_row(x, h, bias, c_prev, in_float64, tanh_c, row):
+    """One row's step into row (6 size): [h, c, i, f, g, o]. x, h (the hidden product) and
+    bias (4 size) in torch's gate order i, f, g, o; c_prev the previous cell (size); tanh_c
+    a work row (size)."""
     size = x.shape[0] // 4
-    w = a1 - a0
     for j in (0, 1, 3):  # i, f, o
-        _sigmoid_into(row[(2 + j) * size + a0:(2 + j) * size + a1],
-                      x[j * size + a0:j * size + a1], h[j * h_stride:j * h_stride + w],
-                      bias[j * size + a0:j * size + a1], in_float64)
-    _tanh_of_sum_into(row[4 * size + a0:4 * size + a1], x[2 * size + a0:2 * size + a1],
-                      h[2 * h_stride:2 * h_stride + w], bias[2 * size + a0:2 * size + a1],
+        block = slice(j * size, (j + 1) * size)
+        _sigmoid_into(row[(2 + j) * size:(3 + j) * size], x[block], h[block], bias[block],
                       in_float64)
-    c = row[size + a0:size + a1]
-    i, f, g, o = (row[2 * size + a0:2 * size + a1], row[3 * size + a0:3 * size + a1],
-                  row[4 * size + a0:4 * size + a1], row[5 * size + a0:5 * size + a1])
-    for k in range(w):
-        c[k] = float(f[k]) * float(c_prev[a0 + k]) + float(i[k]) * float(g[k])
-    tc = tanh_c[:w]
-    _tanh_into(tc, c, in_float64)
-    for k in range(w):
-        row[a0 + k] = float(o[k]) * tc[k]
+    block = slice(2 * size, 3 * size)
+    _tanh_of_sum_into(row[4 * size:5 * size], x[block], h[block], bias[block], in_float64)
+    c = row[size:2 * size]
+    i, f, g, o = (row[2 * size:3 * size], row[3 * size:4 * size], row[4 * size:5 * size],
+                  row[5 * size:])
+    for k in range(size):
+        c[k] = float(f[k]) * float(c_prev[k]) + float(i[k]) * float(g[k])
+    _tanh_into(tanh_c, c, in_float64)
+    for k in range(size):
+        row[k] = float(o[k]) * tanh_c[k]
 
 
 @parallel(rows=("xg", "gh", "prev", "out"))
@@ -118,47 +115,43 @@ def lstm_step(xg, gh, bias, prev, in_float64, out):
     cell = prev.shape[1] - size
     tanh_c = np.empty((xg.shape[0], size))
     for r in prange(xg.shape[0]):
-        _lstm_units(xg[r], gh[r], size, bias, prev[r, cell:], 0, size, in_float64, tanh_c[r],
-                    out[r])
+        _lstm_row(xg[r], gh[r], bias, prev[r, cell:], in_float64, tanh_c[r], out[r])
 
 
 @jit
-def _lstm_backward_units(d_h, g_c, carry_c, row, c_prev, a0, a1, in_float64, scratch, d_pre):
-    """Units a0:a1 of one row's step back: d_h (a1 - a0) the gradient reaching their hidden
-    output, g_c and carry_c (size) the two parts of the gradient reaching the cell (carry_c
-    replaced by the part reaching the previous cell, d_c f), row the saved [.., c, i, f, g,
-    o] (its last 5 size columns), c_prev the previous cell (size); writes their columns of
-    d_pre (4 size). scratch: (2, a1 - a0 or more) work."""
+def _lstm_backward_row(d_h, g_c, carry_c, row, c_prev, in_float64, scratch, d_pre):
+    """One row's step back: d_h (size) the gradient reaching its (unprojected) hidden output,
+    g_c and carry_c (size) the two parts of the gradient reaching the cell (carry_c replaced
+    by the part reaching the previous cell, d_c f), row the saved [.., c, i, f, g, o] (its
+    last 5 size columns), c_prev the previous cell; writes d_pre (4 size), the gradient of
+    the gates' pre-activations. scratch: (2, size) work."""
     size = c_prev.shape[0]
     base = row.shape[0] - 5 * size  # where the saved cell starts (after h, maybe projected)
-    w = a1 - a0
-    c = row[base + a0:base + a1]
-    i, f, gg, o = (row[base + size + a0:base + size + a1],
-                   row[base + 2 * size + a0:base + 2 * size + a1],
-                   row[base + 3 * size + a0:base + 3 * size + a1],
-                   row[base + 4 * size + a0:base + 4 * size + a1])
-    tc, dc = scratch[0, :w], scratch[1, :w]
+    c = row[base:base + size]
+    i, f, gg, o = (row[base + size:base + 2 * size], row[base + 2 * size:base + 3 * size],
+                   row[base + 3 * size:base + 4 * size], row[base + 4 * size:])
+    tc, dc = scratch[0], scratch[1]
     _tanh_into(tc, c, in_float64)
-    for k in range(w):
+    for k in range(size):
         ok = float(o[k])
-        dc[k] = (float(g_c[a0 + k]) + float(carry_c[a0 + k])
+        dc[k] = (float(g_c[k]) + float(carry_c[k])
                  + float(d_h[k]) * ok * (1.0 - tc[k] * tc[k]))
-    d_i, d_f, d_g, d_o = (d_pre[a0:a1], d_pre[size + a0:size + a1],
-                          d_pre[2 * size + a0:2 * size + a1], d_pre[3 * size + a0:3 * size + a1])
-    for k in range(w):
+    d_i, d_f, d_g, d_o = (d_pre[:size], d_pre[size:2 * size], d_pre[2 * size:3 * size],
+                          d_pre[3 * size:])
+    for k in range(size):
         ok = float(o[k])
         d_o[k] = float(d_h[k]) * tc[k] * (ok * (1.0 - ok))
-    for k in range(w):
+    for k in range(size):
         ik = float(i[k])
         d_i[k] = dc[k] * float(gg[k]) * (ik * (1.0 - ik))
-    for k in range(w):
+    for k in range(size):
         fk = float(f[k])
-        d_f[k] = dc[k] * float(c_prev[a0 + k]) * (fk * (1.0 - fk))
-    for k in range(w):
+        d_f[k] = dc[k] * float(c_prev[k]) * (fk * (1.0 - fk))
+    for k in range(size):
         gk = float(gg[k])
         d_g[k] = dc[k] * float(i[k]) * (1.0 - gk * gk)
-    for k in range(w):
-        carry_c[a0 + k] = dc[k] * float(f[k])
+    for k in range(size):
+        carry_c[k] = dc[k] * float(f[k])
 
 
 @parallel(rows=("d_h", "g", "carry", "ans", "prev", "d_pre"))
@@ -174,8 +167,8 @@ def lstm_backward_step(d_h, g, carry, ans, prev, in_float64, d_pre):
     cell = width - size
     scratch = np.empty((d_h.shape[0], 2, size))  # tanh(c) and d_c of each row
     for r in prange(d_h.shape[0]):
-        _lstm_backward_units(d_h[r], g[r, cell:width], carry[r, cell:], ans[r], prev[r, cell:],
-                             0, size, in_float64, scratch[r], d_pre[r])
+        _lstm_backward_row(d_h[r], g[r, cell:width], carry[r, cell:], ans[r], prev[r, cell:],
+                           in_float64, scratch[r], d_pre[r])
 
 
 # ----------------------------------------------------------------------------- whole recurrences
@@ -214,8 +207,7 @@ def lstm_forward(xg, w_blocks, bias, steps, in_float64, h, c, out, gh, blocks_ou
         _product(h, w_blocks, n, 4 * size, blocks_out, gh)
         for r in range(n):
             row, h_r, c_r = out[start + r], h[r], c[r]
-            _lstm_units(xg[start + r], gh[r], size, bias, c_r, 0, size, in_float64, tanh_c,
-                        row)
+            _lstm_row(xg[start + r], gh[r], bias, c_r, in_float64, tanh_c, row)
             for k in range(size):
                 h_r[k] = row[k]
                 c_r[k] = row[size + k]
@@ -240,8 +232,8 @@ def lstm_backward(g, ans, prev, extra, w_blocks, steps, in_float64, carry, d_pre
             g_r, carry_r, d = g[start + r], carry[r], d_pre[start + r]
             for k in range(size):
                 d_h[k] = float(g_r[k]) + float(carry_r[k])
-            _lstm_backward_units(d_h, g_r[size:2 * size], carry_r[size:], ans[start + r],
-                                 prev[start + r, size:], 0, size, in_float64, scratch, d)
+            _lstm_backward_row(d_h, g_r[size:2 * size], carry_r[size:], ans[start + r],
+                               prev[start + r, size:], in_float64, scratch, d)
             if extra.shape[0]:
                 e = extra[start + r]
                 for k in range(4 * size):

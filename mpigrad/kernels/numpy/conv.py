@@ -665,7 +665,7 @@ class _Tiles:
 
     def transform_gradient(self, g, start, stop, out):
         """The adjoint of untransform_output: A g A^T of every 2x2 tile of g[start:stop],
-        the overhang zero, into `out` (4, 4, O, length): one compiled pass
+        junk tiles and the overhang zero, into `out` (4, 4, O, length): one compiled pass
         (compiled/conv.py's winograd_gradient)."""
         loops("conv").winograd_gradient(g[start:stop], *self.grid, out.reshape(16, -1))
 
