@@ -44,9 +44,12 @@ def _column_blocks(w, rows):
     zero columns: (blocks, K, u), contiguous, for the whole-recurrence loops."""
     blocks = _block_count(w, rows)
     width = -(-w.shape[1] // blocks)
-    padded = np.zeros((w.shape[0], blocks * width), w.dtype)
-    padded[:, :w.shape[1]] = w
-    return np.ascontiguousarray(padded.reshape(w.shape[0], blocks, width).transpose(1, 0, 2))
+    out = (np.empty if blocks * width == w.shape[1] else np.zeros)(
+        (blocks, w.shape[0], width), w.dtype)
+    for q in range(blocks):  # one copy of w, transposed view or not
+        part = w[:, q * width:(q + 1) * width]
+        out[q, :, :part.shape[1]] = part
+    return out
 
 
 class StepProduct:
@@ -121,7 +124,7 @@ def lstm_recurrence(xg, h, c, w_hh, bias, steps, out):
     are left holding the last. xg (rows, 4 size), bias (4 size) and w_hh (4 size, size) in
     the compute dtype, steps (T, 2) int64: each step's first row and row count in running
     order."""
-    w_blocks = _column_blocks(np.ascontiguousarray(w_hh.T), h.shape[0])
+    w_blocks = _column_blocks(w_hh.T, h.shape[0])
     gh = np.empty((h.shape[0], w_hh.shape[0]), out.dtype)
     blocks_out = np.empty((w_blocks.shape[0], h.shape[0], w_blocks.shape[2]), out.dtype)
     _load_products_blas()
