@@ -195,11 +195,11 @@ def _product(x, w_blocks, n, columns, blocks_out, out):
 
 
 @jit
-def lstm_forward(xg, w_blocks, bias, steps, in_float64, h, c, out, gh, blocks_out):
-    """xg (rows, 4 size) the input projections, w_blocks W_hh^T's column blocks, bias
-    (4 size), steps (T, 2) each step's first row and row count in running order; h and c
-    (batch, size) the state, updated in place; out (rows, 6 size) receives [h, c, i, f, g,
-    o] per row. gh (batch, 4 size) and blocks_out (blocks, batch, u): work."""
+def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_blocks, blocks_out):
+    """xg (rows, 4 size) the input projections, bias (4 size), steps (T, 2) each step's
+    first row and row count in running order; h and c (batch, size) the state, updated in
+    place; out (rows, 6 size) receives [h, c, i, f, g, o] per row; w_blocks W_hh^T's column
+    blocks. gh (batch, 4 size) and blocks_out (blocks, batch, u): work."""
     size = c.shape[1]
     tanh_c = np.empty(size)
     for s in range(steps.shape[0]):
@@ -214,7 +214,7 @@ def lstm_forward(xg, w_blocks, bias, steps, in_float64, h, c, out, gh, blocks_ou
 
 
 @jit
-def lstm_backward(g, ans, prev, extra, w_blocks, steps, in_float64, carry, d_pre,
+def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w_blocks,
                   blocks_out):
     """The backward of lstm_forward. g and ans (rows, 6 size) the gradient reaching and the
     value of each output row, prev (rows, 2 size) each row's previous state, extra (rows,

@@ -40,8 +40,9 @@ def _few_rows_on_one_thread(rows):
 
 
 def _column_blocks(w, rows):
-    """w (K, N) cut as StepProduct cuts it, into equal (K, u) blocks, the last padded with
-    zero columns: (blocks, K, u), contiguous, for the whole-recurrence loops."""
+    """w (K, N) in as many column blocks as StepProduct cuts it into, of equal width u, the
+    last padded with zero columns: (blocks, K, u), contiguous, for the whole-recurrence
+    loops (one 3-d array, where StepProduct keeps a list of uneven blocks)."""
     blocks = _block_count(w, rows)
     width = -(-w.shape[1] // blocks)
     out = (np.empty if blocks * width == w.shape[1] else np.zeros)(
@@ -118,19 +119,25 @@ def _load_products_blas():
     follow_new_blas()
 
 
+def _whole_loop(name, w, rows, *args):
+    """The whole-recurrence loop `name` (compiled/recurrent.py) on `args`, then w's column
+    blocks and their work array: scipy's BLAS loaded, and on one thread for a few rows."""
+    w_blocks = _column_blocks(w, rows)
+    blocks_out = np.empty((w_blocks.shape[0], rows, w_blocks.shape[2]), w_blocks.dtype)
+    _load_products_blas()
+    with _few_rows_on_one_thread(rows):
+        getattr(loops("recurrent"), name)(*args, w_blocks, blocks_out)
+
+
 def lstm_recurrence(xg, h, c, w_hh, bias, steps, out):
     """The LSTM layer (no projection) over all steps in one compiled call: out (rows, 6 size)
     receives each row's [h, c, i, f, g, o]; h and c (batch, size) hold the initial state and
     are left holding the last. xg (rows, 4 size), bias (4 size) and w_hh (4 size, size) in
     the compute dtype, steps (T, 2) int64: each step's first row and row count in running
     order."""
-    w_blocks = _column_blocks(w_hh.T, h.shape[0])
     gh = np.empty((h.shape[0], w_hh.shape[0]), out.dtype)
-    blocks_out = np.empty((w_blocks.shape[0], h.shape[0], w_blocks.shape[2]), out.dtype)
-    _load_products_blas()
-    with _few_rows_on_one_thread(h.shape[0]):
-        loops("recurrent").lstm_forward(xg, w_blocks, bias, steps, out.dtype == np.float64, h,
-                                        c, out, gh, blocks_out)
+    _whole_loop("lstm_forward", w_hh.T, h.shape[0], xg, bias, steps, out.dtype == np.float64,
+                h, c, out, gh)
 
 
 def lstm_recurrence_backward(g, ans, prev, extra, w_hh, steps, carry, d_pre):
@@ -138,11 +145,7 @@ def lstm_recurrence_backward(g, ans, prev, extra, w_hh, steps, carry, d_pre):
     pre-activations; carry (batch, 2 size), zeros, ends as the initial [h, c]'s gradient. g
     and ans (rows, 6 size), prev (rows, 2 size) each row's previous state, extra (rows,
     4 size) or None: a gradient added to d_pre. All C-contiguous, in ans's dtype."""
-    w_blocks = _column_blocks(w_hh, carry.shape[0])
-    blocks_out = np.empty((w_blocks.shape[0], carry.shape[0], w_blocks.shape[2]), d_pre.dtype)
     if extra is None:
         extra = np.empty((0, d_pre.shape[1]), d_pre.dtype)
-    _load_products_blas()
-    with _few_rows_on_one_thread(carry.shape[0]):
-        loops("recurrent").lstm_backward(g, ans, prev, extra, w_blocks, steps,
-                                         d_pre.dtype == np.float64, carry, d_pre, blocks_out)
+    _whole_loop("lstm_backward", w_hh, carry.shape[0], g, ans, prev, extra, steps,
+                d_pre.dtype == np.float64, carry, d_pre)
