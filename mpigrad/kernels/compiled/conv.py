@@ -1,6 +1,7 @@
-"""col2im: columns added back onto the images their windows came from (kernels/numpy/conv.py's
-folds: the input's gradient of a strided convolution, F.fold). numpy did it as one strided
-add per tap, whose inner loops run along a window row of a few elements."""
+"""The convolutions' compiled loops (kernels/numpy/conv.py): col2im, columns added back onto
+the images their windows came from (the folds: the input's gradient of a strided
+convolution, F.fold; numpy did it as one strided add per tap, whose inner loops run along a
+window row of a few elements), and Winograd's transforms (below)."""
 from ._math import jit
 
 

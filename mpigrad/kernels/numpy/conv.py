@@ -11,7 +11,8 @@ no copy.
   still in cache when the GEMM (or col2im) reads them; a 1x1 convolution needs no columns;
   a stride-1 convolution with enough channels copies one kernel row's columns and takes a
   GEMM per kernel row over shifted views of them (`_row_columns`);
-  3x3 stride-1 convolutions with many channels take Winograd's F(2x2, 3x3) instead; with
+  3x3 stride-1 convolutions with many channels take Winograd's F(2x2, 3x3) instead (its
+  transforms compiled loops, compiled/conv.py); with
   groups, one batched GEMM over the groups per sample (depthwise convolutions included).
   Without groups the chunks run on `set_num_threads` threads (threads.run_chunks), each in
   work arrays of its thread's own; chunk boundaries follow from the sizes only, and the
