@@ -247,6 +247,7 @@ def _kernels():
     for p in (2.0, 1.0, 0.0, 3.0, np.inf, -np.inf):
         cases.append((clip.add_powers, lambda p=p: [np.abs(x[6:]) if p == -np.inf else x,
                                                     p, np.inf if p == -np.inf else 0.0]))
+    cases += _recurrence_cases(recurrent, rng)
     cases += _normalization_cases(normalization, rng)
     cases += _optim_cases(optim, rng)
     cases += _attention_cases(attention, rng)
@@ -256,6 +257,38 @@ def _kernels():
                                             np.uint32(2 ** 31), 40, f32(2),
                                             np.empty(1000, f32)]))
     return cases
+
+
+def _recurrence_cases(recurrent, rng):
+    """The LSTM's whole-loop kernels over packed steps of 5, 5, 3 and 2 sequences (11 units),
+    the hidden product cut in three column blocks (the last padded), as for a few rows."""
+    f32 = np.float32
+    size, batch = 11, 5
+    steps = np.array([(0, 5), (5, 5), (10, 3), (13, 2)], np.int64)
+    rows = 15
+    weight = rng.standard_normal((4 * size, size)) / 3
+
+    def blocks(w):  # (K, N) as 3 blocks of its columns
+        width = -(-w.shape[1] // 3)
+        padded = np.zeros((w.shape[0], 3 * width), f32)
+        padded[:, :w.shape[1]] = w
+        return np.ascontiguousarray(padded.reshape(w.shape[0], 3, width).transpose(1, 0, 2))
+
+    xg, bias = rng.standard_normal((rows, 4 * size)), rng.standard_normal(4 * size) / 4
+    state = rng.standard_normal((2, batch, size))
+    saved = np.concatenate([rng.standard_normal((rows, 2 * size)),
+                            rng.random((rows, 4 * size))], 1)  # [h, c, gates in (0, 1)]
+    g, prev = rng.standard_normal((rows, 6 * size)), rng.standard_normal((rows, 2 * size))
+    extra = rng.standard_normal((rows, 4 * size))
+    forward = (recurrent.lstm_forward, lambda: [
+        xg.astype(f32), bias.astype(f32), steps, False, *state.astype(f32),
+        np.empty((rows, 6 * size), f32), np.empty((batch, 4 * size), f32),
+        blocks(weight.T), np.empty((3, batch, -(-4 * size // 3)), f32)])
+    backward = [(recurrent.lstm_backward, lambda added=added: [
+        g.astype(f32), saved.astype(f32), prev.astype(f32), added.astype(f32), steps, False,
+        np.zeros((batch, 2 * size), f32), np.empty((rows, 4 * size), f32), blocks(weight),
+        np.empty((3, batch, -(-size // 3)), f32)]) for added in (extra, extra[:0])]
+    return [forward] + backward
 
 
 def _normalization_cases(normalization, rng):

@@ -21,8 +21,9 @@ range there) and a way to run it on threads, and each call picks one. The thread
 Each call picks:
 
 - threaded only when `set_num_threads` (kernels/threads.py) allows more than one thread and
-  there are at least two `grain`s of work (elements of the largest array), with one thread
-  per `grain` at most, since waking threads costs microseconds (more on workqueue: below);
+  there are at least two `grain`s of work (elements of the largest array, or what the
+  loop's `work` says), with one thread per `grain` at most, since waking threads costs
+  microseconds (more on workqueue: below);
 - one threaded loop at a time per process: a call that finds another thread inside one (RPC
   and DDP threads run kernels too) runs the serial loop instead of waiting, so no call waits
   for another and no two parallel regions overlap.
@@ -264,13 +265,14 @@ class Parallel:
     the serial loop, or the twin `threaded`, made on first use) and the rule that picks one
     per call; called as the loop is."""
 
-    def __init__(self, function, grain, partitioned, rows):
+    def __init__(self, function, grain, partitioned, rows, work):
         self.function = function
         self.grain = grain
         self.partitioned = partitioned
+        self.work = work
         self.serial = jit(function)
         self._threaded = None
-        names = function.__code__.co_varnames[:function.__code__.co_argcount]
+        names = self.names = function.__code__.co_varnames[:function.__code__.co_argcount]
         unknown = set(rows or ()) - set(names)
         if unknown:
             raise TypeError(f"{function.__name__} has no parameter {sorted(unknown)}")
@@ -310,7 +312,8 @@ class Parallel:
         """How many threads a call on `args` gets (1: the serial loop)."""
         if Settings.intra_op < 2 or _Region.serial_only:
             return 1
-        work = max(arg.size for arg in args if isinstance(arg, np.ndarray))
+        work = (max(arg.size for arg in args if isinstance(arg, np.ndarray))
+                if self.work is None else self.work(**dict(zip(self.names, args))))
         grain = self.grain * WORKQUEUE_GRAINS if _layer() == "workqueue" else self.grain
         return max(1, min(Settings.intra_op, _POOL, work // grain))
 
@@ -335,12 +338,15 @@ class Parallel:
         return self.serial(*args, 1) if self.partitioned else self.serial(*args)
 
 
-def parallel(grain=1 << 15, partitioned=False, rows=None):
+def parallel(grain=1 << 15, partitioned=False, rows=None, work=None):
     """Make a prange loop a `Parallel` kernel. `rows`: the names of the arrays whose first
     dimension the prange runs over, one row (or element) per iteration, which nothing else
     in the loop reads across rows; threads then run the serial loop on ranges of them.
     `partitioned` (a loop without `rows`): the loop takes the number of threads as its last
-    argument, to cut its work into that many parts (the parts must not change its result)."""
+    argument, to cut its work into that many parts (the parts must not change its result).
+    `work`: a function of the call's arguments (by name) giving the work that one threaded
+    region shares out, in the units of `grain` (default: the largest array's elements; a
+    loop that opens a region per step of a sequence gives one step's work)."""
     def wrap(function):
-        return Parallel(function, grain, partitioned, rows)
+        return Parallel(function, grain, partitioned, rows, work)
     return wrap
