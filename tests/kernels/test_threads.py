@@ -28,8 +28,10 @@ def _run(program, **variables):
                                 "LOCAL_WORLD_SIZE")}
     environ["PYTHONPATH"] = os.pathsep.join([ROOT, environ.get("PYTHONPATH", "")])
     environ.update({name: value for name, value in variables.items() if value is not None})
+    # A few seconds each (a cold compile of their loops included); a hang fails in minutes,
+    # not in the whole run's time
     done = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -569,8 +571,26 @@ print(json.dumps([_threads.numba.threading_layer()] + [
 """
 
 
+OMP_WORK = """
+import json, threading
+import numpy as np
+import mpigrad as mg
+from mpigrad.kernels.compiled import activations
+mg.set_num_threads(2)
+large = [np.ones(4 * activations.silu.grain, np.float32)]
+on_thread = []
+helper = threading.Thread(target=lambda: on_thread.append(activations.silu.threads_for(large)))
+helper.start()
+helper.join()
+print(json.dumps([activations.silu.threads_for(large)] + on_thread))
+"""
+
+
 def test_with_gnu_openmp_a_forked_worker_runs_serially():
     # numba's omp layer loads the system's libgomp: skipped where there is none
     pytest.importorskip("numba.np.ufunc.omppool")
     # GNU OpenMP kills a child that enters it after its parent did; the guard runs serially
     assert _run(GUARDS, NUMBA_THREADING_LAYER="omp") == [0, 3, True]
+    # and only the main thread opens regions: a team whose thread ended could leave a lock
+    # held in a child forked at that moment (_threads._may_start_a_team)
+    assert _run(OMP_WORK, NUMBA_THREADING_LAYER="omp") == [min(2, os.cpu_count()), 1]

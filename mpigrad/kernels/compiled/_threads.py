@@ -37,7 +37,8 @@ against 82 us on one, where tbb took 52 us. On workqueue a call therefore needs
 `WORKQUEUE_GRAINS` times more work to be threaded. Both layers survive a fork (tbb stops and
 restarts its threads around a fork by the thread that first started them); GNU OpenMP kills a
 child that enters it after its parent did, and tbb's threads may be lost to a child forked
-by another thread: such a child runs the serial loops. workqueue aborts the process when
+by another thread: such a child runs the serial loops. On GNU OpenMP only the main thread
+opens regions (`_may_start_a_team`). workqueue aborts the process when
 two threads enter it at once, which the one-at-a-time rule rules out.
 
 Threaded runs compute the same thing element by element: rows or elements split among
@@ -260,6 +261,16 @@ def _type_key(value):
     return type(value)
 
 
+def _may_start_a_team():
+    """Whether this thread may open a parallel region: on GNU OpenMP only the main thread.
+    libgomp keeps a team of threads per calling thread, and when that thread ends its team's
+    threads leave through pthread_exit, whose unwinding holds libgcc's frame-table lock; a
+    fork at that moment (a DataLoader's workers, right after a pool of Python threads
+    joined) left the lock held in the child, which then hung in its first compiled loop
+    (numba registers each loaded loop's frames under that lock)."""
+    return _layer() != "omp" or threading.current_thread() is threading.main_thread()
+
+
 class Parallel:
     """A loop's serial form (`serial`, a numba dispatcher), its threaded form (row ranges of
     the serial loop, or the twin `threaded`, made on first use) and the rule that picks one
@@ -310,7 +321,7 @@ class Parallel:
 
     def threads_for(self, args):
         """How many threads a call on `args` gets (1: the serial loop)."""
-        if Settings.intra_op < 2 or _Region.serial_only:
+        if Settings.intra_op < 2 or _Region.serial_only or not _may_start_a_team():
             return 1
         work = (max(arg.size for arg in args if isinstance(arg, np.ndarray))
                 if self.work is None else self.work(**dict(zip(self.names, args))))
