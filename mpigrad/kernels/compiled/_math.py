@@ -102,6 +102,19 @@ _LN2_LO = 1.90821492927058770002e-10
 # float-to-int64 conversion AVX2 lacks, done with an add and a bit cast.
 _ROUNDER = 6755399441055744.0
 _ROUNDER_BITS = 0x4338000000000000
+_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(14))  # e**r's, lowest order first
+
+
+@jit
+def horner(coefficients, x):
+    """coefficients[0] + coefficients[1] x + ... by Horner's rule from the highest: one
+    multiply and one add per coefficient, in the coefficients' own type (float32 ones keep
+    float32 arithmetic). The loop has a constant trip count, so it is unrolled and a
+    vectorised caller stays vectorised."""
+    p = coefficients[-1]
+    for k in range(len(coefficients) - 2, -1, -1):
+        p = p * x + coefficients[k]
+    return p
 
 
 @jit
@@ -114,20 +127,7 @@ def exp(x):
     shifted = clamped * _LOG2E + _ROUNDER
     n = shifted - _ROUNDER
     r = (clamped - n * _LN2_HI) - n * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
+    p = horner(_TAYLOR, r)
     scale = _double_from_bits((_bits_of_double(shifted) - _ROUNDER_BITS + 1022) << 52)
     out = p * scale * 2.0
     out = 0.0 if x < -708.0 else out
@@ -155,14 +155,7 @@ def exp_f32(x):
     shifted = clamped * _LOG2E_F32 + _ROUNDER_F32
     n = shifted - _ROUNDER_F32
     r = (clamped - n * _LN2_HI_F32) - n * _LN2_LO_F32
-    p = _TAYLOR_F32[7]
-    p = p * r + _TAYLOR_F32[6]
-    p = p * r + _TAYLOR_F32[5]
-    p = p * r + _TAYLOR_F32[4]
-    p = p * r + _TAYLOR_F32[3]
-    p = p * r + _TAYLOR_F32[2]
-    p = p * r + _TAYLOR_F32[1]
-    p = p * r + _TAYLOR_F32[0]
+    p = horner(_TAYLOR_F32, r)
     power = _float_from_bits((_bits_of_float(shifted) - _ROUNDER_BITS_F32 + np.int32(126))
                              << np.int32(23))
     out = p * power * np.float32(2.0)
@@ -204,25 +197,11 @@ def normal_cdf_f32(x, gaussian):
     Within a few float32 ulps of Phi everywhere; vectorisable (both pieces are computed and
     one is selected)."""
     u = x * x
-    s = _PHI_CENTRE[5]
-    s = s * u + _PHI_CENTRE[4]
-    s = s * u + _PHI_CENTRE[3]
-    s = s * u + _PHI_CENTRE[2]
-    s = s * u + _PHI_CENTRE[1]
-    s = s * u + _PHI_CENTRE[0]
+    s = horner(_PHI_CENTRE, u)
     centre = _HALF_F32 + x * s
     a = abs(x)
     t = _ONE_F32 / (_ONE_F32 + _PHI_TAIL_SCALE * a)
-    r = _PHI_TAIL[9]
-    r = r * t + _PHI_TAIL[8]
-    r = r * t + _PHI_TAIL[7]
-    r = r * t + _PHI_TAIL[6]
-    r = r * t + _PHI_TAIL[5]
-    r = r * t + _PHI_TAIL[4]
-    r = r * t + _PHI_TAIL[3]
-    r = r * t + _PHI_TAIL[2]
-    r = r * t + _PHI_TAIL[1]
-    r = r * t + _PHI_TAIL[0]
+    r = horner(_PHI_TAIL, t)
     lower = t * gaussian * r
     tail = lower if x < np.float32(0.0) else _ONE_F32 - lower
     return centre if a < _ONE_F32 else tail

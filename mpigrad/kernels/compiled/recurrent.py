@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import prange
 
-from ._math import exp, exp_f32, jit
+from ._math import exp, exp_f32, horner, jit
 from ._threads import parallel
 
 _ONE_F32, _TWO_F32 = np.float32(1.0), np.float32(2.0)
@@ -40,12 +40,7 @@ def tanh_f32(u):
     """tanh of a float32 in float32 arithmetic, within a few ulps; vectorisable (both pieces
     are computed and one is selected; exp_f32 saturates, so large |u| gives +-1)."""
     v = u * u
-    p = _TANH_CENTRE[5]
-    p = p * v + _TANH_CENTRE[4]
-    p = p * v + _TANH_CENTRE[3]
-    p = p * v + _TANH_CENTRE[2]
-    p = p * v + _TANH_CENTRE[1]
-    p = p * v + _TANH_CENTRE[0]
+    p = horner(_TANH_CENTRE, v)
     # copysign: at u = -0, u v p is +0 (p(0) < 0) and -0 + +0 rounds to +0; tanh(-0) is -0
     centre = math.copysign(u + u * v * p, u)
     a = abs(u)
