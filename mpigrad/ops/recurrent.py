@@ -346,15 +346,30 @@ def _compiled_prelude(kind, g, ans, init, w_hh, batch_sizes, reverse):
     """What a compiled backward reads, in its form: g and ans contiguous in ans's dtype,
     every row's previous state, and the gradient that the saved columns' own gradient
     sends into the projections (None in a plain backward, where it is zero)."""
-    _, prev_rows = _schedule(batch_sizes, reverse)
     width = init.shape[1]
     g, ans = np.ascontiguousarray(g, ans.dtype), np.ascontiguousarray(ans)
-    prev = np.concatenate([ans[:, :width], init.astype(ans.dtype, copy=False)])[prev_rows]
+    prev = _previous_states(ans[:, :width], init.astype(ans.dtype, copy=False), batch_sizes,
+                            reverse)
     extra = None
     if g[:, width:].any():  # only a caller's own use of the saved columns sends one
         extra = kind.saved_gradients(_Arrays, g[:, width:],
                                      kind.coefficients(_Arrays, prev, ans, w_hh))
     return g, ans, prev, extra
+
+
+def _previous_states(states, init, batch_sizes, reverse):
+    """Every row's previous state, (rows, width), contiguous: a gather by _schedule's
+    prev_rows, or, when every step has the whole batch (a padded batch), the states shifted
+    by one step with the initial ones at the start (or end, in reverse), copied once."""
+    batch = batch_sizes[0]
+    if batch_sizes[-1] != batch:
+        return np.concatenate([states, init])[_schedule(batch_sizes, reverse)[1]]
+    prev = np.empty(states.shape, states.dtype)
+    first, rest = (slice(-batch, None), slice(None, -batch)) if reverse else (
+        slice(None, batch), slice(batch, None))
+    prev[first] = init
+    prev[rest] = states[batch:] if reverse else states[:-batch]
+    return prev
 
 
 def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse):
