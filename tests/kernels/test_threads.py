@@ -263,19 +263,13 @@ def _kernels():
 
 def _recurrence_cases(recurrent, rng):
     """The LSTM's whole-loop kernels over packed steps of 5, 5, 3 and 2 sequences (11 units),
-    the hidden product cut in three column blocks (the last padded), as for a few rows."""
+    the hidden product cut in column blocks of 15 (the last one narrower), as for a few
+    rows."""
     f32 = np.float32
     size, batch = 11, 5
     steps = np.array([(0, 5), (5, 5), (10, 3), (13, 2)], np.int64)
     rows = 15
     weight = rng.standard_normal((4 * size, size)) / 3
-
-    def blocks(w):  # (K, N) as 3 blocks of its columns
-        width = -(-w.shape[1] // 3)
-        padded = np.zeros((w.shape[0], 3 * width), f32)
-        padded[:, :w.shape[1]] = w
-        return np.ascontiguousarray(padded.reshape(w.shape[0], 3, width).transpose(1, 0, 2))
-
     xg, bias = rng.standard_normal((rows, 4 * size)), rng.standard_normal(4 * size) / 4
     state = rng.standard_normal((2, batch, size))
     saved = np.concatenate([rng.standard_normal((rows, 2 * size)),
@@ -285,11 +279,11 @@ def _recurrence_cases(recurrent, rng):
     forward = (recurrent.lstm_forward, lambda: [
         xg.astype(f32), bias.astype(f32), steps, False, *state.astype(f32),
         np.empty((rows, 6 * size), f32), np.empty((batch, 4 * size), f32),
-        blocks(weight.T), np.empty((3, batch, -(-4 * size // 3)), f32)])
+        np.ascontiguousarray(weight.T, f32), 15])
     backward = [(recurrent.lstm_backward, lambda added=added: [
         g.astype(f32), saved.astype(f32), prev.astype(f32), added.astype(f32), steps, False,
-        np.zeros((batch, 2 * size), f32), np.empty((rows, 4 * size), f32), blocks(weight),
-        np.empty((3, batch, -(-size // 3)), f32)]) for added in (extra, extra[:0])]
+        np.zeros((batch, 2 * size), f32), np.empty((rows, 4 * size), f32), weight.astype(f32),
+        4]) for added in (extra, extra[:0])]
     return [forward] + backward
 
 

@@ -21,6 +21,7 @@ import math
 import numpy as np
 from numba import prange
 
+from ._blas import gemm
 from ._math import exp, exp_f32, horner, jit
 from ._threads import parallel
 
@@ -168,22 +169,23 @@ def lstm_backward_step(d_h, g, carry, ans, prev, in_float64, d_pre):
 
 # ----------------------------------------------------------------------------- whole recurrences
 # An LSTM layer without a projection, all its steps in one call: per step the hidden product
-# (numba's np.dot, BLAS, by the column blocks of `w_blocks`, as StepProduct cuts them) and
-# the gates, as lstm_step and lstm_backward_step compute them, with no Python between the
-# steps (a step's calls, slices and copies took about 10 us, 1.4 ms of the word LM's step).
+# (BLAS's gemm, by column blocks of `width` columns (kernels/numpy/recurrent.py picks it),
+# each written where it belongs: _blas.py) and the gates, as lstm_step and lstm_backward_step
+# compute them, with no Python between the steps (a step's calls, slices and copies took
+# about 10 us, 1.4 ms of the word LM's step).
 #
 # On threads, each step is two regions: the product's column blocks shared out, then the
 # gates' rows; the region's end is the barrier the next part waits for (the gates need every
 # block, the next product every row). Each block and row is computed by the serial loop's
-# code, so the bits do not depend on the thread count. Threaded only when the products are
-# cut in blocks, i.e. BLAS runs on one thread (a few rows: kernels/numpy/recurrent.py); a
-# wide batch's product is one block that BLAS threads itself. The word LM's layer (20 x 200,
-# 35 steps) on two threads: forward 3.35 -> 2.1 ms, backward 4.2 -> 2.6-3.3 ms.
+# code, so the bits do not depend on the thread count. Threaded only when the product is cut
+# in blocks, i.e. BLAS runs on one thread (a few rows: kernels/numpy/recurrent.py); a wide
+# batch's product is one block that BLAS threads itself. The word LM's layer (20 x 200, 35
+# steps) on two threads: forward 3.35 -> 2.1 ms, backward 4.2 -> 2.6-3.3 ms.
 
-def _step_work(state, w_blocks):
+def _step_work(state, w, width):
     """Multiply-adds of one step's hidden product (state: a row per sequence) when it is cut
-    in blocks, else 0."""
-    return state.shape[0] * w_blocks.size if w_blocks.shape[0] > 1 else 0
+    in blocks of `width` columns, else 0."""
+    return state.shape[0] * w.size if width < w.shape[1] else 0
 
 
 # Two threads pay from about a million multiply-adds a step (two regions of a few us each
@@ -192,33 +194,27 @@ _STEP_GRAIN = 1 << 19
 
 
 @jit
-def _product_block(x, w_blocks, q, n, columns, blocks_out, out):
-    """Block q of out[:n, :columns] = x[:n] W, W's `columns` columns cut into the (K, u)
-    blocks w_blocks (the last padded): the block's product into its part of blocks_out,
-    then copied into place."""
-    width = w_blocks.shape[2]
-    part = blocks_out[q, :n]
-    np.dot(x[:n], w_blocks[q], part)
+def _product_block(x, x_first, n, w, q, width, out):
+    """Columns q width... of out[:n] = the (n, K) rows of x from row x_first, times w (K,
+    N): one block of the product, BLAS writing it in place."""
+    columns = w.shape[1]
     first = q * width
-    last = min(columns, first + width)
-    for r in range(n):
-        row, source = out[r], part[r]
-        for k in range(last - first):
-            row[first + k] = source[k]
+    gemm(x, x_first * x.shape[1], x.shape[1], w, first, columns, out, first, out.shape[1],
+         n, min(width, columns - first), w.shape[0])
 
 
-@parallel(grain=_STEP_GRAIN, work=lambda h, w_blocks, **_: _step_work(h, w_blocks))
-def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_blocks, blocks_out):
+@parallel(grain=_STEP_GRAIN, work=lambda h, w_t, width, **_: _step_work(h, w_t, width))
+def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_t, width):
     """xg (rows, 4 size) the input projections, bias (4 size), steps (T, 2) each step's
     first row and row count in running order; h and c (batch, size) the state, updated in
-    place; out (rows, 6 size) receives [h, c, i, f, g, o] per row; w_blocks W_hh^T's column
-    blocks. gh (batch, 4 size) and blocks_out (blocks, batch, u): work."""
+    place; out (rows, 6 size) receives [h, c, i, f, g, o] per row; w_t W_hh^T (size,
+    4 size), multiplied by column blocks of `width`. gh (batch, 4 size): work."""
     size = c.shape[1]
     tanh_c = np.empty((h.shape[0], size))
     for s in range(steps.shape[0]):
         start, n = steps[s, 0], steps[s, 1]
-        for q in prange(w_blocks.shape[0]):
-            _product_block(h, w_blocks, q, n, 4 * size, blocks_out, gh)
+        for q in prange(-(-w_t.shape[1] // width)):
+            _product_block(h, 0, n, w_t, q, width, gh)
         for r in prange(n):
             row, h_r, c_r = out[start + r], h[r], c[r]
             _lstm_row(xg[start + r], gh[r], bias, c_r, in_float64, tanh_c[r], row)
@@ -227,16 +223,15 @@ def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_blocks, blocks_ou
                 c_r[k] = row[size + k]
 
 
-@parallel(grain=_STEP_GRAIN, work=lambda carry, w_blocks, **_: _step_work(carry, w_blocks))
-def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w_blocks,
-                  blocks_out):
+@parallel(grain=_STEP_GRAIN, work=lambda carry, w, width, **_: _step_work(carry, w, width))
+def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w, width):
     """The backward of lstm_forward. g and ans (rows, 6 size) the gradient reaching and the
     value of each output row, prev (rows, 2 size) each row's previous state, extra (rows,
-    4 size, or no rows) a gradient added to d_pre (the saved columns' own); w_blocks W_hh's
-    column blocks. Steps go last to first; carry (batch, 2 size), the gradient reaching each
-    sequence's [h, c] from the steps after, starts as zeros and ends as the initial state's;
-    d_pre (rows, 4 size) receives the gates' pre-activations' gradient. blocks_out (blocks,
-    batch, u): work."""
+    4 size, or no rows) a gradient added to d_pre (the saved columns' own); w W_hh (4 size,
+    size), multiplied by column blocks of `width`. Steps go last to first; carry (batch,
+    2 size), the gradient reaching each sequence's [h, c] from the steps after, starts as
+    zeros and ends as the initial state's; d_pre (rows, 4 size) receives the gates'
+    pre-activations' gradient."""
     size = carry.shape[1] // 2
     d_h = np.empty((carry.shape[0], size))
     scratch = np.empty((carry.shape[0], 2, size))  # tanh(c), d_c of each row
@@ -252,8 +247,8 @@ def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w_blocks
                 e = extra[start + r]
                 for k in range(4 * size):
                     d[k] += e[k]
-        for q in prange(w_blocks.shape[0]):
-            _product_block(d_pre[start:start + n], w_blocks, q, n, size, blocks_out, carry)
+        for q in prange(-(-w.shape[1] // width)):
+            _product_block(d_pre, start, n, w, q, width, carry)
 
 
 @parallel(rows=("xg", "gh", "h_prev", "out"))
