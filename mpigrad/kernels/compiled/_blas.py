@@ -6,8 +6,9 @@ place (the whole-loop LSTM: 0.34 ms of copies a layer on the word LM's forward).
 each operand as an array, an element offset and a row stride, as BLAS does, and writes the
 block where it belongs. It calls the gemm numba's np.dot calls (scipy's BLAS, looked up by
 numba's helper library by name), so the loops that use it are cached on disk as np.dot's
-callers are; the caller loads scipy.linalg.cython_blas first (numba would, at its first
-np.dot).
+callers are. The helper's status is not read: it fails only when it cannot find scipy's
+BLAS, and the callers import scipy.linalg.cython_blas (which raises if it is missing) before
+a loop runs (kernels/numpy/recurrent.py's _load_products_blas).
 """
 import numba
 from llvmlite import ir

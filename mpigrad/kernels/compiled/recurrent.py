@@ -195,8 +195,8 @@ _STEP_GRAIN = 1 << 19
 
 @jit
 def _product_block(x, x_first, n, w, q, width, out):
-    """Columns q width... of out[:n] = the (n, K) rows of x from row x_first, times w (K,
-    N): one block of the product, BLAS writing it in place."""
+    """Block q of out[:n] = x[x_first:x_first + n] w, w (K, N): its columns q width to
+    (q + 1) width (the last block narrower), which BLAS writes in place."""
     columns = w.shape[1]
     first = q * width
     gemm(x, x_first * x.shape[1], x.shape[1], w, first, columns, out, first, out.shape[1],
