@@ -22,6 +22,7 @@ NOT_TENSORS = {
     ("distributed/fsdp/_comm.py", "self"): "the MPI communicator for parameter traffic",
     ("distributed/pipelining/messages.py", "self"): "a receiver's per-microbatch slots",
     ("kernels/compiled/_threads.py", "whole"): "a numba array's data pointer, in LLVM IR",
+    ("kernels/compiled/_blas.py", "array"): "a numba array's data pointer, in LLVM IR",
 }
 
 

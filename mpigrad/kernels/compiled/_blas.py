@@ -30,9 +30,9 @@ def _xxgemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, 
         a_array, a_at, a_rows, b_array, b_at, b_rows, c_array, c_at, c_rows, m, n, k = values
         intp = context.get_value_type(numba.intp)
 
-        def block(array_type, array, first):
-            data = context.make_array(array_type)(context, builder, array).data
-            return builder.bitcast(builder.gep(data, [first]), _VOID_P)
+        def block(array_type, value, first):
+            array = context.make_array(array_type)(context, builder, value)
+            return builder.bitcast(builder.gep(array.data, [first]), _VOID_P)
 
         def slot(value):
             place = cgutils.alloca_once(builder, context.get_value_type(a.dtype))
