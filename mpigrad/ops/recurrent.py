@@ -112,6 +112,15 @@ def _schedule(batch_sizes, reverse):
     return (steps[::-1] if reverse else steps), prev_rows
 
 
+@functools.lru_cache(maxsize=256)
+def _step_table(batch_sizes, reverse):
+    """_schedule's steps as the whole-loop kernels take them: (T, 2) int64, each step's
+    first row and row count in running order."""
+    table = np.array(_schedule(batch_sizes, reverse)[0], np.int64).reshape(-1, 2)
+    table.flags.writeable = False
+    return table
+
+
 def final_rows(batch_sizes, reverse):
     """Where each sequence's final state is among the op's output rows: its last step's row,
     or (reverse) its first step's. A slice when all sequences have the same length."""
@@ -272,8 +281,8 @@ def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     if isinstance(kind, _LSTM) and w_hr is None:  # the whole loop in one compiled call
         size = w_hh.shape[1]
         lstm_recurrence(xg, np.array(init[:, :size], work), np.array(init[:, size:], work),
-                        w_hh.astype(work, copy=False), bias,
-                        np.array(steps, np.int64).reshape(-1, 2), out)
+                        w_hh.astype(work, copy=False), bias, _step_table(batch_sizes, reverse),
+                        out)
         return out if work == dtype else out.astype(dtype)
     state = init.astype(work, copy=True)
     gh = np.empty((batch_sizes[0], w_hh.shape[0]), work)
@@ -385,10 +394,9 @@ def _lstm_backward(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, rev
     d_pre = np.empty((ans.shape[0], 4 * size), work)
     carry = np.zeros((batch_sizes[0], width), work)  # as in _backward
     if w_hr is None:  # the whole loop in one compiled call
-        steps = np.array(_schedule(batch_sizes, reverse)[0], np.int64).reshape(-1, 2)
-        lstm_recurrence_backward(g, ans, np.ascontiguousarray(prev),
-                                 None if extra is None else np.ascontiguousarray(extra[0]),
-                                 w_hh.astype(work, copy=False), steps, carry, d_pre)
+        lstm_recurrence_backward(g, ans, prev, None if extra is None else extra[0],
+                                 w_hh.astype(work, copy=False),
+                                 _step_table(batch_sizes, reverse), carry, d_pre)
         return _lstm_gradients(needs, d_pre, carry, prev, hidden, b_hh)
     d_h = np.empty((batch_sizes[0], size), work)
     d_out = np.empty((ans.shape[0], hidden), work)

@@ -66,7 +66,7 @@ def test_fused_backward_equals_the_rules(cell, batch_sizes, reverse):
 
 def test_few_row_products_run_on_one_blas_thread():
     """Under set_num_threads(2), a recurrence of a few rows holds BLAS (numpy's and scipy's,
-    which the whole-loop LSTM's np.dot calls) at one thread while its steps run, and gives
+    which the whole-loop LSTM's products call) at one thread while its steps run, and gives
     the count back after; a wide batch leaves BLAS its threads."""
     from mpigrad.kernels import threads
     from mpigrad.kernels.numpy.recurrent import StepProduct, _load_products_blas
@@ -90,9 +90,9 @@ def test_few_row_products_run_on_one_blas_thread():
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
 def test_per_step_products_cut_in_column_blocks_match_torch(name):
     """Few rows and a wide W_hh: each step's products (forward and backward) run in column
-    blocks, on one BLAS thread whatever set_num_threads says (uneven blocks: 3 of 640
-    columns forward; the LSTM's whole-loop kernel pads the last block, the GRU's StepProduct
-    cuts it short); float64 against torch to 1e-10."""
+    blocks, on one BLAS thread whatever set_num_threads says (3 blocks of 640 columns
+    forward, the last one narrower, in the LSTM's whole loop and the GRU's StepProduct
+    alike); float64 against torch to 1e-10."""
     from mpigrad.kernels.numpy.recurrent import StepProduct
     size, batch = 160, 20
     gates = 4 if name == "LSTM" else 3

@@ -20,7 +20,10 @@ _VOID_P = ir.IntType(8).as_pointer()
 
 
 @intrinsic
-def _xxgemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k):
+def gemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k):
+    """C = A B for the (m, k) block A of `a` starting at element a_first, rows lda elements
+    apart (likewise the (k, n) block B of `b` and the (m, n) block C of `c`): arrays
+    C-contiguous, of one float dtype."""
     if not (isinstance(a, numba.types.Array) and a.dtype in (numba.float32, numba.float64)
             and b.dtype == a.dtype and c.dtype == a.dtype):
         return None
@@ -56,10 +59,3 @@ def _xxgemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, 
                             numba.intp, numba.intp, numba.intp, numba.intp,
                             numba.intp), codegen
 
-
-@numba.njit(inline="always")
-def gemm(a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k):
-    """C = A B for the (m, k) block A of `a` starting at element a_first, rows lda elements
-    apart (likewise the (k, n) block B of `b` and the (m, n) block C of `c`): arrays
-    C-contiguous, of one float dtype."""
-    _xxgemm(a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k)

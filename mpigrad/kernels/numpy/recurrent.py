@@ -8,7 +8,7 @@ import functools
 
 import numpy as np
 
-from ..threads import Settings, blas_on_one_thread, follow_new_blas
+from ..threads import blas_on_one_thread, follow_new_blas
 from ._compiled import compute_dtype, loops
 
 __all__ = ["StepProduct", "compute_dtype", "gru_backward_step", "gru_step",
@@ -23,12 +23,14 @@ _UNPACKED_SIZE = 100 ** 3
 _FEW_ROWS = 32
 
 
-def _block_count(w, rows):
-    """How many column blocks x @ w is cut into, x of at most `rows` rows (see above): a
-    product of a few rows runs on one BLAS thread whatever set_num_threads says."""
-    if rows <= _FEW_ROWS:
-        return max(1, min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE)))
-    return 1
+def _block_width(w, rows):
+    """The width of the column blocks x @ w is cut into, x of at most `rows` rows (see
+    above; the last block narrower): a product of a few rows runs on one BLAS thread
+    whatever set_num_threads says, a wider one is a single block."""
+    if rows > _FEW_ROWS:
+        return w.shape[1]
+    blocks = max(1, min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE)))
+    return -(-w.shape[1] // blocks)
 
 
 def _few_rows_on_one_thread(rows):
@@ -37,12 +39,6 @@ def _few_rows_on_one_thread(rows):
     BLAS's second thread on each step made the word LM's recurrences slower on 2 threads
     than on 1)."""
     return blas_on_one_thread() if rows <= _FEW_ROWS else contextlib.nullcontext()
-
-
-def _block_width(w, rows):
-    """The width of the column blocks StepProduct cuts w into, as the whole-recurrence loops
-    take them (equal blocks, the last one narrower)."""
-    return -(-w.shape[1] // _block_count(w, rows))
 
 
 # A transposed view copied by blocks of this many columns took 0.4-0.85x the time of one
@@ -70,9 +66,9 @@ class StepProduct:
 
     def __init__(self, w, rows):
         self.rows = rows
-        edges = np.linspace(0, w.shape[1], _block_count(w, rows) + 1).astype(int)
-        self.blocks = [(slice(lo, hi), np.ascontiguousarray(w[:, lo:hi]))
-                       for lo, hi in zip(edges[:-1], edges[1:])]
+        width = _block_width(w, rows)
+        self.blocks = [(slice(lo, lo + width), np.ascontiguousarray(w[:, lo:lo + width]))
+                       for lo in range(0, w.shape[1], width)]
         self._threads = None
 
     def __enter__(self):
@@ -120,8 +116,8 @@ def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
 
 @functools.cache
 def _load_products_blas():
-    """Load scipy's BLAS, which the whole-recurrence loops' np.dot calls (numba would at
-    their first product), and have it follow set_num_threads as numpy's does."""
+    """Load scipy's BLAS, which the whole-recurrence loops' products call (compiled/_blas.py),
+    and have it follow set_num_threads as numpy's does."""
     import scipy.linalg.cython_blas  # noqa: F401  (here: 0.3-0.6 s, for LSTM users only)
     follow_new_blas()
 
