@@ -140,8 +140,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         batch = _broadcast_batch(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         outer, heads = batch[:-1], (batch[-1] if batch else 1)
         key_heads = heads
-    # A Python float, so float32 inputs stay float32.
-    scale = 1.0 / float(np.sqrt(query.shape[-1])) if scale is None else float(scale)
+    # A Python float, so float32 inputs stay float32. Heads of width 0 score 0 whatever the
+    # scale (torch's 1 / sqrt(0) multiplies nothing).
+    if scale is None:
+        scale = 1.0 / float(np.sqrt(query.shape[-1])) if query.shape[-1] else 1.0
+    scale = float(scale)
     length, value_width = query.shape[-2], value.shape[-1]
     scores_shape = batch + (length, key.shape[-2])
     mask = None
