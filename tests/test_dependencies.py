@@ -1,7 +1,7 @@
 """What mpigrad needs at run time and does not import itself is declared in setup.cfg's
-install_requires, so that the README's `pip install` brings it: numba's np.dot (and
-compiled/_blas.py's gemm, through the same helper) calls BLAS through scipy, and without
-scipy the first attention kills the interpreter."""
+install_requires, so that the README's `pip install` brings it: compiled/_blas.py's gemm
+(like numba's np.dot, through the same helper) calls BLAS through scipy, and without scipy
+the first attention kills the interpreter."""
 import configparser
 import pathlib
 import re

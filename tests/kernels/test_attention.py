@@ -143,6 +143,23 @@ def test_non_contiguous_inputs(tiles, dtype):
     check(run(F.scaled_dot_product_attention), run(_theirs()), arrays, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_single_rows_and_empty_heads(tiles, dtype):
+    # BLAS reads blocks of rows by their row stride, which a length-1 dimension leaves
+    # arbitrary (here 1 element, under the row's 4, for the one query and key: a (4, 1)
+    # matrix transposed), and which must still be at least a row for a head of width 0.
+    def one_row(x):
+        return x.transpose(-1, -2)
+
+    arrays = [_data((2, 3, 4, 1), i) for i in range(3)]
+    for options in ({}, {"is_causal": True}):
+        def run(function):
+            return lambda q, k, v: function(one_row(q), one_row(k), one_row(v), **options)
+        check(run(F.scaled_dot_product_attention), run(_theirs()), arrays, dtype)
+    empty = [np.zeros((2, 3, 5, 0)), np.zeros((2, 3, 7, 0)), _data((2, 3, 7, 4), 3)]
+    check(F.scaled_dot_product_attention, _theirs(), empty, dtype)
+
+
 def test_the_loops_get_only_c_contiguous_writeable_arrays(monkeypatch):
     # Another layout or a read-only array compiles the loops once more, seconds a signature,
     # and np.dot copies strided tiles. q, k, v sliced from a packed qkv, as in a GPT, come as

@@ -66,11 +66,12 @@ def test_fused_backward_equals_the_rules(cell, batch_sizes, reverse):
 
 def test_few_row_products_run_on_one_blas_thread():
     """Under set_num_threads(2), a recurrence of a few rows holds BLAS (numpy's and scipy's,
-    which the whole-loop LSTM's products call) at one thread while its steps run, and gives
+    which the compiled loops' products call) at one thread while its steps run, and gives
     the count back after; a wide batch leaves BLAS its threads."""
     from mpigrad.kernels import threads
-    from mpigrad.kernels.numpy.recurrent import StepProduct, _load_products_blas
-    _load_products_blas()
+    from mpigrad.kernels.numpy._compiled import load_blas
+    from mpigrad.kernels.numpy.recurrent import StepProduct
+    load_blas()
     before = mg.get_num_threads()
     try:
         mg.set_num_threads(2)

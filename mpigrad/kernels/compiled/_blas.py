@@ -7,8 +7,8 @@ each operand as an array, an element offset and a row stride, as BLAS does, and 
 block where it belongs. It calls the gemm numba's np.dot calls (scipy's BLAS, looked up by
 numba's helper library by name), so the loops that use it are cached on disk as np.dot's
 callers are. The helper's status is not read: it fails only when it cannot find scipy's
-BLAS, and the callers import scipy.linalg.cython_blas (which raises if it is missing) before
-a loop runs (kernels/numpy/recurrent.py's _load_products_blas).
+BLAS, and the callers load scipy's BLAS (which raises if it is missing) before a loop runs
+(kernels/numpy/_compiled.py's load_blas).
 """
 import numba
 from llvmlite import ir
@@ -20,17 +20,20 @@ _VOID_P = ir.IntType(8).as_pointer()
 
 
 @intrinsic
-def gemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k):
-    """C = A B for the (m, k) block A of `a` starting at element a_first, rows lda elements
-    apart (likewise the (k, n) block B of `b` and the (m, n) block C of `c`): arrays
-    C-contiguous, of one float dtype."""
+def gemm(typingctx, m, n, k, alpha, a, a_first, lda, a_transposed, b, b_first, ldb,
+         b_transposed, beta, c, c_first, ldc):
+    """C = alpha op(A) op(B) + beta C, in BLAS's order of arguments, for row-major blocks:
+    op(A) is (m, k), op(B) (k, n) and C (m, n). Each operand is an array (C-contiguous, all
+    three of one float dtype), the element its block starts at and its row stride; A is
+    read transposed when a_transposed (its block is then stored (k, m)), likewise B."""
     if not (isinstance(a, numba.types.Array) and a.dtype in (numba.float32, numba.float64)
             and b.dtype == a.dtype and c.dtype == a.dtype):
         return None
     kind = "s" if a.dtype == numba.float32 else "d"
 
     def codegen(context, builder, signature, values):
-        a_array, a_at, a_rows, b_array, b_at, b_rows, c_array, c_at, c_rows, m, n, k = values
+        (m, n, k, alpha, a_array, a_at, a_rows, a_t, b_array, b_at, b_rows, b_t, beta,
+         c_array, c_at, c_rows) = values
         intp = context.get_value_type(numba.intp)
 
         def block(array_type, value, first):
@@ -38,9 +41,12 @@ def gemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k):
             return builder.bitcast(builder.gep(array.data, [first]), _VOID_P)
 
         def slot(value):
-            place = cgutils.alloca_once(builder, context.get_value_type(a.dtype))
-            builder.store(context.get_constant(a.dtype, value), place)
+            place = cgutils.alloca_once_value(builder, value)
             return builder.bitcast(place, _VOID_P)
+
+        def operation(transposed):
+            return builder.select(transposed, ir.Constant(_CHAR, ord("t")),
+                                  ir.Constant(_CHAR, ord("n")))
 
         function = cgutils.get_or_insert_function(
             builder.module,
@@ -48,14 +54,14 @@ def gemm(typingctx, a, a_first, lda, b, b_first, ldb, c, c_first, ldc, m, n, k):
                                              _VOID_P, intp, _VOID_P, intp, _VOID_P, _VOID_P,
                                              intp]),
             "numba_xxgemm")
-        no = ir.Constant(_CHAR, ord("n"))
-        # Row-major C = A B is column-major C^T = B^T A^T: B's block first.
-        builder.call(function, [ir.Constant(_CHAR, ord(kind)), no, no, n, m, k, slot(1.0),
-                                block(b, b_array, b_at), b_rows, block(a, a_array, a_at),
-                                a_rows, slot(0.0), block(c, c_array, c_at), c_rows])
+        # Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: B's block first
+        # (a row-major block read column-major is its transpose, so the flags carry over).
+        builder.call(function, [ir.Constant(_CHAR, ord(kind)), operation(b_t), operation(a_t),
+                                n, m, k, slot(alpha), block(b, b_array, b_at), b_rows,
+                                block(a, a_array, a_at), a_rows, slot(beta),
+                                block(c, c_array, c_at), c_rows])
         return context.get_dummy_value()
 
-    return numba.types.none(a, numba.intp, numba.intp, b, numba.intp, numba.intp, c,
-                            numba.intp, numba.intp, numba.intp, numba.intp,
-                            numba.intp), codegen
-
+    intp, flag, scalar = numba.intp, numba.boolean, a.dtype
+    return numba.types.none(intp, intp, intp, scalar, a, intp, intp, flag, b, intp, intp, flag,
+                            scalar, c, intp, intp), codegen

@@ -4,18 +4,18 @@ array is ever written whole, forward or backward.
 q (B, H, L, E), k (B, Hk, S, E), v (B, Hk, S, Ev) and the output's gradient (B, H, L, Ev)
 come as a 1-d array over the 4-d array's span and its four strides in elements, the last 1
 (kernels/numpy/attention.py's `_strided`): a GPT's q, k and v, views of one packed product,
-are read where they are, and every layout is one compiled signature. A block of their rows is
-copied into a contiguous tile when it is used (q's multiplied by the scale on the way, so no
-pass over a tile of scores scales it), while the rows are in cache: copying the three views
-whole, forward and again backward, took about 1.5 ms of a GPT step. `dims` is
+are read where they are, and every layout is one compiled signature. BLAS reads a block of
+their rows in place, by its offset and row stride (_blas.gemm), and multiplies by the scale
+itself (alpha), and the products add into the output and the gradients (beta 1): copying the
+three views whole, forward and again backward, took about 1.5 ms of a GPT step, and copying
+each block into a tile and each product out of one, 7-9% of the kernels' time. `dims` is
 (B, H, L, E, Hk, S, Ev); query head h reads key head h // (H / Hk) (grouped-query attention;
 Hk = H otherwise). `mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where
 it broadcasts; it, the output, the log-sum-exps and the gradients are C-contiguous.
 
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
-from one GEMM (numba's np.dot on contiguous tiles calls BLAS), each row keeps its running
-maximum and sum of exponentials, and the output accumulates P V tile by tile, rescaled when
-the maximum grows. A tile is held transposed, keys x queries: a query's maximum and sum then
+from one GEMM, each row keeps its running maximum and sum of exponentials, and the output
+accumulates P V tile by tile, rescaled when the maximum grows. A tile is held transposed, keys x queries: a query's maximum and sum then
 run down a column, in vector lanes across queries, where along a row each was a chain of
 dependent scalar steps (GPT's (16, 4, 64, 32) causal forward: 1.0 -> 0.7 ms, float32).
 Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L, in float64) are
@@ -41,6 +41,7 @@ import math
 import numpy as np
 from numba import prange
 
+from ._blas import gemm
 from ._math import exp, exp_f32, jit, lanes_jit
 from ._threads import parallel
 
@@ -91,13 +92,15 @@ def dropout_scale(seed, threshold, drop_scale, out):
 
 
 @jit
-def _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, out):
-    """out (nk, nq) = k_tile q_tile^T + mask^T: the tile of scores transposed, a key per row,
-    so each query's maximum, exponentials and sum run down columns, vector lanes across
-    queries (along a query's row they are dependent scalar steps). -inf where causal hides a
-    key (key j is seen by query i when j <= i, torch's top-left alignment)."""
-    np.dot(k_tile, q_tile.T, out)
+def _scores(q, q_at, q_rows, k, k_at, k_rows, width, scale, mask, b, h, i0, j0, has_mask,
+            causal, out):
+    """out (nk, nq) = scale k_block q_block^T + mask^T: the tile of scores transposed, a key
+    per row, so each query's maximum, exponentials and sum run down columns, vector lanes
+    across queries (along a query's row they are dependent scalar steps). The blocks are
+    read in place (element q_at on, rows q_rows apart; likewise k's). -inf where causal
+    hides a key (key j is seen by query i when j <= i, torch's top-left alignment)."""
     nk, nq = out.shape
+    gemm(nk, nq, width, scale, k, k_at, k_rows, False, q, q_at, q_rows, True, 0.0, out, 0, nq)
     mb = b if mask.shape[0] > 1 else 0
     mh = h if mask.shape[1] > 1 else 0
     for c in range(nk):
@@ -147,13 +150,6 @@ def _dropped(tile, space, b, h, i0, j0, heads, length, source, dropping, seed, t
 
 
 @jit
-def _add(target, tile, factor):
-    for r in range(tile.shape[0]):
-        for c in range(tile.shape[1]):
-            target[r, c] = float(target[r, c]) + float(tile[r, c]) * factor
-
-
-@jit
 def _sizes(q, dims):
     """B, H, L, E, S, Ev; the query heads per key head; whether exponentials are taken in
     float32 arithmetic (float32 inputs)."""
@@ -165,21 +161,14 @@ def _sizes(q, dims):
 @jit
 def _row(flat, strides, b, h, i, width):
     """Row i of head h of batch b of a strided input: a contiguous 1-d view."""
-    start = b * strides[0] + h * strides[1] + i * strides[2]
+    start = _at(strides, b, h, i)
     return flat[start:start + width]
 
 
 @jit
-def _tile(flat, strides, b, h, i0, i1, width, factor, space):
-    """Rows i0 to i1 of head h of batch b, times `factor` (in the input's dtype), copied
-    into the front of `space`: a C-contiguous (i1 - i0, width) tile, as np.dot takes."""
-    tile = space[:(i1 - i0) * width].reshape((i1 - i0, width))
-    narrow = flat.dtype.type(factor)
-    for r in range(i1 - i0):
-        row, target = _row(flat, strides, b, h, i0 + r, width), tile[r]
-        for d in range(width):
-            target[d] = row[d] * narrow
-    return tile
+def _at(strides, b, h, i):
+    """The element row i of head h of batch b of a strided input starts at."""
+    return b * strides[0] + h * strides[1] + i * strides[2]
 
 
 @parallel()
@@ -206,24 +195,21 @@ def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, 
     nq = i1 - i0
     scores_space = np.empty(nq * block_k, dtype)
     dropped_space = np.empty(nq * block_k, dtype)
-    product_space = np.empty(nq * value_width, dtype)
-    k_space = np.empty(block_k * width, dtype)
-    v_space = np.empty(block_k * value_width, dtype)
-    acc = np.zeros((nq, value_width), dtype)
+    acc = np.empty((nq, value_width), dtype)  # the first tile's product writes it whole
     top = np.full(nq, -np.inf)
     new_top = np.empty(nq)
     rescale = np.empty(nq)
     total = np.zeros(nq)
     tile_total = np.empty(nq)
-    q_tile = _tile(q, q_strides, b, h, i0, i1, width, scale, np.empty(nq * width, dtype))
+    q_at = _at(q_strides, b, h, i0)
     for j0 in range(0, source, block_k):
         if causal and j0 > i1 - 1:
             break  # every key from here on comes after every query of the block
         j1 = min(j0 + block_k, source)
         nk = j1 - j0
         s = scores_space[:nk * nq].reshape((nk, nq))
-        k_tile = _tile(k, k_strides, b, kh, j0, j1, width, 1.0, k_space)
-        _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, s)
+        _scores(q, q_at, q_strides[2], k, _at(k_strides, b, kh, j0), k_strides[2], width,
+                scale, mask, b, h, i0, j0, has_mask, causal, s)
         # Copied element by element: numba's `new_top[:] = top` compiles the string formatting
         # of its shape-mismatch error, 1.7 s of CPU the first time a process compiles it.
         for r in range(nq):
@@ -259,10 +245,8 @@ def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, 
                     acc[r, d] = float(acc[r, d]) * rescale[r]
         weights = _dropped(s, dropped_space, b, h, i0, j0, heads, length, source, dropping,
                            seed, threshold, drop_scale)
-        product = product_space.reshape((nq, value_width))
-        np.dot(weights.T, _tile(v, v_strides, b, kh, j0, j1, value_width, 1.0, v_space),
-               product)
-        _add(acc, product, 1.0)
+        gemm(nq, value_width, nk, 1.0, weights, 0, nq, True, v, _at(v_strides, b, kh, j0),
+             v_strides[2], False, 0.0 if j0 == 0 else 1.0, acc, 0, max(value_width, 1))
     for r in range(nq):
         row = out[b, h, i0 + r]
         if total[r] == 0.0:  # a row with every key masked: zeros, as torch
@@ -310,15 +294,14 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
     """The gradients of batch b's query heads that read key head kh, in head order."""
     batch, heads, length, width, source, value_width, group, single = _sizes(q, dims)
     dtype = q.dtype
-    q_space, k_space = np.empty(block_q * width, dtype), np.empty(block_k * width, dtype)
-    go_space = np.empty(block_q * value_width, dtype)
-    v_space = np.empty(block_k * value_width, dtype)
     wants_mask = mask_grad.size > 0
     delta = np.empty(length)
     p_space = np.empty(block_q * block_k, dtype)
     dropped_space = np.empty(block_q * block_k, dtype)
     ds_space = np.empty(block_q * block_k, dtype)
-    width_space = np.empty(max(block_q, block_k) * max(width, value_width), dtype)
+    # The gradients' rows are C-contiguous: element offsets and row strides for gemm.
+    q_pitch, v_pitch = max(width, 1), max(value_width, 1)
+    k_rows = (b * grad_k.shape[1] + kh) * source
     shift = np.empty(block_q)
     for h in range(kh * group, (kh + 1) * group):
         for i in range(length):
@@ -326,19 +309,17 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
         for j0 in range(0, source, block_k):
             j1 = min(j0 + block_k, source)
             nk = j1 - j0
-            k_tile = _tile(k, k_strides, b, kh, j0, j1, width, 1.0, k_space)
-            v_tile = _tile(v, v_strides, b, kh, j0, j1, value_width, 1.0, v_space)
+            k_at, v_at = _at(k_strides, b, kh, j0), _at(v_strides, b, kh, j0)
             for i0 in range(0, length, block_q):
                 i1 = min(i0 + block_q, length)
                 if causal and j0 > i1 - 1:
                     continue  # every query of the block comes before every key
                 nq = i1 - i0
-                q_tile = _tile(q, q_strides, b, h, i0, i1, width, scale, q_space)
-                go_tile = _tile(grad_out, go_strides, b, h, i0, i1, value_width, 1.0,
-                                go_space)
+                q_at, go_at = _at(q_strides, b, h, i0), _at(go_strides, b, h, i0)
                 tile_delta = delta[i0:i1]
                 p = p_space[:nk * nq].reshape((nk, nq))  # transposed, as _scores writes
-                _scores(q_tile, k_tile, mask, b, h, i0, j0, has_mask, causal, p)
+                _scores(q, q_at, q_strides[2], k, k_at, k_strides[2], width, scale, mask, b, h,
+                        i0, j0, has_mask, causal, p)
                 # A row every key was masked from (lse -inf) has zero probabilities:
                 # e**(s - inf) with s at most -inf.
                 for r in range(nq):
@@ -347,11 +328,12 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
                 _exp_shifted(p, shift[:nq], single)
                 weights = _dropped(p, dropped_space, b, h, i0, j0, heads, length, source,
                                    dropping, seed, threshold, drop_scale)
-                product = width_space[:nk * value_width].reshape((nk, value_width))
-                np.dot(weights, go_tile, product)
-                _add(grad_v[b, kh, j0:j1], product, 1.0)
+                # dV[j0:j1] += P^T dO; dP^T = V dO^T
+                gemm(nk, value_width, nq, 1.0, weights, 0, nq, False, grad_out, go_at,
+                     go_strides[2], False, 1.0, grad_v, (k_rows + j0) * v_pitch, v_pitch)
                 ds = ds_space[:nk * nq].reshape((nk, nq))
-                np.dot(v_tile, go_tile.T, ds)
+                gemm(nk, nq, value_width, 1.0, v, v_at, v_strides[2], False, grad_out, go_at,
+                     go_strides[2], True, 0.0, ds, 0, nq)
                 if dropping:
                     _drop(ds, b, h, i0, j0, heads, length, source, seed, threshold,
                           drop_scale, ds)
@@ -362,12 +344,11 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
                                                              - tile_delta[r])
                 if wants_mask:
                     _add_broadcast(mask_grad, ds, b, h, i0, j0)
-                product = width_space[:nq * width].reshape((nq, width))
-                np.dot(ds.T, k_tile, product)
-                _add(grad_q[b, h, i0:i1], product, scale)
-                product = width_space[:nk * width].reshape((nk, width))
-                np.dot(ds, q_tile, product)
-                _add(grad_k[b, kh, j0:j1], product, 1.0)
+                # dQ[i0:i1] += scale dS K; dK[j0:j1] += scale dS^T Q
+                gemm(nq, width, nk, scale, ds, 0, nq, True, k, k_at, k_strides[2], False, 1.0,
+                     grad_q, ((b * heads + h) * length + i0) * q_pitch, q_pitch)
+                gemm(nk, width, nq, scale, ds, 0, nq, False, q, q_at, q_strides[2], False, 1.0,
+                     grad_k, (k_rows + j0) * q_pitch, q_pitch)
 
 
 @lanes_jit

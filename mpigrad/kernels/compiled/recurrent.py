@@ -199,8 +199,8 @@ def _product_block(x, x_first, n, w, q, width, out):
     (q + 1) width (the last block narrower), which BLAS writes in place."""
     columns = w.shape[1]
     first = q * width
-    gemm(x, x_first * x.shape[1], x.shape[1], w, first, columns, out, first, out.shape[1],
-         n, min(width, columns - first), w.shape[0])
+    gemm(n, min(width, columns - first), w.shape[0], 1.0, x, x_first * x.shape[1], x.shape[1],
+         False, w, first, columns, False, 0.0, out, first, out.shape[1])
 
 
 @parallel(grain=_STEP_GRAIN, work=lambda h, w_t, width, **_: _step_work(h, w_t, width))

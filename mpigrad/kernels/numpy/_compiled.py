@@ -2,12 +2,16 @@
 
 The loops are written for contiguous 1-d float32 or float64 arrays; `flat` and `fresh`
 bring any array there (a copy only when the input is strided or of another dtype), and
-`loops` imports a module of loops, and with it numba, the first time a kernel needs it.
+`loops` imports a module of loops, and with it numba, the first time a kernel needs it;
+`load_blas` loads the BLAS the loops' products call.
 """
+import functools
 import importlib
 import math
 
 import numpy as np
+
+from ..threads import follow_new_blas
 
 _modules = {}
 
@@ -19,6 +23,15 @@ def loops(name):
         # mpigrad` must not pay, and a kernel compiles (or loads from cache) on first use.
         module = _modules[name] = importlib.import_module(f"mpigrad.kernels.compiled.{name}")
     return module
+
+
+@functools.cache
+def load_blas():
+    """Load scipy's BLAS, which the loops' products call (compiled/_blas.py), here rather than
+    lazily on a loop's first product (maybe on a pool thread), and have it follow
+    set_num_threads as numpy's does."""
+    import scipy.linalg.cython_blas  # noqa: F401  (0.3-0.6 s, for its users only)
+    follow_new_blas()
 
 
 def compute_dtype(dtype):

@@ -9,7 +9,7 @@ is what the forward keeps (ops/core.py's `kept`).
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ._compiled import compute_dtype, loops, result
+from ._compiled import compute_dtype, load_blas, loops, result
 
 # Query rows and keys per tile: a (64, 64) tile of scores and its gradient stay in L1/L2
 # beside the rows of q, k and v they come from, and a causal attention skips the tiles
@@ -43,15 +43,20 @@ def _strided(x, dtype):
     """x (4-d) as the loops read q, k, v and the output's gradient: a 1-d array from x's first
     element over its span, and x's strides in elements. A view is read where it is (a GPT's q,
     k and v, sliced from one product and transposed); only an array of another dtype, a
-    read-only one, or one whose last dimension is not contiguous is copied first."""
+    read-only one, one whose last dimension is not contiguous, or one whose rows overlap (a
+    broadcast over the sequence: BLAS reads rows at least a row apart) is copied first."""
     item = np.dtype(dtype).itemsize
+    row = max(x.shape[3], 1)  # BLAS reads a block of rows at least a row apart
     if (x.dtype != dtype or not x.flags.writeable
             or (x.shape[-1] > 1 and x.strides[-1] != item)
+            or (x.shape[2] > 1 and x.strides[2] < row * item)  # rows overlap (broadcast)
             or any(stride < 0 or stride % item for stride in x.strides)):
         x = _loop_input(x, dtype)  # a writeable copy: ascontiguousarray keeps a read-only one
-    strides = tuple(stride // item for stride in x.strides[:3])
-    span = 1 + sum((n - 1) * stride for n, stride in zip(x.shape, strides + (1,)))
-    return as_strided(x, (span if x.size else 0,), (item,)), strides + (1,)
+    strides = [stride // item for stride in x.strides[:3]]
+    if x.shape[2] == 1 or x.shape[3] == 0:
+        strides[2] = row  # never stepped over: any stride BLAS accepts
+    span = 1 + sum((n - 1) * stride for n, stride in zip(x.shape, strides + [1]))
+    return as_strided(x, (span if x.size else 0,), (item,)), tuple(strides) + (1,)
 
 
 def _arrays(query, key, value, mask):
@@ -72,6 +77,7 @@ def _arrays(query, key, value, mask):
 
 def attention(query, key, value, mask, scale, causal, dropout_p, seed):
     arrays, dims, mask, has_mask, dtype = _arrays(query, key, value, mask)
+    load_blas()
     out = np.empty(dims[:3] + (dims[6],), dtype)
     lse = np.empty(dims[:3])
     loops("attention").forward(*arrays, dims, float(scale), mask, has_mask, causal,
@@ -82,6 +88,7 @@ def attention(query, key, value, mask, scale, causal, dropout_p, seed):
 def attention_backward(needs, g, ans, query, key, value, mask, scale, causal, dropout_p, seed,
                        kept):
     arrays, dims, mask_array, has_mask, dtype = _arrays(query, key, value, mask)
+    load_blas()
     grads = [np.zeros(x.shape, dtype) for x in (query, key, value)]
     wants_mask = has_mask and needs[3]
     # Summed in float64: a broadcast mask's gradient adds up many tiles.

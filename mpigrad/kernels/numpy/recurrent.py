@@ -4,12 +4,11 @@ take arrays already in the loops' form, prepared once per sequence: C-contiguous
 row slice of a C-contiguous array is one) of one dtype, `compute_dtype`'s, and write into
 the views they are given."""
 import contextlib
-import functools
 
 import numpy as np
 
-from ..threads import blas_on_one_thread, follow_new_blas
-from ._compiled import compute_dtype, loops
+from ..threads import blas_on_one_thread
+from ._compiled import compute_dtype, load_blas, loops
 
 __all__ = ["StepProduct", "compute_dtype", "gru_backward_step", "gru_step",
            "lstm_backward_step", "lstm_recurrence", "lstm_recurrence_backward", "lstm_step"]
@@ -114,19 +113,11 @@ def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
     loops("recurrent").gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh)
 
 
-@functools.cache
-def _load_products_blas():
-    """Load scipy's BLAS, which the whole-recurrence loops' products call (compiled/_blas.py),
-    and have it follow set_num_threads as numpy's does."""
-    import scipy.linalg.cython_blas  # noqa: F401  (here: 0.3-0.6 s, for LSTM users only)
-    follow_new_blas()
-
-
 def _whole_loop(name, w, rows, *args):
     """The whole-recurrence loop `name` (compiled/recurrent.py) on `args`, then w contiguous
     and the width of its column blocks: scipy's BLAS loaded, and on one thread for a few
     rows."""
-    _load_products_blas()
+    load_blas()
     with _few_rows_on_one_thread(rows):
         getattr(loops("recurrent"), name)(*args, _contiguous(w), _block_width(w, rows))
 
