@@ -276,11 +276,18 @@ def blas_on_one_thread():
         _ChunkPool.lock.release()
 
 
+def product_threads(rows, inner, columns):
+    """The BLAS threads a (rows, inner) by (inner, columns) product outside run_chunks runs
+    on: one for a small product (_THREADED_PRODUCT_FROM), else set_num_threads'."""
+    if Settings.intra_op < 2 or rows * inner * columns >= _THREADED_PRODUCT_FROM:
+        return contextlib.nullcontext()
+    return blas_on_one_thread()
+
+
 def matmul(a, b, out=None):
-    """np.matmul(a, b, out), on one BLAS thread when a (M, K) and b (K, N) are matrices of a
-    small product (_THREADED_PRODUCT_FROM); with set_num_threads(1) it is np.matmul."""
-    if (Settings.intra_op < 2 or a.ndim != 2 or b.ndim != 2
-            or a.shape[0] * a.shape[1] * b.shape[1] >= _THREADED_PRODUCT_FROM):
+    """np.matmul(a, b, out), under product_threads when a and b are matrices; with
+    set_num_threads(1) it is np.matmul."""
+    if a.ndim != 2 or b.ndim != 2:
         return np.matmul(a, b, out=out)
-    with blas_on_one_thread():
+    with product_threads(a.shape[0], a.shape[1], b.shape[1]):
         return np.matmul(a, b, out=out)

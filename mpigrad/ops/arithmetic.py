@@ -5,7 +5,7 @@ from ..autograd import grad_mode
 from .. import dtypes
 from ..dtypes import check_same_dtype
 from ..kernels import threads
-from ..kernels.numpy.linalg import as_matrix
+from ..kernels.numpy.linalg import addmm, as_matrix
 from ..tensor import Tensor
 from .core import Op, named
 from .elementwise import log, where
@@ -147,10 +147,9 @@ def _linear_forward(x, weight, bias):
         else:
             np.add(transposed, bias, out=out)
         return out
-    out = threads.matmul(x, weight.T)  # small products on one BLAS thread (see there)
-    if bias is not None:
-        np.add(out, bias, out=out)
-    return out
+    if bias is None:
+        return threads.matmul(x, weight.T)  # small products on one BLAS thread (see there)
+    return addmm(x, weight, bias)
 
 
 def _linear_input_grad(g, ans, x, weight, bias):

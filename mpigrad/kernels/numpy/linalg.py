@@ -1,5 +1,6 @@
-"""linear's fused backward for the numpy backend: its three gradients from one folding of the
-batch dimensions, as torch's addmm backward does.
+"""linear for the numpy backend: the forward's product and bias in one pass over the output
+(addmm), and the fused backward's three gradients from one folding of the batch dimensions,
+as torch's addmm backward does.
 
 numpy's matmul runs a (B, T, K) @ (K, N) product as B GEMMs of T rows; folded into one
 (B T, K) matrix the same product is a single GEMM, which BLAS runs faster (GPT's layers on
@@ -9,7 +10,8 @@ import math
 
 import numpy as np
 
-from ..threads import matmul
+from ..threads import matmul, product_threads
+from ._compiled import load_blas, loops
 
 
 def as_matrix(x):
@@ -24,6 +26,24 @@ def column_sums(rows):
     It adds the rows in blocks, so the last bits differ from numpy's sum (neither is torch's
     order); they are the same from run to run and at any address."""
     return np.matmul(np.ones(rows.shape[0], rows.dtype), rows)
+
+
+def addmm(x, weight, bias):
+    """x (M, K) weight^T + bias, the bias copied into the output first and the product added
+    onto it in one GEMM (compiled/linalg.py), for float32 and float64 and a bias of one value
+    per output feature; otherwise numpy's product, then the bias added. A 1-d x is one row."""
+    if x.ndim == 1:
+        return addmm(x.reshape(1, -1), weight, bias).reshape(-1)
+    if x.dtype not in (np.float32, np.float64) or bias.shape != weight.shape[:1]:
+        out = matmul(x, weight.T)
+        np.add(out, bias, out=out)
+        return out
+    load_blas()
+    out = np.empty((x.shape[0], weight.shape[0]), x.dtype)
+    with product_threads(x.shape[0], x.shape[1], weight.shape[0]):
+        loops("linalg").addmm(np.ascontiguousarray(x), np.ascontiguousarray(weight),
+                              np.ascontiguousarray(bias), out)
+    return out
 
 
 def linear_backward(needs, g, ans, x, weight, bias):
