@@ -172,3 +172,35 @@ def test_a_turn_held_too_long_is_taken_by_compiling_anyway(loop_program):
         hits, compiles, took = _hits_compiles_seconds(
             _start_calling(program, environment, wait_seconds=0.3))
     assert (hits, compiles) == (0, 1) and took >= 0.3
+
+
+WIDTH_PROGRAM = """
+import numba
+import mpigrad as mg
+mg.nn.functional.gelu(mg.ones(2, 4))  # imports the loops' package
+print(numba.config.CPU_FEATURES)
+"""
+
+
+@pytest.mark.parametrize("numba_setting", [None, "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"])
+def test_loops_use_the_full_vector_width_unless_numba_is_told_otherwise(tmp_path,
+                                                                        numba_setting):
+    from llvmlite import binding
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")}
+    environment["NUMBA_CACHE_DIR"] = str(tmp_path)
+    if numba_setting == "NUMBA_CPU_NAME":
+        environment["NUMBA_CPU_NAME"] = "generic"
+    elif numba_setting == "NUMBA_CPU_FEATURES":
+        environment["NUMBA_CPU_FEATURES"] = binding.get_host_cpu_features().flatten()
+    features = subprocess.run([sys.executable, "-c", WIDTH_PROGRAM], check=True,
+                              capture_output=True, text=True, timeout=300,
+                              env=environment).stdout.strip()
+    if numba_setting == "NUMBA_CPU_NAME":  # numba's own default for a generic CPU
+        assert features == ""
+    elif numba_setting == "NUMBA_CPU_FEATURES":
+        assert features == environment["NUMBA_CPU_FEATURES"]
+    elif binding.get_host_cpu_features().get("avx512f"):
+        assert features.endswith(",-prefer-256-bit") and "+avx512f" in features
+    else:
+        assert features == "None"
