@@ -1,6 +1,6 @@
 """Fault injection: each scenario of scenarios.py runs as an MPI job on 2 and 3 ranks.
 
-Every fault must end in a clear message or a clean finish, within 10 s of the fault (the
+Every fault must end in a clear message or a clean finish, within 20 s of the fault (the
 group's timeout there is 4 s, stall reports come after 1 s), never in a hang (each job runs
 under `timeout`), and leave no process behind. The checkpoint faults (every truncation and
 bit flip of a file, kill -9 during saves) are in tests/serialization/test_serialization.py and
@@ -29,7 +29,11 @@ from tests.faults._processes import kill, start_waiting_job, survivors
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 MPIEXEC = shutil.which("mpiexec")
 HANG = 124  # timeout's exit status: the job hung
-WITHIN_SECONDS = 10
+# From the fault to the job's end: the group's timeout (4 s) and the abort's teardown. The
+# stalled scenarios' sleepers sleep 60 s, so the bound still tells an abort at the timeout
+# from a wait for the sleeper; 10 s was exceeded (11-13 s) by the stall inside backward with
+# the module's jobs side by side on a slow 2-core machine.
+WITHIN_SECONDS = 20
 # Their jobs last the group's timeout: started first, the others fill the wait.
 WAIT_FOR_THE_TIMEOUT = ("stall_in_collective", "stall_in_ddp_constructor", "stall_in_backward",
                         "uneven_data_without_join")

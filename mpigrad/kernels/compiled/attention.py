@@ -15,9 +15,10 @@ it broadcasts; it, the output, the log-sum-exps and the gradients are C-contiguo
 
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM, each row keeps its running maximum and sum of exponentials, and the output
-accumulates P V tile by tile, rescaled when the maximum grows. A tile is held transposed, keys x queries: a query's maximum and sum then
-run down a column, in vector lanes across queries, where along a row each was a chain of
-dependent scalar steps (GPT's (16, 4, 64, 32) causal forward: 1.0 -> 0.7 ms, float32).
+accumulates P V tile by tile, rescaled when the maximum grows. A tile is held transposed,
+keys x queries: a query's maximum and sum then run down a column, in vector lanes across
+queries, where along a row each was a chain of dependent scalar steps (GPT's (16, 4, 64,
+32) causal forward: 1.0 -> 0.7 ms, float32).
 Only the output (B, H, L, Ev) and each row's log-sum-exp (B, H, L, in float64) are
 written.
 

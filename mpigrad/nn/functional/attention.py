@@ -117,8 +117,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     One op over 4-d views of the inputs (ops/attention.py): the forward and the fused
     backward go block by block and keep no (..., L, S) array; the graph saves q, k, v and the
-    output, and the forward keeps its rows' log-sum-exp. Dropout's mask is a hash of a seed drawn here from
-    mpigrad's generator, so backward finds it again without storing it.
+    output, and the forward keeps its rows' log-sum-exp. Dropout's mask is a hash of a seed
+    drawn here from mpigrad's generator, so backward finds it again without storing it.
     """
     attn_mask = None if attn_mask is None else as_tensor(attn_mask)
     _check_attention_inputs(query, key, value, attn_mask, dropout_p)
