@@ -1,6 +1,7 @@
 """Faults injected into small data-parallel jobs; test_faults.py runs each under mpiexec.
 
     mpiexec -n 2 python tests/faults/scenarios.py <scenario>[,<scenario>...] [marker]
+    python tests/faults/scenarios.py warm   # fills numba's cache for the scenarios' steps
 
 Rank 1 is the faulty rank (the others behave). Just before the fault, rank 1 prints
 "FAULT <unix time>", so the test can bound how long the job took to end after it. The
@@ -30,9 +31,13 @@ def fault(what):
     print(f"FAULT {time.time():.3f} {what}", flush=True)
 
 
-def model_and_data(rank, steps=6):
+def small_model():
     mg.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)), bucket_cap_mb=0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+def model_and_data(rank, steps=6):
+    model = DDP(small_model(), bucket_cap_mb=0)
     rng = np.random.default_rng(rank)
     batches = [(mg.tensor(rng.standard_normal((5, 8)).astype(np.float32)),
                 mg.tensor(rng.standard_normal((5, 4)).astype(np.float32)))
@@ -222,7 +227,19 @@ def stall_in_backward(rank):
     train_step(model, mg.optim.SGD(model.parameters(), lr=0.1), *batches[0])
 
 
+def warm():
+    """One training step of the scenarios' model, without a process group, so that the
+    compiled loops their steps use are in numba's cache before any job starts: on a cold
+    cache the ranks of a dozen jobs queue to compile each loop in turn, and a rank still in
+    that queue after a collective outlasts the group's 4 s timeout."""
+    local = small_model()
+    x, y = (mg.tensor(np.ones(shape, np.float32)) for shape in ((5, 8), (5, 4)))
+    train_step(local, mg.optim.SGD(local.parameters(), lr=0.1), x, y)
+
+
 def main():
+    if sys.argv[1] == "warm":
+        return warm()
     dist.init_process_group(timeout=TIMEOUT)
     rank = dist.get_rank()
     for scenario in sys.argv[1].split(","):  # in turn: those before must leave the ranks in line

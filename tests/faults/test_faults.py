@@ -78,6 +78,9 @@ def jobs(request):
     wanted = {_job_of(item) for item in request.session.items if item.module is request.module}
     wanted.discard(None)
     order = sorted(wanted, key=lambda job: (job[0] not in WAIT_FOR_THE_TIMEOUT, job))
+    if wanted:
+        subprocess.run([sys.executable, str(SCENARIOS), "warm"], env=job_environment(),
+                       check=True, timeout=600)
     with ThreadPoolExecutor(max_workers=JOBS_AT_ONCE) as pool:
         yield {job: pool.submit(run, *job) for job in order}
 

@@ -204,3 +204,20 @@ def test_loops_use_the_full_vector_width_unless_numba_is_told_otherwise(tmp_path
         assert features.endswith(",-prefer-256-bit") and "+avx512f" in features
     else:
         assert features == "None"
+
+
+def test_a_small_models_forward_and_backward_leave_numba_unimported():
+    # linear's compiled addmm is for outputs of _ADDMM_FROM elements and more: a small MLP's
+    # forward and backward with a squared error need no compiled loop. A first loop in the
+    # forward made each rank of a DDP job import numba (and on a cold cache wait for its
+    # turn to compile) between two collectives, which outlasted the group's 4 s timeout; the
+    # optimizer's update, compiled, runs after the step's last collective.
+    program = """
+import sys
+import mpigrad as mg
+model = mg.nn.Sequential(mg.nn.Linear(8, 16), mg.nn.Tanh(), mg.nn.Linear(16, 4))
+((model(mg.randn(5, 8)) - mg.randn(5, 4)) ** 2).mean().backward()
+print("numba" in sys.modules)
+"""
+    assert subprocess.run([sys.executable, "-c", program], check=True, capture_output=True,
+                          text=True, timeout=300).stdout.split() == ["False"]

@@ -1,12 +1,16 @@
-"""linear's two forward kernels (x @ W^T, and W @ x^T copied back for wide layers) against
-each other and against torch in float64, to 1e-10, with gradients of both orders (the fused
-backward, which folds batch dimensions into one GEMM, and the rules)."""
+"""linear's three forward kernels (x @ W^T with the bias added after or, compiled, copied
+into the output first; and W @ x^T copied back for wide layers) against each other and
+against torch in float64, to 1e-10, with gradients of both orders (the fused backward,
+which folds batch dimensions into one GEMM, and the rules)."""
+import math
+
 import numpy as np
 import pytest
 
 import mpigrad as mg
 from mpigrad import ops
 from mpigrad.autograd import gradcheck, gradgradcheck
+from mpigrad.kernels.numpy import linalg
 from mpigrad.ops import arithmetic
 
 TOL = dict(rtol=1e-10, atol=1e-10)
@@ -19,11 +23,13 @@ CASES = [((5, 7), 3, True), ((1, 7), 4, False), ((6, 9), 11, True), ((2, 3, 7), 
          ((2, 0, 7), 3, True)]
 
 
-@pytest.fixture(params=["transposed", "plain"])
+@pytest.fixture(params=["transposed", "plain", "addmm"])
 def kernel(request, monkeypatch):
-    """Force one forward kernel for every size."""
+    """Force one forward kernel for every size: W @ x^T copied back, x @ W^T with the bias
+    added after, or (with a bias) the compiled addmm, bias first."""
     monkeypatch.setattr(arithmetic, "_transposed_gemm_pays",
                         lambda rows, out_features: request.param == "transposed")
+    monkeypatch.setattr(linalg, "_ADDMM_FROM", 0 if request.param == "addmm" else math.inf)
     return request.param
 
 
