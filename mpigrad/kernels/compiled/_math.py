@@ -130,7 +130,8 @@ def horner(coefficients, x):
     arithmetic). The loop has a constant trip count, so it is unrolled and a vectorised
     caller stays vectorised. Fused: a vectorised loop of polynomials is bound by their chains
     of dependent steps (the out-of-order window holds a few iterations), and a multiply-add
-    is half the chain of a multiply and an add: float32 exp over 64K elements 51 -> 34 us."""
+    is half the chain of a multiply and an add: float32 exp over 64K elements in L2 51 -> 44
+    us, and 39 with its range reduction fused too."""
     p = coefficients[-1]
     for k in range(len(coefficients) - 2, -1, -1):
         p = multiply_add(p, x, coefficients[k])
