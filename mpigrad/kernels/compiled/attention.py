@@ -302,7 +302,7 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
     ds_space = np.empty(block_q * block_k, dtype)
     # The gradients' rows are C-contiguous: element offsets and row strides for gemm.
     q_pitch, v_pitch = max(width, 1), max(value_width, 1)
-    k_rows = (b * grad_k.shape[1] + kh) * source
+    pair_first_row = (b * grad_k.shape[1] + kh) * source  # of (b, kh) in grad_k and grad_v
     shift = np.empty(block_q)
     for h in range(kh * group, (kh + 1) * group):
         for i in range(length):
@@ -331,7 +331,8 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
                                    dropping, seed, threshold, drop_scale)
                 # dV[j0:j1] += P^T dO; dP^T = V dO^T
                 gemm(nk, value_width, nq, 1.0, weights, 0, nq, False, grad_out, go_at,
-                     go_strides[2], False, 1.0, grad_v, (k_rows + j0) * v_pitch, v_pitch)
+                     go_strides[2], False, 1.0, grad_v, (pair_first_row + j0) * v_pitch,
+                     v_pitch)
                 ds = ds_space[:nk * nq].reshape((nk, nq))
                 gemm(nk, nq, value_width, 1.0, v, v_at, v_strides[2], False, grad_out, go_at,
                      go_strides[2], True, 0.0, ds, 0, nq)
@@ -349,7 +350,7 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
                 gemm(nq, width, nk, scale, ds, 0, nq, True, k, k_at, k_strides[2], False, 1.0,
                      grad_q, ((b * heads + h) * length + i0) * q_pitch, q_pitch)
                 gemm(nk, width, nq, scale, ds, 0, nq, False, q, q_at, q_strides[2], False, 1.0,
-                     grad_k, (k_rows + j0) * q_pitch, q_pitch)
+                     grad_k, (pair_first_row + j0) * q_pitch, q_pitch)
 
 
 @lanes_jit
