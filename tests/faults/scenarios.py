@@ -228,18 +228,22 @@ def stall_in_backward(rank):
 
 
 def warm():
-    """One training step of the scenarios' model, without a process group, so that the
-    compiled loops their steps use are in numba's cache before any job starts: on a cold
-    cache the ranks of a dozen jobs queue to compile each loop in turn, and a rank still in
-    that queue after a collective outlasts the group's 4 s timeout."""
+    """One training step of the scenarios' model, without a process group. Run once before
+    the jobs start, it puts the compiled loops their steps use in numba's cache: on a cold
+    cache the ranks of a dozen jobs queue to compile each loop in turn. Run again by every
+    rank before it joins the group, it loads them (numba's import and LLVM's start: seconds
+    on a machine that runs a dozen jobs at once) where no timeout counts: a rank loading them
+    in its first optimizer step outlasted the group's 4 s timeout while the others waited in
+    the next step's collective."""
     local = small_model()
     x, y = (mg.tensor(np.ones(shape, np.float32)) for shape in ((5, 8), (5, 4)))
     train_step(local, mg.optim.SGD(local.parameters(), lr=0.1), x, y)
 
 
 def main():
+    warm()
     if sys.argv[1] == "warm":
-        return warm()
+        return
     dist.init_process_group(timeout=TIMEOUT)
     rank = dist.get_rank()
     for scenario in sys.argv[1].split(","):  # in turn: those before must leave the ranks in line

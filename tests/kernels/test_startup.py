@@ -210,8 +210,7 @@ def test_a_small_models_forward_and_backward_leave_numba_unimported():
     # linear's compiled addmm is for outputs of _ADDMM_FROM elements and more: a small MLP's
     # forward and backward with a squared error need no compiled loop. A first loop in the
     # forward made each rank of a DDP job import numba (and on a cold cache wait for its
-    # turn to compile) between two collectives, which outlasted the group's 4 s timeout; the
-    # optimizer's update, compiled, runs after the step's last collective.
+    # turn to compile) between two collectives, which outlasted the group's 4 s timeout.
     program = """
 import sys
 import mpigrad as mg
