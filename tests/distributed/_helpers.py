@@ -93,14 +93,13 @@ def _tail(output, characters=2000):
 
 def finish_together(jobs, timeout=120):
     """`finish` for jobs started side by side, `{name: processes}`, waited for together:
-    `{name: (results, seconds from this call until the job's last process ended)}`. On a
-    timeout every process of every job is killed and the first job's error raised."""
-    start = time.monotonic()
+    `{name: results}`. On a timeout every process of every job is killed and the first job's
+    error raised."""
     outcomes = {}
 
     def wait(name, processes):
         try:
-            outcomes[name] = finish(processes, timeout), time.monotonic() - start
+            outcomes[name] = finish(processes, timeout)
         except BaseException as error:  # handed over to the caller's thread
             outcomes[name] = error
 

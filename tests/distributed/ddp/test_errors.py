@@ -276,7 +276,7 @@ def _run_jobs_losing_a_rank():
     try:
         # Drained together: a job waited for after another could fill its pipes and stall.
         finished = {scenario: subprocess.CompletedProcess(jobs[scenario][0].args, code, out, err)
-                    for scenario, ([(code, out, err)], _) in
+                    for scenario, [(code, out, err)] in
                     finish_together(jobs, timeout=150).items()}
     finally:
         leftovers = {}

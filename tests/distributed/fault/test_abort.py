@@ -155,7 +155,7 @@ BACKGROUND_JOBS = ("launched",)  # see tests/distributed/conftest.py
 @pytest.fixture(scope="module")
 def launched(request, tmp_path_factory):
     """The jobs of the module's selected tests, started together: a future of {test name:
-    ([(exit status, stdout, stderr)], seconds)} (finish_together's)."""
+    [(exit status, stdout, stderr)]} (finish_together's)."""
     selected = [item.name for item in request.session.items
                 if item.module is request.module and item.name in JOBS]
     processes = {}
@@ -174,7 +174,7 @@ def launched(request, tmp_path_factory):
 @pytest.fixture
 def result(request, launched):
     """This test's job, once it has ended."""
-    [(returncode, stdout, stderr)], _ = launched.result()[request.node.name]
+    [(returncode, stdout, stderr)] = launched.result()[request.node.name]
     return subprocess.CompletedProcess(request.node.name, returncode, stdout, stderr)
 
 

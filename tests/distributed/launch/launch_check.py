@@ -22,6 +22,10 @@ if os.environ.get("LAUNCH_CHECK_ABORT") == str(dist.get_rank()):
 if os.environ.get("LAUNCH_CHECK_MPI_ABORT") == str(dist.get_rank()):
     from mpi4py import MPI
     MPI.COMM_WORLD.Abort(3)
+    # MPICH's MPI_Abort sends the abort to the process manager and returns, leaving the end
+    # to it (mpiexec kills the ranks; the rendezvous server's notice ends them): a script that
+    # went on to its barrier could meet the others there and end with them, normally, first.
+    time.sleep(60)
 if os.environ.get("LAUNCH_CHECK_KILL") == str(dist.get_rank()):
     os.kill(os.getpid(), signal.SIGKILL)
 dist.barrier()

@@ -166,7 +166,7 @@ BACKGROUND_JOBS = ("incomplete_worlds",)  # see tests/distributed/conftest.py
 def incomplete_worlds(tmp_path_factory):
     """The jobs that wait out a rendezvous timeout, started side by side (each mostly waits):
     3-rank worlds with a rank missing, `(method, missing rank)`, and a rank 0 whose partner
-    never comes, "timeout". A future of {job: (its URL, its results, how long it took)}: they
+    never comes, "timeout". A future of {job: (its URL, its results)}: they
     run in the background while the module's other tests run (BACKGROUND_JOBS)."""
     directory = tmp_path_factory.mktemp("meetings")
     environment = launcher_free_environment(MPIGRAD_RENDEZVOUS_TIMEOUT=MISSING_TIMEOUT)
@@ -183,8 +183,8 @@ def incomplete_worlds(tmp_path_factory):
     jobs["timeout"] = _start([["-c", code]], launcher_free_environment())
 
     def wait():
-        return {job: (urls.get(job), results, took)
-                for job, (results, took) in finish_together(jobs, timeout=90).items()}
+        return {job: (urls.get(job), results)
+                for job, results in finish_together(jobs, timeout=90).items()}
     with ThreadPoolExecutor(max_workers=1) as pool:
         yield pool.submit(wait)
 
@@ -194,8 +194,8 @@ def incomplete_worlds(tmp_path_factory):
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(method, missing,
                                                                             incomplete_worlds):
-    url, results, took = incomplete_worlds.result()[method, missing]
-    assert took < 40  # the job's own deadline ended it, not the default of 120 s
+    url, results = incomplete_worlds.result()[method, missing]
+    # The errors name the job's own deadline: it ended the job, not the default of 120 s.
     within = f"within {MISSING_TIMEOUT} seconds"
     for code, out, err in results:
         assert code != 0 and "has data" not in out
@@ -210,8 +210,7 @@ def test_a_missing_process_ends_the_others_with_an_error_within_the_timeout(meth
 
 @pytest.mark.mpi_skip
 def test_init_process_group_timeout_bounds_the_rendezvous(incomplete_worlds):
-    _, [(returncode, out, err)], took = incomplete_worlds.result()["timeout"]
-    assert took < 40
+    _, [(returncode, out, err)] = incomplete_worlds.result()["timeout"]
     assert returncode != 0 and "ranks [1] did not join within 2 seconds" in err
 
 

@@ -148,11 +148,11 @@ BACKGROUND_JOBS = ("worlds_that_time_out",)  # see tests/distributed/conftest.py
 @pytest.fixture(scope="module")
 def worlds_that_time_out():
     """The jobs that wait out their rendezvous timeout, started side by side: a future of
-    {job: (results, seconds it took)}. "missing": 2 ranks of 3, whose server waits for the
-    third. "secrets": 2 ranks with different secrets; rank 0's server waits for rank 1, which
-    is refused. Mostly waiting, they run in the background while the module's other tests
-    run (BACKGROUND_JOBS), so their timeout, long enough for the ranks there to start on a
-    loaded machine, costs the module no time."""
+    {job: results}. "missing": 2 ranks of 3, whose server waits for the third. "secrets": 2
+    ranks with different secrets; rank 0's server waits for rank 1, which is refused. Mostly
+    waiting, they run in the background while the module's other tests run (BACKGROUND_JOBS),
+    so their timeout, long enough for the ranks there to start on a loaded machine, costs the
+    module no time."""
     port = free_port()
     secrets = [subprocess.Popen([sys.executable, str(SCRIPT)], text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -390,18 +390,15 @@ def test_rank_0_that_cannot_replace_the_file_says_so_and_leaves_nothing(tmp_path
 # Last: the worlds they read have waited out their timeouts meanwhile.
 @pytest.mark.mpi_skip
 def test_a_missing_rank_is_an_error_naming_it_after_the_timeout(worlds_that_time_out):
-    results, took = worlds_that_time_out.result()["missing"]
-    assert took < 40  # the job's own deadline ended it, not the default of 120 s
-    for code, out, err in results:
+    # The error names the job's own deadline: it ended the job, not the default of 120 s.
+    for code, out, err in worlds_that_time_out.result()["missing"]:
         assert code != 0
         assert f"ranks [2] did not join within {WAITING_TIMEOUT} seconds" in err
 
 
 @pytest.mark.mpi_skip
 def test_ranks_with_different_secrets_do_not_form_a_world(worlds_that_time_out):
-    [(code0, out0, err0), (code1, out1, err1)], took = (
-        worlds_that_time_out.result()["secrets"])
-    assert took < 40
+    [(code0, out0, err0), (code1, out1, err1)] = worlds_that_time_out.result()["secrets"]
     assert code0 != 0 and code1 != 0 and "sum" not in out0 + out1
     assert "the rendezvous secret does not match rank 0's" in err1
     assert f"ranks [1] did not join within {WAITING_TIMEOUT} seconds" in err0
