@@ -263,8 +263,9 @@ def _kernels():
 
 def _recurrence_cases(recurrent, rng):
     """The LSTM's whole-loop kernels over packed steps of 5, 5, 3 and 2 sequences (11 units),
-    the hidden product cut in column blocks of 15 (the last one narrower), as for a few
-    rows."""
+    the hidden product cut as for a few rows: in column blocks (of 15 forward, 4 backward)
+    summed over pieces of the weight's rows (4 forward, 7 backward), the last of each
+    shorter."""
     f32 = np.float32
     size, batch = 11, 5
     steps = np.array([(0, 5), (5, 5), (10, 3), (13, 2)], np.int64)
@@ -279,11 +280,11 @@ def _recurrence_cases(recurrent, rng):
     forward = (recurrent.lstm_forward, lambda: [
         xg.astype(f32), bias.astype(f32), steps, False, *state.astype(f32),
         np.empty((rows, 6 * size), f32), np.empty((batch, 4 * size), f32),
-        np.ascontiguousarray(weight.T, f32), 15])
+        np.ascontiguousarray(weight.T, f32), 15, 4])
     backward = [(recurrent.lstm_backward, lambda added=added: [
         g.astype(f32), saved.astype(f32), prev.astype(f32), added.astype(f32), steps, False,
         np.zeros((batch, 2 * size), f32), np.empty((rows, 4 * size), f32), weight.astype(f32),
-        4]) for added in (extra, extra[:0])]
+        4, 7]) for added in (extra, extra[:0])]
     return [forward] + backward
 
 

@@ -23,9 +23,10 @@ _VOID_P = ir.IntType(8).as_pointer()
 def gemm(typingctx, m, n, k, alpha, a, a_first, lda, a_transposed, b, b_first, ldb,
          b_transposed, beta, c, c_first, ldc):
     """C = alpha op(A) op(B) + beta C, in BLAS's order of arguments, for row-major blocks:
-    op(A) is (m, k), op(B) (k, n) and C (m, n). Each operand is an array (C-contiguous, all
-    three of one float dtype), the element its block starts at and its row stride; A is
-    read transposed when a_transposed (its block is then stored (k, m)), likewise B."""
+    op(A) is (m, k), op(B) (k, n) and C (m, n). Each operand is an array (each row
+    contiguous, all three of one float dtype), the element its block starts at, counted from
+    the array's first, and its row stride; A is read transposed when a_transposed (its block
+    is then stored (k, m)), likewise B."""
     if not (isinstance(a, numba.types.Array) and a.dtype in (numba.float32, numba.float64)
             and b.dtype == a.dtype and c.dtype == a.dtype):
         return None

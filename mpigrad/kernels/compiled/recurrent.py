@@ -169,10 +169,11 @@ def lstm_backward_step(d_h, g, carry, ans, prev, in_float64, d_pre):
 
 # ----------------------------------------------------------------------------- whole recurrences
 # An LSTM layer without a projection, all its steps in one call: per step the hidden product
-# (BLAS's gemm, by column blocks of `width` columns (kernels/numpy/recurrent.py picks it),
-# each written where it belongs: _blas.py) and the gates, as lstm_step and lstm_backward_step
-# compute them, with no Python between the steps (a step's calls, slices and copies took
-# about 10 us, 1.4 ms of the word LM's step).
+# (BLAS's gemm, by column blocks of `width` columns, each summed over pieces of `depth` rows
+# of the weight (kernels/numpy/recurrent.py picks both) and written where it belongs:
+# _blas.py) and the gates, as lstm_step and lstm_backward_step compute them, with no Python
+# between the steps (a step's calls, slices and copies took about 10 us, 1.4 ms of the word
+# LM's step).
 #
 # On threads, each step is two regions: the product's column blocks shared out, then the
 # gates' rows; the region's end is the barrier the next part waits for (the gates need every
@@ -194,27 +195,41 @@ _STEP_GRAIN = 1 << 19
 
 
 @jit
-def _product_block(x, x_first, n, w, q, width, out):
-    """Block q of out[:n] = x[x_first:x_first + n] w, w (K, N): its columns q width to
-    (q + 1) width (the last block narrower), which BLAS writes in place."""
-    columns = w.shape[1]
+def _product_block(x, x_first, n, w, q, width, depth, out):
+    """Block q of out[:n] = x[x_first:x_first + n] w, w (K, N) C-contiguous: its columns
+    q width to (q + 1) width (the last block narrower), which BLAS writes in place, one piece
+    of `depth` rows of w after another (the first writes, the rest add, always in this
+    order). x's and out's rows may be a wider array's (each row contiguous)."""
+    inner, columns = w.shape
     first = q * width
-    gemm(n, min(width, columns - first), w.shape[0], 1.0, x, x_first * x.shape[1], x.shape[1],
-         False, w, first, columns, False, 0.0, out, first, out.shape[1])
+    x_rows, out_rows = x.strides[0] // x.itemsize, out.strides[0] // out.itemsize
+    for k in range(0, inner, depth):
+        gemm(n, min(width, columns - first), min(depth, inner - k), 1.0, x, x_first * x_rows + k,
+             x_rows, False, w, k * columns + first, columns, False, 0.0 if k == 0 else 1.0, out,
+             first, out_rows)
+
+
+@jit
+def step_product(x, w, width, depth, out):
+    """out = x w by _product_block's blocks, for the recurrences that still step from Python
+    (kernels/numpy/recurrent.py's StepProduct)."""
+    for q in range(-(-w.shape[1] // width)):
+        _product_block(x, 0, x.shape[0], w, q, width, depth, out)
 
 
 @parallel(grain=_STEP_GRAIN, work=lambda h, w_t, width, **_: _step_work(h, w_t, width))
-def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_t, width):
+def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_t, width, depth):
     """xg (rows, 4 size) the input projections, bias (4 size), steps (T, 2) each step's
     first row and row count in running order; h and c (batch, size) the state, updated in
     place; out (rows, 6 size) receives [h, c, i, f, g, o] per row; w_t W_hh^T (size,
-    4 size), multiplied by column blocks of `width`. gh (batch, 4 size): work."""
+    4 size), multiplied by column blocks of `width` in pieces of `depth`. gh (batch, 4 size):
+    work."""
     size = c.shape[1]
     tanh_c = np.empty((h.shape[0], size))
     for s in range(steps.shape[0]):
         start, n = steps[s, 0], steps[s, 1]
         for q in prange(-(-w_t.shape[1] // width)):
-            _product_block(h, 0, n, w_t, q, width, gh)
+            _product_block(h, 0, n, w_t, q, width, depth, gh)
         for r in prange(n):
             row, h_r, c_r = out[start + r], h[r], c[r]
             _lstm_row(xg[start + r], gh[r], bias, c_r, in_float64, tanh_c[r], row)
@@ -224,11 +239,11 @@ def lstm_forward(xg, bias, steps, in_float64, h, c, out, gh, w_t, width):
 
 
 @parallel(grain=_STEP_GRAIN, work=lambda carry, w, width, **_: _step_work(carry, w, width))
-def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w, width):
+def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w, width, depth):
     """The backward of lstm_forward. g and ans (rows, 6 size) the gradient reaching and the
     value of each output row, prev (rows, 2 size) each row's previous state, extra (rows,
     4 size, or no rows) a gradient added to d_pre (the saved columns' own); w W_hh (4 size,
-    size), multiplied by column blocks of `width`. Steps go last to first; carry (batch,
+    size), multiplied as lstm_forward's. Steps go last to first; carry (batch,
     2 size), the gradient reaching each sequence's [h, c] from the steps after, starts as
     zeros and ends as the initial state's; d_pre (rows, 4 size) receives the gates'
     pre-activations' gradient."""
@@ -248,7 +263,7 @@ def lstm_backward(g, ans, prev, extra, steps, in_float64, carry, d_pre, w, width
                 for k in range(4 * size):
                     d[k] += e[k]
         for q in prange(-(-w.shape[1] // width)):
-            _product_block(d_pre, start, n, w, q, width, carry)
+            _product_block(d_pre, start, n, w, q, width, depth, carry)
 
 
 @parallel(rows=("xg", "gh", "h_prev", "out"))

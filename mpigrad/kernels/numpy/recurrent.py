@@ -14,22 +14,31 @@ __all__ = ["StepProduct", "compute_dtype", "gru_backward_step", "gru_step",
            "lstm_backward_step", "lstm_recurrence", "lstm_recurrence_backward", "lstm_step"]
 
 # OpenBLAS multiplies matrices of at most 100^3 multiply-adds with kernels that skip packing
-# the operands; per-step products of a few rows are just above that (20 x 200 by 200 x 800 is
-# 3.2e6), and cut into column blocks under it each took about 20% less in all: 65 against
-# 82 us forward, 69 against 86 us backward (20 x 800 by 800 x 200 in four blocks). Wider
-# batches gained nothing (64 rows, any cut), so only products of a few rows are cut.
+# the operands; a recurrence's per-step products of a few rows are above that (20 x 200 by
+# 200 x 800 is 3.2e6), and packing w, at every step, costs them more than the product. Wider
+# batches gained nothing from any cut (64 rows), so only products of a few rows are cut.
 _UNPACKED_SIZE = 100 ** 3
 _FEW_ROWS = 32
 
 
-def _block_width(w, rows):
-    """The width of the column blocks x @ w is cut into, x of at most `rows` rows (see
-    above; the last block narrower): a product of a few rows runs on one BLAS thread
-    whatever set_num_threads says, a wider one is a single block."""
-    if rows > _FEW_ROWS:
-        return w.shape[1]
-    blocks = max(1, min(w.shape[1], -(-rows * w.size // _UNPACKED_SIZE)))
-    return -(-w.shape[1] // blocks)
+def _block_shape(w, rows):
+    """(width, depth) of the blocks a step's x @ w is cut into, x of at most `rows` rows:
+    two column blocks (one per thread, when a loop runs on two), each summed over pieces of
+    `depth` rows of w of at most _UNPACKED_SIZE / 2 multiply-adds (the last ones smaller).
+
+    Measured against the column blocks of at most _UNPACKED_SIZE alone that came before (20
+    rows, float32, one thread, loaded machine), a step's product forward and backward: 200
+    units 0.77-0.83 and 0.69-0.79 of the time (about 68 against 82 us and 86 against 111;
+    torch 59 and 68), 400 units 0.72 and 0.62, 650 units 0.35 and 0.29 (1.31 against 3.76 ms
+    and 1.33 against 4.57; torch 1.29 and 1.36), 1500 units 0.30 and 0.30. Pieces of up to
+    _UNPACKED_SIZE did less well (0.86-0.95 forward at 200 units); one column block a little
+    better on one thread, but it leaves a second thread nothing."""
+    inner, columns = w.shape
+    if rows > _FEW_ROWS or rows * w.size <= _UNPACKED_SIZE:
+        return columns, max(inner, 1)
+    width = -(-columns // 2)
+    pieces = -(-rows * width * inner // (_UNPACKED_SIZE // 2))
+    return width, max(-(-inner // pieces), 1)
 
 
 def _few_rows_on_one_thread(rows):
@@ -56,21 +65,21 @@ def _contiguous(w):
 
 
 class StepProduct:
-    """x @ w (into `out`) for every step of a recurrence, x of at most `rows` rows; used as a
-    context, around the steps: a product of a few rows keeps BLAS on one thread there (see
-    _few_rows_on_one_thread). w is copied once, contiguous (BLAS multiplies by a transposed
-    view about half as fast), and cut into column blocks each small enough for BLAS's
-    unpacked kernels when one thread computes (threaded, BLAS splits the whole product
-    between its threads instead)."""
+    """x @ w (into `out`) for every step of a recurrence that steps from Python (the GRU, the
+    LSTM with a projection), x of at most `rows` rows, by the blocks of the LSTM's whole loop
+    (_block_shape); used as a context, around the steps: a product of a few rows keeps BLAS
+    on one thread there (see _few_rows_on_one_thread). w is copied once, contiguous (BLAS
+    multiplies by a transposed view about half as fast). x and out: rows of one dtype, each
+    contiguous (a column slice of a state is one)."""
 
     def __init__(self, w, rows):
         self.rows = rows
-        width = _block_width(w, rows)
-        self.blocks = [(slice(lo, lo + width), np.ascontiguousarray(w[:, lo:lo + width]))
-                       for lo in range(0, w.shape[1], width)]
+        self.w = _contiguous(w)
+        self.width, self.depth = _block_shape(self.w, rows)
         self._threads = None
 
     def __enter__(self):
+        load_blas()
         self._threads = _few_rows_on_one_thread(self.rows)
         self._threads.__enter__()
         return self
@@ -79,8 +88,7 @@ class StepProduct:
         return self._threads.__exit__(*exception)
 
     def __call__(self, x, out):
-        for columns, block in self.blocks:
-            np.matmul(x, block, out=out[:, columns])
+        loops("recurrent").step_product(x, self.w, self.width, self.depth, out)
 
 
 def lstm_step(xg, gh, bias, prev, out):
@@ -115,11 +123,10 @@ def gru_backward_step(g, carry_mm, carry_z, ans, h_prev, d_xg, d_gh):
 
 def _whole_loop(name, w, rows, *args):
     """The whole-recurrence loop `name` (compiled/recurrent.py) on `args`, then w contiguous
-    and the width of its column blocks: scipy's BLAS loaded, and on one thread for a few
-    rows."""
+    and the shape of its blocks: scipy's BLAS loaded, and on one thread for a few rows."""
     load_blas()
     with _few_rows_on_one_thread(rows):
-        getattr(loops("recurrent"), name)(*args, _contiguous(w), _block_width(w, rows))
+        getattr(loops("recurrent"), name)(*args, _contiguous(w), *_block_shape(w, rows))
 
 
 def lstm_recurrence(xg, h, c, w_hh, bias, steps, out):
