@@ -76,10 +76,11 @@ class StepProduct:
         self.rows = rows
         self.w = _contiguous(w)
         self.width, self.depth = _block_shape(self.w, rows)
-        self._threads = None
+        self._threads = self._product = None
 
     def __enter__(self):
         load_blas()
+        self._product = loops("recurrent").step_product
         self._threads = _few_rows_on_one_thread(self.rows)
         self._threads.__enter__()
         return self
@@ -88,7 +89,7 @@ class StepProduct:
         return self._threads.__exit__(*exception)
 
     def __call__(self, x, out):
-        loops("recurrent").step_product(x, self.w, self.width, self.depth, out)
+        self._product(x, self.w, self.width, self.depth, out)
 
 
 def lstm_step(xg, gh, bias, prev, out):
