@@ -21,7 +21,7 @@ import math
 
 from numba import prange
 
-from ._math import jit, lanes_jit, lanes_sum, row_sum
+from ._math import lanes_jit, lanes_sum
 from ._threads import parallel
 
 CHUNK_ROWS = 32  # rows per partial sum of the norms' weight and bias gradients
@@ -108,95 +108,72 @@ def norm_backward(g, x, weight, mean, rstd, dx, partial_weight, partial_bias):
                     chunk_bias[c] += g_row[c]
 
 
-@jit
-def _squared_deviations(row, mu):
-    """sum (row - mu)**2 in float64, in four interleaved partial sums (a fixed order, the
-    same run to run): one chain of dependent additions is bound by their latency."""
-    a = b = e = f = 0.0
-    n = row.shape[0]
-    whole = n - n % 4
-    for s in range(0, whole, 4):
-        a += (float(row[s]) - mu) ** 2
-        b += (float(row[s + 1]) - mu) ** 2
-        e += (float(row[s + 2]) - mu) ** 2
-        f += (float(row[s + 3]) - mu) ** 2
-    for s in range(whole, n):
-        a += (float(row[s]) - mu) ** 2
-    return (a + b) + (e + f)
-
-
 @parallel()
 def batch_norm(x, weight, bias, eps, out, mean, invstd, var):
     """Training BatchNorm of x (N, C, S) over N and S for each channel: writes the output, and
-    each channel's mean, 1 / sqrt(var + eps) and biased variance (for the running one). Each
-    sample's run of S values is summed in partial sums (row_sum): one chain of additions over
-    the channel was bound by their latency, three times the time of the reads."""
+    each channel's mean, 1 / sqrt(var + eps) and biased variance (for the running one). The
+    sums are float64, in vector lanes (lanes_jit): four scalar partial sums took five times
+    the time of a copy. The output's arithmetic is in x's dtype, as torch's is."""
     count = x.shape[0] * x.shape[2]
     for c in prange(x.shape[1]):
         total = 0.0
         for n in range(x.shape[0]):
-            total += row_sum(x[n, c])
+            total += lanes_sum(x[n, c])
         mu = total / count
         spread = 0.0
         for n in range(x.shape[0]):
-            spread += _squared_deviations(x[n, c], mu)
+            spread += _squared_deviations_sum(x[n, c], mu)
         biased = spread / count
         inv = 1.0 / math.sqrt(biased + eps)
         mean[c] = mu
         invstd[c] = inv
         var[c] = biased
-        scale = inv * float(weight[c])
-        shift = float(bias[c])
+        m = x.dtype.type(mu)  # each rounded once to x's dtype
+        scale = x.dtype.type(inv * float(weight[c]))
+        shift = x.dtype.type(bias[c])
         for n in range(x.shape[0]):
+            run, out_run = x[n, c], out[n, c]
             for s in range(x.shape[2]):
-                out[n, c, s] = (float(x[n, c, s]) - mu) * scale + shift
+                out_run[s] = (run[s] - m) * scale + shift
 
 
-@jit
-def _gradient_sums(g, x, mu, inv):
-    """sum g and sum g xhat over a run of one channel, xhat = (x - mu) inv, in four
-    interleaved partial sums each (as _squared_deviations)."""
-    s0 = s1 = s2 = s3 = 0.0
-    t0 = t1 = t2 = t3 = 0.0
-    n = x.shape[0]
-    whole = n - n % 4
-    for s in range(0, whole, 4):
-        g0, g1, g2, g3 = float(g[s]), float(g[s + 1]), float(g[s + 2]), float(g[s + 3])
-        s0 += g0
-        s1 += g1
-        s2 += g2
-        s3 += g3
-        t0 += g0 * ((float(x[s]) - mu) * inv)
-        t1 += g1 * ((float(x[s + 1]) - mu) * inv)
-        t2 += g2 * ((float(x[s + 2]) - mu) * inv)
-        t3 += g3 * ((float(x[s + 3]) - mu) * inv)
-    for s in range(whole, n):
-        g0 = float(g[s])
-        s0 += g0
-        t0 += g0 * ((float(x[s]) - mu) * inv)
-    return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
+@lanes_jit
+def _gradient_sums(g, x, mu):
+    """sum g and sum g (x - mu) over a run of one channel, in float64 vector lanes."""
+    sum_g = 0.0
+    sum_g_centered = 0.0
+    for s in range(x.shape[0]):
+        value = float(g[s])
+        sum_g += value
+        sum_g_centered += value * (float(x[s]) - mu)
+    return sum_g, sum_g_centered
 
 
 @parallel()
 def batch_norm_backward(g, x, weight, mean, invstd, dx, dweight, dbias):
     """dx = w invstd (g - mean(g) - xhat mean(g xhat)) over each channel's N S values,
-    xhat = (x - mean) invstd; dweight = sum g xhat, dbias = sum g (float64)."""
+    xhat = (x - mean) invstd; dweight = sum g xhat, dbias = sum g (float64). dx's arithmetic
+    is in x's dtype, from coefficients rounded once."""
     count = x.shape[0] * x.shape[2]
     for c in prange(x.shape[1]):
         mu = mean[c]
         inv = invstd[c]
         sum_g = 0.0
-        sum_g_xhat = 0.0
+        sum_g_centered = 0.0
         for n in range(x.shape[0]):
-            run_g, run_g_xhat = _gradient_sums(g[n, c], x[n, c], mu, inv)
+            run_g, run_g_centered = _gradient_sums(g[n, c], x[n, c], mu)
             sum_g += run_g
-            sum_g_xhat += run_g_xhat
+            sum_g_centered += run_g_centered
+        sum_g_xhat = sum_g_centered * inv
         dweight[c] = sum_g_xhat
         dbias[c] = sum_g
-        mean_g = sum_g / count
-        mean_g_xhat = sum_g_xhat / count
         scale = float(weight[c]) * inv
+        # dx = scale g - scale mean(g) - scale inv mean(g xhat) (x - mu)
+        m = x.dtype.type(mu)
+        g_scale = x.dtype.type(scale)
+        g_shift = x.dtype.type(scale * sum_g / count)
+        x_scale = x.dtype.type(scale * inv * sum_g_xhat / count)
         for n in range(x.shape[0]):
+            run_g, run_x, run_dx = g[n, c], x[n, c], dx[n, c]
             for s in range(x.shape[2]):
-                xhat = (float(x[n, c, s]) - mu) * inv
-                dx[n, c, s] = scale * (float(g[n, c, s]) - mean_g - xhat * mean_g_xhat)
+                run_dx[s] = g_scale * run_g[s] - g_shift - x_scale * (run_x[s] - m)
