@@ -1,7 +1,9 @@
-"""The convolutions' compiled loops (kernels/numpy/conv.py): col2im, columns added back onto
-the images their windows came from (the folds: the input's gradient of a strided
+"""The sliding-window ops' compiled loops (kernels/numpy/conv.py): col2im, columns added
+back onto the images their windows came from (the folds: the input's gradient of a strided
 convolution, F.fold; numpy did it as one strided add per tap, whose inner loops run along a
-window row of a few elements), and Winograd's transforms (below)."""
+window row of a few elements), Winograd's transforms and max pooling's backward (below)."""
+import numpy as np
+
 from ._math import jit
 
 
@@ -175,3 +177,36 @@ def winograd_gradient(g, grid_height, grid_width, out):
                     _store4(out, 4, at, _gradient_rows(a1, b1))
                     _store4(out, 8, at, _gradient_rows(a2, b2))
                     _store4(out, 12, at, _gradient_rows(a3, b3))
+
+
+# Max pooling's backward (kernels/numpy/conv.py's tap_scatter): one pass over the windows,
+# where numpy took a pass per tap over strided views of a few elements a row, and zeroed
+# the padded image first (the tutorial CNN's two pools: 1.1 -> 0.45 ms). Finding each
+# window's winning tap stays numpy's, a vectorised pass per tap: a compiled loop over the
+# windows took 2-3 times as long (branchless or not).
+
+@jit
+def pool_scatter(g, index, kernel_size, stride, padding, dilation, out):
+    """out[n, c] (zeros, the input's size) += g[n, c, r, s] at window (r, s)'s tap
+    index[n, c, r, s], window after window in order (torch's order, where windows overlap);
+    a tap outside the image takes nothing."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+    height, width = out.shape[2], out.shape[3]
+    # Each tap's offset from its window's corner, looked up: a division per window by the
+    # kernel's width took most of the pass.
+    tap_rows = np.empty(kh * kw, np.int64)
+    tap_cols = np.empty(kh * kw, np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            tap_rows[i * kw + j] = i * dh - ph
+            tap_cols[i * kw + j] = j * dw - pw
+    for n in range(g.shape[0]):
+        for c in range(g.shape[1]):
+            plane, grad, winners = out[n, c], g[n, c], index[n, c]
+            for r in range(grad.shape[0]):
+                for s in range(grad.shape[1]):
+                    tap = winners[r, s]
+                    y = r * sh + tap_rows[tap]
+                    q = s * sw + tap_cols[tap]
+                    if 0 <= y < height and 0 <= q < width:
+                        plane[y, q] += grad[r, s]

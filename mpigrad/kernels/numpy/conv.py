@@ -20,7 +20,8 @@ no copy.
   same bits;
 - `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
   the taps' views; backward finds each window's winning tap again (the first maximum, as
-  torch) and sends the gradient there; by chunks of samples on the threads too.
+  torch) and sends the gradient there (a compiled pass); by chunks of samples on the
+  threads too.
 
 Sizes are (height, width) pairs.
 """
@@ -813,25 +814,15 @@ def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
 
 
 def tap_scatter(g, winners, input_size, kernel_size, stride, padding, dilation, extra):
-    padded_size = tuple(s + 2 * p + e for s, p, e in zip(input_size, padding, extra))
-    extent = [d * (k - 1) + 1 for k, d in zip(kernel_size, dilation)]
-    disjoint = all(s >= e for s, e in zip(stride, extent))
-    # Windows that tile the image exactly write every cell once: no zero-filling first (for
-    # a megabyte-sized image, the zeroed pages cost as much as the writes).
-    tiled = all(s == k and d == 1 and o * s == n for s, k, d, o, n in
-                zip(stride, kernel_size, dilation, g.shape[2:], padded_size))
-    out = (np.empty if tiled else np.zeros)(g.shape[:2] + padded_size, g.dtype)
-
-    def compute(start, stop):
-        taps = _taps(out[start:stop], kernel_size, dilation, stride)
-        g_chunk, winners_chunk = g[start:stop], winners[start:stop]
-        for t, tap in enumerate(taps):
-            if disjoint:  # each cell is in one window at most: write, don't add
-                np.multiply(g_chunk, winners_chunk == t, out=tap)
-            else:
-                tap += g_chunk * (winners_chunk == t)
-    _pool_by_samples(out, compute)
-    return _crop(out, padding, input_size)
+    """Each window's gradient added at its winning tap of an input-sized zero image, in
+    window order (one compiled pass, compiled/conv.py)."""
+    out = np.zeros(g.shape[:2] + tuple(input_size), compute_dtype(g.dtype))
+    grad = np.ascontiguousarray(g, out.dtype)
+    scatter = loops("conv").pool_scatter
+    _pool_by_samples(out, lambda start, stop: scatter(grad[start:stop], winners[start:stop],
+                                                      kernel_size, stride, padding, dilation,
+                                                      out[start:stop]))
+    return result(out, g.dtype)
 
 
 def tap_gather(x, winners, kernel_size, stride, padding, dilation, extra):
