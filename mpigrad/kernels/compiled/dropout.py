@@ -51,5 +51,8 @@ def dropout(x, seed_low, seed_high, threshold, span, scale, out):
         return
     for k in prange(x.size // span):
         factor = scale if _draw(seed_low, seed_high, k) >= threshold else 0.0
-        for i in range(k * span, (k + 1) * span):
-            out[i] = x[i] * factor
+        # Views indexed from 0: numba then drops its negative-index test, which kept the
+        # loop from vectorising.
+        run, out_run = x[k * span:(k + 1) * span], out[k * span:(k + 1) * span]
+        for i in range(span):
+            out_run[i] = run[i] * factor
