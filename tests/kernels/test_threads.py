@@ -218,10 +218,11 @@ def _kernels():
     cases.append((activations.gelu_backward_f64, lambda: [g, x, np.empty(x.size)]))
     for name in ("softmax", "log_softmax"):
         cases.append((getattr(softmax, name),
-                      lambda: [rows.astype(f32), np.empty(rows.shape, f32)]))
-    for name in ("softmax_backward", "log_softmax_backward"):
-        cases.append((getattr(softmax, name), lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
-                                                        np.empty(rows.shape, f32)]))
+                      lambda: [rows.astype(f32), False, np.empty(rows.shape, f32)]))
+    cases.append((softmax.softmax_backward, lambda: [rows.astype(f32) / 9, rows.astype(f32) / 7,
+                                                     np.empty(rows.shape, f32)]))
+    cases.append((softmax.log_softmax_backward, lambda: [
+        rows.astype(f32) / 9, rows.astype(f32) / 7, False, np.empty(rows.shape, f32)]))
     log_sum_exp = np.empty(37), np.empty(37)  # what the backward reads
     softmax.cross_entropy(rows.astype(f32), target, weight.astype(f32), -100, 0.1, False,
                           np.empty(37, f32), *log_sum_exp)
@@ -498,8 +499,8 @@ def test_an_f_ordered_matrix_runs_on_one_thread(restore_threads):
     mg.set_num_threads(2)
     rows = np.asfortranarray(np.random.default_rng(3).standard_normal((3000, 31)))
     out, expected = np.empty_like(rows), np.empty_like(rows)
-    softmax.softmax.serial(rows, expected)
-    softmax.softmax(rows, out)
+    softmax.softmax.serial(rows, True, expected)
+    softmax.softmax(rows, True, out)
     np.testing.assert_array_equal(out, expected)
     assert 0 in softmax.softmax._addresses.values()
 

@@ -61,9 +61,10 @@ def jit(function, **extra):
 def lanes_jit(function):
     """`jit` for a loop of sums that LLVM may reassociate, and so vectorise: each sum is
     then added in vector lanes (eight float64 lanes with AVX-512) and the lanes added at the
-    end, as torch's row sums are. Written partial sums (row_sum) stay scalar: LLVM's
-    vectoriser does not combine separate accumulators, and a row sum bound by one scalar
-    addition per element made LayerNorm twice torch's time. The lane order is fixed by the
+    end, as torch's row sums are. Written partial sums stay scalar: LLVM's vectoriser does
+    not combine separate accumulators, and a row sum bound by one scalar addition per
+    element made LayerNorm twice torch's time (four partial sums left BatchNorm, the
+    gradients' norm and softmax two to five times theirs). The lane order is fixed by the
     compiled loop (it depends on the row's length, not its address), so a result is the same
     run to run and the same in the serial and threaded forms, which run the same loop;
     it may differ in the last bits between machines of different vector widths."""
@@ -258,21 +259,3 @@ _FLOAT64_MAX = _ordered_max(_bits_of_double, _double_from_bits, np.int64, 63)
 @overload(row_max, jit_options=OPTIONS)
 def _row_max(row):
     return _FLOAT32_MAX if row.dtype == types.float32 else _FLOAT64_MAX
-
-
-@jit
-def row_sum(row):
-    """The row's sum in float64, in four interleaved partial sums (a fixed order, so the
-    same run to run; one chain of dependent additions would bound the loop by their
-    latency)."""
-    a = b = c = d = 0.0
-    n = row.shape[0]
-    whole = n - n % 4
-    for j in range(0, whole, 4):
-        a += float(row[j])
-        b += float(row[j + 1])
-        c += float(row[j + 2])
-        d += float(row[j + 3])
-    for j in range(whole, n):
-        a += float(row[j])
-    return (a + b) + (c + d)

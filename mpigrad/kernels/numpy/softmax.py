@@ -8,14 +8,14 @@ from ._compiled import compute_dtype, flat, loops, rows, unrows
 def _along(loop, x, dim):
     matrix, shape = rows(x, dim)
     out = np.empty_like(matrix)
-    loop(matrix, out)
+    loop(matrix, matrix.dtype == np.float64, out)
     return unrows(out, shape, dim, x)
 
 
-def _along_backward(loop, g, ans, dim):
+def _along_backward(loop, g, ans, dim, *flags):
     y, shape = rows(ans, dim)
     out = np.empty_like(y)
-    loop(rows(g, dim, y.dtype)[0], y, out)
+    loop(rows(g, dim, y.dtype)[0], y, *flags, out)
     return (unrows(out, shape, dim, ans),)
 
 
@@ -32,7 +32,8 @@ def softmax_backward(needs, g, ans, x, dim):
 
 
 def log_softmax_backward(needs, g, ans, x, dim):
-    return _along_backward(loops("softmax").log_softmax_backward, g, ans, dim)
+    in_float64 = compute_dtype(ans.dtype) == np.float64
+    return _along_backward(loops("softmax").log_softmax_backward, g, ans, dim, in_float64)
 
 
 def _class_weight(weight, classes, dtype):
