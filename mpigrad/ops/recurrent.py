@@ -31,7 +31,7 @@ import functools
 import numpy as np
 
 from ..autograd import forward_ad, grad_mode
-from ..kernels.numpy.elementwise import sigmoid as _sigmoid
+from ..kernels.numpy.activations import sigmoid as _sigmoid
 from ..kernels.numpy.linalg import column_sums
 from ..kernels.numpy.recurrent import (StepProduct, compute_dtype, gru_backward_step, gru_step,
                                        lstm_backward_step, lstm_recurrence,

@@ -47,7 +47,7 @@ def test_the_cache_is_keyed_by_every_file_of_the_package(tmp_path):
     with open(package / "_math.py", "a") as source:
         source.write("\n")
     assert _cache.package_stamp(str(package)) != before
-    locator = activations.silu.serial._cache._impl.locator
+    locator = activations.silu_f32.serial._cache._impl.locator
     assert isinstance(locator, _cache.PackageLocator)
     assert locator.get_source_stamp() == before
 
@@ -78,7 +78,7 @@ def test_a_read_only_package_caches_in_the_users_directory(monkeypatch, tmp_path
                         classmethod(lambda cls, py_func, py_file: None))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path))
-    function = activations.silu.function
+    function = activations.silu_f32.function
     locator = _cache.PackageLocator.from_function(function, function.__code__.co_filename)
     assert isinstance(locator, _cache.PackageLocator)
     assert locator.get_cache_path().startswith(str(tmp_path))

@@ -206,11 +206,15 @@ def _kernels():
 
     f32 = np.float32
     cases = []
-    for name in ("gelu_f32", "gelu_tanh", "silu"):
+    for name in ("gelu_f32", "gelu_tanh", "silu_f32", "sigmoid_f32"):
         cases.append((getattr(activations, name), lambda: [x.astype(f32), np.empty(x.size, f32)]))
-    for name in ("gelu_backward_f32", "gelu_tanh_backward", "silu_backward"):
+    for name in ("silu_f64", "sigmoid_f64"):
+        cases.append((getattr(activations, name), lambda: [x, np.empty(x.size)]))
+    for name in ("gelu_backward_f32", "gelu_tanh_backward", "silu_backward_f32",
+                 "sigmoid_backward"):
         cases.append((getattr(activations, name),
                       lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
+    cases.append((activations.silu_backward_f64, lambda: [g, x, np.empty(x.size)]))
     cases.append((elementwise.relu, lambda: [x.astype(f32), np.empty(x.size, f32)]))
     cases.append((elementwise.relu_backward,
                   lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
@@ -484,10 +488,10 @@ def test_threaded_loops_equal_the_serial_ones_bit_for_bit(monkeypatch, restore_t
 def test_small_work_stays_on_one_thread(restore_threads):
     from mpigrad.kernels.compiled import activations
     mg.set_num_threads(2)
-    small = np.ones(activations.silu.grain, np.float32)
-    assert activations.silu.threads_for([small, small]) == 1
-    large = np.ones(4 * activations.silu.grain, np.float32)
-    assert activations.silu.threads_for([large, large]) == min(2, os.cpu_count())
+    small = np.ones(activations.silu_f32.grain, np.float32)
+    assert activations.silu_f32.threads_for([small, small]) == 1
+    large = np.ones(4 * activations.silu_f32.grain, np.float32)
+    assert activations.silu_f32.threads_for([large, large]) == min(2, os.cpu_count())
 
 
 def test_an_f_ordered_matrix_runs_on_one_thread(restore_threads):
@@ -515,7 +519,7 @@ from mpigrad import data
 from mpigrad.kernels.compiled import activations
 F = mg.nn.functional
 mg.set_num_threads(2)
-activations.gelu_f32.grain = activations.silu.grain = 64
+activations.gelu_f32.grain = activations.silu_f32.grain = 64
 x = np.linspace(-4, 4, 5000, dtype=np.float32)
 expected = F.gelu(mg.tensor(x)).numpy()
 
@@ -561,9 +565,9 @@ def test_on_the_workqueue_layer_too():
 
 WORKQUEUE_WORK = """
 from mpigrad.kernels.compiled import _threads
-grain = activations.silu.grain * _threads.WORKQUEUE_GRAINS
+grain = activations.silu_f32.grain * _threads.WORKQUEUE_GRAINS
 print(json.dumps([_threads.numba.threading_layer()] + [
-    activations.silu.threads_for([np.ones(n * grain, np.float32)]) for n in (1, 2)]))
+    activations.silu_f32.threads_for([np.ones(n * grain, np.float32)]) for n in (1, 2)]))
 """
 
 
@@ -573,12 +577,12 @@ import numpy as np
 import mpigrad as mg
 from mpigrad.kernels.compiled import activations
 mg.set_num_threads(2)
-large = [np.ones(4 * activations.silu.grain, np.float32)]
+large = [np.ones(4 * activations.silu_f32.grain, np.float32)]
 on_thread = []
-helper = threading.Thread(target=lambda: on_thread.append(activations.silu.threads_for(large)))
+helper = threading.Thread(target=lambda: on_thread.append(activations.silu_f32.threads_for(large)))
 helper.start()
 helper.join()
-print(json.dumps([activations.silu.threads_for(large)] + on_thread))
+print(json.dumps([activations.silu_f32.threads_for(large)] + on_thread))
 """
 
 

@@ -1,4 +1,5 @@
-"""GELU (exact and tanh) and SiLU, forward and backward, one pass each over flat arrays.
+"""GELU (exact and tanh), SiLU and the sigmoid, forward and backward, one pass each over flat
+arrays.
 
 Each loop reads its inputs once and writes its output once; the loops not marked float32 work
 in float64 (see _math.py). `x`, `g` and `out` are contiguous 1-d arrays of one length, split
@@ -9,7 +10,7 @@ import math
 import numpy as np
 from numba import prange
 
-from ._math import exp, gaussian_f32, jit, normal_cdf_f32
+from ._math import exp, exp_f32, gaussian_f32, jit, normal_cdf_f32
 from ._threads import parallel
 
 _SQRT1_2 = 0.7071067811865476
@@ -75,16 +76,59 @@ def gelu_tanh_backward(g, x, out):
         out[i] = g[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * slope)
 
 
+# SiLU and the logistic sigmoid, float32 in float32 arithmetic (exp_f32, twice the lanes of
+# float64 and a shorter polynomial), float64 with `exp`. 2M float32 elements, one thread:
+# SiLU forward 4.9 ms with float64 exponentials (torch 1.9), sigmoid 4.6 as three numpy
+# passes (torch 1.7).
+_ONE_F32 = np.float32(1.0)
+
+
 @parallel(rows=("x", "out"))
-def silu(x, out):
+def silu_f32(x, out):
     for i in prange(x.size):
-        v = float(x[i])
+        v = x[i]
+        out[i] = v / (_ONE_F32 + exp_f32(-v))
+
+
+@parallel(rows=("g", "x", "out"))
+def silu_backward_f32(g, x, out):
+    for i in prange(x.size):
+        v = x[i]
+        s = _ONE_F32 / (_ONE_F32 + exp_f32(-v))
+        out[i] = g[i] * s * (_ONE_F32 + v * (_ONE_F32 - s))
+
+
+@parallel(rows=("x", "out"))
+def silu_f64(x, out):
+    for i in prange(x.size):
+        v = x[i]
         out[i] = v / (1.0 + exp(-v))
 
 
 @parallel(rows=("g", "x", "out"))
-def silu_backward(g, x, out):
+def silu_backward_f64(g, x, out):
     for i in prange(x.size):
-        v = float(x[i])
+        v = x[i]
         s = 1.0 / (1.0 + exp(-v))
         out[i] = g[i] * s * (1.0 + v * (1.0 - s))
+
+
+@parallel(rows=("x", "out"))
+def sigmoid_f32(x, out):
+    """torch's 1 / (1 + e**-x): 0 where e**-x overflows, as it should be."""
+    for i in prange(x.size):
+        out[i] = _ONE_F32 / (_ONE_F32 + exp_f32(-x[i]))
+
+
+@parallel(rows=("x", "out"))
+def sigmoid_f64(x, out):
+    for i in prange(x.size):
+        out[i] = 1.0 / (1.0 + exp(-x[i]))
+
+
+@parallel(rows=("g", "y", "out"))
+def sigmoid_backward(g, y, out):
+    """g y (1 - y) from the output y, in y's dtype."""
+    one = y.dtype.type(1.0)
+    for i in prange(y.size):
+        out[i] = g[i] * y[i] * (one - y[i])

@@ -9,8 +9,7 @@ from . import (activations, attention, clip, conv, dropout, elementwise, indexin
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
     NUMPY.register(_name, forward=getattr(conv, _name))
-for _name in ("sigmoid", "erf"):
-    NUMPY.register(_name, forward=getattr(elementwise, _name))
+NUMPY.register("erf", forward=elementwise.erf)
 NUMPY.register("relu", forward=elementwise.relu, backward=elementwise.relu_backward)
 for _name in ("logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
@@ -26,6 +25,7 @@ NUMPY.register("attention_dropout", forward=attention.attention_dropout)
 NUMPY.register("linear", backward=linalg.linear_backward)
 NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
 NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
+NUMPY.register("sigmoid", forward=activations.sigmoid, backward=activations.sigmoid_backward)
 NUMPY.register("dropout", forward=dropout.dropout, backward=dropout.dropout_backward)
 for _name in ("layer_norm", "rms_norm", "batch_norm"):
     NUMPY.register(_name, forward=getattr(normalization, _name),

@@ -1,4 +1,5 @@
-"""GELU and SiLU: the numpy backend's kernels over the compiled loops (one pass each way)."""
+"""GELU, SiLU and the sigmoid: the numpy backend's kernels over the compiled loops (one pass
+each way)."""
 import numpy as np
 
 from ._compiled import compute_dtype, flat, fresh, loops, result
@@ -33,9 +34,28 @@ def gelu_backward(needs, g, ans, x, approximate):
     return _pointwise_backward(_gelu_loops(x.dtype, approximate, True), needs, g, x)
 
 
+def _by_dtype(name, dtype):
+    """The loop `name` for this dtype's compute dtype: name_f64 or name_f32."""
+    return getattr(loops("activations"),
+                   name + ("_f64" if compute_dtype(dtype) is np.float64 else "_f32"))
+
+
 def silu(x):
-    return _pointwise(loops("activations").silu, x)
+    return _pointwise(_by_dtype("silu", x.dtype), x)
 
 
 def silu_backward(needs, g, ans, x):
-    return _pointwise_backward(loops("activations").silu_backward, needs, g, x)
+    return _pointwise_backward(_by_dtype("silu_backward", x.dtype), needs, g, x)
+
+
+def sigmoid(x):
+    """Any dtype (an integer's result is floating, as torch's): one compiled pass."""
+    return _pointwise(_by_dtype("sigmoid", x.dtype), x)
+
+
+def sigmoid_backward(needs, g, ans, x):
+    """g ans (1 - ans) in one pass, from the output."""
+    y = flat(ans)
+    out = np.empty(y.size, y.dtype)
+    loops("activations").sigmoid_backward(flat(g, y.dtype), y, out)
+    return (result(out.reshape(ans.shape), ans.dtype),)

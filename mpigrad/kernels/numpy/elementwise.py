@@ -1,17 +1,7 @@
-"""The longer numpy kernels of ops/elementwise.py: sigmoid, erf, and relu both ways."""
+"""The longer numpy kernels of ops/elementwise.py: erf, and relu both ways."""
 import numpy as np
 
 from ._compiled import compute_dtype, flat, loops, result
-
-
-def sigmoid(x):
-    # torch's 1 / (1 + exp(-x)). Where exp(-x) overflows (x below about -709, -88 in float32)
-    # the result is 0, as it should be; splitting by sign instead made masked copies that cost
-    # ten times the arithmetic, and LSTMs call this on every gate at every step.
-    with np.errstate(over="ignore"):
-        e = np.exp(-x)
-    e += 1
-    return np.reciprocal(e, out=e)
 
 
 def relu(x):
