@@ -80,14 +80,14 @@ def main():
         one = np.median(times[name, 1]) * 1e3
         many = np.median(times[name, args.threads]) * 1e3
         print(f"  {name:26s} {one:8.3f} {many:8.3f}  x{one / many:.2f}")
-    tiny = np.ones(2 * activations.silu.grain, np.float32)
+    tiny = np.ones(2 * activations.silu_f32.grain, np.float32)
     tiny_out = np.empty_like(tiny)
     for n in counts:
         mg.set_num_threads(n)
-        activations.silu(tiny, tiny_out)
+        activations.silu_f32(tiny, tiny_out)
         start = time.perf_counter()
         for _ in range(200):
-            activations.silu(tiny, tiny_out)
+            activations.silu_f32(tiny, tiny_out)
         print(f"  silu on two grains ({tiny.size} elements), {n} thread(s): "
               f"{(time.perf_counter() - start) / 200 * 1e6:.1f} us")
 
