@@ -22,7 +22,7 @@ from .linalg import einsum, bmm, baddbmm, addmm, outer, ger  # noqa: F401
 from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add,  # noqa: F401
                        index_add_, roll, flip, repeat_interleave, embedding)
 from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish,  # noqa: F401
-                          threshold, leaky_relu)
+                          threshold, leaky_relu, leaky_relu_)
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401
                         gru_cell, lstm_cell)
 from . import autocast  # noqa: F401  (installs its first-use hook in dtypes)

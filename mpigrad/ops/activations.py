@@ -19,16 +19,17 @@ hardtanh = Op("hardtanh", _hardtanh,
               saves="x", elementwise=True)
 
 
-def _leaky_relu(x, negative_slope):
-    return np.where(x > 0, x, x * np.asarray(negative_slope, x.dtype))
-
-
-# The derivative is read from the output, as torch's in-place leaky_relu_ reads it (for a
-# slope >= 0 the output is positive exactly where the input is), so the input may be
-# overwritten: nn.LeakyReLU(inplace=True). The out-of-place form stays a `where`.
-leaky_relu = Op("leaky_relu", _leaky_relu,
-                (lambda g, ans, x, negative_slope: where(ans > 0, g, g * negative_slope),),
-                saves="ans", elementwise=True, grad_fn_name="LeakyReluBackward1")
+# One compiled pass each way (kernels/numpy/elementwise.py). Out of place the derivative is
+# read from the input (torch's LeakyReluBackward0), for any slope.
+leaky_relu = Op("leaky_relu", None,
+                (lambda g, ans, x, negative_slope: where(x > 0, g, g * negative_slope),),
+                saves="x", elementwise=True)
+# In place it is read from the output, as torch's leaky_relu_ reads it (for a slope >= 0 the
+# output is positive exactly where the input is), so the input may be overwritten:
+# nn.LeakyReLU(inplace=True).
+leaky_relu_ = Op("leaky_relu_", None,
+                 (lambda g, ans, x, negative_slope: where(ans > 0, g, g * negative_slope),),
+                 saves="ans", elementwise=True, grad_fn_name="LeakyReluBackward1")
 
 
 def _elu(x, alpha, scale, input_scale):

@@ -44,6 +44,7 @@ CASES = [
     ("rdiv", lambda a: 2.0 / a, [((3,), _positive)]),
     ("leaky_relu_inplace", lambda a: mg.nn.LeakyReLU(0.2, inplace=True)(a * 1.5),
      [((3, 4), _spread)]),
+    ("leaky_relu", lambda a: mg.nn.functional.leaky_relu(a, -0.3), [((3, 4), _spread)]),
     # Finite differences stay off the jumps: the quotients are away from integers here.
     ("remainder", lambda a, b: a % b, [((3, 4), _normal), ((4,), _positive)]),
     ("fmod", lambda a, b: mg.fmod(a, -b), [((3, 4), _normal), ((4,), _positive)]),

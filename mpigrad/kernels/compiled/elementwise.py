@@ -1,4 +1,4 @@
-"""ReLU's loops, forward and backward, one pass each over flat arrays.
+"""ReLU's and LeakyReLU's loops, forward and backward, one pass each over flat arrays.
 
 `x`, `g`, `ans` and `out` are contiguous 1-d arrays of one length and one float dtype, split
 among threads by element (see _threads.py).
@@ -36,3 +36,20 @@ def relu_backward(g, ans, out):
         if ans[i] <= 0:
             value = 0
         out[i] = value
+
+
+@parallel(_GRAIN, rows=("x", "out"))
+def leaky_relu(x, negative_slope, out):
+    """torch's leaky_relu: x above 0, x negative_slope elsewhere (nan stays nan)."""
+    for i in prange(out.size):
+        value = x[i]
+        out[i] = value if value > 0 else value * negative_slope
+
+
+@parallel(_GRAIN, rows=("g", "reference", "out"))
+def leaky_relu_backward(g, reference, negative_slope, out):
+    """g where `reference` (the input, or the output of a slope >= 0, which is positive
+    exactly where the input is) is above 0, g negative_slope elsewhere."""
+    for i in prange(out.size):
+        value = g[i]
+        out[i] = value if reference[i] > 0 else value * negative_slope

@@ -11,6 +11,10 @@ for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "
     NUMPY.register(_name, forward=getattr(conv, _name))
 NUMPY.register("erf", forward=elementwise.erf)
 NUMPY.register("relu", forward=elementwise.relu, backward=elementwise.relu_backward)
+NUMPY.register("leaky_relu", forward=elementwise.leaky_relu,
+               backward=elementwise.leaky_relu_backward)
+NUMPY.register("leaky_relu_", forward=elementwise.leaky_relu,
+               backward=elementwise.leaky_relu_inplace_backward)
 for _name in ("logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
 for _name in ("softmax", "log_softmax", "cross_entropy"):

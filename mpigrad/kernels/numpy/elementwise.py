@@ -1,4 +1,5 @@
-"""The longer numpy kernels of ops/elementwise.py: erf, and relu both ways."""
+"""The longer numpy kernels of ops/elementwise.py and ops/activations.py: erf, and relu and
+leaky_relu both ways."""
 import numpy as np
 
 from ._compiled import compute_dtype, flat, loops, result
@@ -22,6 +23,36 @@ def relu_backward(needs, g, ans, x):
     out = np.empty(ans.shape, work)
     loops("elementwise").relu_backward(flat(g, work), flat(ans, work), out.reshape(-1))
     return (result(out, ans.dtype),)
+
+
+def leaky_relu(x, negative_slope):
+    """float32 and float64 in one compiled pass (a `where` of a comparison and a product was
+    three passes and a boolean array: 2M float32 elements, 13 ms against torch's 1.1); other
+    dtypes numpy's where."""
+    slope = np.asarray(negative_slope, x.dtype)
+    if x.dtype != np.float32 and x.dtype != np.float64:
+        return np.where(x > 0, x, x * slope)
+    out = np.empty(x.shape, x.dtype)
+    loops("elementwise").leaky_relu(flat(x), slope[()], out.reshape(-1))
+    return out
+
+
+def _leaky_relu_backward(g, reference, negative_slope):
+    work = compute_dtype(reference.dtype)
+    out = np.empty(reference.shape, work)
+    loops("elementwise").leaky_relu_backward(flat(g, work), flat(reference, work),
+                                             work(negative_slope), out.reshape(-1))
+    return (result(out, reference.dtype),)
+
+
+def leaky_relu_backward(needs, g, ans, x, negative_slope):
+    """The out-of-place op's gradient, read from the input."""
+    return _leaky_relu_backward(g, x, negative_slope)
+
+
+def leaky_relu_inplace_backward(needs, g, ans, x, negative_slope):
+    """The in-place op's gradient, read from the output (the input is overwritten)."""
+    return _leaky_relu_backward(g, ans, negative_slope)
 
 
 # numpy has no erf, and GELU (every transformer's MLP) calls it on whole activations, so a

@@ -14,15 +14,14 @@ def relu(input, inplace=False):
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     if not inplace:
-        return ops.named(ops.where(input > 0, input, input * negative_slope),
-                         "LeakyReluBackward0", input)
+        return ops.leaky_relu(input, negative_slope=negative_slope)
     if negative_slope < 0 and input.requires_grad and grad_mode.is_grad_enabled():
         raise RuntimeError("In-place leakyReLu backward calculation is triggered with a "
                            "negative slope which is not supported. Call the out-of-place "
                            "version (inplace=False) instead.")
     # The op whose gradient reads only the output, so overwriting the input is safe (with a
     # positive slope the output's sign is the input's).
-    return ops.inplace(ops.leaky_relu, input, negative_slope=negative_slope)
+    return ops.inplace(ops.leaky_relu_, input, negative_slope=negative_slope)
 
 
 @fused()
