@@ -32,6 +32,7 @@ def check_module(module, *shape, wrt_input=True):
     (lambda: nn.BatchNorm2d(2, track_running_stats=False), (2, 2, 2, 2)),
     (lambda: nn.LayerNorm(4), (3, 4)),
     (lambda: nn.LayerNorm((2, 3)), (2, 2, 3)),
+    (lambda: nn.GroupNorm(3, 6), (2, 6, 3, 2)),
     (lambda: nn.ReLU(), (3, 4)),
     (lambda: nn.LeakyReLU(0.1), (3, 4)),
     (lambda: nn.GELU(), (3, 4)),

@@ -51,9 +51,10 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
                            f"num_groups, but got input of shape {list(input.shape)} and "
                            f"num_groups={num_groups}")
     check_same_dtype(_MIXED_DTYPES, input, weight, bias)
+    # Each group a row of LayerNorm's fused kernels (mean and variance in one op, not the
+    # five of a composition: a (32, 64, 32, 32) float32 input took 4x torch's time).
     grouped = input.reshape(input.shape[0], num_groups, -1)
-    out = _normalize(grouped, grouped.mean(-1, keepdim=True),
-                     grouped.var(-1, keepdim=True, correction=0), eps).reshape(input.shape)
+    out = ops.layer_norm(grouped, None, None, dims=1, eps=float(eps)).reshape(input.shape)
     per_channel = (input.shape[1],) + (1,) * (input.ndim - 2)
     if weight is not None:
         out = out * weight.reshape(per_channel)
