@@ -25,4 +25,5 @@ from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, har
                           threshold, leaky_relu, leaky_relu_)
 from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401
                         gru_cell, lstm_cell)
+from .resampling import upsample_bilinear2d, upsample_bilinear2d_backward  # noqa: F401
 from . import autocast  # noqa: F401  (installs its first-use hook in dtypes)

@@ -180,7 +180,8 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
 
 def _kernels():
     from mpigrad.kernels.compiled import (activations, attention, clip, dropout, elementwise,
-                                          indexing, normalization, optim, recurrent, softmax)
+                                          indexing, normalization, optim, recurrent,
+                                          resampling, softmax)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(1001) * 3
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -30.0, 30.0]
@@ -263,6 +264,16 @@ def _kernels():
     cases.append((dropout.dropout, lambda: [x[:1000].astype(f32), np.uint32(5), np.uint32(9),
                                             np.uint32(2 ** 31), 40, f32(2),
                                             np.empty(1000, f32)]))
+    # Bilinear resampling of 9 planes 5 x 4 to 7 x 6, and its adjoint (overlapping adds).
+    sources = [np.array([0, 0, 1, 2, 2, 3, 4]), np.array([1, 1, 2, 3, 3, 4, 4]),
+               rng.random(7).astype(f32), np.array([0, 0, 1, 1, 2, 3]),
+               np.array([1, 1, 2, 2, 3, 3]), rng.random(6).astype(f32)]
+    planes = rng.standard_normal((9, 5, 4)).astype(f32)
+    plane_grads = rng.standard_normal((9, 7, 6)).astype(f32)
+    cases.append((resampling.bilinear,
+                  lambda: [planes, *sources, np.empty((9, 7, 6), f32)]))
+    cases.append((resampling.bilinear_adjoint,
+                  lambda: [plane_grads, *sources, np.zeros((9, 5, 4), f32)]))
     return cases
 
 

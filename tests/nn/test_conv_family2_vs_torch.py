@@ -653,3 +653,19 @@ def test_embedding_bag_passes_gradcheck_and_gradgradcheck():
                                             per_sample_weights=p)
     assert gradcheck(weighted, (weight, samples), check_forward_ad=True)
     assert gradgradcheck(weighted, (weight, samples))
+
+
+@pytest.mark.parametrize("kwargs", [dict(scale_factor=2), dict(size=(3, 7), align_corners=True)])
+def test_bilinear_is_one_op_to_any_order_and_float32_is_torchs(kwargs):
+    """Bilinear resampling is one op whose gradient is its adjoint, another op: gradients of
+    any order, a node named as torch's, and float32 within torch's float32 tolerance."""
+    x = mpigrad.tensor(np.random.default_rng(16).standard_normal((2, 3, 4, 5)),
+                       requires_grad=True)
+    resample = lambda x: F.interpolate(x, mode="bilinear", **kwargs)
+    assert gradcheck(resample, (x,)) and gradgradcheck(resample, (x,))
+    data = np.random.default_rng(17).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    ours = F.interpolate(mpigrad.tensor(data, requires_grad=True), mode="bilinear", **kwargs)
+    theirs = TF.interpolate(torch.tensor(data, requires_grad=True), mode="bilinear", **kwargs)
+    assert type(ours.grad_fn).__name__ == type(theirs.grad_fn).__name__
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1.3e-6,
+                               atol=1e-5)

@@ -160,6 +160,10 @@ CASES = [
     ("conv_transpose2d", lambda x, w, b: mg.nn.functional.conv_transpose2d(
         x, w, b, stride=2, padding=1, output_padding=(1, 0), groups=2, dilation=(1, 2)),
      [((1, 4, 3, 2), _normal), ((4, 1, 2, 3), _normal), ((2,), _normal)]),
+    # Its gradient's graph holds the adjoint, upsample_bilinear2d_backward.
+    ("upsample_bilinear2d", lambda a: mg.nn.functional.interpolate(a, size=(5, 3),
+                                                                   mode="bilinear"),
+     [((1, 2, 3, 4), _normal)]),
     ("max_pool2d", lambda a: mg.nn.functional.max_pool2d(a, 3, stride=2, padding=1,
                                                          ceil_mode=True),
      [((1, 2, 6, 5), _spread)]),

@@ -4,12 +4,14 @@
 """
 from ..backend import NUMPY
 from . import (activations, attention, clip, conv, dropout, elementwise, indexing, linalg,
-               normalization, optim, reduction, softmax)
+               normalization, optim, reduction, resampling, softmax)
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
               "tap_scatter", "tap_gather"):
     NUMPY.register(_name, forward=getattr(conv, _name))
 NUMPY.register("erf", forward=elementwise.erf)
+for _name in ("upsample_bilinear2d", "upsample_bilinear2d_backward"):
+    NUMPY.register(_name, forward=getattr(resampling, _name))
 NUMPY.register("relu", forward=elementwise.relu, backward=elementwise.relu_backward)
 NUMPY.register("leaky_relu", forward=elementwise.leaky_relu,
                backward=elementwise.leaky_relu_backward)

@@ -3,6 +3,7 @@ import numbers
 
 import numpy as np
 
+from ... import ops
 from ...tensor import Tensor
 from .pooling import adaptive_avg_pool1d, adaptive_avg_pool2d
 
@@ -130,6 +131,11 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             raise NotImplementedError("interpolate: mode 'area' of 5-D input is not supported")
         pool = adaptive_avg_pool1d if input.ndim == 3 else adaptive_avg_pool2d
         return pool(input, sizes if input.ndim == 4 else sizes[0])
+    if mode == "bilinear" and np.dtype(input.dtype).kind == "f":
+        positions = tuple(_linear_positions(n, m, scale, bool(align_corners),
+                                            np.dtype(input.dtype))
+                          for n, m, scale in zip(input.shape[2:], sizes, scales))
+        return ops.upsample_bilinear2d(input, positions=positions)
     out = input
     # The last axis first: torch mixes along it innermost, and its gathers (the slow ones,
     # element by element) then run on the smaller array when upsampling.
