@@ -205,6 +205,8 @@ def adaptive_avg_pool2d(input, output_size):
     height interval and a width interval, so the mean separates into one averaging matrix per
     axis."""
     height, width = _adaptive_sizes("adaptive_avg_pool2d", input, output_size, 2)
+    if (height, width) == (1, 1):  # global pooling (ResNet's head) is a mean, as in torch
+        return input.mean((-2, -1), keepdim=True)
     rows = _adaptive_mean_matrix(input.shape[-2], height, input.dtype)
     columns = _adaptive_mean_matrix(input.shape[-1], width, input.dtype)
     return rows @ input @ columns.T
