@@ -8,7 +8,15 @@ Threads take whole (sample, channel) planes.
 """
 from numba import prange
 
+from ._math import jit
 from ._threads import parallel
+
+
+@jit
+def _sources(first, second, weight, k, one):
+    """Output position k's two source indices along an axis and their weights, 1 - w and w."""
+    w = weight[k]
+    return first[k], second[k], one - w, w
 
 
 @parallel(rows=("x", "out"))
@@ -19,14 +27,10 @@ def bilinear(x, rows_first, rows_second, rows_weight, cols_first, cols_second, c
     for p in prange(x.shape[0]):
         plane, out_plane = x[p], out[p]
         for i in range(out.shape[1]):
-            top, bottom = plane[rows_first[i]], plane[rows_second[i]]
-            down = rows_weight[i]
-            up = one - down
-            line = out_plane[i]
+            h0, h1, up, down = _sources(rows_first, rows_second, rows_weight, i, one)
+            top, bottom, line = plane[h0], plane[h1], out_plane[i]
             for j in range(out.shape[2]):
-                right = cols_weight[j]
-                left = one - right
-                a, b = cols_first[j], cols_second[j]
+                a, b, left, right = _sources(cols_first, cols_second, cols_weight, j, one)
                 line[j] = ((top[a] * left + top[b] * right) * up
                            + (bottom[a] * left + bottom[b] * right) * down)
 
@@ -41,14 +45,10 @@ def bilinear_adjoint(g, rows_first, rows_second, rows_weight, cols_first, cols_s
     for p in prange(g.shape[0]):
         grad, plane = g[p], out[p]
         for i in range(g.shape[1]):
-            top, bottom = plane[rows_first[i]], plane[rows_second[i]]
-            down = rows_weight[i]
-            up = one - down
-            line = grad[i]
+            h0, h1, up, down = _sources(rows_first, rows_second, rows_weight, i, one)
+            top, bottom, line = plane[h0], plane[h1], grad[i]
             for j in range(g.shape[2]):
-                right = cols_weight[j]
-                left = one - right
-                a, b = cols_first[j], cols_second[j]
+                a, b, left, right = _sources(cols_first, cols_second, cols_weight, j, one)
                 value = line[j]
                 top[a] += up * left * value
                 top[b] += up * right * value
