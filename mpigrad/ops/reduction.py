@@ -109,20 +109,14 @@ def _norm_grad(g, ans, x, p, dim, keepdim):
     return expand_reduced(g, x.shape, dim, keepdim) * where(full == 0, 0.0, x / where(full == 0, 1.0, full))
 
 
-def _norm_forward(x, p, dim, keepdim):
-    axis = _axis(dim, x.ndim)
-    if p == 1:
-        return np.sum(np.abs(x), axis=axis, keepdims=keepdim)
-    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdim))
-
-
 def _norm_tangent(t, ans, x, p, dim, keepdim):
     if p == 1:
         return (t * x.sign()).sum(dim, keepdim=keepdim)
     return where(ans == 0, 0.0, (t * x).sum(dim, keepdim=keepdim) / where(ans == 0, 1.0, ans))
 
 
-_norm = Op("norm", _norm_forward, (_norm_grad,), (_norm_tangent,), saves="x ans",
+# Forward and fused backward in kernels/numpy/reduction.py.
+_norm = Op("norm", None, (_norm_grad,), (_norm_tangent,), saves="x ans",
            grad_fn_name="LinalgVectorNormBackward0")
 
 
@@ -131,7 +125,7 @@ def norm(x, p=2, dim=None, keepdim=False):
         p = 2
     if p not in (1, 2):
         raise ValueError(f"norm supports p=1, p=2 and 'fro', got {p!r}")
-    return _norm(x, p=p, dim=dim, keepdim=keepdim)
+    return _norm(x, p=p, dim=_axis(dim, x.ndim), keepdim=keepdim)
 
 
 def _extreme_grad(g, ans, x, dim, keepdim):

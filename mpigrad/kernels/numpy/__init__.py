@@ -19,6 +19,7 @@ NUMPY.register("leaky_relu_", forward=elementwise.leaky_relu,
                backward=elementwise.leaky_relu_inplace_backward)
 for _name in ("logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
+NUMPY.register("norm", forward=reduction.norm, backward=reduction.norm_backward)
 for _name in ("softmax", "log_softmax", "cross_entropy"):
     NUMPY.register(_name, forward=getattr(softmax, _name),
                    backward=getattr(softmax, _name + "_backward"))

