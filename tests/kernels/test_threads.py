@@ -209,13 +209,10 @@ def _kernels():
     cases = []
     for name in ("gelu_f32", "gelu_tanh", "silu_f32", "sigmoid_f32"):
         cases.append((getattr(activations, name), lambda: [x.astype(f32), np.empty(x.size, f32)]))
-    for name in ("silu_f64", "sigmoid_f64"):
-        cases.append((getattr(activations, name), lambda: [x, np.empty(x.size)]))
     for name in ("gelu_backward_f32", "gelu_tanh_backward", "silu_backward_f32",
                  "sigmoid_backward"):
         cases.append((getattr(activations, name),
                       lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
-    cases.append((activations.silu_backward_f64, lambda: [g, x, np.empty(x.size)]))
     cases.append((elementwise.relu, lambda: [x.astype(f32), np.empty(x.size, f32)]))
     cases.append((elementwise.relu_backward,
                   lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
