@@ -17,13 +17,17 @@ def _pointwise_backward(loop, needs, g, x):
     return (result(out, x.dtype),)
 
 
+def _by_dtype(name, dtype):
+    """The loop `name` for this dtype's compute dtype: name_f64 or name_f32."""
+    return getattr(loops("activations"),
+                   name + ("_f64" if compute_dtype(dtype) is np.float64 else "_f32"))
+
+
 def _gelu_loops(dtype, approximate, backward):
-    compiled = loops("activations")
-    if approximate == "tanh":
-        return compiled.gelu_tanh_backward if backward else compiled.gelu_tanh
-    if compute_dtype(dtype) is np.float64:
-        return compiled.gelu_backward_f64 if backward else compiled.gelu_f64
-    return compiled.gelu_backward_f32 if backward else compiled.gelu_f32
+    name = "gelu_backward" if backward else "gelu"
+    if approximate == "tanh":  # one loop, float64 arithmetic, for every dtype
+        return getattr(loops("activations"), name.replace("gelu", "gelu_tanh"))
+    return _by_dtype(name, dtype)
 
 
 def gelu(x, approximate):
@@ -32,12 +36,6 @@ def gelu(x, approximate):
 
 def gelu_backward(needs, g, ans, x, approximate):
     return _pointwise_backward(_gelu_loops(x.dtype, approximate, True), needs, g, x)
-
-
-def _by_dtype(name, dtype):
-    """The loop `name` for this dtype's compute dtype: name_f64 or name_f32."""
-    return getattr(loops("activations"),
-                   name + ("_f64" if compute_dtype(dtype) is np.float64 else "_f32"))
 
 
 def silu(x):

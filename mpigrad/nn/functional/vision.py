@@ -4,6 +4,7 @@ import numbers
 import numpy as np
 
 from ... import ops
+from ...dtypes import is_floating_point
 from ...tensor import Tensor
 from .pooling import adaptive_avg_pool1d, adaptive_avg_pool2d
 
@@ -131,7 +132,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             raise NotImplementedError("interpolate: mode 'area' of 5-D input is not supported")
         pool = adaptive_avg_pool1d if input.ndim == 3 else adaptive_avg_pool2d
         return pool(input, sizes if input.ndim == 4 else sizes[0])
-    if mode == "bilinear" and np.dtype(input.dtype).kind == "f":
+    if mode == "bilinear" and is_floating_point(input.dtype):
         positions = tuple(_linear_positions(n, m, scale, bool(align_corners),
                                             np.dtype(input.dtype))
                           for n, m, scale in zip(input.shape[2:], sizes, scales))
