@@ -41,8 +41,8 @@ def expand_reduced(g, shape, dim, keepdim):
     return g.expand(shape)
 
 
-_sum = Op("sum", lambda x, dim, keepdim, dtype: np.sum(x, axis=_axis(dim, x.ndim),
-                                                       keepdims=keepdim, dtype=dtype),
+# Forwards in kernels/numpy/reduction.py; dim arrives normalised (a tuple of axes, or None).
+_sum = Op("sum", None,
           (lambda g, ans, x, dim, keepdim, dtype: expand_reduced(g, x.shape, dim, keepdim),),
           (lambda t, ans, x, dim, keepdim, dtype:
            _sum(t, dim=dim, keepdim=keepdim, dtype=dtype),),
@@ -55,14 +55,14 @@ def _variant(name, params):
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
-    return _sum(x, dim=dim, keepdim=keepdim, dtype=dtype)
+    return _sum(x, dim=_axis(dim, x.ndim), keepdim=keepdim, dtype=dtype)
 
 
 def _count(shape, dim):
     return math.prod(shape[d] for d in normalize_dims(dim, len(shape)))
 
 
-_mean = Op("mean", lambda x, dim, keepdim: np.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
+_mean = Op("mean", None,
            (lambda g, ans, x, dim, keepdim:
             expand_reduced(g, x.shape, dim, keepdim) / _count(x.shape, dim),),
            (lambda t, ans, x, dim, keepdim: _mean(t, dim=dim, keepdim=keepdim),),
@@ -73,7 +73,7 @@ def mean(x, dim=None, keepdim=False):
     if not dtypes.is_differentiable(x.dtype):
         raise RuntimeError(f"mean() needs a floating point tensor, got {x.dtype}; "
                            "convert with .float() first")
-    return _mean(x, dim=dim, keepdim=keepdim)
+    return _mean(x, dim=_axis(dim, x.ndim), keepdim=keepdim)
 
 
 def _correction(unbiased, correction):

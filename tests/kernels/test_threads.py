@@ -181,7 +181,7 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
 def _kernels():
     from mpigrad.kernels.compiled import (activations, attention, clip, dropout, elementwise,
                                           indexing, normalization, optim, recurrent,
-                                          resampling, softmax)
+                                          reduction, resampling, softmax)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(1001) * 3
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -30.0, 30.0]
@@ -271,6 +271,7 @@ def _kernels():
                   lambda: [planes, *sources, np.empty((9, 7, 6), f32)]))
     cases.append((resampling.bilinear_adjoint,
                   lambda: [plane_grads, *sources, np.zeros((9, 5, 4), f32)]))
+    cases.append((reduction.row_sums, lambda: [rows.astype(f32), 3.0, np.empty(37, f32)]))
     return cases
 
 

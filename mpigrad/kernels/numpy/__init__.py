@@ -17,7 +17,7 @@ NUMPY.register("leaky_relu", forward=elementwise.leaky_relu,
                backward=elementwise.leaky_relu_backward)
 NUMPY.register("leaky_relu_", forward=elementwise.leaky_relu,
                backward=elementwise.leaky_relu_inplace_backward)
-for _name in ("logsumexp", "scatter_along"):
+for _name in ("sum", "mean", "logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
 NUMPY.register("norm", forward=reduction.norm, backward=reduction.norm_backward)
 for _name in ("softmax", "log_softmax", "cross_entropy"):

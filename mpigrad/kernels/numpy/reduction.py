@@ -1,8 +1,59 @@
-"""The longer numpy kernels of ops/reduction.py: logsumexp, the masked softmax, scatter_along
-and the 1- and 2-norms (softmax and log_softmax are compiled loops, softmax.py)."""
+"""The longer numpy kernels of ops/reduction.py: sum and mean, logsumexp, the masked softmax,
+scatter_along and the 1- and 2-norms (softmax and log_softmax are compiled loops,
+softmax.py)."""
+import math
+
 import numpy as np
 
+from ._compiled import loops
 from .clip import total_norm
+
+# The fewest elements for which sum and mean over the last dimensions take the compiled
+# loop: below, numpy's few microseconds are not worth importing numba for (a small model that
+# needs no other compiled loop keeps it unimported, tests/kernels/test_startup.py).
+_ROWS_FROM = 1 << 15
+
+
+def _as_rows(x, dim):
+    """x as a (rows, C) matrix when `dim` (normalised axes, None for all) is its last
+    dimensions and x is a C-contiguous float32 or float64 array big enough to pay; else
+    None."""
+    axes = range(x.ndim) if dim is None else dim
+    kept = x.ndim - len(axes)
+    if (x.size < _ROWS_FROM or x.dtype not in (np.float32, np.float64)
+            or not x.flags.c_contiguous or tuple(axes) != tuple(range(kept, x.ndim))):
+        return None
+    return x.reshape(math.prod(x.shape[:kept]), -1)
+
+
+def _reduced_shape(shape, dim, keepdim):
+    dims = range(len(shape)) if dim is None else dim
+    if keepdim:
+        return tuple(1 if d in dims else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in dims)
+
+
+def _row_sums(rows, shape, dim, keepdim, divisor):
+    out = np.empty(rows.shape[0], rows.dtype)
+    loops("reduction").row_sums(rows, float(divisor), out)
+    return out.reshape(_reduced_shape(shape, dim, keepdim))
+
+
+def sum(x, dim, keepdim, dtype):  # noqa: A001  (the op's name)
+    """Over the last dimensions of a big float array: one compiled pass, its rows added in
+    float64 lanes (compiled/reduction.py); otherwise numpy's sum."""
+    rows = _as_rows(x, dim) if dtype is None else None
+    if rows is None:
+        return np.sum(x, axis=dim, keepdims=keepdim, dtype=dtype)
+    return _row_sums(rows, x.shape, dim, keepdim, 1)
+
+
+def mean(x, dim, keepdim):
+    """As `sum`, each row's sum divided by its length."""
+    rows = _as_rows(x, dim)
+    if rows is None:
+        return np.mean(x, axis=dim, keepdims=keepdim)
+    return _row_sums(rows, x.shape, dim, keepdim, rows.shape[1])
 
 
 def logsumexp(x, dim, keepdim):
