@@ -32,11 +32,6 @@ leaky_relu_ = Op("leaky_relu_", None,
                  saves="ans", elementwise=True, grad_fn_name="LeakyReluBackward1")
 
 
-def _elu(x, alpha, scale, input_scale):
-    negative = np.expm1(np.minimum(x, 0) * input_scale) * (alpha * scale)
-    return np.where(x > 0, x * scale, negative).astype(x.dtype, copy=False)
-
-
 def _elu_grad(g, ans, x, alpha, scale, input_scale):
     # exp only of the non-positive part: the positive side would overflow and is not used.
     negative = exp(clamp(x, max=0.0) * input_scale) * (alpha * scale * input_scale)
@@ -44,17 +39,13 @@ def _elu_grad(g, ans, x, alpha, scale, input_scale):
 
 
 # ELU, SELU and CELU: scale * x above 0, alpha * scale * (exp(x * input_scale) - 1) below.
-elu = Op("elu", _elu, (_elu_grad,), saves="x", elementwise=True)
-
-
-def _softplus(x, beta, threshold):
-    scaled = x * beta
-    soft = np.log1p(np.exp(np.minimum(scaled, threshold))) / beta
-    return np.where(scaled > threshold, x, soft).astype(x.dtype, copy=False)
+# Forward and fused backward: kernels/numpy/activations.py.
+elu = Op("elu", None, (_elu_grad,), saves="x", elementwise=True)
 
 
 # Above the threshold softplus is taken to be x itself, so its slope is exactly one there.
-softplus = Op("softplus", _softplus,
+# Forward and fused backward: kernels/numpy/activations.py.
+softplus = Op("softplus", None,
               (lambda g, ans, x, beta, threshold:
                g * where(x * beta > threshold, 1.0, sigmoid(x * beta)),),
               saves="x", elementwise=True)

@@ -1,5 +1,5 @@
-"""GELU (exact and tanh) and SiLU: their fused kernels against torch, and their rules
-(create_graph=True, tangents) through gradcheck and gradgradcheck."""
+"""GELU (exact and tanh), SiLU, ELU (SELU, CELU) and softplus: their fused kernels against
+torch, and their rules (create_graph=True, tangents) through gradcheck and gradgradcheck."""
 import numpy as np
 import pytest
 
@@ -18,13 +18,24 @@ ACTIVATIONS = {
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"),
                   lambda x: TF.gelu(x, approximate="tanh")),
     "silu": (F.silu, TF.silu),
+    "elu": (F.elu, TF.elu),
+    "selu": (F.selu, TF.selu),
+    # CELU is ELU with input_scale 1 / alpha; torch's own CeluBackward0 is 5e-9 relative off
+    # in float64, its aten.elu with that input_scale exact.
+    "celu": (lambda x: F.celu(x, alpha=0.7),
+             lambda x: torch.ops.aten.elu(x, 0.7, 1.0, 1 / 0.7)),
+    "softplus": (F.softplus, TF.softplus),
+    "softplus_beta": (lambda x: F.softplus(x, beta=-1.5, threshold=4.0),
+                      lambda x: TF.softplus(x, beta=-1.5, threshold=4.0)),
 }
 
 
 def _inputs(shape=(3, 37, 5)):
     x = np.random.default_rng(3).standard_normal(shape) * 3
     # Where 1 + erf(x / sqrt 2) cancels (x near -3 and below), the saturated ends, and zero.
+    # Where expm1 and log1p would cancel (near 0, and about ln 2 / 2 either side).
     x.flat[:12] = [-3.0, -3.1, -2.9, -5.0, -9.0, 9.0, 30.0, -30.0, 0.0, -0.0, 1e-8, -100.0]
+    x.flat[12:18] = [-1e-30, -1e-6, -0.3466, -0.3465, 0.3466, 20.0]
     return x
 
 

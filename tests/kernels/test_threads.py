@@ -213,6 +213,16 @@ def _kernels():
                  "sigmoid_backward"):
         cases.append((getattr(activations, name),
                       lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))
+    elu_parameters = [f32(0.7 * 1.05), f32(1.05), f32(1 / 0.7)]
+    cases.append((activations.elu, lambda: [x.astype(f32), *elu_parameters,
+                                            np.empty(x.size, f32)]))
+    cases.append((activations.elu_backward, lambda: [g.astype(f32), x.astype(f32),
+                                                     *elu_parameters, np.empty(x.size, f32)]))
+    cases.append((activations.softplus, lambda: [x.astype(f32), f32(1.5), f32(4),
+                                                 np.empty(x.size, f32)]))
+    cases.append((activations.softplus_backward, lambda: [g.astype(f32), x.astype(f32),
+                                                          f32(1.5), f32(4),
+                                                          np.empty(x.size, f32)]))
     cases.append((elementwise.relu, lambda: [x.astype(f32), np.empty(x.size, f32)]))
     cases.append((elementwise.relu_backward,
                   lambda: [g.astype(f32), x.astype(f32), np.empty(x.size, f32)]))

@@ -186,6 +186,69 @@ def exp_f32(x):
     return x if x != x else out
 
 
+_HALF_LN2 = 0.34657359027997264
+
+
+@jit
+def expm1(x):
+    """e**x - 1 in float64 without the cancellation of `exp(x) - 1` near 0: there (|x| < ln2 /
+    2) its Taylor series x (1 + x / 2 + ...) to x**13, whose rest is below an ulp; elsewhere
+    exp(x) - 1, which loses at most a bit or two. Vectorisable (both are computed)."""
+    small = x * horner(_TAYLOR[1:], x)
+    return small if abs(x) < _HALF_LN2 else exp(x) - 1.0
+
+
+_HALF_LN2_F32 = np.float32(_HALF_LN2)
+_ONE_F32 = np.float32(1.0)
+
+
+@jit
+def expm1_f32(x):
+    """expm1 of a float32 in float32 arithmetic: the series to x**7 below ln2 / 2, exp_f32(x) - 1
+    above; a few ulps at most."""
+    small = x * horner(_TAYLOR_F32[1:], x)
+    return small if abs(x) < _HALF_LN2_F32 else exp_f32(x) - _ONE_F32
+
+
+# log(1 + t) for 0 <= t <= 1 as 2 atanh(u), u = t / (2 + t) <= 1/3: the odd series
+# 2 (u + u**3 / 3 + u**5 / 5 + ...), in u**2 <= 1/9, to the term below an ulp: softplus's
+# log1p(exp(-|x|)), whose argument is in that range, with a division and no log call.
+_ATANH_SERIES = tuple(2.0 / (2 * k + 1) for k in range(18))
+_ATANH_SERIES_F32 = tuple(np.float32(2.0 / (2 * k + 1)) for k in range(9))
+
+
+@jit
+def log1p_unit(t):
+    """log(1 + t) for a float64 t in [0, 1]."""
+    u = t / (2.0 + t)
+    return u * horner(_ATANH_SERIES, u * u)
+
+
+@jit
+def log1p_unit_f32(t):
+    """log(1 + t) for a float32 t in [0, 1], in float32 arithmetic."""
+    u = t / (np.float32(2.0) + t)
+    return u * horner(_ATANH_SERIES_F32, u * u)
+
+
+def by_precision(float32_version, float64_version):
+    """One name for a float32 function and its float64 twin, for loops written once for both
+    dtypes: a compiled call takes the float32 one for a float32 argument."""
+    def either(x):
+        raise TypeError(f"{float64_version.__name__} runs inside compiled loops only")
+
+    @overload(either, jit_options=OPTIONS)
+    def _either(x):
+        chosen = float32_version if x == types.float32 else float64_version
+        return lambda x: chosen(x)
+    return either
+
+
+any_exp = by_precision(exp_f32, exp)
+any_expm1 = by_precision(expm1_f32, expm1)
+any_log1p_unit = by_precision(log1p_unit_f32, log1p_unit)
+
+
 @jit
 def gaussian_f32(x):
     """exp(-x**2 / 2) of a float32, in float32 arithmetic."""
@@ -208,7 +271,6 @@ _PHI_TAIL = tuple(np.float32(c) for c in (
     0.04319436475634575, -0.011392884887754917, 0.009368306957185268, -0.11872248351573944,
     0.12131708860397339, -0.037403035908937454))
 _PHI_TAIL_SCALE = np.float32(0.3535533845424652)  # 1 / (2 sqrt 2)
-_ONE_F32 = np.float32(1.0)
 _HALF_F32 = np.float32(0.5)
 
 

@@ -1,5 +1,5 @@
-"""GELU (exact and tanh), SiLU and the sigmoid, forward and backward, one pass each over flat
-arrays.
+"""GELU (exact and tanh), SiLU, the sigmoid, ELU (SELU, CELU) and softplus, forward and
+backward, one pass each over flat arrays.
 
 Each loop reads its inputs once and writes its output once; the loops not marked float32 work
 in float64 (see _math.py). `x`, `g` and `out` are contiguous 1-d arrays of one length, split
@@ -10,7 +10,8 @@ import math
 import numpy as np
 from numba import prange
 
-from ._math import exp, exp_f32, gaussian_f32, jit, normal_cdf_f32
+from ._math import (any_exp, any_expm1, any_log1p_unit, exp, exp_f32, gaussian_f32, jit,
+                    normal_cdf_f32)
 from ._threads import parallel
 
 _SQRT1_2 = 0.7071067811865476
@@ -132,3 +133,47 @@ def sigmoid_backward(g, y, out):
     one = y.dtype.type(1.0)
     for i in prange(y.size):
         out[i] = g[i] * y[i] * (one - y[i])
+
+
+# ELU, SELU and CELU, and softplus: one loop for float32 and float64, the arithmetic in x's
+# dtype (the caller passes the parameters in it; any_exp and the like pick the float32 math
+# for float32). (64, 128, 256) float32: ELU 27.6 ms as numpy's expm1 and where, torch 9.8.
+@parallel(rows=("x", "out"))
+def elu(x, negative_scale, positive_scale, input_scale, out):
+    """scale x above 0, alpha scale (e**(x input_scale) - 1) at and below, as torch's elu
+    (negative_scale = alpha scale, positive_scale = scale); nan stays nan."""
+    zero = x.dtype.type(0.0)
+    for i in prange(x.size):
+        v = x[i]
+        out[i] = v * positive_scale if v > zero else any_expm1(v * input_scale) * negative_scale
+
+
+@parallel(rows=("g", "x", "out"))
+def elu_backward(g, x, negative_scale, positive_scale, input_scale, out):
+    zero = x.dtype.type(0.0)
+    negative_slope = negative_scale * input_scale
+    for i in prange(x.size):
+        v = x[i]
+        slope = positive_scale if v > zero else any_exp(v * input_scale) * negative_slope
+        out[i] = g[i] * slope
+
+
+@parallel(rows=("x", "out"))
+def softplus(x, beta, threshold, out):
+    """log(1 + e**(beta x)) / beta, taken as max(s, 0) + log(1 + e**-|s|) of s = beta x, which
+    neither overflows nor loses e**s below 1; x itself above the threshold, as torch."""
+    zero = x.dtype.type(0.0)
+    for i in prange(x.size):
+        v = x[i]
+        s = v * beta
+        soft = (max(s, zero) + any_log1p_unit(any_exp(-abs(s)))) / beta
+        out[i] = v if s > threshold else soft
+
+
+@parallel(rows=("g", "x", "out"))
+def softplus_backward(g, x, beta, threshold, out):
+    """g times the sigmoid of beta x; g itself above the threshold."""
+    one = x.dtype.type(1.0)
+    for i in prange(x.size):
+        s = x[i] * beta
+        out[i] = g[i] if s > threshold else g[i] / (one + any_exp(-s))

@@ -30,9 +30,9 @@ NUMPY.register("scaled_dot_product_attention", forward=attention.attention,
                backward=attention.attention_backward)
 NUMPY.register("attention_dropout", forward=attention.attention_dropout)
 NUMPY.register("linear", backward=linalg.linear_backward)
-NUMPY.register("gelu", forward=activations.gelu, backward=activations.gelu_backward)
-NUMPY.register("silu", forward=activations.silu, backward=activations.silu_backward)
-NUMPY.register("sigmoid", forward=activations.sigmoid, backward=activations.sigmoid_backward)
+for _name in ("gelu", "silu", "sigmoid", "elu", "softplus"):
+    NUMPY.register(_name, forward=getattr(activations, _name),
+                   backward=getattr(activations, _name + "_backward"))
 NUMPY.register("dropout", forward=dropout.dropout, backward=dropout.dropout_backward)
 for _name in ("layer_norm", "rms_norm", "batch_norm"):
     NUMPY.register(_name, forward=getattr(normalization, _name),

@@ -1,20 +1,27 @@
-"""GELU, SiLU and the sigmoid: the numpy backend's kernels over the compiled loops (one pass
-each way)."""
+"""GELU, SiLU, the sigmoid, ELU and softplus: the numpy backend's kernels over the compiled
+loops (one pass each way)."""
 import numpy as np
 
 from ._compiled import compute_dtype, flat, fresh, loops, result
 
 
-def _pointwise(loop, x):
+def _pointwise(loop, x, *parameters):
     out = fresh(x.shape, x.dtype)
-    loop(flat(x), out.reshape(-1))
+    loop(flat(x), *parameters, out.reshape(-1))
     return result(out, x.dtype)
 
 
-def _pointwise_backward(loop, needs, g, x):
+def _pointwise_backward(loop, needs, g, x, *parameters):
     out = fresh(x.shape, x.dtype)
-    loop(flat(g, out.dtype), flat(x), out.reshape(-1))
+    loop(flat(g, out.dtype), flat(x), *parameters, out.reshape(-1))
     return (result(out, x.dtype),)
+
+
+def _in_compute_dtype(dtype, *values):
+    """The loop's scalar parameters in the dtype it computes in, so a float32 loop stays in
+    float32 arithmetic."""
+    work = compute_dtype(dtype)
+    return [work(value) for value in values]
 
 
 def _by_dtype(name, dtype):
@@ -57,3 +64,28 @@ def sigmoid_backward(needs, g, ans, x):
     out = np.empty(y.size, y.dtype)
     loops("activations").sigmoid_backward(flat(g, y.dtype), y, out)
     return (result(out.reshape(ans.shape), ans.dtype),)
+
+
+def _elu_parameters(dtype, alpha, scale, input_scale):
+    return _in_compute_dtype(dtype, alpha * scale, scale, input_scale)
+
+
+def elu(x, alpha, scale, input_scale):
+    """ELU, SELU and CELU: one compiled pass each way, float32 in float32 arithmetic."""
+    return _pointwise(loops("activations").elu, x,
+                      *_elu_parameters(x.dtype, alpha, scale, input_scale))
+
+
+def elu_backward(needs, g, ans, x, alpha, scale, input_scale):
+    return _pointwise_backward(loops("activations").elu_backward, needs, g, x,
+                               *_elu_parameters(x.dtype, alpha, scale, input_scale))
+
+
+def softplus(x, beta, threshold):
+    return _pointwise(loops("activations").softplus, x,
+                      *_in_compute_dtype(x.dtype, beta, threshold))
+
+
+def softplus_backward(needs, g, ans, x, beta, threshold):
+    return _pointwise_backward(loops("activations").softplus_backward, needs, g, x,
+                               *_in_compute_dtype(x.dtype, beta, threshold))
