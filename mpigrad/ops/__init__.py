@@ -14,7 +14,7 @@ from .shape import (reshape, flatten, permute, transpose, squeeze, unsqueeze, ex
                     split, chunk, pad, index_select, gather, repeat, unbind, broadcast_to,
                     meshgrid)
 from .reduction import safe_softmax, masked_softmax  # noqa: F401
-from .loss import binary_cross_entropy, cross_entropy  # noqa: F401
+from .loss import binary_cross_entropy, cross_entropy, mse_loss  # noqa: F401
 from .normalization import batch_norm, layer_norm, rms_norm  # noqa: F401
 from .regularization import dropout  # noqa: F401
 from .attention import scaled_dot_product_attention  # noqa: F401

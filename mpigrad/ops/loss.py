@@ -1,4 +1,5 @@
-"""Loss primitives whose gradients torch defines apart from the derivative of their forward.
+"""Loss primitives: those whose gradients torch defines apart from the derivative of their
+forward, and those whose composition costs several passes where a kernel takes one.
 
 Most losses are composed in nn/functional/loss.py from differentiable ops. Binary cross-entropy
 is not: torch clamps each log at -100 in the forward, yet its input gradient is the unclamped
@@ -62,3 +63,23 @@ cross_entropy = Op(
     (lambda t, ans, x, target, weight, ignore_index, label_smoothing:
      (t * _cross_entropy_slopes(x, target, weight, ignore_index, label_smoothing)).sum(1),),
     saves="x", grad_fn_name="NllLossBackward0")
+
+
+# Squared error of same-shaped x and t, one node as torch's: summed, averaged or per element.
+# Forward and fused backward: kernels/numpy/loss.py.
+def _mse_norm(x, reduction):
+    return 2.0 / max(x.numel(), 1) if reduction == "mean" else 2.0
+
+
+def _mse_tangent(tangent, x, t, reduction):
+    product = (x - t) * tangent * _mse_norm(x, reduction)
+    return product if reduction == "none" else product.sum()
+
+
+mse_loss = Op(
+    "mse_loss", None,
+    (lambda g, ans, x, t, reduction: (x - t) * g * _mse_norm(x, reduction),
+     lambda g, ans, x, t, reduction: (t - x) * g * _mse_norm(x, reduction)),
+    (lambda tangent, ans, x, t, reduction: _mse_tangent(tangent, x, t, reduction),
+     lambda tangent, ans, x, t, reduction: _mse_tangent(tangent, t, x, reduction)),
+    saves="x t")

@@ -180,7 +180,7 @@ def test_set_num_threads_sets_numpys_blas(restore_threads):
 
 def _kernels():
     from mpigrad.kernels.compiled import (activations, attention, clip, dropout, elementwise,
-                                          indexing, normalization, optim, recurrent,
+                                          indexing, loss, normalization, optim, recurrent,
                                           reduction, resampling, softmax)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(1001) * 3
@@ -282,6 +282,8 @@ def _kernels():
     cases.append((resampling.bilinear_adjoint,
                   lambda: [plane_grads, *sources, np.zeros((9, 5, 4), f32)]))
     cases.append((reduction.row_sums, lambda: [rows.astype(f32), 3.0, np.empty(37, f32)]))
+    cases.append((loss.scaled_difference, lambda: [x.astype(f32), g.astype(f32), f32(0.3),
+                                                   np.empty(x.size, f32)]))
     return cases
 
 

@@ -73,6 +73,12 @@ CASES = [
     ("cross_entropy", lambda a: mg.nn.functional.cross_entropy(
         a, mg.tensor([0, 3, 1]), weight=mg.tensor([0.5, 1.5, 1.0, 2.0], dtype=a.dtype),
         ignore_index=1, label_smoothing=0.2), [((3, 4), _normal)]),
+    ("mse_loss_mean", lambda a, b: mg.nn.functional.mse_loss(a, b),
+     [((3, 4), _normal), ((3, 4), _normal)]),
+    ("mse_loss_sum", lambda a, b: mg.nn.functional.mse_loss(a, b, reduction="sum"),
+     [((2, 3), _normal), ((2, 3), _normal)]),
+    ("mse_loss_none", lambda a, b: mg.nn.functional.mse_loss(a, b, reduction="none"),
+     [((5,), _normal), ((5,), _normal)]),
     ("layer_norm", lambda a, w, b: mg.nn.functional.layer_norm(a, (4,), w, b),
      [((3, 4), _normal), ((4,), _normal), ((4,), _normal)]),
     ("rms_norm", lambda a, w: mg.nn.functional.rms_norm(a, (2, 4), w, eps=1e-6),

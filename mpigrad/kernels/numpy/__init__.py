@@ -3,7 +3,7 @@
 (The one-line forwards stay beside their rules in ops/ and register themselves there.)
 """
 from ..backend import NUMPY
-from . import (activations, attention, clip, conv, dropout, elementwise, indexing, linalg,
+from . import (activations, attention, clip, conv, dropout, elementwise, indexing, linalg, loss,
                normalization, optim, reduction, resampling, softmax)
 
 for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
@@ -20,6 +20,7 @@ NUMPY.register("leaky_relu_", forward=elementwise.leaky_relu,
 for _name in ("sum", "mean", "logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
 NUMPY.register("norm", forward=reduction.norm, backward=reduction.norm_backward)
+NUMPY.register("mse_loss", forward=loss.mse_loss, backward=loss.mse_loss_backward)
 for _name in ("softmax", "log_softmax", "cross_entropy"):
     NUMPY.register(_name, forward=getattr(softmax, _name),
                    backward=getattr(softmax, _name + "_backward"))

@@ -66,9 +66,11 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     input, target = float32_policy(input, target)
     reduction = _checks.legacy_reduction(size_average, reduce, reduction)
     _checks.floating("mse_cpu", input)
+    if (weight is None and isinstance(target, Tensor) and target.shape == input.shape
+            and target.dtype == input.dtype):
+        return ops.mse_loss(input, target, reduction=reduction)  # one node, as torch's
     diff = _difference(input, target)
     loss = _weighted_reduce(diff * diff, weight, input, reduction, True)
-    # torch's node names: one node for the whole loss, unless a weight composes it.
     return loss if weight is not None else ops.named(loss, "MseLossBackward0", input)
 
 

@@ -1,0 +1,45 @@
+"""mse_loss for the numpy backend: a mean or sum is one compiled pass each way
+(compiled/loss.py) where numpy took a difference, its square and a sum forward, and four
+passes back; reduction="none" stays numpy's, as do small and half inputs."""
+import math
+
+import numpy as np
+
+from ._compiled import compute_dtype, flat, loops, result
+
+# The fewest elements for which a mean or sum takes the compiled loops (below, numpy's few
+# microseconds are not worth importing numba for: a small model that needs no other compiled
+# loop keeps it unimported, tests/kernels/test_startup.py).
+_COMPILED_FROM = 1 << 15
+
+
+def _compiled(x):
+    return x.size >= _COMPILED_FROM and x.dtype in (np.float32, np.float64)
+
+
+def mse_loss(x, t, reduction):
+    if reduction == "none":
+        return np.square(x - t)
+    if _compiled(x):
+        total = loops("loss").squared_error_sum(flat(x), flat(t, x.dtype))
+    else:
+        d = x - t
+        total = float(np.sum(d * d, dtype=np.float64))
+    if reduction == "mean":
+        total = total / x.size if x.size else math.nan
+    return np.asarray(total, x.dtype)
+
+
+def mse_loss_backward(needs, g, ans, x, t, reduction):
+    """The input's gradient norm (x - t) g, norm = 2 (over the element count for the mean),
+    as torch's; the target's is its negative."""
+    norm = 2.0 / max(x.size, 1) if reduction == "mean" else 2.0
+    if reduction != "none" and _compiled(x):
+        work = compute_dtype(x.dtype)
+        grad_x = np.empty(x.shape, work)
+        loops("loss").scaled_difference(flat(x), flat(t, work), work(norm * float(g)),
+                                        grad_x.reshape(-1))
+        grad_x = result(grad_x, x.dtype)
+    else:
+        grad_x = (np.asarray(norm, x.dtype) * (x - t) * g).astype(x.dtype, copy=False)
+    return grad_x if needs[0] else None, np.negative(grad_x) if needs[1] else None
