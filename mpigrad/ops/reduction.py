@@ -140,18 +140,17 @@ def _extreme_tangent(t, ans, x, dim, keepdim):
     return (t * hit).sum(dim, keepdim=keepdim) / hit.sum(dim, keepdim=keepdim)
 
 
-_amax = Op("amax", lambda x, dim, keepdim: np.max(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-           (_extreme_grad,), (_extreme_tangent,), saves="x ans")
-_amin = Op("amin", lambda x, dim, keepdim: np.min(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-           (_extreme_grad,), (_extreme_tangent,), saves="x ans")
+# Forwards in kernels/numpy/reduction.py; dim arrives normalised, as sum's.
+_amax = Op("amax", None, (_extreme_grad,), (_extreme_tangent,), saves="x ans")
+_amin = Op("amin", None, (_extreme_grad,), (_extreme_tangent,), saves="x ans")
 
 
 def amax(x, dim=None, keepdim=False):
-    return _amax(x, dim=dim, keepdim=keepdim)
+    return _amax(x, dim=_axis(dim, x.ndim), keepdim=keepdim)
 
 
 def amin(x, dim=None, keepdim=False):
-    return _amin(x, dim=dim, keepdim=keepdim)
+    return _amin(x, dim=_axis(dim, x.ndim), keepdim=keepdim)
 
 
 def _check_nonempty(x, what):

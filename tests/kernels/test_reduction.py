@@ -1,5 +1,5 @@
-"""sum and mean over an array's last dimensions (kernels/compiled/reduction.py's row sums,
-taken from _ROWS_FROM elements on) against torch: float64 and float32, keepdim, every
+"""sum, mean, amax and amin over an array's last dimensions (kernels/compiled/reduction.py's
+row loops, taken from _ROWS_FROM elements on) against torch: float64 and float32, keepdim, every
 trailing set of dimensions and the whole array, nan and inf; the inputs that stay numpy's
 (other dimensions, strided, integer, half, a dtype= argument, small) still give torch's
 result."""
@@ -29,7 +29,7 @@ def _reduce(lib, name, dim, keepdim):
     return lambda x: getattr(x, name)(dim, keepdim=keepdim)
 
 
-@pytest.mark.parametrize("name", ["sum", "mean"])
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin"])
 @pytest.mark.parametrize("dim, keepdim", CASES)
 def test_last_dimensions_match_torch_in_float64(name, dim, keepdim):
     check(_reduce(mg, name, dim, keepdim), _reduce(torch, name, dim, keepdim), [_inputs()],
@@ -51,7 +51,7 @@ def test_float32_results_are_the_exact_ones_rounded_once(name, dim, keepdim):
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["sum", "mean"])
+@pytest.mark.parametrize("name", ["sum", "mean", "amax"])
 def test_inputs_numpy_keeps_still_match_torch(name):
     x = _inputs()
     cases = [(lambda t: getattr(t, name)(0), x),                       # not the last dimensions
@@ -80,3 +80,21 @@ def test_nan_and_inf_propagate_by_row():
         finite = np.isfinite(theirs)
         np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["amax", "amin"])
+def test_extremes_are_numpys_bits_with_every_nan_kept(name, dtype):
+    """The maximum and minimum are exact: numpy's own, and torch's; a nan of either sign
+    (x86's 0/0 and inf - inf are negative nans) makes its row's result nan, as in both."""
+    x = _inputs().astype(dtype)
+    x[0, 0, 5] = np.nan
+    x[1, 2, 0] = -np.float64(np.inf) + np.float64(np.inf)  # a negative nan
+    x[1, 3, 0], x[2, 3, 7], x[3, 4, :] = np.inf, -np.inf, -np.inf
+    x[4, 5, :] = 0.0
+    ours = getattr(mg.tensor(x), name)(-1).numpy()
+    theirs = getattr(torch.tensor(x), name)(-1).numpy()
+    expected = (np.max if name == "amax" else np.min)(x, axis=-1)
+    np.testing.assert_array_equal(ours, expected)
+    np.testing.assert_array_equal(ours, theirs)
+    assert np.isnan(ours[0, 0]) and np.isnan(ours[1, 2])

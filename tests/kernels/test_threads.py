@@ -282,6 +282,8 @@ def _kernels():
     cases.append((resampling.bilinear_adjoint,
                   lambda: [plane_grads, *sources, np.zeros((9, 5, 4), f32)]))
     cases.append((reduction.row_sums, lambda: [rows.astype(f32), 3.0, np.empty(37, f32)]))
+    for name in ("row_maxima", "row_minima"):
+        cases.append((getattr(reduction, name), lambda: [rows.astype(f32), np.empty(37, f32)]))
     cases.append((loss.scaled_difference, lambda: [x.astype(f32), g.astype(f32), f32(0.3),
                                                    np.empty(x.size, f32)]))
     return cases

@@ -17,7 +17,7 @@ NUMPY.register("leaky_relu", forward=elementwise.leaky_relu,
                backward=elementwise.leaky_relu_backward)
 NUMPY.register("leaky_relu_", forward=elementwise.leaky_relu,
                backward=elementwise.leaky_relu_inplace_backward)
-for _name in ("sum", "mean", "logsumexp", "scatter_along"):
+for _name in ("sum", "mean", "amax", "amin", "logsumexp", "scatter_along"):
     NUMPY.register(_name, forward=getattr(reduction, _name))
 NUMPY.register("norm", forward=reduction.norm, backward=reduction.norm_backward)
 NUMPY.register("mse_loss", forward=loss.mse_loss, backward=loss.mse_loss_backward)

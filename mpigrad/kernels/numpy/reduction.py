@@ -1,4 +1,4 @@
-"""The longer numpy kernels of ops/reduction.py: sum and mean, logsumexp, the masked softmax,
+"""The longer numpy kernels of ops/reduction.py: sum, mean, amax and amin, logsumexp, the masked softmax,
 scatter_along and the 1- and 2-norms (softmax and log_softmax are compiled loops,
 softmax.py)."""
 import math
@@ -33,9 +33,9 @@ def _reduced_shape(shape, dim, keepdim):
     return tuple(s for d, s in enumerate(shape) if d not in dims)
 
 
-def _row_sums(rows, shape, dim, keepdim, divisor):
+def _by_rows(loop, rows, shape, dim, keepdim, *parameters):
     out = np.empty(rows.shape[0], rows.dtype)
-    loops("reduction").row_sums(rows, float(divisor), out)
+    getattr(loops("reduction"), loop)(rows, *parameters, out)
     return out.reshape(_reduced_shape(shape, dim, keepdim))
 
 
@@ -45,7 +45,7 @@ def sum(x, dim, keepdim, dtype):  # noqa: A001  (the op's name)
     rows = _as_rows(x, dim) if dtype is None else None
     if rows is None:
         return np.sum(x, axis=dim, keepdims=keepdim, dtype=dtype)
-    return _row_sums(rows, x.shape, dim, keepdim, 1)
+    return _by_rows("row_sums", rows, x.shape, dim, keepdim, 1.0)
 
 
 def mean(x, dim, keepdim):
@@ -53,7 +53,23 @@ def mean(x, dim, keepdim):
     rows = _as_rows(x, dim)
     if rows is None:
         return np.mean(x, axis=dim, keepdims=keepdim)
-    return _row_sums(rows, x.shape, dim, keepdim, rows.shape[1])
+    return _by_rows("row_sums", rows, x.shape, dim, keepdim, float(rows.shape[1]))
+
+
+def amax(x, dim, keepdim):
+    """As `sum`, a compiled pass over rows of the last dimensions (nan if a row holds one);
+    otherwise numpy's max."""
+    rows = _as_rows(x, dim)
+    if rows is None:
+        return np.max(x, axis=dim, keepdims=keepdim)
+    return _by_rows("row_maxima", rows, x.shape, dim, keepdim)
+
+
+def amin(x, dim, keepdim):
+    rows = _as_rows(x, dim)
+    if rows is None:
+        return np.min(x, axis=dim, keepdims=keepdim)
+    return _by_rows("row_minima", rows, x.shape, dim, keepdim)
 
 
 def logsumexp(x, dim, keepdim):
