@@ -147,19 +147,19 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         if count <= 1:
             raise ValueError(f"Expected more than 1 spatial element when training, got input "
                              f"size {list(input.shape)}")
-        dims = tuple(range(2, input.ndim))
-        mean = input.mean(dims, keepdim=True)
-        var = input.var(dims, keepdim=True, correction=0)
+        # Each instance a row of LayerNorm's fused kernels, as group_norm's groups (a
+        # composition of mean, var and the normalisation took 1.8x torch's time with backward).
+        instances = input.reshape(input.shape[0], channels, -1)
+        out = ops.layer_norm(instances, None, None, dims=1, eps=float(eps)).reshape(input.shape)
         with grad_mode.no_grad():
             if running_mean is not None:
-                running_mean.mul_(1 - momentum).add_(mean.mean(0).reshape(channels),
+                running_mean.mul_(1 - momentum).add_(instances.mean(2).mean(0),
                                                      alpha=momentum)
             if running_var is not None:
-                running_var.mul_(1 - momentum).add_(var.mean(0).reshape(channels),
+                running_var.mul_(1 - momentum).add_(instances.var(2, correction=0).mean(0),
                                                     alpha=momentum * count / (count - 1))
     else:
-        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
-    out = _normalize(input, mean, var, eps)
+        out = _normalize(input, running_mean.reshape(shape), running_var.reshape(shape), eps)
     if weight is not None:
         out = out * weight.reshape(shape)
     if bias is not None:
