@@ -13,14 +13,18 @@ from ._compiled import compute_dtype, flat, loops, result
 _COMPILED_FROM = 1 << 15
 
 
-def _compiled(x):
-    return x.size >= _COMPILED_FROM and x.dtype in (np.float32, np.float64)
+def _compiled(x, t):
+    """Whether the loops serve: they read t element for element beside x (no broadcast and
+    no bounds checks), so t must match x's shape and dtype; nn.functional's mse_loss passes
+    only such pairs, a direct ops.mse_loss call may not."""
+    return (x.size >= _COMPILED_FROM and x.dtype in (np.float32, np.float64)
+            and t.shape == x.shape and t.dtype == x.dtype)
 
 
 def mse_loss(x, t, reduction):
     if reduction == "none":
         return np.square(x - t)
-    if _compiled(x):
+    if _compiled(x, t):
         total = loops("loss").squared_error_sum(flat(x), flat(t, x.dtype))
     else:
         d = x - t
@@ -34,7 +38,7 @@ def mse_loss_backward(needs, g, ans, x, t, reduction):
     """The input's gradient norm (x - t) g, norm = 2 (over the element count for the mean),
     as torch's; the target's is its negative."""
     norm = 2.0 / max(x.size, 1) if reduction == "mean" else 2.0
-    if reduction != "none" and _compiled(x):
+    if reduction != "none" and _compiled(x, t):
         work = compute_dtype(x.dtype)
         grad_x = np.empty(x.shape, work)
         loops("loss").scaled_difference(flat(x), flat(t, work), work(norm * float(g)),
