@@ -1,4 +1,5 @@
-"""torch.nn's pointwise activations: one numpy forward each, the derivative beside it.
+"""torch.nn's pointwise activations: each forward (numpy here, or a compiled loop in
+kernels/numpy/activations.py where the op passes None) with its derivative beside it.
 
 All Jacobians are diagonal (`elementwise=True`). Where torch defines a derivative at a kink,
 the rule picks the same side (the flat pieces for hardtanh, hardsigmoid and hardswish at

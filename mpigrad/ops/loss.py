@@ -65,8 +65,6 @@ cross_entropy = Op(
     saves="x", grad_fn_name="NllLossBackward0")
 
 
-# Squared error of same-shaped x and t, one node as torch's: summed, averaged or per element.
-# Forward and fused backward: kernels/numpy/loss.py.
 def _mse_norm(x, reduction):
     return 2.0 / max(x.numel(), 1) if reduction == "mean" else 2.0
 
@@ -76,6 +74,8 @@ def _mse_tangent(tangent, x, t, reduction):
     return product if reduction == "none" else product.sum()
 
 
+# Squared error of same-shaped x and t, one node as torch's: summed, averaged or per element.
+# Forward and fused backward: kernels/numpy/loss.py.
 mse_loss = Op(
     "mse_loss", None,
     (lambda g, ans, x, t, reduction: (x - t) * g * _mse_norm(x, reduction),

@@ -1,5 +1,5 @@
 """sum, mean, amax and amin over an array's last dimensions (kernels/compiled/reduction.py's
-row loops, taken from _ROWS_FROM elements on) against torch: float64 and float32, keepdim, every
+row loops, taken from COMPILED_FROM elements on) against torch: float64 and float32, keepdim, every
 trailing set of dimensions and the whole array, nan and inf; the inputs that stay numpy's
 (other dimensions, strided, integer, half, a dtype= argument, small) still give torch's
 result."""
@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import mpigrad as mg  # noqa: E402
-from mpigrad.kernels.numpy import reduction  # noqa: E402
+from mpigrad.kernels.numpy._compiled import COMPILED_FROM  # noqa: E402
 
 from .torch_check import check  # noqa: E402
 
-SHAPE = (6, 37, 2 * reduction._ROWS_FROM // 222 + 1)  # above _ROWS_FROM, odd row lengths
+SHAPE = (6, 37, 2 * COMPILED_FROM // 222 + 1)  # above COMPILED_FROM, odd row lengths
 
 
 def _inputs(shape=SHAPE, seed=3):

@@ -1,23 +1,18 @@
 """mse_loss for the numpy backend: a mean or sum is one compiled pass each way
 (compiled/loss.py) where numpy took a difference, its square and a sum forward, and four
-passes back; reduction="none" stays numpy's, as do small and half inputs."""
+passes back; reduction="none" stays numpy's, as do small inputs and other dtypes."""
 import math
 
 import numpy as np
 
-from ._compiled import compute_dtype, flat, loops, result
-
-# The fewest elements for which a mean or sum takes the compiled loops (below, numpy's few
-# microseconds are not worth importing numba for: a small model that needs no other compiled
-# loop keeps it unimported, tests/kernels/test_startup.py).
-_COMPILED_FROM = 1 << 15
+from ._compiled import COMPILED_FROM, compute_dtype, flat, loops, result
 
 
 def _compiled(x, t):
     """Whether the loops serve: they read t element for element beside x (no broadcast and
     no bounds checks), so t must match x's shape and dtype; nn.functional's mse_loss passes
     only such pairs, a direct ops.mse_loss call may not."""
-    return (x.size >= _COMPILED_FROM and x.dtype in (np.float32, np.float64)
+    return (x.size >= COMPILED_FROM and x.dtype in (np.float32, np.float64)
             and t.shape == x.shape and t.dtype == x.dtype)
 
 

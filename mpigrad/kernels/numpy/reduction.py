@@ -1,18 +1,12 @@
-"""The longer numpy kernels of ops/reduction.py: sum, mean, amax and amin, logsumexp, the masked softmax,
-scatter_along and the 1- and 2-norms (softmax and log_softmax are compiled loops,
-softmax.py)."""
+"""The longer numpy kernels of ops/reduction.py: sum, mean, amax and amin, logsumexp, the
+masked softmax, scatter_along and the 1- and 2-norms (softmax and log_softmax are compiled
+loops, softmax.py)."""
 import math
 
 import numpy as np
 
-from ._compiled import loops
+from ._compiled import COMPILED_FROM, loops
 from .clip import total_norm
-
-# The fewest elements for which sum and mean over the last dimensions take the compiled
-# loop: below, numpy's few microseconds are not worth importing numba for (a small model that
-# needs no other compiled loop keeps it unimported, tests/kernels/test_startup.py).
-_ROWS_FROM = 1 << 15
-
 
 def _as_rows(x, dim):
     """x as a (rows, C) matrix when `dim` (normalised axes, None for all) is its last
@@ -20,7 +14,7 @@ def _as_rows(x, dim):
     None."""
     axes = range(x.ndim) if dim is None else dim
     kept = x.ndim - len(axes)
-    if (x.size < _ROWS_FROM or x.dtype not in (np.float32, np.float64)
+    if (x.size < COMPILED_FROM or x.dtype not in (np.float32, np.float64)
             or not x.flags.c_contiguous or tuple(axes) != tuple(range(kept, x.ndim))):
         return None
     return x.reshape(math.prod(x.shape[:kept]), -1)
