@@ -32,7 +32,7 @@ LOWER_PRECISION = frozenset({"matmul", "linear", "einsum", "conv2d", "conv_trans
                              "lstm", "rnn_tanh", "rnn_relu"})
 # The losses in torch's fp32 list are composites here; nn/functional/loss.py marks their entry
 # with `float32_policy`. These are the ones that are single ops.
-FLOAT32 = frozenset({"binary_cross_entropy"})
+FLOAT32 = frozenset({"binary_cross_entropy", "mse_loss"})
 PROMOTE = frozenset({"cat", "stack"})
 # Ops whose forward refuses operands of different dtypes (as torch's do): run as given, so
 # that it does, rather than on float32 copies that would agree.

@@ -30,7 +30,12 @@ def normalize_dims(dim, ndim):
 
 
 def _axis(dim, ndim):
-    return None if dim is None else normalize_dims(dim, ndim)
+    """A reduction's axes: None for all of them, which an empty list of dims also means (as
+    in torch); a 0-d tensor's one dim (0 or -1) is no axis at all."""
+    if dim is None or (not isinstance(dim, (int, np.integer)) and len(dim) == 0):
+        return None
+    dims = normalize_dims(dim, ndim)
+    return dims if ndim else ()
 
 
 def expand_reduced(g, shape, dim, keepdim):
@@ -83,7 +88,7 @@ def _correction(unbiased, correction):
 
 
 _var = Op("var", lambda x, dim, keepdim, correction:
-          np.var(x, axis=_axis(dim, x.ndim), ddof=correction, keepdims=keepdim),
+          np.var(x, axis=dim, ddof=correction, keepdims=keepdim),
           (lambda g, ans, x, dim, keepdim, correction:
            expand_reduced(g, x.shape, dim, keepdim) * 2 * (x - x.mean(dim, keepdim=True))
            / (_count(x.shape, dim) - correction),),
@@ -94,11 +99,16 @@ _var = Op("var", lambda x, dim, keepdim, correction:
 
 
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    return _var(x, dim=dim, keepdim=keepdim, correction=_correction(unbiased, correction))
+    return _var(x, dim=_axis(dim, x.ndim), keepdim=keepdim,
+                correction=_correction(unbiased, correction))
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    return named(var(x, dim, unbiased, keepdim, correction).sqrt(), "StdBackward0", x)
+    """sqrt(var), with torch's gradient 0 where the variance is 0 (a constant slice), where
+    sqrt's infinite slope times var's zero one would give nan."""
+    v = var(x, dim, unbiased, keepdim, correction)
+    constant = v == 0
+    return named(where(constant, 0.0, where(constant, 1.0, v).sqrt()), "StdBackward0", x)
 
 
 def _norm_grad(g, ans, x, p, dim, keepdim):
@@ -173,6 +183,11 @@ MinMax = collections.namedtuple("MinMax", ["values", "indices"])
 
 def _with_indices(x, dim, keepdim, pick):
     _check_nonempty(x, "max" if pick is argmax else "min")
+    if x.ndim == 0:
+        normalize_dims(dim, 1)  # 0 and -1 only
+        values, indices = x * 1, Tensor.wrap(np.zeros((), np.int64))
+        return MinMax(named(values, "MaxBackward0" if pick is argmax else "MinBackward0", x),
+                      indices)
     indices = pick(x, dim, keepdim=True)
     values = take_along_dim(x, indices, dim)
     if not keepdim:
@@ -218,7 +233,7 @@ _logsumexp_op = Op("logsumexp", None,
 
 
 def logsumexp(x, dim, keepdim=False):
-    return _logsumexp_op(x, dim=normalize_dims(dim, x.ndim), keepdim=keepdim)
+    return _logsumexp_op(x, dim=_axis(dim, x.ndim), keepdim=keepdim)
 
 
 def softmax(x, dim):

@@ -27,7 +27,7 @@ def test_matches_torch(shape, reduction, dtype):
     def mse(functional):
         return lambda x, t: functional.mse_loss(x, t, reduction=reduction)
     out = check(mse(mg.nn.functional), mse(torch.nn.functional), list(_pair(shape)), dtype)[0]
-    assert out.grad_fn.name() == "MseLossBackward0"
+    assert out.grad_fn.name() == "MseLossBackward0" and out.grad_fn.op.name == "mse_loss"
 
 
 def test_strided_half_and_non_finite_inputs():

@@ -349,3 +349,29 @@ def test_multinomial_draws_zero_weights_last_without_replacement():
                 assert sorted(picks) == [0, 1, 2, 3]
                 assert all(row[i] > 0 for i in picks[:positive])
                 assert all(row[i] == 0 for i in picks[positive:])
+
+
+@pytest.mark.parametrize("reduce", [
+    lambda t: t.sum(0), lambda t: t.mean(-1, keepdim=True), lambda t: t.amax(0),
+    lambda t: t.amin(-1), lambda t: t.var(0), lambda t: t.std(0, correction=0),
+    lambda t: t.logsumexp(0), lambda t: t.max(0)[0], lambda t: t.min(-1)[0],
+], ids=["sum", "mean", "amax", "amin", "var", "std", "logsumexp", "max", "min"])
+def test_reductions_over_a_0d_tensors_one_dim_match_torch(reduce):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # var's degrees of freedom warning, in both
+        _check(reduce, reduce, np.array(1.5))
+
+
+@pytest.mark.parametrize("reduce", [lambda t: t.sum(dim=[]), lambda t: t.mean(dim=()),
+                                    lambda t: t.amax(dim=[]), lambda t: t.amin(dim=())],
+                         ids=["sum", "mean", "amax", "amin"])
+def test_an_empty_dim_list_reduces_every_dimension_as_torch(reduce):
+    _check(reduce, reduce, rng.standard_normal((3, 4)))
+
+
+def test_std_of_a_constant_slice_has_torchs_zero_gradient():
+    x = np.array([[2.0, 2.0, 2.0], [1.0, 2.0, 4.0]])
+    _check(lambda t: t.std(1), lambda t: t.std(1), x)
+    _check(lambda t: t.std(), lambda t: t.std(), np.full((2, 2), 3.0))
+    assert (mg.tensor(0.5, requires_grad=True).max(0)[1] ==
+            torch.tensor(0.5).max(0)[1].item())

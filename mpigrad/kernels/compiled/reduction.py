@@ -6,7 +6,8 @@ nan-aware loop (1.9 ms on (8192, 256) float32 against torch's 0.64); row_max and
 Sums: numpy's add.reduce along a contiguous axis adds each row pairwise, one scalar
 chain of 8 at a time, and stays compute-bound: (8192, 256) float32 0.68 ms, (262144, 8) 5.7
 ms, against torch's 0.38 and 2.6. Added in float64 vector lanes (lanes_jit) the loop runs at
-memory speed: 0.38 and 0.96 ms, and nearer the exact sum than either."""
+memory speed: 0.38 and 0.96 ms, and nearer the exact sum than either. Sums take this path
+for float32 only (numpy/reduction.py says why)."""
 from numba import prange
 
 from ._math import lanes_sum, row_max, row_min

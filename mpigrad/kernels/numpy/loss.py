@@ -1,6 +1,7 @@
 """mse_loss for the numpy backend: a mean or sum is one compiled pass each way
 (compiled/loss.py) where numpy took a difference, its square and a sum forward, and four
-passes back; reduction="none" stays numpy's, as do small inputs and other dtypes."""
+passes back (the forward's sum for float32 only); reduction="none" stays numpy's, as do
+small inputs and other dtypes."""
 import math
 
 import numpy as np
@@ -16,10 +17,17 @@ def _compiled(x, t):
             and t.shape == x.shape and t.dtype == x.dtype)
 
 
+def _summed_compiled(x, t):
+    """As reduction.py's sums, the squares' compiled sum only for float32: added in float64
+    it is exact to rounding there, while a float64 sum in lanes would lose numpy's pairwise
+    error bound."""
+    return _compiled(x, t) and x.dtype == np.float32
+
+
 def mse_loss(x, t, reduction):
     if reduction == "none":
         return np.square(x - t)
-    if _compiled(x, t):
+    if _summed_compiled(x, t):
         total = loops("loss").squared_error_sum(flat(x), flat(t, x.dtype))
     else:
         d = x - t
