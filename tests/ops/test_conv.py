@@ -50,15 +50,22 @@ def float64():
     mg.set_default_dtype(previous)
 
 
-@pytest.fixture(params=["one-chunk", "chunk-per-sample", "kernel-rows"])
+@pytest.fixture(params=["one-chunk", "chunk-per-sample", "kernel-rows", "columns"])
 def chunking(request, monkeypatch):
     """Run each case with the whole batch as one chunk, a sample at a time, and with the
-    stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size."""
-    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES",
-                        1 if request.param == "chunk-per-sample" else 1 << 30)
+    stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size; a 3x3
+    stride-1 weight gradient takes its direct loop in the first two, columns in the last
+    two."""
+    per_sample = request.param == "chunk-per-sample"
+    monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 1 if per_sample else 1 << 30)
+    monkeypatch.setattr(conv_kernels, "_DIRECT_CHUNK_BYTES", 1 if per_sample else 1 << 30)
     monkeypatch.setattr(conv_kernels, "_MIN_CHUNKS", 1)
     monkeypatch.setattr(conv_kernels, "_ROW_GEMM_FROM",
                         1 if request.param == "kernel-rows" else 1 << 30)
+    if request.param in ("kernel-rows", "columns"):
+        monkeypatch.setattr(conv_kernels, "_DIRECT_MAX_PAIRS", 0)
+    else:
+        monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
 
 
 def _general_conv(x, weight, bias, stride, padding, dilation):
@@ -202,10 +209,12 @@ def test_convolution_with_columns_in_float32_is_as_accurate_as_torch(n, c, o, si
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation",
                          [CONV_CASES[i] for i in (0, 3, 4, 6)],
                          ids=[CONV_IDS[i] for i in (0, 3, 4, 6)])
+@pytest.mark.parametrize("path", ["columns", "direct"])
 def test_conv2d_family_is_differentiable_to_any_order(x_shape, w_shape, stride, padding,
-                                                      dilation):
+                                                      dilation, path, monkeypatch):
     """conv2d's gradients are conv_transpose2d and conv2d_weight, whose own gradients are
     members of the same family: second derivatives of each member cover the third of conv2d."""
+    _take(path, monkeypatch)
     rng = np.random.default_rng(3)
     small = (1,) + x_shape[1:]
     x, w, b = _leaves(rng, small, w_shape, w_shape[:1])
@@ -333,27 +342,40 @@ def test_winograd_family_is_differentiable_to_any_order(p, winograd_everywhere):
     assert winograd_everywhere["_winograd_conv2d"] and winograd_everywhere[
         "_winograd_conv2d_weight"]
 
-# (input shape, weight shape, stride, padding, Winograd): every chunked path, each cut into
+def _take(path, monkeypatch):
+    """Send 3x3 stride-1 convolutions down `path`: "columns" (im2col and GEMMs), "winograd"
+    or "direct" (the weight gradient's dot products, columns for the rest)."""
+    if path == "winograd":
+        monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
+                            dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    elif path == "columns":
+        monkeypatch.setattr(conv_kernels, "_DIRECT_MAX_PAIRS", 0)
+    else:
+        monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
+
+
+# (input shape, weight shape, stride, padding, path): every chunked path, each cut into
 # several chunks: columns one GEMM per sample (stride 1 padded: the input's gradient a
 # correlation; stride 2: folded), a 1x1 image-as-columns, the weight's gradient side by side
-# (more rows than columns), one GEMM per kernel row (12 channels), and Winograd's three.
-THREADED_CASES = [((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), False),
-                  ((5, 12, 12, 11), (4, 12, 3, 3), (1, 1), (1, 1), False),
-                  ((5, 3, 9, 8), (4, 3, 3, 3), (2, 2), (1, 1), False),
-                  ((5, 4, 6, 7), (3, 4, 1, 1), (1, 1), (0, 0), False),
-                  ((6, 8, 5, 4), (3, 8, 3, 3), (2, 2), (1, 1), False),
-                  ((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), True)]
+# (more rows than columns), one GEMM per kernel row (12 channels), the weight gradient's
+# direct loop (an odd number of output channels too), and Winograd's three.
+THREADED_CASES = [((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), "columns"),
+                  ((5, 12, 12, 11), (4, 12, 3, 3), (1, 1), (1, 1), "columns"),
+                  ((5, 3, 9, 8), (4, 3, 3, 3), (2, 2), (1, 1), "columns"),
+                  ((5, 4, 6, 7), (3, 4, 1, 1), (1, 1), (0, 0), "columns"),
+                  ((6, 8, 5, 4), (3, 8, 3, 3), (2, 2), (1, 1), "columns"),
+                  ((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), "direct"),
+                  ((5, 12, 12, 11), (5, 12, 3, 3), (1, 1), (0, 0), "direct"),
+                  ((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), "winograd")]
 
 
-@pytest.mark.parametrize("x_shape, w_shape, stride, padding, winograd", THREADED_CASES)
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, path", THREADED_CASES)
 def test_chunks_on_several_threads_give_the_bits_of_one(x_shape, w_shape, stride, padding,
-                                                        winograd, monkeypatch):
+                                                        path, monkeypatch):
     """Chunks are cut by size alone (here _MIN_CHUNKS's: two samples a chunk, the last one
     shorter for a batch of 5), so 2 and 3 threads (the pool of kernels/threads.py) compute
     the very bits one thread does, the weight's gradient summed in chunk order."""
-    if winograd:
-        monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
-                            dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    _take(path, monkeypatch)
     torch = pytest.importorskip("torch")
     chunked = collections.Counter()
     pooled = conv_kernels.run_chunks
@@ -388,14 +410,13 @@ def test_chunks_on_several_threads_give_the_bits_of_one(x_shape, w_shape, stride
     np.testing.assert_allclose(results[1][0], direct.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("channels, stride, groups, winograd", [
-    (3, 1, 1, False), (12, 1, 1, False), (4, 2, 1, False), (4, 1, 1, True), (4, 1, 2, False)])
+@pytest.mark.parametrize("channels, stride, groups, path", [
+    (3, 1, 1, "columns"), (12, 1, 1, "columns"), (4, 2, 1, "columns"), (4, 1, 1, "winograd"),
+    (4, 1, 2, "columns"), (4, 1, 1, "direct")])
 def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients_as_torch(
-        channels, stride, groups, winograd, monkeypatch):
+        channels, stride, groups, path, monkeypatch):
     torch = pytest.importorskip("torch")
-    if winograd:
-        monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
-                            dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    _take(path, monkeypatch)
     x = mg.zeros(0, channels, 6, 5, requires_grad=True)
     weight = mg.tensor(np.ones((4, channels // groups, 3, 3)), requires_grad=True)
     out = F.conv2d(x, weight, None, stride, 1, 1, groups)
@@ -406,6 +427,85 @@ def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients_as_torch(
     out.sum().backward()
     assert tuple(x.grad.shape) == tuple(x.shape)
     np.testing.assert_array_equal(weight.grad.numpy(), np.zeros(weight.shape))
+
+
+# ------------------------------------------------------------ 3x3 weight gradient, direct
+@pytest.fixture
+def direct_calls(monkeypatch):
+    """Count the calls of conv2d_weight's direct 3x3 loop, taken at any size."""
+    monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
+    calls = collections.Counter()
+    original = conv_kernels._conv2d_weight_3x3
+    monkeypatch.setattr(conv_kernels, "_conv2d_weight_3x3",
+                        lambda *args: calls.update(["direct"]) or original(*args))
+    return calls
+
+
+def _torch_weight_gradient(x, g, padding):
+    torch = pytest.importorskip("torch")
+    x, g = torch.from_numpy(x), torch.from_numpy(g)
+    weight = torch.zeros((g.shape[1], x.shape[1], 3, 3), dtype=x.dtype)
+    return torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], [padding] * 2,
+                                               [1, 1], False, [0, 0], 1,
+                                               [False, True, False])[1].numpy()
+
+
+# (batch, channels, output channels, height, width, padding): the ResNet's shapes at batch
+# 7 (a shorter last chunk), an odd number of output channels, no padding, a padding of 2,
+# non-square images, one channel.
+DIRECT_CASES = [(7, 16, 16, 32, 32, 1), (7, 32, 32, 16, 16, 1), (5, 3, 16, 32, 32, 1),
+                (3, 5, 7, 9, 11, 0), (3, 4, 3, 6, 13, 2), (2, 1, 1, 5, 5, 1)]
+
+
+@pytest.mark.parametrize("n,c,o,h,w,p", DIRECT_CASES)
+def test_direct_weight_gradient_matches_torch_in_float64_and_float32(n, c, o, h, w, p,
+                                                                     direct_calls):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((n, c, h, w))
+    g = rng.standard_normal((n, o, h + 2 * p - 2, w + 2 * p - 2))
+    exact = _torch_weight_gradient(x, g, p)
+    geometry = ((3, 3), (1, 1), (p, p), (1, 1))
+    np.testing.assert_allclose(conv_kernels.conv2d_weight(x, g, *geometry), exact, **TOL)
+    single = conv_kernels.conv2d_weight(x.astype(np.float32), g.astype(np.float32), *geometry)
+    torch_single = _torch_weight_gradient(x.astype(np.float32), g.astype(np.float32), p)
+    assert single.dtype == np.float32
+    scale = np.abs(exact).max()
+    error, torch_error = (np.abs(a - exact).max() / scale for a in (single, torch_single))
+    assert error < COLUMNS_FLOAT32_TOL, (error, torch_error)
+    assert direct_calls["direct"] == 2
+
+
+def test_direct_weight_gradient_reads_strided_and_half_inputs(direct_calls):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((9, 8, 4, 3)).transpose(2, 3, 0, 1)  # (4, 3, 9, 8)
+    g = rng.standard_normal((4, 4, 9, 8))[:, ::2, :, ::-1]  # (4, 2, 9, 8), columns reversed
+    np.testing.assert_allclose(
+        conv_kernels.conv2d_weight(x, g, (3, 3), (1, 1), (1, 1), (1, 1)),
+        _torch_weight_gradient(np.ascontiguousarray(x), np.ascontiguousarray(g), 1), **TOL)
+    half = conv_kernels.conv2d_weight(x.astype(np.float16), g.astype(np.float16), (3, 3),
+                                      (1, 1), (1, 1), (1, 1))
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(
+        half, _torch_weight_gradient(x.astype(np.float16).astype(np.float64),
+                                     g.astype(np.float16).astype(np.float64), 1),
+        rtol=2e-3, atol=2e-2)
+    assert direct_calls["direct"] == 2
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the poisoned call's inf - inf
+def test_direct_weight_gradient_keeps_no_value_from_an_earlier_call(direct_calls):
+    """The loop reads the work arrays' zero borders and, for a shorter last chunk, past the
+    last sample: an inf in one call's images must not reach the next call's result."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((5, 3, 6, 7)).astype(np.float32)
+    g = rng.standard_normal((5, 4, 6, 7)).astype(np.float32)
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    clean = conv_kernels.conv2d_weight(x, g, *geometry)
+    poisoned = x.copy()
+    poisoned[:, :, -1, -1] = np.inf
+    conv_kernels.conv2d_weight(poisoned, g, *geometry)
+    np.testing.assert_array_equal(conv_kernels.conv2d_weight(x, g, *geometry), clean)
+    assert direct_calls["direct"] == 3
 
 
 # ----------------------------------------------------------------------------- max pooling

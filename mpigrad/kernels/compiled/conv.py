@@ -1,10 +1,11 @@
 """The sliding-window ops' compiled loops (kernels/numpy/conv.py): col2im, columns added
 back onto the images their windows came from (the folds: the input's gradient of a strided
 convolution, F.fold; numpy did it as one strided add per tap, whose inner loops run along a
-window row of a few elements), Winograd's transforms and max pooling's backward (below)."""
+window row of a few elements), Winograd's transforms, a 3x3 convolution's weight gradient
+and max pooling's backward (below)."""
 import numpy as np
 
-from ._math import jit
+from ._math import jit, lanes_jit, multiply_add
 
 
 @jit
@@ -177,6 +178,71 @@ def winograd_gradient(g, grid_height, grid_width, out):
                     _store4(out, 4, at, _gradient_rows(a1, b1))
                     _store4(out, 8, at, _gradient_rows(a2, b2))
                     _store4(out, 12, at, _gradient_rows(a3, b3))
+
+
+# The weight gradient of a 3x3 stride-1 convolution (kernels/numpy/conv.py's
+# _conv2d_weight_3x3) as 9 dot products per pair of (output, input) channels, over the padded
+# images of a chunk of samples laid end to end: tap (i, j) of output position q reads the
+# image at q + i pitch + j. Each image is read once per pair of output channels, and the 18
+# sums stay in vector registers (lanes_jit) over the whole chunk, where im2col wrote nine
+# shifted copies of it for a GEMM of 16 or 32 rows: 1.7-2x faster on the ResNet's shapes.
+
+@lanes_jit
+def weight_gradient_3x3(images, gradients, pitch, out):
+    """out[o, c, 3 i + j] += sum over q of gradients[o, q] images[c, q + i pitch + j]:
+    images (C, length + 2 pitch + 2) and gradients (O, length), O even, zero wherever no
+    output is (each image's border rows and columns), out (O, C, 9)."""
+    length = gradients.shape[1]
+    zero = images.dtype.type(0)
+    for c in range(images.shape[0]):
+        image = images[c]
+        # Views indexed by the loop's counter, so that numba drops its negative-index tests.
+        x0, x1, x2 = image[0:], image[1:], image[2:]
+        x3, x4, x5 = image[pitch:], image[pitch + 1:], image[pitch + 2:]
+        x6, x7, x8 = image[2 * pitch:], image[2 * pitch + 1:], image[2 * pitch + 2:]
+        for o in range(0, gradients.shape[0], 2):
+            g, h = gradients[o], gradients[o + 1]
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = zero
+            b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = b8 = zero
+            for q in range(length):
+                u, v = g[q], h[q]
+                x = x0[q]
+                a0, b0 = multiply_add(u, x, a0), multiply_add(v, x, b0)
+                x = x1[q]
+                a1, b1 = multiply_add(u, x, a1), multiply_add(v, x, b1)
+                x = x2[q]
+                a2, b2 = multiply_add(u, x, a2), multiply_add(v, x, b2)
+                x = x3[q]
+                a3, b3 = multiply_add(u, x, a3), multiply_add(v, x, b3)
+                x = x4[q]
+                a4, b4 = multiply_add(u, x, a4), multiply_add(v, x, b4)
+                x = x5[q]
+                a5, b5 = multiply_add(u, x, a5), multiply_add(v, x, b5)
+                x = x6[q]
+                a6, b6 = multiply_add(u, x, a6), multiply_add(v, x, b6)
+                x = x7[q]
+                a7, b7 = multiply_add(u, x, a7), multiply_add(v, x, b7)
+                x = x8[q]
+                a8, b8 = multiply_add(u, x, a8), multiply_add(v, x, b8)
+            first, second = out[o, c], out[o + 1, c]
+            first[0] += a0
+            first[1] += a1
+            first[2] += a2
+            first[3] += a3
+            first[4] += a4
+            first[5] += a5
+            first[6] += a6
+            first[7] += a7
+            first[8] += a8
+            second[0] += b0
+            second[1] += b1
+            second[2] += b2
+            second[3] += b3
+            second[4] += b4
+            second[5] += b5
+            second[6] += b6
+            second[7] += b7
+            second[8] += b8
 
 
 # Max pooling's backward (kernels/numpy/conv.py's tap_scatter): one pass over the windows,
