@@ -54,8 +54,8 @@ def float64():
 def chunking(request, monkeypatch):
     """Run each case with the whole batch as one chunk, a sample at a time, and with the
     stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size; a 3x3
-    stride-1 weight gradient takes its direct loop in the first two, columns in the last
-    two."""
+    or 5x5 stride-1 weight gradient takes its direct loop in the first two, columns in the
+    last two."""
     per_sample = request.param == "chunk-per-sample"
     monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 1 if per_sample else 1 << 30)
     monkeypatch.setattr(conv_kernels, "_DIRECT_CHUNK_BYTES", 1 if per_sample else 1 << 30)
@@ -343,8 +343,8 @@ def test_winograd_family_is_differentiable_to_any_order(p, winograd_everywhere):
         "_winograd_conv2d_weight"]
 
 def _take(path, monkeypatch):
-    """Send 3x3 stride-1 convolutions down `path`: "columns" (im2col and GEMMs), "winograd"
-    or "direct" (the weight gradient's dot products, columns for the rest)."""
+    """Send stride-1 convolutions down `path`: "columns" (im2col and GEMMs), "winograd" (3x3)
+    or "direct" (3x3 and 5x5: the weight gradient's dot products, columns for the rest)."""
     if path == "winograd":
         monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
                             dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
@@ -366,6 +366,7 @@ THREADED_CASES = [((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), "columns"),
                   ((6, 8, 5, 4), (3, 8, 3, 3), (2, 2), (1, 1), "columns"),
                   ((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), "direct"),
                   ((5, 12, 12, 11), (5, 12, 3, 3), (1, 1), (0, 0), "direct"),
+                  ((5, 2, 10, 9), (3, 2, 5, 5), (1, 1), (1, 1), "direct"),
                   ((5, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), "winograd")]
 
 
@@ -429,45 +430,46 @@ def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients_as_torch(
     np.testing.assert_array_equal(weight.grad.numpy(), np.zeros(weight.shape))
 
 
-# ------------------------------------------------------------ 3x3 weight gradient, direct
+# ------------------------------------------------------- 3x3 and 5x5 weight gradient, direct
 @pytest.fixture
 def direct_calls(monkeypatch):
-    """Count the calls of conv2d_weight's direct 3x3 loop, taken at any size."""
+    """Count the calls of conv2d_weight's direct loops, taken at any size."""
     monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
     calls = collections.Counter()
-    original = conv_kernels._conv2d_weight_3x3
-    monkeypatch.setattr(conv_kernels, "_conv2d_weight_3x3",
+    original = conv_kernels._conv2d_weight_direct
+    monkeypatch.setattr(conv_kernels, "_conv2d_weight_direct",
                         lambda *args: calls.update(["direct"]) or original(*args))
     return calls
 
 
-def _torch_weight_gradient(x, g, padding):
+def _torch_weight_gradient(x, g, padding, k=3):
     torch = pytest.importorskip("torch")
     x, g = torch.from_numpy(x), torch.from_numpy(g)
-    weight = torch.zeros((g.shape[1], x.shape[1], 3, 3), dtype=x.dtype)
+    weight = torch.zeros((g.shape[1], x.shape[1], k, k), dtype=x.dtype)
     return torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], [padding] * 2,
                                                [1, 1], False, [0, 0], 1,
                                                [False, True, False])[1].numpy()
 
 
-# (batch, channels, output channels, height, width, padding): the ResNet's shapes at batch
-# 7 (a shorter last chunk), an odd number of output channels, no padding, a padding of 2,
-# non-square images, one channel.
-DIRECT_CASES = [(7, 16, 16, 32, 32, 1), (7, 32, 32, 16, 16, 1), (5, 3, 16, 32, 32, 1),
-                (3, 5, 7, 9, 11, 0), (3, 4, 3, 6, 13, 2), (2, 1, 1, 5, 5, 1)]
+# (batch, channels, output channels, height, width, padding, kernel): the ResNet's 3x3
+# shapes and the tutorial CNN's 5x5 ones at batch 7 (a shorter last chunk), an odd number of
+# output channels, no padding, a padding of 2, non-square images, one channel.
+DIRECT_CASES = [(7, 16, 16, 32, 32, 1, 3), (7, 32, 32, 16, 16, 1, 3), (5, 3, 16, 32, 32, 1, 3),
+                (3, 5, 7, 9, 11, 0, 3), (3, 4, 3, 6, 13, 2, 3), (2, 1, 1, 5, 5, 1, 3),
+                (7, 1, 10, 28, 28, 0, 5), (7, 10, 20, 12, 12, 0, 5), (3, 4, 3, 9, 11, 2, 5)]
 
 
-@pytest.mark.parametrize("n,c,o,h,w,p", DIRECT_CASES)
-def test_direct_weight_gradient_matches_torch_in_float64_and_float32(n, c, o, h, w, p,
+@pytest.mark.parametrize("n,c,o,h,w,p,k", DIRECT_CASES)
+def test_direct_weight_gradient_matches_torch_in_float64_and_float32(n, c, o, h, w, p, k,
                                                                      direct_calls):
     rng = np.random.default_rng(12)
     x = rng.standard_normal((n, c, h, w))
-    g = rng.standard_normal((n, o, h + 2 * p - 2, w + 2 * p - 2))
-    exact = _torch_weight_gradient(x, g, p)
-    geometry = ((3, 3), (1, 1), (p, p), (1, 1))
+    g = rng.standard_normal((n, o, h + 2 * p - k + 1, w + 2 * p - k + 1))
+    exact = _torch_weight_gradient(x, g, p, k)
+    geometry = ((k, k), (1, 1), (p, p), (1, 1))
     np.testing.assert_allclose(conv_kernels.conv2d_weight(x, g, *geometry), exact, **TOL)
     single = conv_kernels.conv2d_weight(x.astype(np.float32), g.astype(np.float32), *geometry)
-    torch_single = _torch_weight_gradient(x.astype(np.float32), g.astype(np.float32), p)
+    torch_single = _torch_weight_gradient(x.astype(np.float32), g.astype(np.float32), p, k)
     assert single.dtype == np.float32
     scale = np.abs(exact).max()
     error, torch_error = (np.abs(a - exact).max() / scale for a in (single, torch_single))

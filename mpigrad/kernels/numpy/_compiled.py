@@ -16,7 +16,7 @@ from ..threads import follow_new_blas
 _modules = {}
 
 # The fewest elements for which a reduction or a loss over a whole array takes its compiled
-# loop (and a 3x3 convolution's input its direct weight gradient, conv.py): below, numpy's few microseconds are not worth importing numba for (a small model that
+# loop (and a 3x3 or 5x5 convolution's input its direct weight gradient, conv.py): below, numpy's few microseconds are not worth importing numba for (a small model that
 # needs no other compiled loop keeps it unimported, tests/kernels/test_startup.py).
 COMPILED_FROM = 1 << 15
 

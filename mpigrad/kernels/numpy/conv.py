@@ -450,8 +450,8 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
     if winograd_fits("conv2d_weight", g.shape[1:2] + x.shape[1:2] + tuple(kernel_size),
                      stride, dilation, g.shape[2:]):
         return _winograd_conv2d_weight(x, g, padding)
-    if direct_3x3_fits(x.shape, g.shape[1], kernel_size, stride, dilation):
-        return _conv2d_weight_3x3(x, g, padding)
+    if direct_fits(x.shape, g.shape[1], kernel_size, stride, dilation):
+        return _conv2d_weight_direct(x, g, tuple(kernel_size)[0], padding)
     n, out_channels = g.shape[:2]
     layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
     rows = x.shape[1] * kernel_size[0] * kernel_size[1]
@@ -505,64 +505,68 @@ def _conv2d_weight_by_rows(x, g, layout, dtype):
 
 
 # The padded images of a chunk of samples end to end, each channel one row, for
-# _conv2d_weight_3x3's dot products: at most this many bytes of them and of the gradients a
-# chunk. Each pair of output channels sums its dot products out of vector lanes once per
-# chunk, which costs as much as a 16 x 16 image's products: on such images the loop took 3.5
-# ms for one sample a chunk, 2.4 from four on (32 channels, batch 32); 32 x 32 ones do not
-# care. Four to eight samples of the ResNet's layers.
+# _conv2d_weight_direct's dot products: at most this many bytes of them and of the gradients
+# a chunk. Each pair of output channels sums its dot products out of vector lanes once per
+# chunk, which costs as much as a 16 x 16 image's products: on such images the 3x3 loop took
+# 3.5 ms for one sample a chunk, 2.4 from four on (32 channels, batch 32); 32 x 32 ones do
+# not care. Four to sixteen samples of the ResNet's and the tutorial CNN's layers.
 _DIRECT_CHUNK_BYTES = 768 << 10
 
-# The most (input, output) channel pairs for which _conv2d_weight_3x3 beats the column path
-# (float32, batch 32, 8x8 to 32x32 images): 0.6-0.8x its time at 16 and 32 channels, 1.1-1.8x
-# at 64, 1.5-2.5x at 128, where the column path's GEMMs are no longer thin.
+# The most (input, output) channel pairs for which _conv2d_weight_direct beats the column
+# path (float32, batch 32, 3x3, 8x8 to 32x32 images): 0.6-0.8x its time at 16 and 32
+# channels, 1.1-1.8x at 64, 1.5-2.5x at 128, where the column path's GEMMs are no longer thin.
 _DIRECT_MAX_PAIRS = 32 * 32
+_DIRECT_LOOPS = {3: "weight_gradient_3x3", 5: "weight_gradient_5x5"}
 
 
-def direct_3x3_fits(x_shape, out_channels, kernel_size, stride, dilation):
-    """Whether conv2d_weight takes _conv2d_weight_3x3: 3x3, stride 1, undilated, few enough
-    channels, and an input of COMPILED_FROM elements or more (so that a small model's
-    backward never imports numba)."""
-    return (tuple(kernel_size) == (3, 3) and tuple(stride) == (1, 1)
+def direct_fits(x_shape, out_channels, kernel_size, stride, dilation):
+    """Whether conv2d_weight takes _conv2d_weight_direct: a 3x3 or 5x5 kernel, stride 1,
+    undilated, few enough channels, and an input of COMPILED_FROM elements or more (so that a
+    small model's backward never imports numba)."""
+    kh, kw = kernel_size
+    return (kh == kw and kh in _DIRECT_LOOPS and tuple(stride) == (1, 1)
             and tuple(dilation) == (1, 1) and x_shape[1] * out_channels <= _DIRECT_MAX_PAIRS
             and math.prod(x_shape) >= COMPILED_FROM)
 
 
-def _conv2d_weight_3x3(x, g, padding):
-    """conv2d_weight of a 3x3 stride-1 convolution: compiled/conv.py's weight_gradient_3x3
-    over chunks of samples, the images padded and the gradients spread onto the images'
-    grid (zero where no output is), each laid out channel by channel."""
+def _conv2d_weight_direct(x, g, k, padding):
+    """conv2d_weight of a k x k stride-1 convolution (k 3 or 5): compiled/conv.py's
+    weight_gradient loops over chunks of samples, the images padded and the gradients spread
+    onto the images' grid (zero where no output is), each laid out channel by channel."""
     n, channels, out_channels = x.shape[0], x.shape[1], g.shape[1]
     given = np.result_type(x, g)
     dtype = np.dtype(compute_dtype(given))  # the compiled loop's (float16 via float32)
     (ph, pw), (h, w), (oh, ow) = padding, x.shape[2:], g.shape[2:]
     height, pitch = h + 2 * ph, w + 2 * pw
     plane = height * pitch
-    rows = out_channels + out_channels % 2  # the loop takes output channels in pairs
+    reach = (k - 1) * (pitch + 1)  # how far past an output's position its taps read
+    rows = out_channels + out_channels % 2  # the loops take output channels in pairs
     bounds = _chunk_bounds(n, (channels + rows) * plane * dtype.itemsize, _DIRECT_CHUNK_BYTES)
     step = bounds[0][1]
     shape_key = (x.shape[1:], g.shape[1:], tuple(padding))
+    loop = getattr(loops("conv"), _DIRECT_LOOPS[k])
 
-    def chunk_sum(k):
-        start, stop = bounds[k]
+    def chunk_sum(i):
+        start, stop = bounds[i]
         length = (stop - start) * plane
         # Zero where nothing is written: the images' borders, the gradients' columns and rows
         # beyond the outputs, an odd last output channel's partner row.
-        images = _scratch_array((channels, step * plane + 2 * pitch + 2), dtype,
-                                ("3x3 images", shape_key), zeros=True)
-        gradients = _scratch_array((rows, step * plane), dtype, ("3x3 gradients", shape_key),
-                                   zeros=True)
+        images = _scratch_array((channels, step * plane + reach), dtype,
+                                ("direct images", shape_key), zeros=True)
+        gradients = _scratch_array((rows, step * plane), dtype,
+                                   ("direct gradients", shape_key), zeros=True)
         images[:, length:] = 0  # read past the last sample of a shorter last chunk
         images[:, :length].reshape(channels, -1, height, pitch)[:, :, ph:ph + h, pw:pw + w] = (
             x[start:stop].transpose(1, 0, 2, 3))
         gradients[:out_channels, :length].reshape(out_channels, -1, height, pitch)[
             :, :, :oh, :ow] = g[start:stop].transpose(1, 0, 2, 3)
-        part = np.zeros((rows, channels, 9), dtype)
-        loops("conv").weight_gradient_3x3(images, gradients[:, :length], pitch, part)
+        part = np.zeros((rows, channels, k * k), dtype)
+        loop(images, gradients[:, :length], pitch, part)
         return part
-    total = np.zeros((rows, channels, 9), dtype)
+    total = np.zeros((rows, channels, k * k), dtype)
     for part in run_chunks(chunk_sum, len(bounds)):  # in chunk order, on any thread count
         total += part
-    return result(total[:out_channels].reshape(out_channels, channels, 3, 3), given)
+    return result(total[:out_channels].reshape(out_channels, channels, k, k), given)
 
 
 # ----------------------------------------------------------------------------- grouped
