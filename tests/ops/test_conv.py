@@ -53,19 +53,17 @@ def float64():
 @pytest.fixture(params=["one-chunk", "chunk-per-sample", "kernel-rows", "columns"])
 def chunking(request, monkeypatch):
     """Run each case with the whole batch as one chunk, a sample at a time, and with the
-    stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size; a 3x3
-    or 5x5 stride-1 weight gradient takes its direct loop in the first two, columns in the
-    last two."""
+    stride-1 columns copied for one kernel row (one GEMM per kernel row) at any size; 3x3
+    stride-1 convolutions and 3x3 or 5x5 weight gradients take their direct loops in the
+    first two, columns in the last two."""
     per_sample = request.param == "chunk-per-sample"
     monkeypatch.setattr(conv_kernels, "_CHUNK_BYTES", 1 if per_sample else 1 << 30)
     monkeypatch.setattr(conv_kernels, "_DIRECT_CHUNK_BYTES", 1 if per_sample else 1 << 30)
     monkeypatch.setattr(conv_kernels, "_MIN_CHUNKS", 1)
     monkeypatch.setattr(conv_kernels, "_ROW_GEMM_FROM",
                         1 if request.param == "kernel-rows" else 1 << 30)
-    if request.param in ("kernel-rows", "columns"):
-        monkeypatch.setattr(conv_kernels, "_DIRECT_MAX_PAIRS", 0)
-    else:
-        monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
+    _take("columns" if request.param in ("kernel-rows", "columns") else "direct",
+          monkeypatch)
 
 
 def _general_conv(x, weight, bias, stride, padding, dilation):
@@ -344,14 +342,17 @@ def test_winograd_family_is_differentiable_to_any_order(p, winograd_everywhere):
 
 def _take(path, monkeypatch):
     """Send stride-1 convolutions down `path`: "columns" (im2col and GEMMs), "winograd" (3x3)
-    or "direct" (3x3 and 5x5: the weight gradient's dot products, columns for the rest)."""
+    or "direct" (at any size: a 3x3 convolution, and so a stride-1 input gradient, from the
+    padded images; a 3x3 or 5x5 weight gradient's dot products)."""
     if path == "winograd":
         monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
                             dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
     elif path == "columns":
         monkeypatch.setattr(conv_kernels, "_DIRECT_MAX_PAIRS", 0)
+        monkeypatch.setattr(conv_kernels, "_DIRECT_CONV_MAX_CHANNELS", 0)
     else:
         monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
+        monkeypatch.setattr(conv_kernels, "_DIRECT_CONV_MIN_WIDTH", 0)
 
 
 # (input shape, weight shape, stride, padding, path): every chunked path, each cut into
@@ -433,12 +434,17 @@ def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients_as_torch(
 # ------------------------------------------------------- 3x3 and 5x5 weight gradient, direct
 @pytest.fixture
 def direct_calls(monkeypatch):
-    """Count the calls of conv2d_weight's direct loops, taken at any size."""
-    monkeypatch.setattr(conv_kernels, "COMPILED_FROM", 0)
+    """Count the calls of the direct loops (conv2d's and conv2d_weight's), taken at any
+    size."""
+    _take("direct", monkeypatch)
     calls = collections.Counter()
-    original = conv_kernels._conv2d_weight_direct
-    monkeypatch.setattr(conv_kernels, "_conv2d_weight_direct",
-                        lambda *args: calls.update(["direct"]) or original(*args))
+    for name in ("_conv2d_3x3", "_conv2d_weight_direct"):
+        original = getattr(conv_kernels, name)
+
+        def counted(*args, _original=original, _name=name):
+            calls[_name] += 1
+            return _original(*args)
+        monkeypatch.setattr(conv_kernels, name, counted)
     return calls
 
 
@@ -474,7 +480,44 @@ def test_direct_weight_gradient_matches_torch_in_float64_and_float32(n, c, o, h,
     scale = np.abs(exact).max()
     error, torch_error = (np.abs(a - exact).max() / scale for a in (single, torch_single))
     assert error < COLUMNS_FLOAT32_TOL, (error, torch_error)
-    assert direct_calls["direct"] == 2
+    assert direct_calls["_conv2d_weight_direct"] == 2
+
+
+@pytest.mark.parametrize("n,c,o,h,w,p,k", [case for case in DIRECT_CASES if case[6] == 3])
+def test_direct_convolution_and_input_gradient_match_torch(n, c, o, h, w, p, k, direct_calls):
+    """The forward (with a bias, output channels not a multiple of four among the cases) and
+    the stride-1 input gradient, a correlation of g that takes the same loop (unless it
+    folds columns, padding over 2, or takes Winograd's, 32 channels)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((n, c, h, w))
+    weight = rng.standard_normal((o, c, 3, 3)) / math.sqrt(9 * c)
+    bias = rng.standard_normal(o)
+    g = rng.standard_normal((n, o, h + 2 * p - 2, w + 2 * p - 2))
+    geometry = ((1, 1), (p, p), (1, 1))
+
+    def ours(x, weight, bias, g):
+        return (conv_kernels.conv2d(x, weight, bias, *geometry),
+                conv_kernels.conv_transpose2d(g, weight, (h, w), *geometry))
+
+    def theirs(x, weight, bias, g):
+        x, weight, bias, g = map(torch.from_numpy, (x, weight, bias, g))
+        dx = torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], [p, p], [1, 1],
+                                                 False, [0, 0], 1, [True, False, False])[0]
+        return torch.nn.functional.conv2d(x, weight, bias, 1, p).numpy(), dx.numpy()
+
+    exact = theirs(x, weight, bias, g)
+    for mine, expected in zip(ours(x, weight, bias, g), exact):
+        np.testing.assert_allclose(mine, expected, **TOL)
+    single = [a.astype(np.float32) for a in (x, weight, bias, g)]
+    for mine, torch_single, expected in zip(ours(*single), theirs(*single), exact):
+        assert mine.dtype == np.float32
+        scale = np.abs(expected).max()
+        error, torch_error = (np.abs(a - expected).max() / scale for a in (mine, torch_single))
+        assert error < COLUMNS_FLOAT32_TOL, (error, torch_error)
+    by_this_loop = p <= 2 and not conv_kernels.winograd_fits(  # else folded, or Winograd's
+        "conv_transpose2d", weight.shape, (1, 1), (1, 1), (h, w))
+    assert direct_calls["_conv2d_3x3"] == 2 * (1 + by_this_loop)
 
 
 def test_direct_weight_gradient_reads_strided_and_half_inputs(direct_calls):
@@ -491,7 +534,7 @@ def test_direct_weight_gradient_reads_strided_and_half_inputs(direct_calls):
         half, _torch_weight_gradient(x.astype(np.float16).astype(np.float64),
                                      g.astype(np.float16).astype(np.float64), 1),
         rtol=2e-3, atol=2e-2)
-    assert direct_calls["direct"] == 2
+    assert direct_calls["_conv2d_weight_direct"] == 2
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the poisoned call's inf - inf
@@ -507,7 +550,7 @@ def test_direct_weight_gradient_keeps_no_value_from_an_earlier_call(direct_calls
     poisoned[:, :, -1, -1] = np.inf
     conv_kernels.conv2d_weight(poisoned, g, *geometry)
     np.testing.assert_array_equal(conv_kernels.conv2d_weight(x, g, *geometry), clean)
-    assert direct_calls["direct"] == 3
+    assert direct_calls["_conv2d_weight_direct"] == 3
 
 
 # ----------------------------------------------------------------------------- max pooling

@@ -1,8 +1,8 @@
 """The sliding-window ops' compiled loops (kernels/numpy/conv.py): col2im, columns added
 back onto the images their windows came from (the folds: the input's gradient of a strided
 convolution, F.fold; numpy did it as one strided add per tap, whose inner loops run along a
-window row of a few elements), Winograd's transforms, the weight gradient of 3x3 and 5x5
-convolutions, and max pooling's backward (below)."""
+window row of a few elements), Winograd's transforms, a direct 3x3 convolution, the weight
+gradient of 3x3 and 5x5 convolutions, and max pooling's backward (below)."""
 import numpy as np
 
 from ._math import jit, lanes_jit, multiply_add
@@ -178,6 +178,63 @@ def winograd_gradient(g, grid_height, grid_width, out):
                     _store4(out, 4, at, _gradient_rows(a1, b1))
                     _store4(out, 8, at, _gradient_rows(a2, b2))
                     _store4(out, 12, at, _gradient_rows(a3, b3))
+
+
+# A 3x3 stride-1 convolution (kernels/numpy/conv.py's _conv2d_3x3) straight from the padded
+# images: each output row of four output channels gathers its nine taps from shifted runs of
+# each input channel's image (tap (i, j) of output position q at q + i pitch + j), the four
+# rows staying in the core's first cache over the input channels. Where the images are wide
+# and the channels few, im2col's nine shifted copies and a GEMM of 16 rows cost more:
+# 0.55-0.8x the column path's time from 32 x 32 images with 8 to 32 channels on each side.
+
+@jit
+def convolution_3x3(images, weights, pitch, out):
+    """out[s, o, q] = sum over c, i, j of weights[o, c, 3 i + j] images[s, c, q + i pitch + j]
+    for q < out.shape[2]: images (N, C, at least out.shape[2] + 2 pitch + 2), weights (O, C,
+    9) with O a multiple of four."""
+    length = out.shape[2]
+    zero = out.dtype.type(0)
+    for s in range(images.shape[0]):
+        for o in range(0, out.shape[1], 4):
+            p0, p1, p2, p3 = out[s, o], out[s, o + 1], out[s, o + 2], out[s, o + 3]
+            for q in range(length):
+                p0[q] = p1[q] = p2[q] = p3[q] = zero
+            for c in range(images.shape[1]):
+                image = images[s, c]
+                # Views indexed by the loop's counter, so that numba drops its negative-index
+                # tests.
+                x0, x1, x2 = image[0:], image[1:], image[2:]
+                x3, x4, x5 = image[pitch:], image[pitch + 1:], image[pitch + 2:]
+                x6, x7, x8 = image[2 * pitch:], image[2 * pitch + 1:], image[2 * pitch + 2:]
+                # the four rows' weights as scalars: loads from an array the loop stores
+                # into could not leave the loop
+                a, b = _nine(weights[o, c]), _nine(weights[o + 1, c])
+                d, e = _nine(weights[o + 2, c]), _nine(weights[o + 3, c])
+                for q in range(length):
+                    v = (x0[q], x1[q], x2[q], x3[q], x4[q], x5[q], x6[q], x7[q], x8[q])
+                    p0[q] = _taps(a, v, p0[q])
+                    p1[q] = _taps(b, v, p1[q])
+                    p2[q] = _taps(d, v, p2[q])
+                    p3[q] = _taps(e, v, p3[q])
+
+
+@jit
+def _nine(k):
+    return k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]
+
+
+@jit
+def _taps(k, v, total):
+    """total + the nine products k[t] v[t], in tap order."""
+    total = multiply_add(k[0], v[0], total)
+    total = multiply_add(k[1], v[1], total)
+    total = multiply_add(k[2], v[2], total)
+    total = multiply_add(k[3], v[3], total)
+    total = multiply_add(k[4], v[4], total)
+    total = multiply_add(k[5], v[5], total)
+    total = multiply_add(k[6], v[6], total)
+    total = multiply_add(k[7], v[7], total)
+    return multiply_add(k[8], v[8], total)
 
 
 # The weight gradient of a 3x3 or 5x5 stride-1 convolution (kernels/numpy/conv.py's
