@@ -248,6 +248,19 @@ class _Columns:
         n, c, q = product.strides
         return _strided(product, product.shape[:2] + self.out_size, (n, c, self.pitch * q, q))
 
+    def crop_into(self, product, bias, out, compiled):
+        """out = crop(product), plus bias (O,) if given: one compiled pass (compiled/conv.py's
+        crop_columns) when `compiled` (the whole output's size is COMPILED_FROM elements or
+        more) and the dtypes are float32 or float64, else numpy's."""
+        if compiled and out.dtype in (np.float32, np.float64) and product.dtype == out.dtype:
+            loops("conv").crop_columns(
+                product, np.empty(0, out.dtype) if bias is None else bias.astype(out.dtype),
+                bias is not None, self.pitch, out)
+        elif bias is None:
+            np.copyto(out, self.crop(product))
+        else:
+            np.add(self.crop(product), bias.reshape(-1, 1, 1), out=out)
+
 
 def kernel_extent(kernel_size, dilation):
     """How far a dilated kernel reaches along each axis."""
@@ -338,8 +351,7 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
     layout = _Columns(x.shape[2:], weight.shape[2:], dilation, padding, stride)
     dtype = np.result_type(x, weight)
     out = np.empty((n, out_channels) + layout.out_size, dtype)
-    if bias is not None:
-        bias = bias.reshape(out_channels, 1, 1)
+    compiled_crop = out.size >= COMPILED_FROM
     by_rows = layout.by_kernel_rows(x.shape[1])
     if by_rows:  # (kh, O, C * kw): one matrix per kernel row
         matrices = np.ascontiguousarray(weight.transpose(2, 0, 1, 3)).reshape(
@@ -362,13 +374,10 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
                           product)
         else:
             np.matmul(matrix, _columns(x, layout, start, stop, step), out=product)
-        if direct:
-            if bias is not None:
-                chunk += bias  # while the chunk is in cache
-        elif bias is None:  # crop the junk columns (and add the bias) in one pass
-            np.copyto(chunk, layout.crop(product))
-        else:
-            np.add(layout.crop(product), bias, out=chunk)
+        if not direct:  # crop the junk columns (and add the bias) in one pass
+            layout.crop_into(product, bias, chunk, compiled_crop)
+        elif bias is not None:
+            chunk += bias.reshape(out_channels, 1, 1)  # while the chunk is in cache
     run_chunks(compute, len(bounds))
     return out
 
@@ -529,7 +538,7 @@ def direct_conv2d_fits(x_shape, weight_shape, stride, dilation, out_size):
 def _conv2d_3x3(x, weight, bias, padding):
     """conv2d of a 3x3 stride-1 convolution by compiled/conv.py's convolution_3x3 over each
     chunk's padded images (no columns), the junk columns of the flat layout cropped as the
-    bias is added."""
+    bias is added (taken only where numba is in use anyway, so the crop is compiled too)."""
     n, channels, out_channels = x.shape[0], x.shape[1], weight.shape[0]
     given = np.result_type(x, weight)
     dtype = np.dtype(compute_dtype(given))  # the compiled loop's (float16 via float32)
@@ -549,11 +558,7 @@ def _conv2d_3x3(x, weight, bias, padding):
         product = product[:stop - start]
         loops("conv").convolution_3x3(images.reshape(stop - start, channels, -1), weights,
                                       layout.pitch, product)
-        cropped = layout.crop(product[:, :out_channels])
-        if bias is None:
-            np.copyto(out[start:stop], cropped)
-        else:
-            np.add(cropped, bias.astype(dtype).reshape(-1, 1, 1), out=out[start:stop])
+        layout.crop_into(product[:, :out_channels], bias, out[start:stop], True)
     run_chunks(compute, len(bounds))
     return result(out, given)
 
@@ -646,18 +651,14 @@ def _grouped_conv2d(x, weight, bias, stride, padding, dilation, groups):
     cols = _scratch_array((rows, layout.length), x.dtype, "columns")
     product = _scratch_array((1, out_channels, layout.length), dtype, "product")
     per_group = product.reshape(groups, -1, layout.length)
-    if bias is not None:
-        bias = bias.reshape(out_channels, 1, 1)
+    compiled_crop = out.size >= COMPILED_FROM
     step = _chunk_size(n, rows * layout.length * x.itemsize)
     for start, stop, images in layout.padded_chunks(x, step):
         taps = layout.taps(images)
         for k in range(stop - start):
             _im2col_into(cols, taps[k])
             np.matmul(matrix, cols.reshape(groups, -1, layout.length), out=per_group)
-            if bias is None:
-                np.copyto(out[start + k], layout.crop(product)[0])
-            else:
-                np.add(layout.crop(product)[0], bias, out=out[start + k])
+            layout.crop_into(product, bias, out[start + k:start + k + 1], compiled_crop)
     return out
 
 
