@@ -204,8 +204,9 @@ def test_loops_use_the_full_vector_width_unless_numba_is_told_otherwise(numba_se
 
 
 def test_a_small_models_forward_and_backward_leave_numba_unimported():
-    # linear's compiled addmm is for outputs of _ADDMM_FROM elements and more: a small MLP's
-    # forward and backward with a squared error need no compiled loop. A first loop in the
+    # linear's compiled addmm is for outputs of COMPILED_FROM elements and more: a small MLP's
+    # forward and backward with a squared error need no compiled loop, nor a small
+    # convnet's. A first loop in the
     # forward made each rank of a DDP job import numba (and on a cold cache wait for its
     # turn to compile) between two collectives, which outlasted the group's 4 s timeout.
     program = """
@@ -213,6 +214,11 @@ import sys
 import mpigrad as mg
 model = mg.nn.Sequential(mg.nn.Linear(8, 16), mg.nn.Tanh(), mg.nn.Linear(16, 4))
 ((model(mg.randn(5, 8)) - mg.randn(5, 4)) ** 2).mean().backward()
+# nor a small convnet's: its convolutions' direct loops and compiled crop start at the
+# same size as addmm
+convnet = mg.nn.Sequential(mg.nn.Conv2d(3, 8, 3, padding=1), mg.nn.Tanh(),
+                           mg.nn.Conv2d(8, 4, 5), mg.nn.Flatten())
+convnet(mg.randn(2, 3, 32, 32)).square().mean().backward()
 print("numba" in sys.modules)
 """
     assert subprocess.run([sys.executable, "-c", program], check=True, capture_output=True,

@@ -29,7 +29,7 @@ def kernel(request, monkeypatch):
     added after, or (with a bias) the compiled addmm, bias first."""
     monkeypatch.setattr(arithmetic, "_transposed_gemm_pays",
                         lambda rows, out_features: request.param == "transposed")
-    monkeypatch.setattr(linalg, "_ADDMM_FROM", 0 if request.param == "addmm" else math.inf)
+    monkeypatch.setattr(linalg, "COMPILED_FROM", 0 if request.param == "addmm" else math.inf)
     return request.param
 
 

@@ -15,9 +15,13 @@ from ..threads import follow_new_blas
 
 _modules = {}
 
-# The fewest elements for which a reduction or a loss over a whole array takes its compiled
-# loop (and a 3x3 or 5x5 convolution's input its direct weight gradient, conv.py): below, numpy's few microseconds are not worth importing numba for (a small model that
-# needs no other compiled loop keeps it unimported, tests/kernels/test_startup.py).
+# The fewest elements for which an op that numpy also does well enough takes its compiled
+# loop: a reduction or a loss over a whole array, linear's addmm (output elements), a direct
+# convolution (input elements) and the crop of its columns (output elements). Below, the
+# loop saves a few microseconds, less than importing numba and scipy's BLAS costs a model
+# that needs no other compiled loop (about a second warm, seconds more to compile on a cold
+# cache: a tiny MLP's ranks then outwaited a 4 s group timeout). tests/kernels/test_startup.py
+# holds a small model's step to it.
 COMPILED_FROM = 1 << 15
 
 

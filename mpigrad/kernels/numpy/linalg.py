@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..threads import matmul, product_threads
-from ._compiled import load_blas, loops
+from ._compiled import COMPILED_FROM, load_blas, loops
 
 
 def as_matrix(x):
@@ -28,22 +28,15 @@ def column_sums(rows):
     return np.matmul(np.ones(rows.shape[0], rows.dtype), rows)
 
 
-# The fewest output elements for which linear's forward takes the compiled addmm. Below, it
-# saves a few microseconds (a pass over under 128 KiB), less than importing numba and
-# scipy's BLAS costs a model that needs no other compiled loop (about a second warm, seconds
-# more to compile on a cold cache: a tiny MLP's ranks then outwaited a 4 s group timeout).
-_ADDMM_FROM = 1 << 15
-
-
 def addmm(x, weight, bias):
     """x (M, K) weight^T + bias, the bias copied into the output first and the product added
     onto it in one GEMM (compiled/linalg.py), for float32 and float64, a bias of one value per
-    output feature and an output of _ADDMM_FROM elements or more; otherwise numpy's product,
+    output feature and an output of COMPILED_FROM elements or more; otherwise numpy's product,
     then the bias added. A 1-d x is one row."""
     if x.ndim == 1:
         return addmm(x.reshape(1, -1), weight, bias).reshape(-1)
     if (x.dtype not in (np.float32, np.float64) or bias.shape != weight.shape[:1]
-            or x.shape[0] * weight.shape[0] < _ADDMM_FROM):
+            or x.shape[0] * weight.shape[0] < COMPILED_FROM):
         out = matmul(x, weight.T)
         np.add(out, bias, out=out)
         return out
