@@ -250,8 +250,13 @@ def winograd_everywhere(monkeypatch):
     """Take the Winograd path at any size, and count its calls."""
     monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
                         dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    return _counted(monkeypatch, "_winograd_conv2d", "_winograd_conv2d_weight")
+
+
+def _counted(monkeypatch, *names):
+    """Count the calls of conv_kernels' functions `names`, by name."""
     calls = collections.Counter()
-    for name in ("_winograd_conv2d", "_winograd_conv2d_weight"):
+    for name in names:
         original = getattr(conv_kernels, name)
 
         def counted(*args, _original=original, _name=name):
@@ -437,15 +442,7 @@ def direct_calls(monkeypatch):
     """Count the calls of the direct loops (conv2d's and conv2d_weight's), taken at any
     size."""
     _take("direct", monkeypatch)
-    calls = collections.Counter()
-    for name in ("_conv2d_3x3", "_conv2d_weight_direct"):
-        original = getattr(conv_kernels, name)
-
-        def counted(*args, _original=original, _name=name):
-            calls[_name] += 1
-            return _original(*args)
-        monkeypatch.setattr(conv_kernels, name, counted)
-    return calls
+    return _counted(monkeypatch, "_conv2d_3x3", "_conv2d_weight_direct")
 
 
 def _torch_weight_gradient(x, g, padding, k=3):

@@ -304,25 +304,15 @@ def weight_gradient_3x3(images, gradients, pitch, out):
                 a7, b7 = multiply_add(u, x, a7), multiply_add(v, x, b7)
                 x = x8[q]
                 a8, b8 = multiply_add(u, x, a8), multiply_add(v, x, b8)
-            first, second = out[o, c], out[o + 1, c]
-            first[0] += a0
-            first[1] += a1
-            first[2] += a2
-            first[3] += a3
-            first[4] += a4
-            first[5] += a5
-            first[6] += a6
-            first[7] += a7
-            first[8] += a8
-            second[0] += b0
-            second[1] += b1
-            second[2] += b2
-            second[3] += b3
-            second[4] += b4
-            second[5] += b5
-            second[6] += b6
-            second[7] += b7
-            second[8] += b8
+            _add_sums(out[o, c], 0, (a0, a1, a2, a3, a4, a5, a6, a7, a8))
+            _add_sums(out[o + 1, c], 0, (b0, b1, b2, b3, b4, b5, b6, b7, b8))
+
+
+@jit
+def _add_sums(target, start, sums):
+    """target[start + t] += sums[t] for each of the tuple's sums."""
+    for t in range(len(sums)):
+        target[start + t] += sums[t]
 
 
 @lanes_jit
@@ -351,17 +341,8 @@ def weight_gradient_5x5(images, gradients, pitch, out):
                     a3, b3 = multiply_add(u, x, a3), multiply_add(v, x, b3)
                     x = x4[q]
                     a4, b4 = multiply_add(u, x, a4), multiply_add(v, x, b4)
-                first, second, k = out[o, c], out[o + 1, c], 5 * i
-                first[k] += a0
-                first[k + 1] += a1
-                first[k + 2] += a2
-                first[k + 3] += a3
-                first[k + 4] += a4
-                second[k] += b0
-                second[k + 1] += b1
-                second[k + 2] += b2
-                second[k + 3] += b3
-                second[k + 4] += b4
+                _add_sums(out[o, c], 5 * i, (a0, a1, a2, a3, a4))
+                _add_sums(out[o + 1, c], 5 * i, (b0, b1, b2, b3, b4))
 
 
 # Max pooling's backward (kernels/numpy/conv.py's tap_scatter): one pass over the windows,
