@@ -185,7 +185,7 @@ def _with_indices(x, dim, keepdim, pick):
     _check_nonempty(x, "max" if pick is argmax else "min")
     if x.ndim == 0:
         normalize_dims(dim, 1)  # 0 and -1 only
-        values, indices = x * 1, Tensor.wrap(np.zeros((), np.int64))
+        values, indices = x.clone(), Tensor.wrap(np.zeros((), np.int64))
         return MinMax(named(values, "MaxBackward0" if pick is argmax else "MinBackward0", x),
                       indices)
     indices = pick(x, dim, keepdim=True)

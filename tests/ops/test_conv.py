@@ -534,20 +534,42 @@ def test_direct_weight_gradient_reads_strided_and_half_inputs(direct_calls):
     assert direct_calls["_conv2d_weight_direct"] == 2
 
 
-@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the poisoned call's inf - inf
-def test_direct_weight_gradient_keeps_no_value_from_an_earlier_call(direct_calls):
-    """The loop reads the work arrays' zero borders and, for a shorter last chunk, past the
-    last sample: an inf in one call's images must not reach the next call's result."""
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the poisoned call's 0 * inf
+def test_direct_weight_gradient_keeps_no_value_from_an_earlier_call(monkeypatch):
+    """The loop reads the work arrays' zero borders and, for a shorter last chunk, the first
+    rows of the next sample's slot: what another call's full chunk wrote there must not
+    count, whichever order the chunks run in (run_chunks promises none)."""
+    def reversed_chunks(work, count):
+        done = {k: work(k) for k in reversed(range(count))}
+        return [done[k] for k in range(count)]
+    monkeypatch.setattr(conv_kernels, "run_chunks", reversed_chunks)
     rng = np.random.default_rng(14)
     x = rng.standard_normal((5, 3, 6, 7)).astype(np.float32)
     g = rng.standard_normal((5, 4, 6, 7)).astype(np.float32)
-    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
-    clean = conv_kernels.conv2d_weight(x, g, *geometry)
+    clean = conv_kernels._conv2d_weight_direct(x, g, 3, (1, 1))
     poisoned = x.copy()
-    poisoned[:, :, -1, -1] = np.inf
-    conv_kernels.conv2d_weight(poisoned, g, *geometry)
-    np.testing.assert_array_equal(conv_kernels.conv2d_weight(x, g, *geometry), clean)
-    assert direct_calls["_conv2d_weight_direct"] == 3
+    poisoned[:, :, 0, :2] = np.inf
+    conv_kernels._conv2d_weight_direct(poisoned, g, 3, (1, 1))
+    np.testing.assert_array_equal(conv_kernels._conv2d_weight_direct(x, g, 3, (1, 1)), clean)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("k, p", [(3, 0), (5, 0)])
+def test_a_non_finite_input_gives_torchs_non_finite_weight_gradient_taps(k, p, direct_calls):
+    """The direct loop multiplies the grid's cells without outputs by zero; where x holds an
+    inf that makes nans torch does not have, so the columns compute such inputs. (Padded,
+    the columns' own junk columns still add a nan or two torch does not have: not here.)"""
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((6, 2, 12, 12))
+    x[0, 0, -1, -1] = np.inf
+    g = rng.standard_normal((6, 4, 12 + 2 * p - k + 1, 12 + 2 * p - k + 1))
+    ours = conv_kernels.conv2d_weight(x, g, (k, k), (1, 1), (p, p), (1, 1))
+    theirs = _torch_weight_gradient(x, g, p, k)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+    np.testing.assert_array_equal(np.isinf(ours), np.isinf(theirs))
+    finite = np.isfinite(theirs)
+    np.testing.assert_allclose(ours[finite], theirs[finite], **TOL)
+    assert direct_calls["_conv2d_weight_direct"] == 1
 
 
 # ----------------------------------------------------------------------------- max pooling

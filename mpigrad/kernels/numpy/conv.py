@@ -462,7 +462,12 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
                      stride, dilation, g.shape[2:]):
         return _winograd_conv2d_weight(x, g, padding)
     if direct_weight_gradient_fits(x.shape, g.shape[1], kernel_size, stride, dilation):
-        return _conv2d_weight_direct(x, g, tuple(kernel_size)[0], padding)
+        direct = _conv2d_weight_direct(x, g, tuple(kernel_size)[0], padding)
+        # Its dot products also run over the grid's cells where no output is (g zero there),
+        # so an inf or nan in x reaches taps that torch's gradient keeps finite (0 * inf);
+        # such rare inputs take the columns, checked on the small result.
+        if np.isfinite(direct).all():
+            return direct
     n, out_channels = g.shape[:2]
     layout = _Columns(x.shape[2:], kernel_size, dilation, padding, stride)
     rows = x.shape[1] * kernel_size[0] * kernel_size[1]
