@@ -206,7 +206,7 @@ def winograd_gradient(g, grid_height, grid_width, out):
 # each input channel's image (tap (i, j) of output position q at q + i pitch + j), the four
 # rows staying in the core's first cache over the input channels. Where the images are wide
 # and the channels few, im2col's nine shifted copies and a GEMM of 16 rows cost more:
-# 0.55-0.8x the column path's time from 32 x 32 images with 8 to 32 channels on each side.
+# 0.55-0.8x the column path's time from 32 x 32 images with 3 to 32 channels on each side.
 
 @jit
 def convolution_3x3(images, weights, pitch, out):
