@@ -248,8 +248,7 @@ WINOGRAD_IDS = [f"n{n}-c{c}-o{o}-{h}x{w}-p{p}" for n, c, o, h, w, p in WINOGRAD_
 @pytest.fixture
 def winograd_everywhere(monkeypatch):
     """Take the Winograd path at any size, and count its calls."""
-    monkeypatch.setattr(conv_kernels, "_WINOGRAD_FROM",
-                        dict.fromkeys(conv_kernels._WINOGRAD_FROM, (1, 1)))
+    _take("winograd", monkeypatch)
     return _counted(monkeypatch, "_winograd_conv2d", "_winograd_conv2d_weight")
 
 
