@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ...dtypes import is_floating_point
 from ..threads import follow_new_blas
 
 _modules = {}
@@ -63,7 +64,7 @@ def fresh(shape, dtype):
 def result(out, dtype):
     """A loop's output in the op's dtype (float16 and bfloat16 were computed in float32);
     an integer input's result stays floating."""
-    if out.dtype == dtype or np.dtype(dtype).kind != "f":
+    if out.dtype == dtype or not is_floating_point(dtype):
         return out
     return out.astype(dtype)
 
