@@ -446,30 +446,39 @@ def direct_calls(monkeypatch):
 
 
 def _torch_weight_gradient(x, g, padding, k=3):
+    """torch's weight gradient of a stride-1 k x k convolution; padding: one int or (ph, pw)."""
     torch = pytest.importorskip("torch")
     x, g = torch.from_numpy(x), torch.from_numpy(g)
     weight = torch.zeros((g.shape[1], x.shape[1], k, k), dtype=x.dtype)
-    return torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], [padding] * 2,
+    return torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], list(_pair(padding)),
                                                [1, 1], False, [0, 0], 1,
                                                [False, True, False])[1].numpy()
 
 
+def _pair(padding):
+    return (padding, padding) if isinstance(padding, int) else padding
+
+
 # (batch, channels, output channels, height, width, padding, kernel): the ResNet's 3x3
 # shapes and the tutorial CNN's 5x5 ones at batch 7 (a shorter last chunk), an odd number of
-# output channels, no padding, a padding of 2, non-square images, one channel.
+# output channels, no padding, a padding of 2, paddings that differ between the axes,
+# non-square images, one channel.
 DIRECT_CASES = [(7, 16, 16, 32, 32, 1, 3), (7, 32, 32, 16, 16, 1, 3), (5, 3, 16, 32, 32, 1, 3),
                 (3, 5, 7, 9, 11, 0, 3), (3, 4, 3, 6, 13, 2, 3), (2, 1, 1, 5, 5, 1, 3),
-                (7, 1, 10, 28, 28, 0, 5), (7, 10, 20, 12, 12, 0, 5), (3, 4, 3, 9, 11, 2, 5)]
+                (3, 4, 5, 9, 11, (1, 2), 3), (3, 4, 5, 10, 7, (2, 0), 3),
+                (7, 1, 10, 28, 28, 0, 5), (7, 10, 20, 12, 12, 0, 5), (3, 4, 3, 9, 11, 2, 5),
+                (3, 4, 3, 9, 11, (0, 2), 5)]
 
 
 @pytest.mark.parametrize("n,c,o,h,w,p,k", DIRECT_CASES)
 def test_direct_weight_gradient_matches_torch_in_float64_and_float32(n, c, o, h, w, p, k,
                                                                      direct_calls):
     rng = np.random.default_rng(12)
+    (ph, pw) = _pair(p)
     x = rng.standard_normal((n, c, h, w))
-    g = rng.standard_normal((n, o, h + 2 * p - k + 1, w + 2 * p - k + 1))
+    g = rng.standard_normal((n, o, h + 2 * ph - k + 1, w + 2 * pw - k + 1))
     exact = _torch_weight_gradient(x, g, p, k)
-    geometry = ((k, k), (1, 1), (p, p), (1, 1))
+    geometry = ((k, k), (1, 1), (ph, pw), (1, 1))
     np.testing.assert_allclose(conv_kernels.conv2d_weight(x, g, *geometry), exact, **TOL)
     single = conv_kernels.conv2d_weight(x.astype(np.float32), g.astype(np.float32), *geometry)
     torch_single = _torch_weight_gradient(x.astype(np.float32), g.astype(np.float32), p, k)
@@ -487,11 +496,12 @@ def test_direct_convolution_and_input_gradient_match_torch(n, c, o, h, w, p, k, 
     folds columns, padding over 2, or takes Winograd's, 32 channels)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(15)
+    (ph, pw) = _pair(p)
     x = rng.standard_normal((n, c, h, w))
     weight = rng.standard_normal((o, c, 3, 3)) / math.sqrt(9 * c)
     bias = rng.standard_normal(o)
-    g = rng.standard_normal((n, o, h + 2 * p - 2, w + 2 * p - 2))
-    geometry = ((1, 1), (p, p), (1, 1))
+    g = rng.standard_normal((n, o, h + 2 * ph - 2, w + 2 * pw - 2))
+    geometry = ((1, 1), (ph, pw), (1, 1))
 
     def ours(x, weight, bias, g):
         return (conv_kernels.conv2d(x, weight, bias, *geometry),
@@ -499,9 +509,10 @@ def test_direct_convolution_and_input_gradient_match_torch(n, c, o, h, w, p, k, 
 
     def theirs(x, weight, bias, g):
         x, weight, bias, g = map(torch.from_numpy, (x, weight, bias, g))
-        dx = torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], [p, p], [1, 1],
-                                                 False, [0, 0], 1, [True, False, False])[0]
-        return torch.nn.functional.conv2d(x, weight, bias, 1, p).numpy(), dx.numpy()
+        dx = torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], [ph, pw],
+                                                 [1, 1], False, [0, 0], 1,
+                                                 [True, False, False])[0]
+        return torch.nn.functional.conv2d(x, weight, bias, 1, (ph, pw)).numpy(), dx.numpy()
 
     exact = theirs(x, weight, bias, g)
     for mine, expected in zip(ours(x, weight, bias, g), exact):
@@ -512,7 +523,7 @@ def test_direct_convolution_and_input_gradient_match_torch(n, c, o, h, w, p, k, 
         scale = np.abs(expected).max()
         error, torch_error = (np.abs(a - expected).max() / scale for a in (mine, torch_single))
         assert error < COLUMNS_FLOAT32_TOL, (error, torch_error)
-    by_this_loop = p <= 2 and not conv_kernels.winograd_fits(  # else folded, or Winograd's
+    by_this_loop = max(ph, pw) <= 2 and not conv_kernels.winograd_fits(  # else folded, or Winograd's
         "conv_transpose2d", weight.shape, (1, 1), (1, 1), (h, w))
     assert direct_calls["_conv2d_3x3"] == 2 * (1 + by_this_loop)
 
