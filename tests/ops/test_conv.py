@@ -10,6 +10,7 @@ import mpigrad as mg
 from mpigrad import ops
 from mpigrad.autograd import gradcheck, gradgradcheck
 from mpigrad.dtypes import bfloat16
+from mpigrad.nn._checks import pair
 from mpigrad.nn import functional as F
 from mpigrad.kernels.numpy import conv as conv_kernels
 from mpigrad.nn.functional.pooling import _pool_geometry
@@ -450,13 +451,9 @@ def _torch_weight_gradient(x, g, padding, k=3):
     torch = pytest.importorskip("torch")
     x, g = torch.from_numpy(x), torch.from_numpy(g)
     weight = torch.zeros((g.shape[1], x.shape[1], k, k), dtype=x.dtype)
-    return torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1], list(_pair(padding)),
-                                               [1, 1], False, [0, 0], 1,
-                                               [False, True, False])[1].numpy()
-
-
-def _pair(padding):
-    return (padding, padding) if isinstance(padding, int) else padding
+    return torch.ops.aten.convolution_backward(g, x, weight, None, [1, 1],
+                                               list(pair("padding", padding, 0)), [1, 1], False,
+                                               [0, 0], 1, [False, True, False])[1].numpy()
 
 
 # (batch, channels, output channels, height, width, padding, kernel): the ResNet's 3x3
@@ -474,7 +471,7 @@ DIRECT_CASES = [(7, 16, 16, 32, 32, 1, 3), (7, 32, 32, 16, 16, 1, 3), (5, 3, 16,
 def test_direct_weight_gradient_matches_torch_in_float64_and_float32(n, c, o, h, w, p, k,
                                                                      direct_calls):
     rng = np.random.default_rng(12)
-    (ph, pw) = _pair(p)
+    ph, pw = pair("padding", p, 0)
     x = rng.standard_normal((n, c, h, w))
     g = rng.standard_normal((n, o, h + 2 * ph - k + 1, w + 2 * pw - k + 1))
     exact = _torch_weight_gradient(x, g, p, k)
@@ -496,7 +493,7 @@ def test_direct_convolution_and_input_gradient_match_torch(n, c, o, h, w, p, k, 
     folds columns, padding over 2, or takes Winograd's, 32 channels)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(15)
-    (ph, pw) = _pair(p)
+    ph, pw = pair("padding", p, 0)
     x = rng.standard_normal((n, c, h, w))
     weight = rng.standard_normal((o, c, 3, 3)) / math.sqrt(9 * c)
     bias = rng.standard_normal(o)
@@ -523,7 +520,8 @@ def test_direct_convolution_and_input_gradient_match_torch(n, c, o, h, w, p, k, 
         scale = np.abs(expected).max()
         error, torch_error = (np.abs(a - expected).max() / scale for a in (mine, torch_single))
         assert error < COLUMNS_FLOAT32_TOL, (error, torch_error)
-    by_this_loop = max(ph, pw) <= 2 and not conv_kernels.winograd_fits(  # else folded, or Winograd's
+    # Else folded (padding over 2), or Winograd's.
+    by_this_loop = max(ph, pw) <= 2 and not conv_kernels.winograd_fits(
         "conv_transpose2d", weight.shape, (1, 1), (1, 1), (h, w))
     assert direct_calls["_conv2d_3x3"] == 2 * (1 + by_this_loop)
 
