@@ -107,22 +107,23 @@ class OneDNN:
     def step(self, primitive_desc, inputs, output):
         """A call of the primitive on plain arrays: {arg: (plain desc, array)} in, (arg, plain
         desc, array) out, each reordered to and from the layout the primitive chose."""
-        run, chosen, reorders_in = self.primitive(primitive_desc), {}, []
-        for arg, (plain, array) in inputs.items():
-            layout = Pointer(self.lib.dnnl_primitive_desc_query_md(primitive_desc, QUERY[arg], 0))
-            chosen[arg] = self.memory(layout)
-            reorders_in.append((self.reorder(plain, layout), self.memory(plain, array),
-                                chosen[arg]))
-        arg, plain, array = output
-        layout = Pointer(self.lib.dnnl_primitive_desc_query_md(primitive_desc, QUERY[arg], 0))
-        chosen[arg] = self.memory(layout)
-        reorder_out = (self.reorder(layout, plain), chosen[arg], self.memory(plain, array))
+        run, chosen, layouts = self.primitive(primitive_desc), {}, {}
+        out_arg, out_plain, out_array = output
+        for arg in (*inputs, out_arg):
+            layouts[arg] = Pointer(self.lib.dnnl_primitive_desc_query_md(primitive_desc,
+                                                                         QUERY[arg], 0))
+            chosen[arg] = self.memory(layouts[arg])
+        reorders = [(self.reorder(plain, layouts[arg]), self.memory(plain, array), chosen[arg])
+                    for arg, (plain, array) in inputs.items()]
+        reorder_out = (self.reorder(layouts[out_arg], out_plain), chosen[out_arg],
+                       self.memory(out_plain, out_array))
 
         def call():
-            for reorder, source, target in reorders_in:
+            for reorder, source, target in reorders:
                 self.execute(reorder, {ARG_SRC: source, ARG_DST: target})
             self.execute(run, chosen)
-            self.execute(reorder_out[0], {ARG_SRC: reorder_out[1], ARG_DST: reorder_out[2]})
+            reorder, source, target = reorder_out
+            self.execute(reorder, {ARG_SRC: source, ARG_DST: target})
             self.call("dnnl_stream_wait", self.stream)
         return call
 
