@@ -56,6 +56,8 @@ def pytest_collection_modifyitems(config, items):
             f"{', '.join(serial_only)}: every test is marked mpi_skip, so no test of the "
             "module runs on several ranks; tests under tests/distributed "
             "must run under mpiexec (see tests/conftest.py)")
+    if not config.getoption("--only-mpi"):
+        _process_starting_modules_first(items)
     if config.getoption("--only-mpi"):
         for module_items in by_module.values():
             for item in module_items:
@@ -67,8 +69,6 @@ def pytest_collection_modifyitems(config, items):
         if serial:
             config.hook.pytest_deselected(items=serial)
             items[:] = [item for item in items if item.get_closest_marker("mpi") is not None]
-    else:
-        _process_starting_modules_first(items)
 
 
 _STARTS_PROCESSES = re.compile(r"\bsubprocess\b|\bmpiexec\b")
