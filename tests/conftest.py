@@ -9,7 +9,6 @@ there `mpi` under MPI (and deselects every test left unmarked); a test writes `m
 only). A module there whose tests would all stay out of the MPI steps is a collection error,
 so a multi-rank check cannot silently become a world-of-one check again.
 """
-import re
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +55,6 @@ def pytest_collection_modifyitems(config, items):
             f"{', '.join(serial_only)}: every test is marked mpi_skip, so no test of the "
             "module runs on several ranks; tests under tests/distributed "
             "must run under mpiexec (see tests/conftest.py)")
-    if not config.getoption("--only-mpi"):
-        _process_starting_modules_first(items)
     if config.getoption("--only-mpi"):
         for module_items in by_module.values():
             for item in module_items:
@@ -69,29 +66,6 @@ def pytest_collection_modifyitems(config, items):
         if serial:
             config.hook.pytest_deselected(items=serial)
             items[:] = [item for item in items if item.get_closest_marker("mpi") is not None]
-
-
-_STARTS_PROCESSES = re.compile(r"\bsubprocess\b|\bmpiexec\b")
-
-
-def _process_starting_modules_first(items):
-    """Put the modules that start processes (jobs, MPI launches, programs under torch and
-    mpigrad) first, each module's tests together and in their order.
-
-    tests/run.sh's serial step hands whole modules to its workers in collection order
-    (--dist loadfile --no-loadscope-reorder). These few dozen modules hold about four fifths
-    of the step's time; sent last (xdist's default order, most tests first, puts them there),
-    one worker ran the last long job module while the other sat idle: 35-45 s of a 1000 s
-    step on a loaded host, replaying xdist's order over each module's --durations time.
-    First, the many short modules fill the end. Only the order changes."""
-    starts = {}
-
-    def key(item):
-        if item.path not in starts:
-            starts[item.path] = bool(_STARTS_PROCESSES.search(
-                item.path.read_text(encoding="utf-8")))
-        return not starts[item.path]
-    items.sort(key=key)  # stable: each module's tests stay together, in order
 
 
 # `process_group` (the default group, started once per session) is the fixture of mpigrad's

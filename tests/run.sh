@@ -108,14 +108,13 @@ step() {
 # The serial step (no MPI) runs on one pytest-xdist worker per core, up to four (the test
 # extra installs xdist; MPIGRAD_TEST_WORKERS=1 runs it in this one process). A module stays
 # on one worker (--dist loadfile), so its module fixtures, which often launch a job for all
-# of its tests, run once. Modules go out in collection order (--no-loadscope-reorder), which
-# tests/conftest.py starts with the long ones that start processes.
+# of its tests, run once.
 # (Not nproc: it counts OMP_NUM_THREADS, set to 1 above.)
 workers=${MPIGRAD_TEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())')}
 (( workers > 4 )) && workers=4
 parallel=()
 if (( workers > 1 )) && python -c "import xdist" 2>/dev/null; then
-    parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+    parallel=(-n "$workers" --dist loadfile)
 fi
 step "serial" "$logs/serial.log" no \
     timeout -k 30 1800 python -m pytest "${parallel[@]}" --durations=15 "$@"
