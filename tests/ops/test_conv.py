@@ -52,6 +52,14 @@ def float64():
     mg.set_default_dtype(previous)
 
 
+@pytest.fixture(autouse=True)
+def numpy_kernels_only():
+    """These tests hold the numpy kernels' own paths; oneDNN's, which float32 calls take
+    where it is installed, are held in tests/kernels/test_onednn.py."""
+    with mg.backends.mkldnn.flags(enabled=False):
+        yield
+
+
 @pytest.fixture(params=["one-chunk", "chunk-per-sample", "kernel-rows", "columns"])
 def chunking(request, monkeypatch):
     """Run each case with the whole batch as one chunk, a sample at a time, and with the

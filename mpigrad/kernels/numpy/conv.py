@@ -32,6 +32,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..onednn import conv as onednn
 from ..threads import get_num_threads, run_chunks
 from ._compiled import COMPILED_FROM, compute_dtype, loops, result
 
@@ -340,9 +341,13 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups=1):
     if x.shape[0] == 0:  # an empty batch (no chunks to cut)
         return np.zeros((0, weight.shape[0]) + sliding_output_size(
             x.shape[2:], weight.shape[2:], dilation, padding, stride), np.result_type(x, weight))
+    out_size = sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding, stride)
+    if onednn.takes("forward", (x, weight), weight.shape, groups):
+        out = onednn.conv2d(x, weight, bias, stride, padding, dilation, out_size)
+        if out is not None:
+            return out
     if groups > 1:
         return _grouped_conv2d(x, weight, bias, stride, padding, dilation, groups)
-    out_size = sliding_output_size(x.shape[2:], weight.shape[2:], dilation, padding, stride)
     if winograd_fits("conv2d", weight.shape, stride, dilation, out_size):
         return _winograd_conv2d(x, weight, bias, padding)
     if direct_conv2d_fits(x.shape, weight.shape, stride, dilation, out_size):
@@ -391,6 +396,10 @@ def conv_transpose2d(g, weight, input_size, stride, padding, dilation, groups=1)
     if g.shape[0] == 0:
         return np.zeros((0, weight.shape[1] * groups) + tuple(input_size),
                         np.result_type(g, weight))
+    if onednn.takes("data", (g, weight), weight.shape, groups):
+        out = onednn.conv_transpose2d(g, weight, input_size, stride, padding, dilation)
+        if out is not None:
+            return out
     extent = kernel_extent(weight.shape[2:], dilation)
     if _correlation_fits(input_size, g.shape[2:], stride, padding, extent):
         flipped = _flipped_transposed(weight, groups)
@@ -456,6 +465,11 @@ def conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups=1):
     if x.shape[0] == 0:
         return np.zeros((g.shape[1], x.shape[1] // groups) + tuple(kernel_size),
                         np.result_type(x, g))
+    weight_shape = (g.shape[1], x.shape[1] // groups) + tuple(kernel_size)
+    if onednn.takes("weights", (x, g), weight_shape, groups):
+        out = onednn.conv2d_weight(x, g, kernel_size, stride, padding, dilation)
+        if out is not None:
+            return out
     if groups > 1:
         return _grouped_conv2d_weight(x, g, kernel_size, stride, padding, dilation, groups)
     if winograd_fits("conv2d_weight", g.shape[1:2] + x.shape[1:2] + tuple(kernel_size),
