@@ -276,10 +276,15 @@ def blas_on_one_thread():
         _ChunkPool.lock.release()
 
 
-def product_threads(rows, inner, columns):
-    """The BLAS threads a (rows, inner) by (inner, columns) product outside run_chunks runs
+def product_thread_count(rows, inner, columns):
+    """How many threads a (rows, inner) by (inner, columns) product outside run_chunks runs
     on: one for a small product (_THREADED_PRODUCT_FROM), else set_num_threads'."""
-    if Settings.intra_op < 2 or rows * inner * columns >= _THREADED_PRODUCT_FROM:
+    return Settings.intra_op if rows * inner * columns >= _THREADED_PRODUCT_FROM else 1
+
+
+def product_threads(rows, inner, columns):
+    """numpy's BLAS held at `product_thread_count` threads for the block."""
+    if product_thread_count(rows, inner, columns) == Settings.intra_op:
         return contextlib.nullcontext()
     return blas_on_one_thread()
 

@@ -1,6 +1,6 @@
-"""The float32 convolutions on oneDNN (mpigrad/kernels/onednn) against torch: forward,
-both gradients and tangents, second order through the rules, geometries oneDNN is given as
-left and right paddings; the switches (backends.mkldnn, MPIGRAD_ONEDNN), threads, forks, and
+"""The float32 convolutions and linear's gradient products on oneDNN (mpigrad/kernels/onednn)
+against torch: forward, both gradients and tangents, second order through the rules,
+geometries oneDNN is given as left and right paddings; the switches (backends.mkldnn, MPIGRAD_ONEDNN), threads, forks, and
 what happens where oneDNN cannot be loaded."""
 import multiprocessing
 import os
@@ -173,6 +173,45 @@ def test_two_threads_agree_with_one_and_calls_from_several_threads_do_not_mix():
         worker.join()
     for ours, theirs in zip(results, expected):
         np.testing.assert_allclose(ours, theirs, rtol=1.3e-6, atol=1e-5)
+
+
+@pytest.fixture
+def gemm_calls(monkeypatch):
+    """The (a, b) shapes of the oneDNN products run while the test runs."""
+    calls = []
+    gemm = onednn.Library.gemm
+
+    def counted(self, a, b, out, beta=0.0):
+        calls.append((a.shape, b.shape))
+        return gemm(self, a, b, out, beta)
+    monkeypatch.setattr(onednn.Library, "gemm", counted)
+    return calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("x_shape, features", [((96, 128), 256), ((4, 30, 128), 300),
+                                               ((2, 3, 50), 7)])
+def test_linear_gradients_on_onednn_match_torch(x_shape, features, gemm_calls):
+    """linear's two gradient products (g W and g^T x, the second on a transposed operand)
+    take oneDNN's sgemm from 1M multiply-adds; smaller ones stay with numpy's BLAS."""
+    rng = np.random.default_rng(9)
+    arrays = [0.5 * rng.standard_normal(x_shape), 0.1 * rng.standard_normal((features,
+                                                                             x_shape[-1])),
+              rng.standard_normal(features)]
+    check(F.linear, TF.linear, arrays, np.float32)
+    rows = int(np.prod(x_shape[:-1]))
+    large = rows * x_shape[-1] * features >= 1 << 20
+    assert sorted(gemm_calls) == sorted(2 * [((rows, features), (features, x_shape[-1])),
+                                             ((features, rows), (rows, x_shape[-1]))]
+                                        if large else [])
+
+
+@needs_onednn
+def test_float64_products_stay_with_numpys_blas(gemm_calls):
+    rng = np.random.default_rng(10)
+    check(F.linear, TF.linear, [rng.standard_normal((64, 128)),
+                                rng.standard_normal((256, 128))], np.float64)
+    assert gemm_calls == []
 
 
 def _convolve_in_child(queue):

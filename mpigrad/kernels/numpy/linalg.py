@@ -10,8 +10,16 @@ import math
 
 import numpy as np
 
+from .. import onednn
 from ..threads import matmul, product_threads
 from ._compiled import COMPILED_FROM, load_blas, loops
+
+# oneDNN's sgemm, where it is loaded, takes float32 gradient products from this many
+# multiply-adds: on the GPT's, the MLP's and the word LM's layers it runs them in 0.8-0.9 of
+# OpenBLAS's time, torch's speed; below 1M the call's fixed cost loses (docs/benchmarks.md).
+# linear's forward stays on OpenBLAS's addmm, which oneDNN beat on some layers and lost to on
+# others.
+_ONEDNN_PRODUCT_FROM = 1 << 20
 
 
 def as_matrix(x):
@@ -48,10 +56,21 @@ def addmm(x, weight, bias):
     return out
 
 
+def gradient_product(a, b):
+    """a @ b of matrices for a gradient: oneDNN's sgemm (see _ONEDNN_PRODUCT_FROM), else
+    threads.matmul (small products on one BLAS thread)."""
+    if a.shape[0] * a.shape[1] * b.shape[1] >= _ONEDNN_PRODUCT_FROM and onednn.gemm_takes(a, b):
+        dnnl = onednn.library()
+        if dnnl is not None:
+            out = np.empty((a.shape[0], b.shape[1]), np.float32)
+            dnnl.gemm(a, b, out)
+            return out
+    return matmul(a, b)
+
+
 def linear_backward(needs, g, ans, x, weight, bias):
     rows = as_matrix(g)
-    # threads.matmul: small products on one BLAS thread (see there)
-    grad_x = matmul(rows, weight).reshape(x.shape) if needs[0] else None
-    grad_weight = matmul(rows.T, as_matrix(x)) if needs[1] else None
+    grad_x = gradient_product(rows, weight).reshape(x.shape) if needs[0] else None
+    grad_weight = gradient_product(rows.T, as_matrix(x)) if needs[1] else None
     grad_bias = column_sums(rows) if needs[2] else None
     return grad_x, grad_weight, grad_bias

@@ -20,7 +20,9 @@ import importlib.metadata
 import os
 import threading
 
-from ..threads import get_num_threads
+import numpy as np
+
+from ..threads import get_num_threads, product_thread_count
 
 # dnnl_types.h / dnnl_common_types.h of oneDNN 3.2
 F32 = 3
@@ -77,9 +79,10 @@ class Library:
         if status != 0:
             raise OneDNNError(name, status)
 
-    def threads(self):
-        """The OpenMP thread count calls on this thread run with, made `set_num_threads`'."""
-        threads = 1 if _State.forked else get_num_threads()
+    def threads(self, wanted=None):
+        """Sets the OpenMP thread count of this thread's next calls: `wanted`, by default
+        `set_num_threads`'. Returns it."""
+        threads = 1 if _State.forked else (wanted or get_num_threads())
         self.gomp.omp_set_num_threads(threads)
         return threads
 
@@ -135,12 +138,28 @@ class Library:
                   ctypes.byref(name))
         return name.value.decode()
 
-    def sgemm(self, a, b, out):
-        """out = a @ b for C-contiguous float32 matrices."""
-        m, n = out.shape
-        self.threads()
-        self.call("dnnl_sgemm", b"N", b"N", m, n, a.shape[1], 1.0, a.ctypes.data, a.shape[1],
-                  b.ctypes.data, n, 0.0, out.ctypes.data, n)
+    def gemm(self, a, b, out, beta=0.0):
+        """out = a @ b + beta out for float32 matrices: out C-contiguous, a and b each
+        C-contiguous or the transpose of a C-contiguous one (`gemm_takes`)."""
+        (trans_a, lda), (trans_b, ldb) = _operand(a), _operand(b)
+        (m, k), n = a.shape, out.shape[1]
+        self.threads(product_thread_count(m, k, n))
+        self.call("dnnl_sgemm", trans_a, trans_b, m, n, k, 1.0, a.ctypes.data, lda,
+                  b.ctypes.data, ldb, beta, out.ctypes.data, n)
+
+
+def _operand(matrix):
+    """(trans, leading dimension) of a row-major operand: "N" for a C-contiguous matrix,
+    "T" for the transpose of one."""
+    if matrix.flags.c_contiguous:
+        return b"N", max(matrix.shape[1], 1)
+    return b"T", max(matrix.shape[0], 1)
+
+
+def gemm_takes(a, b):
+    """Whether `Library.gemm` takes these operands."""
+    return all(m.dtype == np.float32 and m.ndim == 2 and m.size > 0
+               and (m.flags.c_contiguous or m.T.flags.c_contiguous) for m in (a, b))
 
 
 class _State:
