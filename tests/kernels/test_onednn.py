@@ -1,4 +1,4 @@
-"""The float32 convolutions and linear's gradient products on oneDNN (mpigrad/kernels/onednn)
+"""The float32 convolutions and linear's products on oneDNN (mpigrad/kernels/onednn)
 against torch: forward, both gradients and tangents, second order through the rules,
 geometries oneDNN is given as left and right paddings; the switches (backends.mkldnn, MPIGRAD_ONEDNN), threads, forks, and
 what happens where oneDNN cannot be loaded."""
@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 import mpigrad as mg  # noqa: E402
 from mpigrad.kernels import onednn  # noqa: E402
 from mpigrad.kernels.onednn import conv as onednn_conv  # noqa: E402
+from mpigrad.kernels.onednn import matmul as onednn_matmul  # noqa: E402
 
 from .torch_check import check  # noqa: E402
 
@@ -153,13 +154,18 @@ def test_two_threads_agree_with_one_and_calls_from_several_threads_do_not_mix():
     xs = [rng.standard_normal((4, 16, 14, 14)).astype(np.float32) for _ in range(4)]
     w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
     expected = [TF.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy() for x in xs]
+    rows = rng.standard_normal((512, 256)).astype(np.float32)
     previous = mg.get_num_threads()
     try:
-        mg.set_num_threads(2)
+        mg.set_num_threads(2)  # products of 2^23 multiply-adds and more take both
         two = F.conv2d(mg.tensor(xs[0]), mg.tensor(w), padding=1).numpy()
+        product = F.linear(mg.tensor(rows), mg.tensor(rows[:128])).numpy()
     finally:
         mg.set_num_threads(previous)
     np.testing.assert_allclose(two, expected[0], rtol=1.3e-6, atol=1e-5)
+    np.testing.assert_allclose(product, TF.linear(torch.tensor(rows),
+                                                  torch.tensor(rows[:128])).numpy(),
+                               rtol=1.3e-6, atol=1e-4)
 
     results = [None] * len(xs)
 
@@ -188,30 +194,49 @@ def gemm_calls(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def linear_calls(monkeypatch):
+    """The (rows, inner, columns) of the forwards oneDNN's matmul primitive ran."""
+    calls = []
+    linear = onednn_matmul.linear
+
+    def counted(x, weight, bias):
+        out = linear(x, weight, bias)
+        if out is not None:
+            calls.append((*x.shape, weight.shape[0]))
+        return out
+    monkeypatch.setattr(onednn_matmul, "linear", counted)
+    return calls
+
+
 @needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("x_shape, features", [((96, 128), 256), ((4, 30, 128), 300),
                                                ((2, 3, 50), 7)])
-def test_linear_gradients_on_onednn_match_torch(x_shape, features, gemm_calls):
-    """linear's two gradient products (g W and g^T x, the second on a transposed operand)
-    take oneDNN's sgemm from 1M multiply-adds; smaller ones stay with numpy's BLAS."""
+def test_linear_on_onednn_matches_torch(x_shape, features, bias, gemm_calls, linear_calls):
+    """From 1M multiply-adds linear's forward runs on oneDNN's matmul primitive (the weight
+    read as a transposed view) and its two gradient products (g W, and g^T x on a transposed
+    operand) on its sgemm; smaller ones stay with numpy's BLAS."""
     rng = np.random.default_rng(9)
-    arrays = [0.5 * rng.standard_normal(x_shape), 0.1 * rng.standard_normal((features,
-                                                                             x_shape[-1])),
-              rng.standard_normal(features)]
+    arrays = [0.5 * rng.standard_normal(x_shape),
+              0.1 * rng.standard_normal((features, x_shape[-1]))]
+    arrays += [rng.standard_normal(features)] if bias else []
     check(F.linear, TF.linear, arrays, np.float32)
     rows = int(np.prod(x_shape[:-1]))
     large = rows * x_shape[-1] * features >= 1 << 20
+    # check() runs the forward three times (gradients twice, tangents once) and backward twice
+    assert linear_calls == (3 * [(rows, x_shape[-1], features)] if large else [])
     assert sorted(gemm_calls) == sorted(2 * [((rows, features), (features, x_shape[-1])),
                                              ((features, rows), (rows, x_shape[-1]))]
                                         if large else [])
 
 
 @needs_onednn
-def test_float64_products_stay_with_numpys_blas(gemm_calls):
+def test_float64_products_stay_with_numpys_blas(gemm_calls, linear_calls):
     rng = np.random.default_rng(10)
     check(F.linear, TF.linear, [rng.standard_normal((64, 128)),
                                 rng.standard_normal((256, 128))], np.float64)
-    assert gemm_calls == []
+    assert gemm_calls == [] and linear_calls == []
 
 
 def _convolve_in_child(queue):

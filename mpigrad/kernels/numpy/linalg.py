@@ -11,14 +11,15 @@ import math
 import numpy as np
 
 from .. import onednn
+from ..onednn import matmul as onednn_matmul
 from ..threads import matmul, product_threads
 from ._compiled import COMPILED_FROM, load_blas, loops
 
-# oneDNN's sgemm, where it is loaded, takes float32 gradient products from this many
-# multiply-adds: on the GPT's, the MLP's and the word LM's layers it runs them in 0.8-0.9 of
-# OpenBLAS's time, torch's speed; below 1M the call's fixed cost loses (docs/benchmarks.md).
-# linear's forward stays on OpenBLAS's addmm, which oneDNN beat on some layers and lost to on
-# others.
+# Where oneDNN is loaded, linear's float32 products from this many multiply-adds run on it:
+# the forward on its matmul primitive (onednn/matmul.py), the gradients on its sgemm, which
+# ran them in 0.8-0.9 of OpenBLAS's time on the GPT's, the MLP's and the word LM's layers (its
+# matmul primitive did no better there); below 1M a call's fixed cost loses
+# (docs/benchmarks.md).
 _ONEDNN_PRODUCT_FROM = 1 << 20
 
 
@@ -54,6 +55,20 @@ def addmm(x, weight, bias):
         loops("linalg").addmm(np.ascontiguousarray(x), np.ascontiguousarray(weight),
                               np.ascontiguousarray(bias), out)
     return out
+
+
+def linear_on_onednn(x, weight, bias):
+    """x (M, K) weight^T + bias on oneDNN's matmul primitive, for float32 arrays of
+    _ONEDNN_PRODUCT_FROM multiply-adds or more and a bias of one value per output feature;
+    None where oneDNN does not take it."""
+    if (x.ndim != 2 or x.shape[0] * x.shape[1] * weight.shape[0] < _ONEDNN_PRODUCT_FROM
+            or x.dtype != np.float32 or weight.dtype != np.float32
+            or (bias is not None and (bias.dtype != np.float32
+                                      or bias.shape != weight.shape[:1]))
+            or onednn.library() is None):
+        return None
+    return onednn_matmul.linear(np.ascontiguousarray(x), np.ascontiguousarray(weight),
+                                None if bias is None else np.ascontiguousarray(bias))
 
 
 def gradient_product(a, b):

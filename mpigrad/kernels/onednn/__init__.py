@@ -92,6 +92,13 @@ class Library:
                   Dims(*shape), dtype, layout)
         return made
 
+    def strided_desc(self, shape, strides, dtype=F32):
+        """A plain layout with the given strides (in elements): a transposed view's."""
+        made = Pointer()
+        self.call("dnnl_memory_desc_create_with_strides", ctypes.byref(made), len(shape),
+                  Dims(*shape), dtype, Dims(*strides))
+        return made
+
     def chosen_desc(self, primitive_desc, arg):
         """The layout the primitive chose for `arg` (owned by the primitive descriptor)."""
         return Pointer(self.lib.dnnl_primitive_desc_query_md(primitive_desc, QUERY_MD[arg], 0))

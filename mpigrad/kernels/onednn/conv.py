@@ -6,22 +6,18 @@ kernel then computes it.
 oneDNN picks its own (blocked) layouts for the images, kernels and results; every call
 reorders mpigrad's NCHW / OIHW arrays into them and the result back, into work buffers of
 the call's own. The primitives (and their reorders) are built once per geometry and thread
-count, per thread: building one takes milliseconds, running one on the ResNet's layers a
-few.
+count, per thread (_primitive.py): building one takes milliseconds, running one on the
+ResNet's layers a few.
 """
-import collections
 import ctypes
-import threading
-import weakref
 
 import numpy as np
 
 from . import (ANY_LAYOUT, ARG_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DIFF_WEIGHTS, ARG_DST,
-               ARG_SRC, ARG_WEIGHTS, PLAIN_1D, PLAIN_4D, Dims, OneDNNError, Pointer, library)
+               ARG_SRC, ARG_WEIGHTS, PLAIN_1D, PLAIN_4D, Dims, Pointer, library)
+from ._primitive import PlainCall, cached
 
 FORWARD_TRAINING, CONVOLUTION_DIRECT = 64, 1
-_ALIGNMENT = 64  # bytes: oneDNN's kernels load whole cache lines of its blocked layouts
-_PRIMITIVES_PER_THREAD = 64
 
 # Where the numpy kernels stay faster (jobs/bench/bench_onednn.py, docs/benchmarks.md): a 1x1
 # kernel, whose columns are a view of the image (oneDNN's reorders cost more than the GEMM),
@@ -40,88 +36,6 @@ def takes(kind, arrays, weight_shape, groups):
             and library() is not None)
 
 
-class _Call:
-    """One primitive on plain arrays: its arguments' plain layouts, the layouts it chose,
-    and the reorders between the two where they differ."""
-
-    def __init__(self, dnnl, primitive_desc, plain_descs, inputs, output):
-        self.dnnl, self.inputs, self.output = dnnl, inputs, output
-        self.primitive = dnnl.primitive(primitive_desc)
-        self.plain, self.chosen, self.reorders, self.sizes = {}, {}, {}, {}
-        owned = [("dnnl_primitive_destroy", self.primitive)]
-        for arg in (*inputs, output):
-            plain_desc = plain_descs[arg]
-            self.plain[arg] = dnnl.memory(plain_desc)
-            owned.append(("dnnl_memory_destroy", self.plain[arg]))
-            if arg == ARG_BIAS:
-                continue
-            chosen_desc = dnnl.chosen_desc(primitive_desc, arg)
-            if dnnl.same_layout(plain_desc, chosen_desc):
-                continue
-            self.chosen[arg] = dnnl.memory(chosen_desc)
-            self.sizes[arg] = dnnl.bytes(chosen_desc)
-            self.reorders[arg] = (dnnl.reorder(plain_desc, chosen_desc) if arg != output
-                                  else dnnl.reorder(chosen_desc, plain_desc))
-            owned += [("dnnl_memory_destroy", self.chosen[arg]),
-                      ("dnnl_primitive_destroy", self.reorders[arg])]
-        weakref.finalize(self, _destroy, dnnl, owned)
-
-    def __call__(self, arrays, out):
-        dnnl, keep = self.dnnl, []
-        args = {}
-        for arg, array in (*arrays.items(), (self.output, out)):
-            dnnl.bind(self.plain[arg], array.ctypes.data)
-            args[arg] = self.plain[arg]
-            if arg in self.chosen:
-                keep.append(_aligned_buffer(self.sizes[arg]))
-                dnnl.bind(self.chosen[arg], keep[-1].ctypes.data)
-                args[arg] = self.chosen[arg]
-                if arg != self.output:
-                    dnnl.execute(self.reorders[arg], {ARG_SRC: self.plain[arg],
-                                                      ARG_DST: self.chosen[arg]})
-        dnnl.execute(self.primitive, args)
-        if self.output in self.chosen:
-            dnnl.execute(self.reorders[self.output], {ARG_SRC: self.chosen[self.output],
-                                                      ARG_DST: self.plain[self.output]})
-        dnnl.wait()
-        return out
-
-
-def _destroy(dnnl, owned):
-    for name, handle in owned:
-        getattr(dnnl.lib, name)(handle)
-
-
-def _aligned_buffer(size):
-    raw = np.empty(size + _ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % _ALIGNMENT
-    return raw[start:start + size]
-
-
-_cache = threading.local()
-
-
-def _cached(key, build):
-    """The _Call for `key`, built by `build()` on this thread's first use (None where
-    oneDNN has no implementation for it, remembered too)."""
-    calls = getattr(_cache, "calls", None)
-    if calls is None:
-        calls = _cache.calls = collections.OrderedDict()
-    if key in calls:
-        calls.move_to_end(key)
-        return calls[key]
-    try:
-        call = build()
-    except OneDNNError as error:
-        if error.status not in (2, 3):  # invalid arguments or unimplemented: not for oneDNN
-            raise
-        call = None
-    calls[key] = call
-    if len(calls) > _PRIMITIVES_PER_THREAD:
-        calls.popitem(last=False)
-    return call
-
-
 def _geometry(in_size, out_size, kernel_size, stride, padding, dilation):
     """strides, dilations, left and right paddings as oneDNN takes them: dilation counts the
     gaps, and the right padding is what makes out_size the output of in_size (torch rounds
@@ -133,7 +47,7 @@ def _geometry(in_size, out_size, kernel_size, stride, padding, dilation):
 
 
 def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dilation):
-    """The _Call of `kind` (forward, data or weights) for this geometry."""
+    """The PlainCall of `kind` (forward, data or weights) for this geometry."""
     geometry = _geometry(x_shape[2:], y_shape[2:], w_shape[2:], stride, padding, dilation)
     shapes = {ARG_SRC: x_shape, ARG_WEIGHTS: w_shape, ARG_DST: y_shape}
     any_layout = {arg: dnnl.desc(shape, ANY_LAYOUT) for arg, shape in shapes.items()}
@@ -153,7 +67,7 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
             inputs = (ARG_SRC, ARG_WEIGHTS) + ((ARG_BIAS,) if has_bias else ())
             if has_bias:
                 plain_descs[ARG_BIAS] = bias
-            return _Call(dnnl, forward, plain_descs, inputs, ARG_DST)
+            return PlainCall(dnnl, forward, plain_descs, inputs, ARG_DST)
         backward = Pointer()
         if kind == "data":
             dnnl.call("dnnl_convolution_backward_data_primitive_desc_create",
@@ -161,7 +75,7 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
                       any_layout[ARG_SRC], any_layout[ARG_WEIGHTS], any_layout[ARG_DST],
                       *geometry, forward, None)
             made.append(backward)
-            return _Call(dnnl, backward, {ARG_DIFF_DST: plain[ARG_DST],
+            return PlainCall(dnnl, backward, {ARG_DIFF_DST: plain[ARG_DST],
                                           ARG_WEIGHTS: plain[ARG_WEIGHTS],
                                           ARG_DIFF_SRC: plain[ARG_SRC]},
                          (ARG_DIFF_DST, ARG_WEIGHTS), ARG_DIFF_SRC)
@@ -169,7 +83,7 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
                   ctypes.byref(backward), dnnl.engine, CONVOLUTION_DIRECT, any_layout[ARG_SRC],
                   any_layout[ARG_WEIGHTS], None, any_layout[ARG_DST], *geometry, forward, None)
         made.append(backward)
-        return _Call(dnnl, backward, {ARG_SRC: plain[ARG_SRC], ARG_DIFF_DST: plain[ARG_DST],
+        return PlainCall(dnnl, backward, {ARG_SRC: plain[ARG_SRC], ARG_DIFF_DST: plain[ARG_DST],
                                       ARG_DIFF_WEIGHTS: plain[ARG_WEIGHTS]},
                      (ARG_SRC, ARG_DIFF_DST), ARG_DIFF_WEIGHTS)
     finally:
@@ -186,7 +100,7 @@ def _run(kind, arrays, out, x_shape, w_shape, y_shape, stride, padding, dilation
     has_bias = ARG_BIAS in arrays
     key = (kind, x_shape, w_shape, y_shape, has_bias, tuple(stride), tuple(padding),
            tuple(dilation), threads)
-    call = _cached(key, lambda: _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias,
+    call = cached(key, lambda: _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias,
                                        stride, padding, dilation))
     if call is None:
         return None
