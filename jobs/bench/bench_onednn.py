@@ -89,11 +89,11 @@ def compare_products(dnnl, torch, rounds):
         a, b = rng.random((m, k), np.float32), rng.random((k, n), np.float32)
         out, theirs = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.empty(m, n)
-        dnnl.sgemm(a, b, out)
+        dnnl.gemm(a, b, out)
         np.testing.assert_allclose(out, a @ b, rtol=1e-4)
         repeats = max(1, int(1e8 // (m * n * k)))
         times = np.array([median_ms(run, rounds, repeats) for run in (
-            lambda: np.matmul(a, b, out=theirs), lambda: dnnl.sgemm(a, b, out),
+            lambda: np.matmul(a, b, out=theirs), lambda: dnnl.gemm(a, b, out),
             lambda: torch.mm(ta, tb, out=tout))]) * 1e3
         totals += times
         print(f"  {str((m, k, n)):18s}", " / ".join(f"{t:7.0f}" for t in times))
