@@ -1,6 +1,7 @@
-"""torch.backends.mkldnn: oneDNN (formerly MKL-DNN), which mpigrad's float32 convolutions run
-on where its wheel is installed (mpigrad/kernels/onednn). `enabled = False`, or
-`with flags(enabled=False):`, sends them to the numpy kernels instead."""
+"""torch.backends.mkldnn: oneDNN (formerly MKL-DNN), which mpigrad's float32 convolutions and
+linear layers' products run on where its wheel is installed (mpigrad/kernels/onednn).
+`enabled = False`, or `with flags(enabled=False):`, sends them to the numpy kernels and
+numpy's BLAS instead."""
 import contextlib
 import sys
 import types
