@@ -44,11 +44,13 @@ def test_remote_exception_keeps_type_message_traceback_and_worker(workers):
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
 def test_the_cover_thread_backs_off_while_a_long_request_runs(workers):
     """It polled every 20 us (about 80 us with timer slack) for as long as the request ran,
-    some 10-15% of a core; now its pause doubles up to 2 ms while nothing comes."""
+    some 10-15% of a core (0.2-0.3 s in 2 s); now its pause doubles up to 2 ms while nothing
+    comes: 0.08-0.09 s on a loaded 2-core host, 0.12 once under a CI run's load. The bound
+    sits between the two behaviours."""
     rank, _ = workers
     if rank == 0:
         used = rpc.rpc_sync(1, _remote.cover_cpu_while_sleeping, args=(2.0,))
-        assert used < 0.1, f"the cover thread used {used:.2f} s of CPU in 2 s"
+        assert used < 0.15, f"the cover thread used {used:.2f} s of CPU in 2 s"
 
 
 @mpi
