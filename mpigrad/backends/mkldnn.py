@@ -8,6 +8,10 @@ import types
 
 from ..kernels import onednn
 
+# oneDNN's CPU primitives give the same bits from run to run on a fixed thread count, so this
+# flag is kept for scripts that set it and changes nothing.
+deterministic = False
+
 
 def is_available():
     """Whether oneDNN is installed and loads here (`mpigrad.kernels.onednn.unavailable_reason()`
@@ -17,11 +21,12 @@ def is_available():
 
 def set_flags(_enabled=None, _deterministic=None):
     """Sets the flags given (not None); returns the previous ones, as torch's does."""
-    previous = (onednn.is_enabled(), _Flags.deterministic)
+    global deterministic
+    previous = (onednn.is_enabled(), deterministic)
     if _enabled is not None:
         onednn.set_enabled(_enabled)
     if _deterministic is not None:
-        _Flags.deterministic = bool(_deterministic)
+        deterministic = bool(_deterministic)
     return previous
 
 
@@ -36,9 +41,7 @@ def flags(enabled=False, deterministic=False):
 
 
 class _Flags(types.ModuleType):
-    # oneDNN's CPU primitives give the same bits from run to run on a fixed thread count, so
-    # this flag is kept for scripts that set it and changes nothing.
-    deterministic = False
+    """The module's class: `enabled` is a property over the kernels' switch, as torch's."""
 
     @property
     def enabled(self):

@@ -32,12 +32,12 @@ PLAIN_1D, PLAIN_4D, ANY_LAYOUT = 2, 5, 1  # dnnl_a, dnnl_abcd, dnnl_format_tag_a
 CPU_ENGINE, IN_ORDER = 1, 1
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS = 129, 145, 161
-QUERY_IMPLEMENTATION = 8
 # dnnl_query_*_md, by the argument whose layout the primitive chose
 QUERY_MD = {ARG_SRC: 129, ARG_DIFF_SRC: 130, ARG_WEIGHTS: 131, ARG_DIFF_WEIGHTS: 132,
             ARG_DST: 133, ARG_DIFF_DST: 134}
-STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented",
-          5: "runtime error", 6: "not required"}
+INVALID_ARGUMENTS, UNIMPLEMENTED = 2, 3
+STATUS = {1: "out of memory", INVALID_ARGUMENTS: "invalid arguments",
+          UNIMPLEMENTED: "unimplemented", 5: "runtime error", 6: "not required"}
 
 Pointer, Dims = ctypes.c_void_p, ctypes.c_int64 * 12
 
@@ -141,20 +141,14 @@ class Library:
     def wait(self):
         self.call("dnnl_stream_wait", self.stream)
 
-    def implementation(self, primitive_desc):
-        name = ctypes.c_char_p()
-        self.call("dnnl_primitive_desc_query", primitive_desc, QUERY_IMPLEMENTATION, 0,
-                  ctypes.byref(name))
-        return name.value.decode()
-
-    def gemm(self, a, b, out, beta=0.0):
-        """out = a @ b + beta out for float32 matrices: out C-contiguous, a and b each
-        C-contiguous or the transpose of a C-contiguous one (`gemm_takes`)."""
+    def gemm(self, a, b, out):
+        """out = a @ b for float32 matrices: out C-contiguous, a and b each C-contiguous or
+        the transpose of a C-contiguous one (`gemm_takes`)."""
         (trans_a, lda), (trans_b, ldb) = _operand(a), _operand(b)
         (m, k), n = a.shape, out.shape[1]
         self.threads(product_thread_count(m, k, n))
         self.call("dnnl_sgemm", trans_a, trans_b, m, n, k, 1.0, a.ctypes.data, lda,
-                  b.ctypes.data, ldb, beta, out.ctypes.data, n)
+                  b.ctypes.data, ldb, 0.0, out.ctypes.data, n)
 
 
 def _operand(matrix):

@@ -13,23 +13,23 @@ import weakref
 
 import numpy as np
 
-from . import ARG_BIAS, ARG_DST, ARG_SRC, OneDNNError
+from . import ARG_BIAS, ARG_DST, ARG_SRC, INVALID_ARGUMENTS, UNIMPLEMENTED, OneDNNError
 
 _ALIGNMENT = 64  # bytes: oneDNN's kernels load whole cache lines of its blocked layouts
 _PRIMITIVES_PER_THREAD = 64
 
 
 class PlainCall:
-    """One primitive on plain arrays: its arguments' plain layouts, the layouts it chose,
-    and the reorders between the two where they differ."""
+    """One primitive on plain arrays: its arguments' plain layouts (`plain_descs`, by
+    argument: the inputs and `output`), the layouts it chose, and the reorders between the
+    two where they differ."""
 
-    def __init__(self, dnnl, primitive_desc, plain_descs, inputs, output):
-        self.dnnl, self.inputs, self.output = dnnl, inputs, output
+    def __init__(self, dnnl, primitive_desc, plain_descs, output):
+        self.dnnl, self.output = dnnl, output
         self.primitive = dnnl.primitive(primitive_desc)
         self.plain, self.chosen, self.reorders, self.sizes = {}, {}, {}, {}
         owned = [("dnnl_primitive_destroy", self.primitive)]
-        for arg in (*inputs, output):
-            plain_desc = plain_descs[arg]
+        for arg, plain_desc in plain_descs.items():
             self.plain[arg] = dnnl.memory(plain_desc)
             owned.append(("dnnl_memory_destroy", self.plain[arg]))
             if arg == ARG_BIAS:
@@ -92,7 +92,7 @@ def cached(key, build):
     try:
         call = build()
     except OneDNNError as error:
-        if error.status not in (2, 3):  # invalid arguments or unimplemented: not for oneDNN
+        if error.status not in (INVALID_ARGUMENTS, UNIMPLEMENTED):
             raise
         call = None
     calls[key] = call

@@ -64,10 +64,9 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
         if kind == "forward":
             plain_descs = {ARG_SRC: plain[ARG_SRC], ARG_WEIGHTS: plain[ARG_WEIGHTS],
                            ARG_DST: plain[ARG_DST]}
-            inputs = (ARG_SRC, ARG_WEIGHTS) + ((ARG_BIAS,) if has_bias else ())
             if has_bias:
                 plain_descs[ARG_BIAS] = bias
-            return PlainCall(dnnl, forward, plain_descs, inputs, ARG_DST)
+            return PlainCall(dnnl, forward, plain_descs, ARG_DST)
         backward = Pointer()
         if kind == "data":
             dnnl.call("dnnl_convolution_backward_data_primitive_desc_create",
@@ -76,16 +75,15 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
                       *geometry, forward, None)
             made.append(backward)
             return PlainCall(dnnl, backward, {ARG_DIFF_DST: plain[ARG_DST],
-                                          ARG_WEIGHTS: plain[ARG_WEIGHTS],
-                                          ARG_DIFF_SRC: plain[ARG_SRC]},
-                         (ARG_DIFF_DST, ARG_WEIGHTS), ARG_DIFF_SRC)
+                                              ARG_WEIGHTS: plain[ARG_WEIGHTS],
+                                              ARG_DIFF_SRC: plain[ARG_SRC]}, ARG_DIFF_SRC)
         dnnl.call("dnnl_convolution_backward_weights_primitive_desc_create",
                   ctypes.byref(backward), dnnl.engine, CONVOLUTION_DIRECT, any_layout[ARG_SRC],
                   any_layout[ARG_WEIGHTS], None, any_layout[ARG_DST], *geometry, forward, None)
         made.append(backward)
         return PlainCall(dnnl, backward, {ARG_SRC: plain[ARG_SRC], ARG_DIFF_DST: plain[ARG_DST],
-                                      ARG_DIFF_WEIGHTS: plain[ARG_WEIGHTS]},
-                     (ARG_SRC, ARG_DIFF_DST), ARG_DIFF_WEIGHTS)
+                                          ARG_DIFF_WEIGHTS: plain[ARG_WEIGHTS]},
+                         ARG_DIFF_WEIGHTS)
     finally:
         # The primitives and memory objects made above keep what they need of these.
         for primitive_desc in made:

@@ -24,8 +24,7 @@ def _build(dnnl, rows, inner, columns, has_bias):
         dnnl.call("dnnl_matmul_primitive_desc_create", ctypes.byref(primitive_desc),
                   dnnl.engine, descs[ARG_SRC], descs[ARG_WEIGHTS], descs.get(ARG_BIAS),
                   descs[ARG_DST], None)
-        return PlainCall(dnnl, primitive_desc, descs,
-                         (ARG_SRC, ARG_WEIGHTS) + ((ARG_BIAS,) if has_bias else ()), ARG_DST)
+        return PlainCall(dnnl, primitive_desc, descs, ARG_DST)
     finally:
         if primitive_desc:
             dnnl.lib.dnnl_primitive_desc_destroy(primitive_desc)
