@@ -4,7 +4,8 @@ cells.
 
 A layer-direction is two graph nodes however long the sequence: one matmul projecting every
 step's input (x W_ih^T + b_ih for the whole sequence), and one recurrence op (ops/recurrent.py)
-that runs the time loop. Inputs are turned into packed rows first (a padded batch is packed
+that runs the time loop. An LSTM layer without a projection is one node, `lstm_layer`, which
+runs on oneDNN's LSTM primitive where it can (float32, a padded batch), as torch's does. Inputs are turned into packed rows first (a padded batch is packed
 rows of equal batch sizes), so padded and packed sequences take the same path.
 """
 import math
@@ -232,15 +233,27 @@ class RNNBase(Module):
                            for name in self._all_weights[k]}
                 initial = (states[0][k] if not self._lstm
                            else ops.cat([states[0][k], states[1][k]], 1))
+                reverse = direction == 1
+                last = final_rows(batch_sizes, reverse)
+                if self._lstm and not self.proj_size:
+                    # the whole layer, input projection included, as one op: each step's h,
+                    # then each sequence's final c
+                    rows = ops.lstm_layer(x, initial, weights["weight_ih"],
+                                          weights["weight_hh"], weights.get("bias_ih"),
+                                          weights.get("bias_hh"), batch_sizes=batch_sizes,
+                                          reverse=reverse)
+                    outputs.append(rows[:x.shape[0]])
+                    finals[0].append(outputs[-1][last])
+                    finals[1].append(rows[x.shape[0]:])
+                    continue
                 projection = (weights["weight_hr"],) if self.proj_size else ()
                 rows = recurrence(F.linear(x, weights["weight_ih"], weights.get("bias_ih")),
                                   initial, weights["weight_hh"], weights.get("bias_hh"),
-                                  *projection, batch_sizes=batch_sizes,
-                                  reverse=direction == 1)
+                                  *projection, batch_sizes=batch_sizes, reverse=reverse)
                 # Each row is the step's output h (then, for the LSTM, c; for gated cells, what
                 # backward reads). h and c are sliced from the final rows alone, so backward
                 # fills one array of the whole sequence's size for them, not one each.
-                final = rows[final_rows(batch_sizes, direction == 1)]
+                final = rows[last]
                 saved = rows.shape[1] > out_size
                 outputs.append(rows[:, :out_size] if saved else rows)
                 finals[0].append(final[:, :out_size] if saved else final)

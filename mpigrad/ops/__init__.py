@@ -23,7 +23,7 @@ from .indexing import (scatter, scatter_, scatter_add, scatter_add_, index_add, 
                        index_add_, roll, flip, repeat_interleave, embedding)
 from .activations import (hardtanh, elu, softplus, log_sigmoid, hardsigmoid, hardswish,  # noqa: F401
                           threshold, leaky_relu, leaky_relu_)
-from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, rnn_tanh_cell, rnn_relu_cell,  # noqa: F401
-                        gru_cell, lstm_cell)
+from .recurrent import (rnn_tanh, rnn_relu, gru, lstm, lstm_layer, rnn_tanh_cell,  # noqa: F401
+                        rnn_relu_cell, gru_cell, lstm_cell)
 from .resampling import upsample_bilinear2d, upsample_bilinear2d_backward  # noqa: F401
 from . import autocast  # noqa: F401  (installs its first-use hook in dtypes)

@@ -32,7 +32,8 @@ import numpy as np
 
 from ..autograd import forward_ad, grad_mode
 from ..kernels.numpy.activations import sigmoid as _sigmoid
-from ..kernels.numpy.linalg import column_sums
+from ..kernels.numpy.linalg import column_sums, linear_backward
+from ..kernels.onednn import rnn as onednn_rnn
 from ..kernels.numpy.recurrent import (StepProduct, compute_dtype, gru_backward_step, gru_step,
                                        lstm_backward_step, lstm_recurrence,
                                        lstm_recurrence_backward, lstm_step)
@@ -482,7 +483,120 @@ def _op(name, kind):
 rnn_tanh = _op("rnn_tanh", _Elman("tanh"))
 rnn_relu = _op("rnn_relu", _Elman("relu"))
 gru = _op("gru", _GRU())
-lstm = _op("lstm", _LSTM())
+_LSTM_KIND = _LSTM()
+lstm = _op("lstm", _LSTM_KIND)
+
+
+# ----------------------------------------------------------------------------- a whole LSTM layer
+# nn.LSTM's layer without a projection, input projection included, as one op: on oneDNN's LSTM
+# primitive where it takes the call (kernels/onednn/rnn.py: float32, a padded batch), which is
+# what torch's CPU LSTM runs and about 0.75 of the time of linear followed by `lstm`; else as
+# that composition. Its output is each step's h (as `lstm`'s rows) followed by each
+# sequence's final c: the primitive keeps its gates and cell states in its workspace, so the
+# full rows of `lstm` are not there to return. Its rules are the composition's, recomputed;
+# a plain backward after oneDNN's forward is oneDNN's backward.
+def _layer_output(ns, rows, batch_sizes, reverse, size):
+    """The layer's output from `lstm`'s rows: every step's h, then every final c."""
+    return ns.cat([rows[:, :size], rows[final_rows(batch_sizes, reverse), size:2 * size]], 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _final_selection(batch_sizes, reverse):
+    """(rows, batch) with a one where each sequence's final state is: times the final c's
+    gradient, that gradient at its rows."""
+    total = sum(batch_sizes)
+    selection = np.zeros((total, batch_sizes[0]))
+    selection[np.arange(total)[final_rows(batch_sizes, reverse)], np.arange(batch_sizes[0])] = 1
+    selection.flags.writeable = False
+    return selection
+
+
+def _rows_gradient(ns, g, batch_sizes, reverse, size):
+    """The gradient of `lstm`'s rows from the layer's output gradient g."""
+    total = sum(batch_sizes)
+    to_c = _final_selection(batch_sizes, reverse).astype(g.dtype) @ g[total:]
+    return ns.cat([g[:total], to_c, ns.zeros((total, 4 * size), g)], 1)
+
+
+def _six(needs):
+    """`needs` of all six inputs: a call without biases passes four."""
+    return (*needs, False, False)[:6]
+
+
+def _layer_forward(x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes, reverse):
+    size = w_hh.shape[1]
+    if onednn_rnn.takes([a for a in (x, init, w_ih, w_hh, b_ih, b_hh) if a is not None],
+                        batch_sizes):
+        steps, batch = len(batch_sizes), batch_sizes[0]
+        bias = np.zeros(4 * size, np.float32)
+        for b in (b_ih, b_hh):
+            if b is not None:
+                bias += b
+        out = np.empty(((steps + 1) * batch, size), np.float32)
+        kept = onednn_rnn.lstm_forward(
+            np.ascontiguousarray(x).reshape(steps, batch, -1),
+            np.ascontiguousarray(init[:, :size]), np.ascontiguousarray(init[:, size:]),
+            np.ascontiguousarray(w_ih), np.ascontiguousarray(w_hh), bias, reverse, out)
+        if kept is not None:
+            return out, kept
+    rows = _forward(_LSTM_KIND, linear.forward(x, w_ih, b_ih), init, w_hh, b_hh,
+                    batch_sizes=batch_sizes, reverse=reverse)
+    return _layer_output(_Arrays, rows, batch_sizes, reverse, size), rows
+
+
+def _layer_backward(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
+                    reverse, kept):
+    """The plain backward (nothing recorded): oneDNN's after oneDNN's forward (`kept` its
+    saved arrays), else the composition's fused backward (`kept` the rows of `lstm`)."""
+    needs = _six(needs)
+    g = np.ascontiguousarray(g, ans.dtype)
+    if type(kept) is tuple:
+        dx, dh0, dc0, dw_ih, dw_hh, d_bias = onednn_rnn.lstm_backward(kept, ans, g, reverse)
+        return [dx.reshape(x.shape), np.concatenate([dh0, dc0], 1), dw_ih, dw_hh,
+                d_bias if b_ih is not None else None, d_bias if b_hh is not None else None]
+    size = w_hh.shape[1]
+    d_xg, d_init, d_whh, d_bhh = (
+        None if t is None else t._array for t in
+        _backward(_LSTM_KIND, (True, needs[1], needs[3], needs[5]),
+                  _rows_gradient(_Arrays, g, batch_sizes, reverse, size), kept, None, init,
+                  w_hh, b_hh, batch_sizes=batch_sizes, reverse=reverse))
+    dx, dw_ih, db_ih = linear_backward((needs[0], needs[2], needs[4] and b_ih is not None),
+                                       d_xg, None, x, w_ih, b_ih)
+    return [dx, d_init, dw_ih, d_whh, db_ih, d_bhh]
+
+
+def _layer_vjp(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
+               reverse):
+    """The composition's gradients, differentiable: its forward again, then its rules."""
+    needs = _six(needs)
+    xg = linear(x, w_ih, b_ih)
+    rows = lstm(xg, init, w_hh, b_hh, batch_sizes=batch_sizes, reverse=reverse)
+    ns = _namespace([g, rows])
+    d_xg, d_init, d_whh, d_bhh = _backward(
+        _LSTM_KIND, (True, needs[1], needs[3], needs[5]),
+        _rows_gradient(ns, g, batch_sizes, reverse, w_hh.shape[1]), rows, xg, init, w_hh,
+        b_hh, batch_sizes=batch_sizes, reverse=reverse)
+    return [d_xg @ w_ih if needs[0] else None, d_init, d_xg.mT @ x if needs[2] else None,
+            d_whh, d_xg.sum(0) if needs[4] and b_ih is not None else None, d_bhh]
+
+
+def _layer_tangent(tangents, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
+                   reverse):
+    t_x, t_init, t_wih, t_whh, t_bih, t_bhh = (*tangents, None, None)[:6]
+    xg = linear(x, w_ih, b_ih)
+    t_xg = Tensor.wrap(np.zeros(xg.shape, xg.dtype))
+    for part in (None if t_x is None else linear(t_x, w_ih, None),
+                 None if t_wih is None else linear(x, t_wih, None), t_bih):
+        if part is not None:
+            t_xg = t_xg + part
+    rows = lstm(xg, init, w_hh, b_hh, batch_sizes=batch_sizes, reverse=reverse)
+    t_rows = _tangent(_LSTM_KIND, [t_xg, t_init, t_whh, t_bhh], rows, xg, init, w_hh, b_hh,
+                      batch_sizes=batch_sizes, reverse=reverse)
+    return _layer_output(_Tensors, t_rows, batch_sizes, reverse, w_hh.shape[1])
+
+
+lstm_layer = Op("lstm_layer", _layer_forward, _layer_vjp, _layer_tangent,
+                saves="* ans", joint=True, backward=_layer_backward)
 
 
 # ----------------------------------------------------------------------------- torch's cells

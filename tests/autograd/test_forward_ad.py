@@ -114,6 +114,7 @@ _NOT_IN_TORCH = {"prod_all_keepdim": "torch.prod takes keepdim only together wit
                  "dropout": "torch draws its own mask (tests/kernels/test_dropout.py compares "
                             "with the mask applied)",
                  **dict.fromkeys(["lstm_packed_projected", "lstm_packed_reverse", "gru_packed",
+                                  "lstm_layer_padded", "lstm_layer_packed_reverse",
                                   "rnn_packed"], "one layer's recurrence has no torch function "
                                  "(tests/nn/test_rnn_vs_torch.py compares the modules)")}
 

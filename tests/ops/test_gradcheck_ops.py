@@ -273,6 +273,15 @@ CASES = [
     ("lstm_packed_reverse", lambda xg, s, wh: F.lstm(xg, s, wh, None, batch_sizes=(3, 2, 2, 1),
                                                      reverse=True),
      [((8, 8), _normal), ((3, 4), _normal), ((8, 2), _normal)]),
+    # a whole LSTM layer, input projection included: padded (oneDNN's case in float32) and
+    # packed in reverse; each step's h, then each final c
+    ("lstm_layer_padded", lambda x, s, wi, wh, bi, bh: F.lstm_layer(
+        x, s, wi, wh, bi, bh, batch_sizes=(2, 2, 2), reverse=False),
+     [((6, 3), _normal), ((2, 4), _normal), ((8, 3), _normal), ((8, 2), _normal),
+      ((8,), _normal), ((8,), _normal)]),
+    ("lstm_layer_packed_reverse", lambda x, s, wi, wh: F.lstm_layer(
+        x, s, wi, wh, batch_sizes=(3, 2, 2, 1), reverse=True),
+     [((8, 2), _normal), ((3, 4), _normal), ((8, 2), _normal), ((8, 2), _normal)]),
     ("gru_packed", lambda xg, h, wh, bh: F.gru(xg, h, wh, bh, batch_sizes=(3, 2, 2, 1),
                                                reverse=False)
      + F.gru(xg, h, wh, bh, batch_sizes=(3, 2, 2, 1), reverse=True),

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from . import ARG_BIAS, ARG_DST, ARG_SRC, INVALID_ARGUMENTS, UNIMPLEMENTED, OneDNNError
+from . import ARG_DST, ARG_SRC, INVALID_ARGUMENTS, UNIMPLEMENTED, OneDNNError
 
 _ALIGNMENT = 64  # bytes: oneDNN's kernels load whole cache lines of its blocked layouts
 _PRIMITIVES_PER_THREAD = 64
@@ -21,49 +21,49 @@ _PRIMITIVES_PER_THREAD = 64
 
 class PlainCall:
     """One primitive on plain arrays: its arguments' plain layouts (`plain_descs`, by
-    argument: the inputs and `output`), the layouts it chose, and the reorders between the
-    two where they differ."""
+    argument: inputs and `outputs`), the layouts it chose, and the reorders between the two
+    where they differ."""
 
-    def __init__(self, dnnl, primitive_desc, plain_descs, output):
-        self.dnnl, self.output = dnnl, output
+    def __init__(self, dnnl, primitive_desc, plain_descs, outputs):
+        self.dnnl, self.outputs = dnnl, frozenset(outputs)
         self.primitive = dnnl.primitive(primitive_desc)
         self.plain, self.chosen, self.reorders, self.sizes = {}, {}, {}, {}
         owned = [("dnnl_primitive_destroy", self.primitive)]
         for arg, plain_desc in plain_descs.items():
             self.plain[arg] = dnnl.memory(plain_desc)
             owned.append(("dnnl_memory_destroy", self.plain[arg]))
-            if arg == ARG_BIAS:
-                continue
             chosen_desc = dnnl.chosen_desc(primitive_desc, arg)
             if dnnl.same_layout(plain_desc, chosen_desc):
                 continue
             self.chosen[arg] = dnnl.memory(chosen_desc)
             self.sizes[arg] = dnnl.bytes(chosen_desc)
-            self.reorders[arg] = (dnnl.reorder(plain_desc, chosen_desc) if arg != output
+            self.reorders[arg] = (dnnl.reorder(plain_desc, chosen_desc)
+                                  if arg not in self.outputs
                                   else dnnl.reorder(chosen_desc, plain_desc))
             owned += [("dnnl_memory_destroy", self.chosen[arg]),
                       ("dnnl_primitive_destroy", self.reorders[arg])]
         weakref.finalize(self, _destroy, dnnl, owned)
 
-    def __call__(self, arrays, out):
+    def __call__(self, arrays):
+        """Runs the primitive on `arrays`, by argument: the inputs, and the outputs it writes
+        into."""
         dnnl, keep = self.dnnl, []
         args = {}
-        for arg, array in (*arrays.items(), (self.output, out)):
+        for arg, array in arrays.items():
             dnnl.bind(self.plain[arg], array.ctypes.data)
             args[arg] = self.plain[arg]
             if arg in self.chosen:
                 keep.append(_aligned_buffer(self.sizes[arg]))
                 dnnl.bind(self.chosen[arg], keep[-1].ctypes.data)
                 args[arg] = self.chosen[arg]
-                if arg != self.output:
+                if arg not in self.outputs:
                     dnnl.execute(self.reorders[arg], {ARG_SRC: self.plain[arg],
                                                       ARG_DST: self.chosen[arg]})
         dnnl.execute(self.primitive, args)
-        if self.output in self.chosen:
-            dnnl.execute(self.reorders[self.output], {ARG_SRC: self.chosen[self.output],
-                                                      ARG_DST: self.plain[self.output]})
+        for arg in self.outputs & self.chosen.keys():
+            dnnl.execute(self.reorders[arg], {ARG_SRC: self.chosen[arg],
+                                              ARG_DST: self.plain[arg]})
         dnnl.wait()
-        return out
 
 
 def _destroy(dnnl, owned):

@@ -14,10 +14,11 @@ import ctypes
 import numpy as np
 
 from . import (ANY_LAYOUT, ARG_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DIFF_WEIGHTS, ARG_DST,
-               ARG_SRC, ARG_WEIGHTS, PLAIN_1D, PLAIN_4D, Dims, Pointer, library)
+               ARG_SRC, ARG_WEIGHTS, FORWARD_TRAINING, PLAIN_1D, PLAIN_4D, Dims, Pointer, library)
 from ._primitive import PlainCall, cached
 
-FORWARD_TRAINING, CONVOLUTION_DIRECT = 64, 1
+CONVOLUTION_DIRECT = 1
+_OUTPUT = {"forward": ARG_DST, "data": ARG_DIFF_SRC, "weights": ARG_DIFF_WEIGHTS}
 
 # Where the numpy kernels stay faster (jobs/bench/bench_onednn.py, docs/benchmarks.md): a 1x1
 # kernel, whose columns are a view of the image (oneDNN's reorders cost more than the GEMM),
@@ -66,7 +67,7 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
                            ARG_DST: plain[ARG_DST]}
             if has_bias:
                 plain_descs[ARG_BIAS] = bias
-            return PlainCall(dnnl, forward, plain_descs, ARG_DST)
+            return PlainCall(dnnl, forward, plain_descs, {ARG_DST})
         backward = Pointer()
         if kind == "data":
             dnnl.call("dnnl_convolution_backward_data_primitive_desc_create",
@@ -76,14 +77,14 @@ def _build(kind, dnnl, x_shape, w_shape, y_shape, has_bias, stride, padding, dil
             made.append(backward)
             return PlainCall(dnnl, backward, {ARG_DIFF_DST: plain[ARG_DST],
                                               ARG_WEIGHTS: plain[ARG_WEIGHTS],
-                                              ARG_DIFF_SRC: plain[ARG_SRC]}, ARG_DIFF_SRC)
+                                              ARG_DIFF_SRC: plain[ARG_SRC]}, {ARG_DIFF_SRC})
         dnnl.call("dnnl_convolution_backward_weights_primitive_desc_create",
                   ctypes.byref(backward), dnnl.engine, CONVOLUTION_DIRECT, any_layout[ARG_SRC],
                   any_layout[ARG_WEIGHTS], None, any_layout[ARG_DST], *geometry, forward, None)
         made.append(backward)
         return PlainCall(dnnl, backward, {ARG_SRC: plain[ARG_SRC], ARG_DIFF_DST: plain[ARG_DST],
                                           ARG_DIFF_WEIGHTS: plain[ARG_WEIGHTS]},
-                         ARG_DIFF_WEIGHTS)
+                         {ARG_DIFF_WEIGHTS})
     finally:
         # The primitives and memory objects made above keep what they need of these.
         for primitive_desc in made:
@@ -102,7 +103,9 @@ def _run(kind, arrays, out, x_shape, w_shape, y_shape, stride, padding, dilation
                                        stride, padding, dilation))
     if call is None:
         return None
-    return call({arg: np.ascontiguousarray(array) for arg, array in arrays.items()}, out)
+    call({**{arg: np.ascontiguousarray(array) for arg, array in arrays.items()},
+          _OUTPUT[kind]: out})
+    return out
 
 
 def conv2d(x, weight, bias, stride, padding, dilation, out_size):

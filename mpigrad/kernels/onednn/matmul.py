@@ -24,7 +24,7 @@ def _build(dnnl, rows, inner, columns, has_bias):
         dnnl.call("dnnl_matmul_primitive_desc_create", ctypes.byref(primitive_desc),
                   dnnl.engine, descs[ARG_SRC], descs[ARG_WEIGHTS], descs.get(ARG_BIAS),
                   descs[ARG_DST], None)
-        return PlainCall(dnnl, primitive_desc, descs, ARG_DST)
+        return PlainCall(dnnl, primitive_desc, descs, {ARG_DST})
     finally:
         if primitive_desc:
             dnnl.lib.dnnl_primitive_desc_destroy(primitive_desc)
@@ -43,7 +43,9 @@ def linear(x, weight, bias):
                   lambda: _build(dnnl, rows, inner, columns, has_bias))
     if call is None:
         return None
-    arrays = {ARG_SRC: x, ARG_WEIGHTS: weight}
+    out = np.empty((rows, columns), np.float32)
+    arrays = {ARG_SRC: x, ARG_WEIGHTS: weight, ARG_DST: out}
     if has_bias:
         arrays[ARG_BIAS] = bias
-    return call(arrays, np.empty((rows, columns), np.float32))
+    call(arrays)
+    return out
