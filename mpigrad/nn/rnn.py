@@ -164,6 +164,8 @@ class RNNBase(Module):
                 states = None if states is None else [s.unsqueeze(1) for s in states]
             self._check_input(input, 3)
             steps = input.transpose(0, 1) if self.batch_first else input
+            if steps.shape[0] == 0:
+                raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
             batch_sizes = (steps.shape[1],) * steps.shape[0]
             data = steps.reshape(-1, input.shape[-1])
         if states is None:

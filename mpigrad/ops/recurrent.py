@@ -277,6 +277,8 @@ def _forward(kind, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     # one float dtype), so that a step is a product and a kernel call writing into `out`.
     work = compute_dtype(dtype)
     out = np.empty((xg.shape[0], width + kind.saved(w_hh)), work)
+    if xg.shape[0] == 0:  # an empty batch; BLAS rejects a product of no rows
+        return out.astype(dtype, copy=False)
     xg = np.ascontiguousarray(xg, work)
     bias = np.zeros(w_hh.shape[0], work) if b_hh is None else np.ascontiguousarray(b_hh, work)
     if isinstance(kind, _LSTM) and w_hr is None:  # the whole loop in one compiled call
@@ -314,6 +316,11 @@ def _rows(ns, blocks):
 def _backward(kind, needs, g, ans, xg, init, w_hh, b_hh, w_hr=None, *, batch_sizes, reverse):
     ns = _namespace([g, ans, xg, init, w_hh, b_hh, w_hr])
     g, ans, xg, init, w_hh, b_hh, w_hr = _unwrap(ns, [g, ans, xg, init, w_hh, b_hh, w_hr])
+    if ans.shape[0] == 0:  # an empty batch: zero gradients (BLAS rejects products of no rows)
+        shapes = [(0, w_hh.shape[0]), init.shape, w_hh.shape, b_hh, w_hr]
+        return [None if like is None or not need else
+                ns.result(ns.zeros(like if type(like) is tuple else like.shape, ans))
+                for need, like in zip(needs, shapes)]
     if ns is _Arrays and kind.saved(w_hh) and ans.dtype in (np.float32, np.float64):
         fused = _lstm_backward if isinstance(kind, _LSTM) else _gru_backward
         return fused(kind, needs, g, ans, init, w_hh, b_hh, w_hr, batch_sizes, reverse)

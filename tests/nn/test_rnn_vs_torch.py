@@ -361,6 +361,8 @@ BAD_CALLS = [
      lambda lib: (lib.zeros(T, B, I, dtype=lib.float64), (lib.zeros(B, H, dtype=lib.float64),
                                                           lib.zeros(B, H, dtype=lib.float64)))),
     ("dtype mismatch", "LSTM", lambda lib: (lib.zeros(T, B, I, dtype=lib.float32),)),
+    ("no time steps", "LSTM", lambda lib: (lib.zeros(0, B, I, dtype=lib.float64),)),
+    ("no time steps (GRU)", "GRU", lambda lib: (lib.zeros(0, B, I, dtype=lib.float64),)),
     ("h0 dtype mismatch", "GRU", lambda lib: (lib.zeros(T, B, I, dtype=lib.float64),
                                               lib.zeros(1, B, H, dtype=lib.float32))),
     ("cell: wrong input size", "LSTMCell", lambda lib: (lib.zeros(B, I + 1, dtype=lib.float64),)),
@@ -381,6 +383,28 @@ def test_bad_input_raises_as_torch(what, name, args):
     expected = _error_type(lambda lib: theirs(*args(lib)))
     with pytest.raises(expected):
         ours(*args(mg))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m[0] + ("," + _ids(m[1]) if m[1] else ""))
+def test_an_empty_batch_gives_empty_outputs_and_zero_gradients(mode, dtype, capfd):
+    """torch's answer for a batch of no sequences, and no complaint from BLAS about a product
+    of no rows (it prints one per call)."""
+    name, options = mode
+    theirs = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True, **options)
+    ours = getattr(mg.nn, name)(I, H, num_layers=2, bidirectional=True,
+                                dtype=getattr(mg, dtype), **options)
+    theirs.to(getattr(torch, dtype))
+    results = []
+    for lib, module in ((mg, ours), (torch, theirs)):
+        x = lib.zeros(T, 0, I, dtype=getattr(lib, dtype), requires_grad=True)
+        out, _ = module(x)
+        out.sum().backward()
+        results.append([tuple(out.shape), tuple(x.grad.shape)]
+                       + [(n, tuple(p.grad.shape), float(abs(p.grad).sum()))
+                          for n, p in module.named_parameters()])
+    assert results[0] == results[1]
+    assert "SGEMM" not in "".join(capfd.readouterr())
 
 
 # ----------------------------------------------------------------------------- nn.utils.rnn

@@ -30,8 +30,9 @@ ARG_DIFF_WEIGHTS_ITER = 162
 
 def takes(arrays, batch_sizes):
     """Whether oneDNN runs this layer: float32 arrays, every step with the whole batch (a
-    padded batch, not packed sequences of different lengths), and oneDNN loaded."""
-    return (batch_sizes[-1] == batch_sizes[0] and all(a.dtype == np.float32 for a in arrays)
+    padded batch, not packed sequences of different lengths), a batch of at least one, and
+    oneDNN loaded."""
+    return (batch_sizes[-1] == batch_sizes[0] > 0 and all(a.dtype == np.float32 for a in arrays)
             and library() is not None)
 
 
