@@ -2,8 +2,9 @@
 kernels: each convolution layer of bench_models' ResNet and tutorial CNN (forward, input
 gradient, weight gradient) in the numpy kernels, in oneDNN (mpigrad/kernels/onednn, the path
 float32 convolutions take where it is installed) and in torch; then oneDNN's sgemm against
-numpy's BLAS on the GPT's, the MLP's and the word LM's products. One thread, thread CPU
-time, the median of the rounds (docs/benchmarks.md, "oneDNN from its wheel").
+numpy's BLAS on the GPT's, the MLP's and the word LM's products; then LSTM layers on oneDNN's
+LSTM primitive against linear and mpigrad's compiled recurrence. One thread, thread CPU time,
+the median of the rounds (docs/benchmarks.md, "oneDNN from its wheel").
 
     python jobs/bench/bench_onednn.py [--rounds 11]
 
@@ -100,6 +101,39 @@ def compare_products(dnnl, torch, rounds):
     print(f"  {'total':18s}", " / ".join(f"{t:7.0f}" for t in totals))
 
 
+# (steps, batch, inputs, hidden): the word LM's LSTM layers, train_lm.py's, a wider one
+LSTM_LAYERS = [(35, 20, 200, 200), (35, 10, 128, 128), (35, 32, 512, 512)]
+
+
+def compare_lstm_layers(torch, rounds):
+    """One LSTM layer's forward and backward through nn.LSTM: linear and mpigrad's compiled
+    recurrence (the flag off), oneDNN's LSTM primitive (ops.lstm_layer), torch's."""
+    rng = np.random.default_rng(2)
+    print("LSTM layers (T, N, I, H), forward and backward, ms: linear + recurrence / oneDNN / "
+          "torch")
+    for steps, batch, inputs, hidden in LSTM_LAYERS:
+        x = rng.standard_normal((steps, batch, inputs), dtype=np.float32)
+        g = rng.standard_normal((steps, batch, hidden), dtype=np.float32)
+        ours = mpigrad.nn.LSTM(inputs, hidden, dtype=mpigrad.float32)
+        theirs = torch.nn.LSTM(inputs, hidden)
+
+        def step(lib, module):
+            x_, g_ = lib.from_numpy(x).requires_grad_(), lib.from_numpy(g)
+            return lambda: module(x_)[0].backward(g_)
+        runs = (numpy_kernels(step(mpigrad, ours)), step(mpigrad, ours), step(torch, theirs))
+        for run in runs:
+            run()
+        # interleaved round by round: a layer takes tens of ms, long enough for a busy
+        # neighbour to come and go between one runner's rounds and the next's
+        times = [[] for _ in runs]
+        for _ in range(rounds):
+            for run, kept in zip(runs, times):
+                kept.append(harness.time_call(run, 1))
+        ms = [1e3 * statistics.median(kept) for kept in times]
+        print(f"  {str((steps, batch, inputs, hidden)):20s}",
+              " / ".join(f"{t:6.2f}" for t in ms))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=11)
@@ -111,6 +145,7 @@ def main():
     torch.set_num_threads(1)
     compare_convolutions(torch, args.rounds)
     compare_products(dnnl, torch, args.rounds)
+    compare_lstm_layers(torch, args.rounds)
 
 
 if __name__ == "__main__":
