@@ -40,33 +40,35 @@ class _Layer:
     """The forward and backward PlainCalls of one geometry, and the workspace's size."""
 
     def __init__(self, dnnl, steps, batch, inputs, size, reverse):
-        def plain(shape, layout):
+        def desc(shape, layout):
             made.append(dnnl.desc(shape, layout))
             return made[-1]
 
-        def any_layout(shape):
-            made.append(dnnl.desc(shape, ANY_LAYOUT))
-            return made[-1]
-
         made, primitive_descs = [], []
-        layer_shape, weights_shape = (steps, batch, inputs), (1, 1, inputs, 4, size)
-        state, iter_shape, bias_shape = (1, 1, batch, size), (1, 1, size, 4, size), (1, 1, 4, size)
-        out_shape = (steps, batch, size)
+        weights_shape, iter_shape = (1, 1, inputs, 4, size), (1, 1, size, 4, size)
+        state = (1, 1, batch, size)
+        plain_descs = {ARG_SRC: desc((steps, batch, inputs), TNC),
+                       ARG_SRC_ITER: desc(state, LDNC), ARG_SRC_ITER_C: desc(state, LDNC),
+                       ARG_WEIGHTS: desc(weights_shape, LDGOI),
+                       ARG_WEIGHTS_ITER: desc(iter_shape, LDGOI),
+                       ARG_BIAS: desc((1, 1, 4, size), LDGO),
+                       ARG_DST: desc((steps, batch, size), TNC),
+                       ARG_DST_ITER: desc(state, LDNC), ARG_DST_ITER_C: desc(state, LDNC)}
+
+        def lstm_descs():
+            """The layouts of an LSTM's eleven arguments (or their gradients') in the C API's
+            order: plain, but the weights', which the primitive picks (no peephole, no
+            projection)."""
+            return (plain_descs[ARG_SRC], plain_descs[ARG_SRC_ITER],
+                    plain_descs[ARG_SRC_ITER_C], desc(weights_shape, ANY_LAYOUT),
+                    desc(iter_shape, ANY_LAYOUT), None, None, plain_descs[ARG_BIAS],
+                    plain_descs[ARG_DST], plain_descs[ARG_DST_ITER], plain_descs[ARG_DST_ITER_C])
+
         direction = RIGHT_TO_LEFT if reverse else LEFT_TO_RIGHT
-        plain_descs = {ARG_SRC: plain(layer_shape, TNC), ARG_SRC_ITER: plain(state, LDNC),
-                       ARG_SRC_ITER_C: plain(state, LDNC),
-                       ARG_WEIGHTS: plain(weights_shape, LDGOI),
-                       ARG_WEIGHTS_ITER: plain(iter_shape, LDGOI),
-                       ARG_BIAS: plain(bias_shape, LDGO), ARG_DST: plain(out_shape, TNC),
-                       ARG_DST_ITER: plain(state, LDNC), ARG_DST_ITER_C: plain(state, LDNC)}
         try:
             forward = Pointer()
             dnnl.call("dnnl_lstm_forward_primitive_desc_create", ctypes.byref(forward),
-                      dnnl.engine, FORWARD_TRAINING, direction, plain_descs[ARG_SRC],
-                      plain_descs[ARG_SRC_ITER], plain_descs[ARG_SRC_ITER_C],
-                      any_layout(weights_shape), any_layout(iter_shape), None, None,
-                      plain_descs[ARG_BIAS], plain_descs[ARG_DST], plain_descs[ARG_DST_ITER],
-                      plain_descs[ARG_DST_ITER_C], 0, None)
+                      dnnl.engine, FORWARD_TRAINING, direction, *lstm_descs(), 0, None)
             primitive_descs.append(forward)
             workspace = dnnl.chosen_desc(forward, ARG_WORKSPACE)
             self.workspace_bytes = dnnl.bytes(workspace)
@@ -75,15 +77,8 @@ class _Layer:
                 {ARG_DST, ARG_DST_ITER, ARG_DST_ITER_C, ARG_WORKSPACE})
             backward = Pointer()
             dnnl.call("dnnl_lstm_backward_primitive_desc_create", ctypes.byref(backward),
-                      dnnl.engine, BACKWARD, direction, plain_descs[ARG_SRC],
-                      plain_descs[ARG_SRC_ITER], plain_descs[ARG_SRC_ITER_C],
-                      any_layout(weights_shape), any_layout(iter_shape), None, None,
-                      plain_descs[ARG_BIAS], plain_descs[ARG_DST], plain_descs[ARG_DST_ITER],
-                      plain_descs[ARG_DST_ITER_C], plain_descs[ARG_SRC],
-                      plain_descs[ARG_SRC_ITER], plain_descs[ARG_SRC_ITER_C],
-                      any_layout(weights_shape), any_layout(iter_shape), None, None,
-                      plain_descs[ARG_BIAS], plain_descs[ARG_DST], plain_descs[ARG_DST_ITER],
-                      plain_descs[ARG_DST_ITER_C], OVERWRITE_DIFF_WEIGHTS, forward, None)
+                      dnnl.engine, BACKWARD, direction, *lstm_descs(), *lstm_descs(),
+                      OVERWRITE_DIFF_WEIGHTS, forward, None)
             primitive_descs.append(backward)
             gradient_of = {ARG_SRC: ARG_DIFF_SRC, ARG_SRC_ITER: ARG_DIFF_SRC_ITER,
                            ARG_SRC_ITER_C: ARG_DIFF_SRC_ITER_C, ARG_WEIGHTS: ARG_DIFF_WEIGHTS,
