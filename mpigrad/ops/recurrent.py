@@ -41,7 +41,7 @@ from ..tensor import Tensor
 from .arithmetic import linear
 from .core import Op
 from .elementwise import sigmoid, sign, tanh
-from .shape import cat
+from .shape import cat, index_scatter
 
 
 class _Arrays:
@@ -58,6 +58,11 @@ class _Arrays:
     def result(array):
         return Tensor.wrap(array)
 
+    @staticmethod
+    def scatter(rows, index, shape):
+        """Zeros of `shape` with `rows` at the rows `index` picks."""
+        return index_scatter.forward(rows, index=index, shape=shape)
+
 
 class _Tensors:
     cat = staticmethod(cat)
@@ -72,6 +77,10 @@ class _Tensors:
     @staticmethod
     def result(tensor):
         return tensor
+
+    @staticmethod
+    def scatter(rows, index, shape):
+        return index_scatter(rows, index=index, shape=shape)
 
 
 def _namespace(values):
@@ -507,21 +516,10 @@ def _layer_output(ns, rows, batch_sizes, reverse, size):
     return ns.cat([rows[:, :size], rows[final_rows(batch_sizes, reverse), size:2 * size]], 0)
 
 
-@functools.lru_cache(maxsize=256)
-def _final_selection(batch_sizes, reverse):
-    """(rows, batch) with a one where each sequence's final state is: times the final c's
-    gradient, that gradient at its rows."""
-    total = sum(batch_sizes)
-    selection = np.zeros((total, batch_sizes[0]))
-    selection[np.arange(total)[final_rows(batch_sizes, reverse)], np.arange(batch_sizes[0])] = 1
-    selection.flags.writeable = False
-    return selection
-
-
 def _rows_gradient(ns, g, batch_sizes, reverse, size):
     """The gradient of `lstm`'s rows from the layer's output gradient g."""
     total = sum(batch_sizes)
-    to_c = _final_selection(batch_sizes, reverse).astype(g.dtype) @ g[total:]
+    to_c = ns.scatter(g[total:], final_rows(batch_sizes, reverse), (total, size))
     return ns.cat([g[:total], to_c, ns.zeros((total, 4 * size), g)], 1)
 
 
