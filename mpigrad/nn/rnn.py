@@ -5,8 +5,9 @@ cells.
 A layer-direction is two graph nodes however long the sequence: one matmul projecting every
 step's input (x W_ih^T + b_ih for the whole sequence), and one recurrence op (ops/recurrent.py)
 that runs the time loop. An LSTM layer without a projection is one node, `lstm_layer`, which
-runs on oneDNN's LSTM primitive where it can (float32, a padded batch), as torch's does. Inputs are turned into packed rows first (a padded batch is packed
-rows of equal batch sizes), so padded and packed sequences take the same path.
+runs on oneDNN's LSTM primitive where it can (float32, a padded batch), as torch's does.
+Inputs are turned into packed rows first (a padded batch is packed rows of equal batch
+sizes), so padded and packed sequences take the same path.
 """
 import math
 import numbers
@@ -15,6 +16,7 @@ import warnings
 import numpy as np
 
 from .. import creation, ops
+from ..autograd import grad_mode
 from ..ops.recurrent import final_rows
 from . import functional as F, init
 from ._checks import check_device
@@ -226,6 +228,10 @@ class RNNBase(Module):
         recurrence = _RECURRENCE[self.mode]
         out_size = self.proj_size or self.hidden_size
         finals = [[] for _ in states]
+        # torch's `train` of its LSTM layers: whether a graph will be recorded, which needs
+        # the training forward's workspace; without one, oneDNN's inference forward runs
+        recording = grad_mode.is_grad_enabled() and any(
+            t.requires_grad for t in (x, *states, *self._flat_weights))
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(self._directions):
@@ -243,7 +249,7 @@ class RNNBase(Module):
                     rows = ops.lstm_layer(x, initial, weights["weight_ih"],
                                           weights["weight_hh"], weights.get("bias_ih"),
                                           weights.get("bias_hh"), batch_sizes=batch_sizes,
-                                          reverse=reverse)
+                                          reverse=reverse, train=recording)
                     outputs.append(rows[:x.shape[0]])
                     finals[0].append(outputs[-1][last])
                     finals[1].append(rows[x.shape[0]:])

@@ -528,7 +528,10 @@ def _six(needs):
     return (*needs, False, False)[:6]
 
 
-def _layer_forward(x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes, reverse):
+def _layer_forward(x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes, reverse,
+                   train=True):
+    """`train=False` (no graph will be recorded, as torch's `train` argument of its LSTM):
+    oneDNN's inference forward, which keeps no workspace."""
     size = w_hh.shape[1]
     if onednn_rnn.takes([a for a in (x, init, w_ih, w_hh, b_ih, b_hh) if a is not None],
                         batch_sizes):
@@ -541,7 +544,8 @@ def _layer_forward(x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes, re
         kept = onednn_rnn.lstm_forward(
             np.ascontiguousarray(x).reshape(steps, batch, -1),
             np.ascontiguousarray(init[:, :size]), np.ascontiguousarray(init[:, size:]),
-            np.ascontiguousarray(w_ih), np.ascontiguousarray(w_hh), bias, reverse, out)
+            np.ascontiguousarray(w_ih), np.ascontiguousarray(w_hh), bias, reverse, out,
+            training=train)
         if kept is not None:
             return out, kept
     rows = _forward(_LSTM_KIND, linear.forward(x, w_ih, b_ih), init, w_hh, b_hh,
@@ -550,15 +554,19 @@ def _layer_forward(x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes, re
 
 
 def _layer_backward(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
-                    reverse, kept):
-    """The plain backward (nothing recorded): oneDNN's after oneDNN's forward (`kept` its
-    saved arrays), else the composition's fused backward (`kept` the rows of `lstm`)."""
+                    reverse, train=True, kept):
+    """The plain backward (nothing recorded): oneDNN's after oneDNN's training forward
+    (`kept` its saved arrays), else the composition's fused backward (`kept` the rows of
+    `lstm`, computed here after an inference forward, which keeps nothing)."""
     needs = _six(needs)
     g = np.ascontiguousarray(g, ans.dtype)
-    if type(kept) is tuple:
+    if type(kept) is tuple and kept:
         dx, dh0, dc0, dw_ih, dw_hh, d_bias = onednn_rnn.lstm_backward(kept, ans, g, reverse)
         return [dx.reshape(x.shape), np.concatenate([dh0, dc0], 1), dw_ih, dw_hh,
                 d_bias if b_ih is not None else None, d_bias if b_hh is not None else None]
+    if type(kept) is tuple:
+        kept = _forward(_LSTM_KIND, linear.forward(x, w_ih, b_ih), init, w_hh, b_hh,
+                        batch_sizes=batch_sizes, reverse=reverse)
     size = w_hh.shape[1]
     d_xg, d_init, d_whh, d_bhh = (
         None if t is None else t._array for t in
@@ -571,7 +579,7 @@ def _layer_backward(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *,
 
 
 def _layer_vjp(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
-               reverse):
+               reverse, train=True):
     """The composition's gradients, differentiable: its forward again, then its rules."""
     needs = _six(needs)
     xg = linear(x, w_ih, b_ih)
@@ -586,7 +594,7 @@ def _layer_vjp(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batc
 
 
 def _layer_tangent(tangents, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
-                   reverse):
+                   reverse, train=True):
     t_x, t_init, t_wih, t_whh, t_bih, t_bhh = (*tangents, None, None)[:6]
     xg = linear(x, w_ih, b_ih)
     t_xg = Tensor.wrap(np.zeros(xg.shape, xg.dtype))

@@ -150,6 +150,49 @@ def test_tangents_through_a_padded_float32_layer_are_the_compositions(lstm_calls
 
 
 @needs_onednn
+def test_without_a_graph_to_record_the_inference_forward_runs(monkeypatch):
+    """As torch's LSTM: the training forward (with its workspace) only when a graph will be
+    recorded, so under no_grad, or with nothing requiring grad, the inference one."""
+    trainings = []
+
+    def spy(*args, training=True, _forward=onednn_rnn.lstm_forward, **kwargs):
+        trainings.append(training)
+        return _forward(*args, training=training, **kwargs)
+    monkeypatch.setattr(onednn_rnn, "lstm_forward", spy)
+    ours, theirs = _pair(num_layers=2)
+    x = np.random.default_rng(6).standard_normal((T, B, I)).astype(np.float32)
+    with mg.no_grad():
+        out, (h, c) = ours(mg.tensor(x))
+    with torch.no_grad():
+        expected, (th, tc) = theirs(torch.tensor(x))
+    for a, b in ((out, expected), (h, th), (c, tc)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), **TOL)
+    ours.requires_grad_(False)
+    ours(mg.tensor(x))
+    ours.requires_grad_(True)
+    ours(mg.tensor(x))
+    assert trainings == [False, False, False, False, True, True]
+
+
+@needs_onednn
+def test_an_inference_forward_that_a_graph_recorded_still_has_gradients():
+    # ops.lstm_layer(train=False) called on inputs that require grad: its backward, with no
+    # workspace to read, runs the composition's
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in
+              ((T * B, I), (B, 2 * H), (4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]
+    seed = mg.tensor(rng.standard_normal(((T + 1) * B, H)).astype(np.float32))
+
+    def gradients(train):
+        leaves = [mg.tensor(a, requires_grad=True) for a in arrays]
+        out = mg.ops.lstm_layer(*leaves, batch_sizes=(B,) * T, reverse=False, train=train)
+        (out * seed).sum().backward()
+        return [out.detach().numpy()] + [leaf.grad.numpy() for leaf in leaves]
+    for a, b in zip(gradients(False), gradients(True)):
+        np.testing.assert_allclose(a, b, **TOL)
+
+
+@needs_onednn
 def test_the_same_bits_from_run_to_run():
     rng = np.random.default_rng(5)
     module = mg.nn.LSTM(I, H, num_layers=2, dtype=mg.float32)

@@ -32,7 +32,7 @@ from ..threads import get_num_threads, product_thread_count
 F32 = 3
 PLAIN_1D, PLAIN_4D, ANY_LAYOUT = 2, 5, 1  # dnnl_a, dnnl_abcd, dnnl_format_tag_any
 CPU_ENGINE, IN_ORDER = 1, 1
-FORWARD_TRAINING = 64  # dnnl_prop_kind_t
+FORWARD_TRAINING, FORWARD_INFERENCE = 64, 96  # dnnl_prop_kind_t
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_DIFF_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS = 129, 145, 161
 QUERY_EXEC_ARG_MD = 255  # dnnl_query_exec_arg_md: the layout of any argument, by its number
