@@ -57,8 +57,8 @@ class OneDNNError(RuntimeError):
 
 
 class Library:
-    """The loaded libdnnl: one CPU engine and one in-order stream, and the calls the kernels
-    make, each checked."""
+    """The loaded libdnnl: one CPU engine, an in-order stream per thread, and the calls the
+    kernels make, each checked."""
 
     def __init__(self, path):
         self.lib = ctypes.CDLL(str(path))
@@ -73,9 +73,21 @@ class Library:
         self.lib.dnnl_sgemm.argtypes = [ctypes.c_char, ctypes.c_char] + [ctypes.c_int64] * 3 + [
             ctypes.c_float, Pointer, ctypes.c_int64, Pointer, ctypes.c_int64, ctypes.c_float,
             Pointer, ctypes.c_int64]
-        self.engine, self.stream = Pointer(), Pointer()
+        self.engine = Pointer()
         self.call("dnnl_engine_create", ctypes.byref(self.engine), CPU_ENGINE, 0)
-        self.call("dnnl_stream_create", ctypes.byref(self.stream), self.engine, IN_ORDER)
+        self._streams = threading.local()
+
+    @property
+    def stream(self):
+        """This thread's stream: oneDNN does not promise that several threads can execute on
+        one stream at once, and RPC's threads run kernels beside the main thread's. A
+        thread's stream lives as long as the process (a few hundred bytes each)."""
+        stream = getattr(self._streams, "stream", None)
+        if stream is None:
+            stream = Pointer()
+            self.call("dnnl_stream_create", ctypes.byref(stream), self.engine, IN_ORDER)
+            self._streams.stream = stream
+        return stream
 
     def call(self, name, *args):
         status = getattr(self.lib, name)(*args)
