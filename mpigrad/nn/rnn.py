@@ -228,9 +228,10 @@ class RNNBase(Module):
         recurrence = _RECURRENCE[self.mode]
         out_size = self.proj_size or self.hidden_size
         finals = [[] for _ in states]
+        one_op = self._lstm and not self.proj_size  # each layer-direction as lstm_layer
         # torch's `train` of its LSTM layers: whether a graph will be recorded, which needs
         # the training forward's workspace; without one, oneDNN's inference forward runs
-        recording = grad_mode.is_grad_enabled() and any(
+        recording = one_op and grad_mode.is_grad_enabled() and any(
             t.requires_grad for t in (x, *states, *self._flat_weights))
         for layer in range(self.num_layers):
             outputs = []
@@ -243,7 +244,7 @@ class RNNBase(Module):
                            else ops.cat([states[0][k], states[1][k]], 1))
                 reverse = direction == 1
                 last = final_rows(batch_sizes, reverse)
-                if self._lstm and not self.proj_size:
+                if one_op:
                     # the whole layer, input projection included, as one op: each step's h,
                     # then each sequence's final c
                     rows = ops.lstm_layer(x, initial, weights["weight_ih"],

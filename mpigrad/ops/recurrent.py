@@ -523,6 +523,19 @@ def _rows_gradient(ns, g, batch_sizes, reverse, size):
     return ns.cat([g[:total], to_c, ns.zeros((total, 4 * size), g)], 1)
 
 
+def _composed_rows(x, init, w_ih, w_hh, b_ih, b_hh, batch_sizes, reverse):
+    """The rows of `lstm` after `linear`, on arrays: the composition the op runs where oneDNN
+    does not, and its fused backward reads."""
+    return _forward(_LSTM_KIND, linear.forward(x, w_ih, b_ih), init, w_hh, b_hh,
+                    batch_sizes=batch_sizes, reverse=reverse)
+
+
+def _recorded_composition(x, init, w_ih, w_hh, b_ih, b_hh, batch_sizes, reverse):
+    """(xg, rows) of the composition as Tensor ops, for the rules that differentiate it."""
+    xg = linear(x, w_ih, b_ih)
+    return xg, lstm(xg, init, w_hh, b_hh, batch_sizes=batch_sizes, reverse=reverse)
+
+
 def _six(needs):
     """`needs` of all six inputs: a call without biases passes four."""
     return (*needs, False, False)[:6]
@@ -548,8 +561,7 @@ def _layer_forward(x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes, re
             training=train)
         if kept is not None:
             return out, kept
-    rows = _forward(_LSTM_KIND, linear.forward(x, w_ih, b_ih), init, w_hh, b_hh,
-                    batch_sizes=batch_sizes, reverse=reverse)
+    rows = _composed_rows(x, init, w_ih, w_hh, b_ih, b_hh, batch_sizes, reverse)
     return _layer_output(_Arrays, rows, batch_sizes, reverse, size), rows
 
 
@@ -565,8 +577,7 @@ def _layer_backward(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *,
         return [dx.reshape(x.shape), np.concatenate([dh0, dc0], 1), dw_ih, dw_hh,
                 d_bias if b_ih is not None else None, d_bias if b_hh is not None else None]
     if type(kept) is tuple:
-        kept = _forward(_LSTM_KIND, linear.forward(x, w_ih, b_ih), init, w_hh, b_hh,
-                        batch_sizes=batch_sizes, reverse=reverse)
+        kept = _composed_rows(x, init, w_ih, w_hh, b_ih, b_hh, batch_sizes, reverse)
     size = w_hh.shape[1]
     d_xg, d_init, d_whh, d_bhh = (
         None if t is None else t._array for t in
@@ -582,8 +593,7 @@ def _layer_vjp(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batc
                reverse, train=True):
     """The composition's gradients, differentiable: its forward again, then its rules."""
     needs = _six(needs)
-    xg = linear(x, w_ih, b_ih)
-    rows = lstm(xg, init, w_hh, b_hh, batch_sizes=batch_sizes, reverse=reverse)
+    xg, rows = _recorded_composition(x, init, w_ih, w_hh, b_ih, b_hh, batch_sizes, reverse)
     ns = _namespace([g, rows])
     d_xg, d_init, d_whh, d_bhh = _backward(
         _LSTM_KIND, (True, needs[1], needs[3], needs[5]),
@@ -596,13 +606,12 @@ def _layer_vjp(needs, g, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batc
 def _layer_tangent(tangents, ans, x, init, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_sizes,
                    reverse, train=True):
     t_x, t_init, t_wih, t_whh, t_bih, t_bhh = (*tangents, None, None)[:6]
-    xg = linear(x, w_ih, b_ih)
+    xg, rows = _recorded_composition(x, init, w_ih, w_hh, b_ih, b_hh, batch_sizes, reverse)
     t_xg = Tensor.wrap(np.zeros(xg.shape, xg.dtype))
     for part in (None if t_x is None else linear(t_x, w_ih, None),
                  None if t_wih is None else linear(x, t_wih, None), t_bih):
         if part is not None:
             t_xg = t_xg + part
-    rows = lstm(xg, init, w_hh, b_hh, batch_sizes=batch_sizes, reverse=reverse)
     t_rows = _tangent(_LSTM_KIND, [t_xg, t_init, t_whh, t_bhh], rows, xg, init, w_hh, b_hh,
                       batch_sizes=batch_sizes, reverse=reverse)
     return _layer_output(_Tensors, t_rows, batch_sizes, reverse, w_hh.shape[1])

@@ -42,6 +42,8 @@ class PlainCall:
                                   else dnnl.reorder(chosen_desc, plain_desc))
             owned += [("dnnl_memory_destroy", self.chosen[arg]),
                       ("dnnl_primitive_destroy", self.reorders[arg])]
+        # the outputs written in a layout of the primitive's, reordered back after each call
+        self.read_back = [arg for arg in self.outputs if arg in self.chosen]
         weakref.finalize(self, _destroy, dnnl, owned)
 
     def __call__(self, arrays):
@@ -60,7 +62,7 @@ class PlainCall:
                     dnnl.execute(self.reorders[arg], {ARG_SRC: self.plain[arg],
                                                       ARG_DST: self.chosen[arg]})
         dnnl.execute(self.primitive, args)
-        for arg in self.outputs & self.chosen.keys():
+        for arg in self.read_back:
             dnnl.execute(self.reorders[arg], {ARG_SRC: self.chosen[arg],
                                               ARG_DST: self.plain[arg]})
         dnnl.wait()
