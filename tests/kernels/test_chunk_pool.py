@@ -13,13 +13,6 @@ import mpigrad as mg
 from mpigrad.kernels import threads
 
 
-@pytest.fixture
-def restore_threads():
-    before = mg.get_num_threads()
-    yield
-    mg.set_num_threads(before)
-
-
 def _blas_threads():
     return [lib.get_num_threads() for lib in threads._blas_libraries()]
 

@@ -36,13 +36,6 @@ def _run(program, **variables):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def restore_threads():
-    before = mg.get_num_threads()
-    yield
-    mg.set_num_threads(before)
-
-
 # --- the settings, against torch ---------------------------------------------------------
 
 def _error(call):
@@ -500,7 +493,9 @@ def test_threaded_loops_equal_the_serial_ones_bit_for_bit(monkeypatch, restore_t
             for serial, other in zip(results[0], threaded):
                 np.testing.assert_array_equal(serial, other, err_msg=kernel.function.__name__)
         outputs[kernel.function.__name__] = results[0]
-    assert _threads.numba.threading_layer() == ("tbb" if _threads._load_tbb() else "workqueue")
+    assert _threads.numba.threading_layer() == (
+        "omp" if _threads._shares_onednn_team()
+        else "tbb" if _threads._load_tbb() else "workqueue")
     # the partitioned scatter-add agrees with np.add.at
     out, g, positions = outputs["add_along"][:3]
     expected = np.zeros((3, 13, 7), np.float32)
@@ -592,6 +587,27 @@ grain = activations.silu_f32.grain * _threads.WORKQUEUE_GRAINS
 print(json.dumps([_threads.numba.threading_layer()] + [
     activations.silu_f32.threads_for([np.ones(n * grain, np.float32)]) for n in (1, 2)]))
 """
+
+
+LAYER = """
+import json
+import numpy as np
+import mpigrad as mg
+from mpigrad.kernels import onednn
+from mpigrad.kernels.compiled import _threads, activations
+mg.set_num_threads(2)
+activations.silu_f32(*[np.ones(4 * activations.silu_f32.grain, np.float32)] * 2)
+print(json.dumps([_threads.numba.threading_layer(), onednn.library() is not None,
+                  _threads._load_tbb()]))
+"""
+
+
+def test_the_loops_share_onednn_s_openmp_team_where_it_is_loaded():
+    layer, loaded, tbb = _run(LAYER)
+    assert layer == ("omp" if loaded else "tbb" if tbb else "workqueue")
+    # without oneDNN there is no team to share, and tbb's regions cost least
+    layer, loaded, tbb = _run(LAYER, MPIGRAD_ONEDNN="0")
+    assert not loaded and layer == ("tbb" if tbb else "workqueue")
 
 
 OMP_WORK = """

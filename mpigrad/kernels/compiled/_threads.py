@@ -28,9 +28,11 @@ Each call picks:
   and DDP threads run kernels too) runs the serial loop instead of waiting, so no call waits
   for another and no two parallel regions overlap.
 
-The threading layer is numba's tbb when the tbb wheel is installed (mpigrad asks for it
-where it has wheels: x86-64 Linux, macOS and Windows), else its workqueue, unless
-NUMBA_THREADING_LAYER says otherwise. A threaded call's fixed cost decides: a parallel region
+The threading layer is numba's omp where oneDNN is loaded, so that the loops and oneDNN's
+products share one team of GNU OpenMP threads (`_shares_onednn_team`); else numba's tbb when
+the tbb wheel is installed (mpigrad asks for it where it has wheels: x86-64 Linux, macOS and
+Windows), else its workqueue; NUMBA_THREADING_LAYER overrides all three. Between tbb and
+workqueue a threaded call's fixed cost decides: a parallel region
 that does nothing took 2 us on tbb and 84 us on workqueue (2 cores, idle), whose two rounds of
 condition-variable wake-ups per region made a (1024, 128) LayerNorm 164 us on 2 threads
 against 82 us on one, where tbb took 52 us. On workqueue a call therefore needs
@@ -100,8 +102,27 @@ def _layer():
     tbb = _load_tbb()  # also for a user's NUMBA_THREADING_LAYER that names or allows it
     if "NUMBA_THREADING_LAYER" in os.environ:
         return os.environ["NUMBA_THREADING_LAYER"]  # numba reads it itself
-    numba.config.THREADING_LAYER = "tbb" if tbb else "workqueue"
+    if _shares_onednn_team():
+        numba.config.THREADING_LAYER = "omp"
+    else:
+        numba.config.THREADING_LAYER = "tbb" if tbb else "workqueue"
     return numba.config.THREADING_LAYER
+
+
+def _shares_onednn_team():
+    """Whether the loops can run on oneDNN's GNU OpenMP threads: oneDNN loaded (with the
+    system's libgomp) and numba's omp layer importable. Two pools of threads that each spin a
+    while after their work for the next, on as many cores as either has threads, take those
+    cores from each other: the GPT step at 2 threads took 63.5 ms with the loops on tbb and
+    45.8 ms on oneDNN's own team (docs/benchmarks.md)."""
+    from .. import onednn
+    if onednn.library() is None:
+        return False
+    try:
+        import numba.np.ufunc.omppool  # noqa: F401  (links libgomp.so.1.0.0 by that name)
+    except ImportError:
+        return False
+    return True
 
 
 class _Region:
