@@ -15,6 +15,7 @@ import numpy as np
 
 from . import (ANY_LAYOUT, ARG_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DIFF_WEIGHTS, ARG_DST,
                ARG_SRC, ARG_WEIGHTS, FORWARD_TRAINING, PLAIN_1D, PLAIN_4D, Dims, Pointer, library)
+from ..threads import get_num_threads
 from ._primitive import PlainCall, cached
 
 CONVOLUTION_DIRECT = 1
@@ -26,6 +27,10 @@ _OUTPUT = {"forward": ARG_DST, "data": ARG_DIFF_SRC, "weights": ARG_DIFF_WEIGHTS
 # gradient of the ResNet's stem (3) and the CNN's first layer (1), the weight's of the
 # CNN's layers (1 and 10 channels, 5x5), where the numpy kernels' direct loops win.
 _MIN_CHANNELS = {"forward": 1, "data": 8, "weights": 16}
+# Those were measured on one thread. On more, oneDNN's threads share out the small weight
+# gradients that the numpy kernels' chunks hardly speed up: the CNN's step on 2 threads took
+# 5.5 ms with oneDNN computing them against 6.5 ms, the ResNet's within noise of its 33 ms.
+_MIN_CHANNELS_THREADED = dict(_MIN_CHANNELS, weights=1)
 
 
 def takes(kind, arrays, weight_shape, groups):
@@ -33,7 +38,9 @@ def takes(kind, arrays, weight_shape, groups):
     gradient or "weights" for the weight's): float32 arrays, no groups, a kernel bigger than
     1x1, enough input channels, and oneDNN loaded."""
     return (groups == 1 and all(array.dtype == np.float32 for array in arrays)
-            and tuple(weight_shape[2:]) != (1, 1) and weight_shape[1] >= _MIN_CHANNELS[kind]
+            and tuple(weight_shape[2:]) != (1, 1)
+            and weight_shape[1] >= (_MIN_CHANNELS if get_num_threads() == 1
+                                    else _MIN_CHANNELS_THREADED)[kind]
             and library() is not None)
 
 
