@@ -64,6 +64,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
+from .. import onednn
 from ..threads import Settings
 from ._math import jit
 
@@ -115,7 +116,6 @@ def _shares_onednn_team():
     while after their work for the next, on as many cores as either has threads, take those
     cores from each other: the GPT step at 2 threads took 63.5 ms with the loops on tbb and
     45.8 ms on oneDNN's own team (docs/benchmarks.md)."""
-    from .. import onednn
     if onednn.library() is None:
         return False
     try:
