@@ -30,6 +30,7 @@ NUMPY.register("getitem", scatter=indexing.index_add_)
 NUMPY.register("scaled_dot_product_attention", forward=attention.attention,
                backward=attention.attention_backward)
 NUMPY.register("attention_dropout", forward=attention.attention_dropout)
+NUMPY.register("matmul", forward=linalg.product)
 NUMPY.register("linear", backward=linalg.linear_backward)
 for _name in ("gelu", "silu", "sigmoid", "elu", "softplus"):
     NUMPY.register(_name, forward=getattr(activations, _name),
