@@ -240,7 +240,30 @@ def test_float64_products_stay_with_numpys_blas(gemm_calls, linear_calls):
     rng = np.random.default_rng(10)
     check(F.linear, TF.linear, [rng.standard_normal((64, 128)),
                                 rng.standard_normal((256, 128))], np.float64)
+    check(mg.matmul, torch.matmul, [rng.standard_normal((3, 200, 100)),
+                                    rng.standard_normal((100, 64))], np.float64)
     assert gemm_calls == [] and linear_calls == []
+
+
+@needs_onednn
+@pytest.mark.parametrize("a_shape, b_shape, on_onednn", [
+    ((256, 100), (100, 64), True),
+    ((3, 200, 100), (100, 64), True),  # a stack times a matrix: one folded product
+    ((3, 200, 100), (3, 100, 64), False),  # a batch of products: numpy's, each under 1M
+    ((20, 30), (30, 40), False)])
+def test_matmul_s_float32_products_on_onednn_match_torch(a_shape, b_shape, on_onednn,
+                                                          gemm_calls):
+    """The matmul op's products run where linear's gradients run, so that a float32 step's
+    threads are one OpenMP team; so do the gradients' products (matmuls themselves)."""
+    rng = np.random.default_rng(11)
+    # Scaled so that b's gradient of the stack, 600 rows summed (in another order than
+    # torch's), stays within torch's absolute float32 tolerance of 1e-5.
+    check(mg.matmul, torch.matmul, [0.1 * rng.standard_normal(a_shape),
+                                    0.1 * rng.standard_normal(b_shape)], np.float32)
+    assert bool(gemm_calls) == on_onednn
+    rows = int(np.prod(a_shape[:-1]))
+    if on_onednn:  # the forward's folded product is among them
+        assert ((rows, a_shape[-1]), b_shape) in gemm_calls
 
 
 def _convolve_in_child(queue):
