@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 import mpigrad as mg  # noqa: E402
 from mpigrad.kernels.numpy._compiled import COMPILED_FROM  # noqa: E402
-from mpigrad.kernels.numpy.reduction import _as_rows, _summed_rows  # noqa: E402
+from mpigrad.kernels.numpy.reduction import (_as_rows, _per_channel_rows,  # noqa: E402
+                                             _summed_rows)
 
 from .torch_check import check  # noqa: E402
 
@@ -62,6 +63,24 @@ def test_float32_results_are_the_exact_ones_rounded_once(name, dim, keepdim):
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     np.testing.assert_array_equal(ours, np.asarray(exact).astype(np.float32))
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dim", [(0, 2, 3), (-1, 0, -2)])
+def test_a_per_channel_float32_sum_is_the_exact_one_rounded_once(dim, keepdim):
+    """A convolution's bias gradient, summed over all dimensions but 1: rows of each
+    sample's channel in float64, then the samples in float64, rounded once."""
+    x = np.random.default_rng(5).standard_normal((9, 7, 23, 29)).astype(np.float32) * 4
+    assert x.size >= COMPILED_FROM and _per_channel_rows(x, (0, 2, 3)) is not None
+    ours = mg.tensor(x).sum(dim, keepdim=keepdim).numpy()
+    theirs = torch.tensor(x).sum(dim, keepdim=keepdim).numpy()
+    exact = x.astype(np.float64).sum(axis=(0, 2, 3), keepdims=keepdim)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, exact.astype(np.float32))
+    # the gradient through it is a broadcast, and float64 inputs stay numpy's pairwise sum
+    check(lambda t: t.sum(dim, keepdim=keepdim), lambda t: t.sum(dim, keepdim=keepdim),
+          [x.astype(np.float64)], np.float64)
+    assert _per_channel_rows(x.astype(np.float64), (0, 2, 3)) is None
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "amax"])
