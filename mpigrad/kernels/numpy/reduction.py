@@ -53,8 +53,9 @@ def _per_channel_rows(x, dim):
 def sum(x, dim, keepdim, dtype):  # noqa: A001  (the op's name)
     """Over the last dimensions of a big float32 array: one compiled pass, its rows added in
     float64 lanes (compiled/reduction.py). Over all but dimension 1: those rows' float64
-    sums then added over the samples, rounded once (numpy's float32 sum over the strided
-    axes took 3x the time on a (64, 10, 24, 24) gradient). Otherwise numpy's sum."""
+    sums then added over the samples, rounded once (on the tutorial CNN's (64, 10, 24, 24)
+    gradient 52 us with the op around it, numpy's strided float32 sum 73). Otherwise numpy's
+    sum."""
     rows = _summed_rows(x, dim) if dtype is None else None
     if rows is not None:
         return _by_rows("row_sums", rows, x.shape, dim, keepdim, 1.0)
