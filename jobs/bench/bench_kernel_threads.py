@@ -1,8 +1,8 @@
 """The compiled loops on one thread and on several: each threaded loop of
 kernels/compiled/ on the GPT step's shapes (jobs/train_gpt.py's batch 16 x 64 positions,
 512-wide activations, 65 classes), in interleaved rounds, median time per call; and the
-threading layer's cost of one launch on a tiny input. By default the layer mpigrad picks (tbb
-where its wheel is installed); `--layer` names one.
+threading layer's cost of one launch on a tiny input. By default the layer mpigrad picks (omp
+where oneDNN is loaded, else tbb where its wheel is installed); `--layer` names one.
 
     python jobs/bench/bench_kernel_threads.py [--threads 2] [--layer tbb|workqueue|omp]
 """
@@ -23,7 +23,10 @@ def main():
     import numpy as np
 
     import mpigrad as mg
+    from mpigrad.kernels import onednn
     from mpigrad.kernels.compiled import activations, clip, indexing, recurrent, softmax
+
+    onednn.library()  # loaded, as a float32 model's first product loads it: mpigrad's choice
 
     rng = np.random.default_rng(0)
     rows, width, classes = 16 * 64, 512, 65
@@ -44,7 +47,7 @@ def main():
         "gelu f32": (activations.gelu_f32, lambda: (x, out)),
         "gelu backward f32": (activations.gelu_backward_f32, lambda: (x, x, out)),
         "softmax (attention rows)": (softmax.softmax,
-                                     lambda: (attention, np.empty_like(attention))),
+                                     lambda: (attention, False, np.empty_like(attention))),
         "cross-entropy": (softmax.cross_entropy, lambda: (scores, target, weight, -100, 0.0,
                                                           False, np.empty(rows, np.float32),
                                                           tops, log_totals)),
