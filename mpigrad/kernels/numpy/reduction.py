@@ -8,14 +8,18 @@ import numpy as np
 from ._compiled import COMPILED_FROM, loops
 from .clip import total_norm
 
+def _rows_pay(x, dtypes):
+    """Whether the compiled rows take x: a C-contiguous array of one of `dtypes`, big enough
+    to pay for the call."""
+    return x.size >= COMPILED_FROM and x.dtype in dtypes and x.flags.c_contiguous
+
+
 def _as_rows(x, dim, dtypes=(np.float32, np.float64)):
     """x as a (rows, C) matrix when `dim` (normalised axes, None for all) is its last
-    dimensions and x is a C-contiguous array of one of `dtypes` big enough to pay; else
-    None."""
+    dimensions and the compiled rows take x (_rows_pay); else None."""
     axes = range(x.ndim) if dim is None else dim
     kept = x.ndim - len(axes)
-    if (x.size < COMPILED_FROM or x.dtype not in dtypes
-            or not x.flags.c_contiguous or tuple(axes) != tuple(range(kept, x.ndim))):
+    if not _rows_pay(x, dtypes) or tuple(axes) != tuple(range(kept, x.ndim)):
         return None
     return x.reshape(math.prod(x.shape[:kept]), -1)
 
@@ -43,9 +47,9 @@ def _summed_rows(x, dim):
 
 def _per_channel_rows(x, dim):
     """x (N, C, *S) as (N C, prod S) rows when `dim` is every dimension but 1 (a convolution's
-    bias gradient, (0, 2, 3)) and x is a big C-contiguous float32 array; else None."""
+    bias gradient, (0, 2, 3)) and the compiled rows take x in float32; else None."""
     if (x.ndim < 3 or tuple(dim or ()) != (0,) + tuple(range(2, x.ndim))
-            or x.size < COMPILED_FROM or x.dtype != np.float32 or not x.flags.c_contiguous):
+            or not _rows_pay(x, (np.float32,))):
         return None
     return x.reshape(x.shape[0] * x.shape[1], -1)
 
@@ -56,16 +60,17 @@ def sum(x, dim, keepdim, dtype):  # noqa: A001  (the op's name)
     sums then added over the samples, rounded once (on the tutorial CNN's (64, 10, 24, 24)
     gradient 52 us with the op around it, numpy's strided float32 sum 73). Otherwise numpy's
     sum."""
-    rows = _summed_rows(x, dim) if dtype is None else None
-    if rows is not None:
-        return _by_rows("row_sums", rows, x.shape, dim, keepdim, 1.0)
-    rows = _per_channel_rows(x, dim) if dtype is None else None
-    if rows is None:
-        return np.sum(x, axis=dim, keepdims=keepdim, dtype=dtype)
-    sums = np.empty(rows.shape[0])
-    loops("reduction").row_sums(rows, 1.0, sums)
-    out = sums.reshape(x.shape[:2]).sum(0).astype(np.float32)
-    return out.reshape(_reduced_shape(x.shape, dim, keepdim))
+    if dtype is None:
+        rows = _summed_rows(x, dim)
+        if rows is not None:
+            return _by_rows("row_sums", rows, x.shape, dim, keepdim, 1.0)
+        rows = _per_channel_rows(x, dim)
+        if rows is not None:
+            sums = np.empty(rows.shape[0])
+            loops("reduction").row_sums(rows, 1.0, sums)
+            out = sums.reshape(x.shape[:2]).sum(0).astype(np.float32)
+            return out.reshape(_reduced_shape(x.shape, dim, keepdim))
+    return np.sum(x, axis=dim, keepdims=keepdim, dtype=dtype)
 
 
 def mean(x, dim, keepdim):
