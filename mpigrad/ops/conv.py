@@ -8,8 +8,9 @@ rule applies a member of its family to the tangent):
 - `unfold` (im2col) and `fold` (col2im), torch's F.unfold and F.fold;
 - `conv2d`, `conv_transpose2d` (its gradient for the input) and `conv2d_weight` (for the
   weight);
-- `max_pool2d` with `tap_scatter` and `tap_gather`: backward finds each window's winning tap
-  again (the first maximum, as torch) and sends the gradient there.
+- `max_pool2d` with `tap_scatter` and `tap_gather`: the forward kernel keeps each window's
+  winning tap (the first maximum, as torch) for the fused backward, which sends the gradient
+  there; the rules (create_graph, tangents) find the winners again.
 
 Sizes are (height, width) pairs.
 """
@@ -88,17 +89,17 @@ conv2d_weight = Op(
 max_pool2d = Op(
     "max_pool2d", None,
     (lambda g, ans, x, kernel_size, stride, padding, dilation, extra:
-     tap_scatter(g, winners=winning_taps(x._array, ans._array, kernel_size, stride, padding,
-                                         dilation, extra),
+     tap_scatter(g, winners=winning_taps(x._array, kernel_size, stride, padding, dilation,
+                                         extra),
                  input_size=x.shape[2:], kernel_size=kernel_size, stride=stride,
                  padding=padding, dilation=dilation, extra=extra),),
     # The tangent at each window's winning tap.
     (lambda t, ans, x, kernel_size, stride, padding, dilation, extra:
-     tap_gather(t, winners=winning_taps(x._array, ans._array, kernel_size, stride, padding,
-                                        dilation, extra),
+     tap_gather(t, winners=winning_taps(x._array, kernel_size, stride, padding, dilation,
+                                        extra),
                 kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
                 extra=extra),),
-    saves="x ans")
+    saves="x")
 
 # Sends each window's gradient to its winning tap; the adjoint of tap_gather.
 tap_scatter = Op(

@@ -693,6 +693,55 @@ def test_max_pool2d_after_relu_sends_tied_zeros_gradient_where_torch_does():
 
 
 @pytest.mark.parametrize("shape,kernel_size,stride,padding,dilation,ceil_mode",
+                         POOL_CASES + [((3, 10, 24, 24), (2, 2), (2, 2), (0, 0), (1, 1), False)],
+                         ids=POOL_IDS + ["cnn-first-pool"])
+def test_max_pool2d_in_float32_gives_torch_s_maxima_indices_and_gradient(
+        shape, kernel_size, stride, padding, dilation, ceil_mode):
+    """nan windows (the last nan wins), windows of -inf whose other taps are padding (the
+    first tap inside the image wins, as in torch's kernel) and ties, through the fused
+    backward."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    data = rng.standard_normal(shape).astype(np.float32)
+    data[0, 0, :3, :3] = -np.inf
+    data[-1, -1, 1, :] = np.nan
+    data[0, -1, 2:4, 2:4] = 0.25
+    args = (kernel_size, stride, padding, dilation, ceil_mode)
+    x = mg.tensor(data, requires_grad=True)
+    out, indices = F.max_pool2d(x, *args, return_indices=True)
+    tx = torch.tensor(data, requires_grad=True)
+    tout, tindices = torch.nn.functional.max_pool2d(tx, *args, return_indices=True)
+    np.testing.assert_array_equal(out.data, tout.detach().numpy())
+    np.testing.assert_array_equal(indices.data, tindices.numpy())
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    out.backward(mg.tensor(g))
+    tout.backward(torch.tensor(g))
+    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool2d_s_fused_backward_gives_the_rules_gradient():
+    """The winners kept by the forward against the rules' (create_graph), which find them
+    again: overlapping windows, so cells add several windows' gradients."""
+    rng = np.random.default_rng(9)
+    x = mg.tensor(rng.standard_normal((2, 3, 9, 8)), requires_grad=True)
+    out = F.max_pool2d(x, 3, 2, 1, ceil_mode=True)
+    g = mg.tensor(rng.standard_normal(out.shape), requires_grad=True)
+    fused, = mg.autograd.grad(out, x, g, retain_graph=True)
+    composed, = mg.autograd.grad(out, x, g, create_graph=True)
+    assert composed.requires_grad and not fused.requires_grad
+    np.testing.assert_array_equal(fused.data, composed.data)
+
+
+def test_max_pool2d_compares_integers_exactly():
+    torch = pytest.importorskip("torch")
+    data = (2 ** 60 + np.random.default_rng(10).permutation(2 * 36)).reshape(1, 2, 6, 6)
+    out = F.max_pool2d(mg.tensor(data), 3, 2, 1)
+    expected = torch.nn.functional.max_pool2d(torch.tensor(data), 3, 2, 1).numpy()
+    assert out.dtype == mg.int64
+    np.testing.assert_array_equal(out.data, expected)
+
+
+@pytest.mark.parametrize("shape,kernel_size,stride,padding,dilation,ceil_mode",
                          [POOL_CASES[i] for i in (0, 2, 5)], ids=[POOL_IDS[i] for i in (0, 2, 5)])
 def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, padding,
                                                    dilation, ceil_mode):
@@ -706,8 +755,7 @@ def test_max_pool2d_is_differentiable_to_any_order(shape, kernel_size, stride, p
     out = pool(x)
     extra = _pool_geometry("max_pool2d", shape[2:], kernel_size, stride, padding, dilation,
                            ceil_mode)[1]
-    winners = conv_ops.winning_taps(x._array, out._array, kernel_size, stride, padding, dilation,
-                                    extra)
+    winners = conv_ops.winning_taps(x._array, kernel_size, stride, padding, dilation, extra)
     geometry = dict(winners=winners, kernel_size=kernel_size, stride=stride, padding=padding,
                     dilation=dilation, extra=extra)
     g = mg.tensor(rng.standard_normal(out.shape), requires_grad=True)
@@ -732,8 +780,7 @@ def test_max_pool_chunks_on_several_threads_give_the_bits_of_one(monkeypatch):
         results = []
         for threads in (1, 2, 3):
             mg.set_num_threads(threads)
-            out = conv_kernels.max_pool2d(x, **geometry)
-            winners = conv_kernels.winning_taps(x, out, **geometry)
+            out, winners = conv_kernels.max_pool2d(x, **geometry)
             g = np.arange(out.size, dtype=np.float32).reshape(out.shape)
             results.append((out, winners, conv_kernels.tap_scatter(g, winners, x.shape[2:],
                                                                    **geometry)))

@@ -6,9 +6,10 @@ from ..backend import NUMPY
 from . import (activations, attention, clip, conv, dropout, elementwise, indexing, linalg, loss,
                normalization, optim, reduction, resampling, softmax)
 
-for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "max_pool2d",
-              "tap_scatter", "tap_gather"):
+for _name in ("unfold", "fold", "conv2d", "conv_transpose2d", "conv2d_weight", "tap_scatter",
+              "tap_gather"):
     NUMPY.register(_name, forward=getattr(conv, _name))
+NUMPY.register("max_pool2d", forward=conv.max_pool2d, backward=conv.max_pool2d_backward)
 NUMPY.register("erf", forward=elementwise.erf)
 for _name in ("upsample_bilinear2d", "upsample_bilinear2d_backward"):
     NUMPY.register(_name, forward=getattr(resampling, _name))

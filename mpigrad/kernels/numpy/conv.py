@@ -18,10 +18,10 @@ no copy.
   work arrays of its thread's own; chunk boundaries follow from the sizes only, and the
   weight's gradient adds the chunks' sums in chunk order, so any thread count gives the
   same bits;
-- `max_pool2d` with `tap_scatter` and `tap_gather`: the maximum is a running np.maximum over
-  the taps' views; backward finds each window's winning tap again (the first maximum, as
-  torch) and sends the gradient there (a compiled pass); by chunks of samples on the
-  threads too.
+- `max_pool2d` with `tap_scatter` and `tap_gather`: one compiled pass finds each window's
+  maximum and its winning tap (the first maximum, as torch), which the forward keeps for
+  the fused backward to send the gradient there (another compiled pass); by chunks of
+  samples on the threads too.
 
 Sizes are (height, width) pairs.
 """
@@ -914,51 +914,39 @@ def _pool_by_samples(x, compute):
 
 
 def max_pool2d(x, kernel_size, stride, padding, dilation, extra):
+    """Each window's maximum, and which of its taps holds it (i kw + j: the first maximum,
+    or the last nan, as torch), kept for the backward: one compiled pass over the windows.
+    Padding and ceil_mode's extra windows count only the taps inside the image."""
     padded_size = tuple(s + 2 * p + e for s, p, e in zip(x.shape[2:], padding, extra))
     out_size = sliding_output_size(padded_size, kernel_size, dilation, (0, 0), stride)
-    out = np.empty(x.shape[:2] + out_size, x.dtype)
+    # Integers are compared as they are (float64 would round the large ones).
+    work = x.dtype if x.dtype.kind in "iu" else compute_dtype(x.dtype)
+    source = np.ascontiguousarray(x, work)
+    out = np.empty(x.shape[:2] + out_size, work)
+    taps = kernel_size[0] * kernel_size[1]
+    winners = np.empty(out.shape, np.uint8 if taps <= 256 else np.int64)
+    pool = loops("conv").pool_max
+    _pool_by_samples(x, lambda start, stop: pool(source[start:stop], kernel_size, stride,
+                                                 padding, dilation, out[start:stop],
+                                                 winners[start:stop]))
+    return result(out, x.dtype), winners
 
-    def compute(start, stop):
-        taps = _taps(_pad(x[start:stop], padding, -np.inf, extra), kernel_size, dilation,
-                     stride)
-        chunk = out[start:stop]
-        np.copyto(chunk, taps[0])
-        for tap in taps[1:]:
-            np.maximum(chunk, tap, out=chunk)  # propagates nan, as torch does
-    _pool_by_samples(x, compute)
-    return out
+
+def max_pool2d_backward(needs, g, ans, x, kernel_size, stride, padding, dilation, extra, kept):
+    """The input's gradient from the winners the forward kept."""
+    return (tap_scatter(g, kept, x.shape[2:], kernel_size, stride, padding, dilation, extra),)
 
 
-def winning_taps(x, maxima, kernel_size, stride, padding, dilation, extra):
-    """Which tap of each window holds its maximum: the first one, or the last nan (torch's
-    order); an integer array shaped like `maxima`."""
-    tap_count = kernel_size[0] * kernel_size[1]
-    index = np.zeros(maxima.shape, np.uint8 if tap_count <= 256 else np.int64)
-
-    def compute(start, stop):
-        taps = _taps(_pad(x[start:stop], padding, -np.inf, extra), kernel_size, dilation,
-                     stride)
-        chunk, maxima_chunk = index[start:stop], maxima[start:stop]
-        # The index of the first hit is the number of taps before it that missed: the sum
-        # over k of "taps 0..k all missed". (The last tap needs no test: a window missed by
-        # all the others holds its maximum there, or is a nan window, fixed below.)
-        if tap_count > 1:
-            missed = taps[0] != maxima_chunk
-            np.add(chunk, missed, out=chunk, casting="unsafe")
-            for tap in taps[1:-1]:
-                missed &= tap != maxima_chunk
-                np.add(chunk, missed, out=chunk, casting="unsafe")
-        if np.isnan(maxima_chunk).any():
-            for t, tap in enumerate(taps):
-                np.copyto(chunk, t, where=np.isnan(tap), casting="unsafe")
-    _pool_by_samples(x, compute)
-    return index
+def winning_taps(x, kernel_size, stride, padding, dilation, extra):
+    """Which tap of each window holds its maximum (max_pool2d's winners), for the gradient
+    rules and return_indices."""
+    return max_pool2d(x, kernel_size, stride, padding, dilation, extra)[1]
 
 
 def tap_scatter(g, winners, input_size, kernel_size, stride, padding, dilation, extra):
     """Each window's gradient added at its winning tap of an input-sized zero image, in
     window order (one compiled pass, compiled/conv.py)."""
-    out = np.zeros(g.shape[:2] + tuple(input_size), compute_dtype(g.dtype))
+    out = np.empty(g.shape[:2] + tuple(input_size), compute_dtype(g.dtype))
     grad = np.ascontiguousarray(g, out.dtype)
     scatter = loops("conv").pool_scatter
     _pool_by_samples(out, lambda start, stop: scatter(grad[start:stop], winners[start:stop],

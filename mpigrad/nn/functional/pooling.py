@@ -58,7 +58,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     if not return_indices:
         return out.squeeze(0) if unbatched else out
     # One winner per window (the first maximum), as torch returns.
-    taps = conv_ops.winning_taps(x._array, out._array, **geometry)
+    taps = conv_ops.winning_taps(x._array, **geometry)
     tap_row, tap_col = np.divmod(taps.astype(np.int64), kernel_size[1])
     oh, ow = out.shape[2:]
     rows = np.arange(oh)[:, None] * stride[0] - padding[0] + tap_row * dilation[0]
