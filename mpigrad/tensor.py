@@ -155,6 +155,17 @@ class Tensor:
     def is_contiguous(self):
         return self._array.flags.c_contiguous
 
+    def stride(self, dim=None):
+        """The steps between neighbours along each dimension, in elements (0 along a
+        broadcast one), or along `dim`."""
+        item = self._array.itemsize
+        strides = tuple(step // item for step in self._array.strides)
+        if dim is None:
+            return strides
+        if self._array.ndim == 0:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        return strides[_wrap_dim(dim, self._array.ndim)]
+
     def __len__(self):
         if self._array.ndim == 0:
             raise TypeError("len() of a 0-d tensor")

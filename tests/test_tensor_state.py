@@ -1,5 +1,5 @@
 """Tensor's named operations on its autograd state: wrap, alias, writing, mark_written,
-set_history, and the zero_grads helper that Module and Optimizer share."""
+set_history, and the zero_grads helper that Module and Optimizer share; and its strides."""
 import numpy as np
 import pytest
 
@@ -80,3 +80,20 @@ def test_optimizer_step_marks_parameters_written():
     before = [p._version for p in model.parameters()]
     opt.step()
     assert [p._version for p in model.parameters()] == [v + 1 for v in before]
+
+
+def test_stride_counts_elements_as_torchs():
+    torch = pytest.importorskip("torch")
+    base = np.arange(24.0).reshape(2, 3, 4)
+    views = [lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[:, ::2, 1:],
+             lambda t: t[0, 1].expand(5, 4), lambda t: t.float().permute(1, 2, 0)]
+    for view in views:
+        ours, theirs = view(mg.tensor(base)), view(torch.tensor(base))
+        assert ours.stride() == theirs.stride()
+        assert [ours.stride(d) for d in range(-ours.dim(), ours.dim())] == \
+            [theirs.stride(d) for d in range(-theirs.dim(), theirs.dim())]
+    with pytest.raises(IndexError, match=r"range of \[-3, 2\], but got 3"):
+        mg.tensor(base).stride(3)
+    assert mg.tensor(1.0).stride() == ()
+    with pytest.raises(IndexError, match="no dimensions"):
+        mg.tensor(1.0).stride(0)

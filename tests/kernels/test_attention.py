@@ -196,6 +196,29 @@ def test_the_output_is_contiguous_as_torchs():
     assert out.view(2, 3 * 9 * 4).shape == (2, 108)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_output_is_laid_out_as_the_query_as_torchs(dtype):
+    """A GPT's q, k and v are transposed views of one packed product: the output then lies
+    (B, L, H, E) in memory, as torch's does, so that y.transpose(1, 2).contiguous() copies
+    nothing; the values and the gradients through that path are torch's."""
+    data = _data((2, 9, 3, 3, 4), 3).astype(dtype)
+    g = _data((2, 9, 12), 4).astype(dtype)
+    results = []
+    for lib, functional in ((mg, F), (torch, TF)):
+        packed = lib.tensor(data, requires_grad=True)
+        q, k, v = (packed[:, :, i].transpose(1, 2) for i in range(3))
+        y = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        merged = y.transpose(1, 2).contiguous()
+        merged.view(2, 9, 12).backward(lib.tensor(g))
+        results.append((y, merged, packed.grad))
+    (ours, ours_merged, ours_grad), (theirs, _, theirs_grad) = results
+    assert ours.stride() == theirs.stride() == (108, 4, 12, 1)
+    assert np.shares_memory(ours_merged.detach().numpy(), ours.detach().numpy())
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(),
+                               **TOLERANCE[dtype])
+    np.testing.assert_allclose(ours_grad.numpy(), theirs_grad.numpy(), **TOLERANCE[dtype])
+
+
 def test_half_precision_runs_in_float32():
     arrays = [_data(s, i).astype(np.float16) for i, s in enumerate(SHAPES["L<S"])]
     out = F.scaled_dot_product_attention(*(mg.tensor(a) for a in arrays), is_causal=True)

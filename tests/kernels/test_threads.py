@@ -377,13 +377,14 @@ def _attention_cases(attention, rng):
         masking = [mask.astype(f32) if masked else np.zeros((1, 1, 1, 1), f32), masked, masked]
         drop = list(dropping if masked else (False, np.uint64(0), np.uint64(0), 0.0))
         out, lse = np.empty((2, 4, 19, 5), f32), np.empty((2, 4, 19))
-        attention.forward(*inputs, 0.5, *masking, *drop, 8, 8, out, lse)  # the backward reads
+        attention.forward(*inputs, 0.5, *masking, *drop, 8, 8, *_strided(out, f32), lse)  # read
         cases.append((attention.forward, lambda inputs=inputs, masking=masking, drop=drop: [
-            *inputs, 0.5, *masking, *drop, 8, 8, np.empty((2, 4, 19, 5), f32),
+            *inputs, 0.5, *masking, *drop, 8, 8, *_strided(np.empty((2, 4, 19, 5), f32), f32),
             np.empty((2, 4, 19))]))
         cases.append((attention._backward, lambda inputs=inputs, masking=masking, drop=drop,
                       out=out, lse=lse, masked=masked: [
-            *inputs, *masking, 0.5, *drop, 8, 8, out, lse, *_strided(g[..., :5].astype(f32), f32),
+            *inputs, *masking, 0.5, *drop, 8, 8, *_strided(out, f32), lse,
+            *_strided(g[..., :5].astype(f32), f32),
             np.zeros(mask.shape if masked else (0, 0, 0, 0)),
             *[np.zeros(a.shape, f32) for a in (q, k, v)]]))
     cases.append((attention.dropout_scale, lambda: [np.uint64(11), np.uint64(2 ** 52), 2.0,
@@ -409,12 +410,13 @@ def test_a_broadcast_mask_gradient_is_summed_on_one_thread(monkeypatch, restore_
               (2, 3, 9, 4, 3, 11, 4)]
     out, lse = np.empty(q.shape, np.float32), np.empty(q.shape[:3])
     attention.forward(*inputs, 1.0, mask, True, False, False, np.uint64(0), np.uint64(0), 0.0,
-                      4, 4, out, lse)
+                      4, 4, *_strided(out, np.float32), lse)
 
     def backward(mask_shape):
         mask_grad = np.zeros(mask_shape)
         attention.backward(*inputs, np.broadcast_to(mask, mask_shape).copy(), True, False,
-                           1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4, out, lse,
+                           1.0, False, np.uint64(0), np.uint64(0), 0.0, 4, 4,
+                           *_strided(out, np.float32), lse,
                            *_strided(g, np.float32), mask_grad,
                            *[np.zeros_like(a) for a in (q, k, v)])
         return mask_grad

@@ -11,7 +11,8 @@ three views whole, forward and again backward, took about 1.5 ms of a GPT step, 
 each block into a tile and each product out of one, 7-9% of the kernels' time. `dims` is
 (B, H, L, E, Hk, S, Ev); query head h reads key head h // (H / Hk) (grouped-query attention;
 Hk = H otherwise). `mask` is additive, of shape (1 or B, 1 or H, 1 or L, 1 or S), read where
-it broadcasts; it, the output, the log-sum-exps and the gradients are C-contiguous.
+it broadcasts; it, the log-sum-exps and the gradients are C-contiguous. The output comes
+as the inputs do, laid out as torch lays it out, as q is (kernels/numpy/attention.py).
 
 Forward, per (batch, head) and block of query rows: the scores of one block of keys come
 from one GEMM, each row keeps its running maximum and sum of exponentials, and the output
@@ -174,20 +175,20 @@ def _at(strides, b, h, i):
 
 @parallel()
 def forward(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, has_mask, causal,
-            dropping, seed, threshold, drop_scale, block_q, block_k, out, lse):
+            dropping, seed, threshold, drop_scale, block_q, block_k, out, out_strides, lse):
     batch, heads, length = dims[:3]
     tiles = (length + block_q - 1) // block_q
     for unit in prange(batch * heads * tiles):
         _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, has_mask,
                        causal, dropping, seed, threshold, drop_scale, block_q, block_k, out,
-                       lse, unit // (heads * tiles), unit // tiles % heads,
+                       out_strides, lse, unit // (heads * tiles), unit // tiles % heads,
                        unit % tiles * block_q)
 
 
 @jit
 def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, has_mask,
-                   causal, dropping, seed, threshold, drop_scale, block_q, block_k, out, lse,
-                   b, h, i0):
+                   causal, dropping, seed, threshold, drop_scale, block_q, block_k, out,
+                   out_strides, lse, b, h, i0):
     """The output rows and log-sum-exps of query rows i0 to i0 + block_q of (b, h)."""
     batch, heads, length, width, source, value_width, group, single = _sizes(q, dims)
     dtype = q.dtype
@@ -249,7 +250,7 @@ def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, 
         gemm(nq, value_width, nk, 1.0, weights, 0, nq, True, v, _at(v_strides, b, kh, j0),
              v_strides[2], False, 0.0 if j0 == 0 else 1.0, acc, 0, max(value_width, 1))
     for r in range(nq):
-        row = out[b, h, i0 + r]
+        row = _row(out, out_strides, b, h, i0 + r, value_width)
         if total[r] == 0.0:  # a row with every key masked: zeros, as torch
             row[:] = 0.0
             lse[b, h, i0 + r] = -np.inf
@@ -261,13 +262,13 @@ def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, 
 
 
 def backward(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal, scale,
-             dropping, seed, threshold, drop_scale, block_q, block_k, out, lse, grad_out,
-             go_strides, mask_grad, grad_q, grad_k, grad_v):
+             dropping, seed, threshold, drop_scale, block_q, block_k, out, out_strides, lse,
+             grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v):
     """grad_q, grad_k, grad_v (zeroed by the caller) and, when mask_grad is not empty (of
     the mask's shape, zeroed), the mask's gradient summed where it broadcasts."""
     arguments = (q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal, scale,
-                 dropping, seed, threshold, drop_scale, block_q, block_k, out, lse, grad_out,
-                 go_strides, mask_grad, grad_q, grad_k, grad_v)
+                 dropping, seed, threshold, drop_scale, block_q, block_k, out, out_strides, lse,
+                 grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v)
     shared = mask_grad.size > 0 and ((mask_grad.shape[0] == 1 and dims[0] > 1)
                                      or (mask_grad.shape[1] == 1 and dims[4] > 1))
     if shared:  # several units would add into one element
@@ -278,20 +279,21 @@ def backward(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, cau
 
 @parallel()
 def _backward(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal, scale,
-              dropping, seed, threshold, drop_scale, block_q, block_k, out, lse, grad_out,
-              go_strides, mask_grad, grad_q, grad_k, grad_v):
+              dropping, seed, threshold, drop_scale, block_q, block_k, out, out_strides, lse,
+              grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v):
     batch, key_heads = dims[0], dims[4]
     for unit in prange(batch * key_heads):
         _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal,
-                       scale, dropping, seed, threshold, drop_scale, block_q, block_k, out, lse,
-                       grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v,
-                       unit // key_heads, unit % key_heads)
+                       scale, dropping, seed, threshold, drop_scale, block_q, block_k, out,
+                       out_strides, lse, grad_out, go_strides, mask_grad, grad_q, grad_k,
+                       grad_v, unit // key_heads, unit % key_heads)
 
 
 @jit
 def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mask, causal,
-                   scale, dropping, seed, threshold, drop_scale, block_q, block_k, out, lse,
-                   grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v, b, kh):
+                   scale, dropping, seed, threshold, drop_scale, block_q, block_k, out,
+                   out_strides, lse, grad_out, go_strides, mask_grad, grad_q, grad_k, grad_v,
+                   b, kh):
     """The gradients of batch b's query heads that read key head kh, in head order."""
     batch, heads, length, width, source, value_width, group, single = _sizes(q, dims)
     dtype = q.dtype
@@ -306,7 +308,8 @@ def _backward_pair(q, q_strides, k, k_strides, v, v_strides, dims, mask, has_mas
     shift = np.empty(block_q)
     for h in range(kh * group, (kh + 1) * group):
         for i in range(length):
-            delta[i] = _dot(_row(grad_out, go_strides, b, h, i, value_width), out[b, h, i])
+            delta[i] = _dot(_row(grad_out, go_strides, b, h, i, value_width),
+                            _row(out, out_strides, b, h, i, value_width))
         for j0 in range(0, source, block_k):
             j1 = min(j0 + block_k, source)
             nk = j1 - j0
