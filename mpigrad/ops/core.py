@@ -219,7 +219,9 @@ def run(op, args, params):
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     # numpy's advanced indexing returns a copy that still has a base; only real views share.
-    if op.view and out.base is not None and np.may_share_memory(out, arrays[0]):
+    # numpy points a view's base at the array owning the memory, so identity answers first.
+    if op.view and out.base is not None and (out.base is arrays[0] or out.base is arrays[0].base
+                                             or np.may_share_memory(out, arrays[0])):
         result = args[0].alias(out)
     else:
         result = _wrap(out)
@@ -324,8 +326,10 @@ def named(result, name, *inputs):
     `inputs` just now is renamed, never one that an input already had (an op that returned
     its input unchanged)."""
     node = result.grad_fn
-    if isinstance(node, OpNode) and all(node is not getattr(x, "grad_fn", None)
-                                        for x in inputs):
+    if isinstance(node, OpNode):
+        for x in inputs:
+            if node is getattr(x, "grad_fn", None):
+                return result
         node.__class__ = _class_named(name)
     return result
 

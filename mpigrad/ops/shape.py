@@ -10,14 +10,17 @@ from .reduction import normalize_dims
 
 
 def _dim(dim, ndim):
-    (axis,) = normalize_dims(dim, max(ndim, 1))
+    rank = max(ndim, 1)
+    if type(dim) is int and -rank <= dim < rank:  # the common case, without the general checks
+        return dim % rank
+    (axis,) = normalize_dims(dim, rank)
     return axis
 
 
 # A view's tangent is the same view of the input's tangent, sharing its storage as in torch.
 # Its fused backward is the rule on the gradient's array: the rule's Tensor op cost a
 # dispatch and a tensor, 5-6 us, and a GPT layer's backward runs eight of these views.
-_reshape = Op("reshape", lambda x, shape: np.reshape(x, shape),
+_reshape = Op("reshape", lambda x, shape: x.reshape(shape),
               (lambda g, ans, x, shape: g.reshape(x.shape),),
               (lambda t, ans, x, shape: _reshape(t, shape=shape),), view=True,
               grad_fn_name="ViewBackward0",
@@ -26,7 +29,7 @@ _reshape = Op("reshape", lambda x, shape: np.reshape(x, shape),
 
 def reshape(x, shape):
     try:
-        return _reshape(x, shape=tuple(int(s) for s in shape))
+        return _reshape(x, shape=tuple(map(int, shape)))
     except ValueError:
         raise RuntimeError(f"shape {tuple(shape)} is invalid for a tensor of size "
                            f"{x._array.size} (shape {x.shape})") from None
@@ -49,7 +52,7 @@ def _inverse(perm):
 
 # The gradient rule permutes back without permute()'s checks: a GPT's backward runs it four
 # times a layer, where the checks and an argsort took 0.05-0.1 ms of each call.
-_permute = Op("permute", lambda x, dims: np.transpose(x, dims),
+_permute = Op("permute", lambda x, dims: x.transpose(dims),
               (lambda g, ans, x, dims: _permute(g, dims=_inverse(dims)),),
               (lambda t, ans, x, dims: _permute(t, dims=dims),), view=True,
               backward=lambda needs, g, ans, x, dims: (np.transpose(g, _inverse(dims)),))
@@ -130,12 +133,14 @@ index_scatter = Op("index_scatter", None,
 
 def _indexing_name(index):
     """torch's node for `x[index]`: one integer selects, slices slice, anything else indexes."""
-    parts = index if isinstance(index, tuple) else (index,)
-    if any(not isinstance(p, (int, np.integer, slice, type(None), type(Ellipsis)))
-           for p in parts):
-        return "IndexBackward0"
-    return "SelectBackward0" if any(isinstance(p, (int, np.integer)) for p in parts) \
-        else "SliceBackward0"
+    selects = False
+    for part in index if isinstance(index, tuple) else (index,):
+        if type(part) is slice or part is None or part is Ellipsis:
+            continue
+        if not isinstance(part, (int, np.integer)):
+            return "IndexBackward0"
+        selects = True
+    return "SelectBackward0" if selects else "SliceBackward0"
 
 
 _getitem = Op("getitem", lambda x, index: x[index],
@@ -250,10 +255,9 @@ def split(x, split_size_or_sections, dim=0):
                                f"{dim} has size {n}")
     name = ("SplitBackward0" if isinstance(split_size_or_sections, int)
             else "SplitWithSizesBackward0")
-    out, start = [], 0
-    for size in sizes:
-        out.append(named(getitem(x, (slice(None),) * d + (slice(start, start + size),)), name,
-                         x))
+    out, start, lead = [], 0, (slice(None),) * d
+    for size in sizes:  # slices need no normalize_index
+        out.append(named(_getitem(x, index=lead + (slice(start, start + size),)), name, x))
         start += size
     return tuple(out)
 
