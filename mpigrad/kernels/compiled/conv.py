@@ -357,9 +357,11 @@ def weight_gradient_5x5(images, gradients, pitch, out):
 # that is greater or nan, so a window's winner is its first maximum or its last nan.
 
 @jit
-def pool_max(x, kernel_size, stride, padding, dilation, out, index):
+def pool_max(x, kernel_size, stride, padding, dilation, lowest, out, index):
     """out[n, c, r, s], the maximum of window (r, s) of x[n, c], and index[n, c, r, s], its
-    winning tap (i kw + j); the window's taps outside the image are skipped."""
+    winning tap (i kw + j); the window's taps outside the image are skipped. A window with no
+    tap inside (a dilated kernel over a small padded image) gets `lowest` (-inf for floats)
+    and tap 0, which lies outside: its gradient goes nowhere."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
     height, width = x.shape[2], x.shape[3]
     out_h, out_w = out.shape[2], out.shape[3]
@@ -373,26 +375,33 @@ def pool_max(x, kernel_size, stride, padding, dilation, out, index):
         offset = j * dw - pw
         first[j] = (sw - 1 - offset) // sw if offset < 0 else 0
         stop[j] = max(first[j], min(out_w, (width - 1 - offset) // sw + 1))
-    # Each window's first tap column inside the image, where its running maximum starts.
-    first_tap = np.empty(out_w, np.int64)
+    # Each window's first tap column inside the image (-1: none), where its maximum starts.
+    first_tap = np.full(out_w, -1, np.int64)
     for s in range(out_w):
-        j = 0
-        while s * sw - pw + j * dw < 0:
-            j += 1
-        first_tap[s] = j
+        for j in range(kw):
+            if 0 <= s * sw - pw + j * dw < width:
+                first_tap[s] = j
+                break
     for n in range(x.shape[0]):
         for c in range(x.shape[1]):
             plane, maxima, winners = x[n, c], out[n, c], index[n, c]
             for r in range(out_h):
                 top = r * sh - ph
-                i0 = 0
-                while top + i0 * dh < 0:
-                    i0 += 1
+                i0 = -1
+                for i in range(kh):
+                    if 0 <= top + i * dh < height:
+                        i0 = i
+                        break
                 best, won = maxima[r], winners[r]
-                row = plane[top + i0 * dh]
                 for s in range(out_w):
-                    best[s] = row[s * sw - pw + first_tap[s] * dw]
-                    won[s] = i0 * kw + first_tap[s]
+                    if i0 < 0 or first_tap[s] < 0:
+                        best[s] = lowest
+                        won[s] = 0
+                    else:
+                        best[s] = plane[top + i0 * dh, s * sw - pw + first_tap[s] * dw]
+                        won[s] = i0 * kw + first_tap[s]
+                if i0 < 0:
+                    continue
                 for i in range(i0, kh):
                     y = top + i * dh
                     if y >= height:
@@ -451,17 +460,27 @@ def _pool_max_2x2(x, out, index):
 def pool_scatter(g, index, kernel_size, stride, padding, dilation, out):
     """out[n, c] (the input's size) = the sum of g[n, c, r, s] over the windows (r, s) whose
     winning tap index[n, c, r, s] is that cell, added window after window in order (torch's
-    order, where windows overlap); out need not be zeroed first. Each image is zeroed, then
-    takes one scalar add per window: a vectorised loop writing every cell (disjoint 2x2
+    order, where windows overlap); a tap outside the image takes nothing. out need not be
+    zeroed first: each image is zeroed, then takes one scalar add per window: a vectorised loop writing every cell (disjoint 2x2
     windows, the gradient or zero by the winner) branched on the winners, 4x slower."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
     height, width = out.shape[2], out.shape[3]
-    # Each tap's offset from its window's corner in the flat image, looked up: a division
-    # per window by the kernel's width took most of the pass.
-    offsets = np.empty(kh * kw, np.int64)
+    # Each tap's place relative to its window's corner, looked up: a division per window by
+    # the kernel's width took most of the pass.
+    tap_rows = np.empty(kh * kw, np.int64)
+    tap_cols = np.empty(kh * kw, np.int64)
     for i in range(kh):
         for j in range(kw):
-            offsets[i * kw + j] = (i * dh - ph) * width + j * dw - pw
+            tap_rows[i * kw + j] = i * dh - ph
+            tap_cols[i * kw + j] = j * dw - pw
+    offsets = tap_rows * width + tap_cols  # in the flat image
+    # Only a geometry with a window that has no tap inside the image (pool_max) has winners
+    # outside it; the others skip the test per window (a third of the pass).
+    outside = False
+    for r in range(g.shape[2]):
+        outside |= not _any_inside(r * sh - ph, dh, kh, height)
+    for s in range(g.shape[3]):
+        outside |= not _any_inside(s * sw - pw, dw, kw, width)
     zero = out.dtype.type(0)
     for n in range(g.shape[0]):
         for c in range(g.shape[1]):
@@ -471,5 +490,19 @@ def pool_scatter(g, index, kernel_size, stride, padding, dilation, out):
             grad, winners = g[n, c], index[n, c]
             for r in range(g.shape[2]):
                 values, won = grad[r], winners[r]
+                corner = r * sh * width
                 for s in range(g.shape[3]):
-                    image[r * sh * width + s * sw + offsets[won[s]]] += values[s]
+                    tap = won[s]
+                    if outside and not (0 <= r * sh + tap_rows[tap] < height
+                                        and 0 <= s * sw + tap_cols[tap] < width):
+                        continue
+                    image[corner + s * sw + offsets[tap]] += values[s]
+
+
+@jit
+def _any_inside(start, step, taps, size):
+    """Whether any of `taps` places start, start + step, ... lies in [0, size)."""
+    for t in range(taps):
+        if 0 <= start + t * step < size:
+            return True
+    return False

@@ -920,14 +920,15 @@ def max_pool2d(x, kernel_size, stride, padding, dilation, extra):
     padded_size = tuple(s + 2 * p + e for s, p, e in zip(x.shape[2:], padding, extra))
     out_size = sliding_output_size(padded_size, kernel_size, dilation, (0, 0), stride)
     # Integers are compared as they are (float64 would round the large ones).
-    work = x.dtype if x.dtype.kind in "iu" else compute_dtype(x.dtype)
+    work = np.dtype(x.dtype if x.dtype.kind in "iu" else compute_dtype(x.dtype))
     source = np.ascontiguousarray(x, work)
     out = np.empty(x.shape[:2] + out_size, work)
     taps = kernel_size[0] * kernel_size[1]
     winners = np.empty(out.shape, np.uint8 if taps <= 256 else np.int64)
+    lowest = np.array(np.iinfo(work).min if work.kind in "iu" else -np.inf, work)[()]
     pool = loops("conv").pool_max
     _pool_by_samples(x, lambda start, stop: pool(source[start:stop], kernel_size, stride,
-                                                 padding, dilation, out[start:stop],
+                                                 padding, dilation, lowest, out[start:stop],
                                                  winners[start:stop]))
     return result(out, x.dtype), winners
 
