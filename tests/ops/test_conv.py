@@ -734,18 +734,18 @@ def test_max_pool2d_s_fused_backward_gives_the_rules_gradient():
 
 def test_a_pooling_window_with_no_tap_inside_gives_torchs_value_and_no_gradient():
     """A dilated kernel over a small padded image: the window's taps all lie in the padding
-    or past the image. torch answers -inf (an integer type's lowest) and sends its gradient
-    nowhere; its index then points outside the image (ours does too, elsewhere)."""
+    or past the image. torch answers -inf (an integer type's lowest); its index then points
+    outside the image (ours does too, elsewhere), and its backward adds the gradient there,
+    out of the input's bounds (torch 2.13 corrupts its heap: not run here). Ours sends it
+    nowhere."""
     torch = pytest.importorskip("torch")
     data = np.arange(4.0).reshape(1, 1, 2, 2)
     x = mg.tensor(data, requires_grad=True)
-    tx = torch.tensor(data, requires_grad=True)
     out = F.max_pool2d(x, 2, 1, 1, 3)
-    tout = torch.nn.functional.max_pool2d(tx, 2, 1, 1, 3)
-    np.testing.assert_array_equal(out.data, tout.detach().numpy())
+    np.testing.assert_array_equal(
+        out.data, torch.nn.functional.max_pool2d(torch.tensor(data), 2, 1, 1, 3).numpy())
     out.sum().backward()
-    tout.sum().backward()
-    np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
+    np.testing.assert_array_equal(x.grad.data, np.zeros((1, 1, 2, 2)))
     whole = np.arange(16).reshape(1, 1, 4, 4)  # some windows with taps inside, some without
     np.testing.assert_array_equal(
         F.max_pool2d(mg.tensor(whole), 2, 1, 1, 3).data,
