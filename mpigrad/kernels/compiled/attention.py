@@ -219,8 +219,10 @@ def _forward_block(q, q_strides, k, k_strides, v, v_strides, dims, scale, mask, 
         for c in range(nk):
             column = s[c]
             for r in range(nq):
-                x = float(column[r])
-                new_top[r] = x if x > new_top[r] else new_top[r]  # skips a nan
+                # Both loaded first: read again inside the choice, the running maximum
+                # kept the loop scalar (a 64 x 64 tile: 1.33 -> 0.79 us).
+                x, m = float(column[r]), new_top[r]
+                new_top[r] = x if x > m else m  # skips a nan
         for r in range(nq):
             if new_top[r] == -np.inf:  # no score above -inf so far: nan if one is nan
                 new_top[r] = _nan_or_inf(s[:, r])
