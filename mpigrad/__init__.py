@@ -29,7 +29,9 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   isnan, isfinite, clone, masked_fill, floor, ceil, round, cumsum, prod, sort,
                   topk, index_select, gather, unbind, tril, triu, einsum, bmm, baddbmm, addmm,
                   outer, ger, scatter, scatter_add, index_add, repeat_interleave, roll, flip,
-                  rsqrt, lerp, nan_to_num, broadcast_to, meshgrid, allclose, remainder, fmod)
+                  rsqrt, lerp, nan_to_num, broadcast_to, meshgrid, allclose, remainder, fmod,
+                  isclose, equal, argsort, count_nonzero, tile, movedim, swapaxes, unflatten,
+                  masked_select, dot, mv, nonzero, argwhere)
 from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softmax)
 from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401
@@ -55,3 +57,5 @@ from .amp.autocast_mode import (autocast, is_autocast_enabled, get_autocast_dtyp
 # initialises MPI.
 
 clip = clamp
+moveaxis = movedim
+swapdims = swapaxes

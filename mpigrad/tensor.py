@@ -624,6 +624,49 @@ class Tensor:
     def sort(self, dim=-1, descending=False, stable=False):
         return ops.sort(self, dim, descending, stable)
 
+    def argsort(self, dim=-1, descending=False, stable=False):
+        return ops.argsort(self, dim, descending, stable)
+
+    def count_nonzero(self, dim=None):
+        return ops.count_nonzero(self, dim)
+
+    def nonzero(self, *, as_tuple=False):
+        return ops.nonzero(self, as_tuple)
+
+    def argwhere(self):
+        return ops.argwhere(self)
+
+    def masked_select(self, mask):
+        return ops.masked_select(self, mask)
+
+    def tile(self, *dims):
+        return ops.tile(self, _shape_arg(dims))
+
+    def movedim(self, source, destination):
+        return ops.movedim(self, source, destination)
+
+    moveaxis = movedim
+
+    def swapaxes(self, axis0, axis1):
+        return ops.swapaxes(self, axis0, axis1)
+
+    swapdims = swapaxes
+
+    def unflatten(self, dim, sizes):
+        return ops.unflatten(self, dim, sizes)
+
+    def dot(self, other):
+        return ops.dot(self, other)
+
+    def mv(self, vec):
+        return ops.mv(self, vec)
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return ops.isclose(self, other, rtol, atol, equal_nan)
+
+    def equal(self, other):
+        return ops.equal(self, other)
+
     def cumsum(self, dim, dtype=None):
         return ops.cumsum(self, dim, dtype)
 

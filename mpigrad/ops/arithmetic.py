@@ -224,6 +224,22 @@ isnan = _constant(np.isnan)
 isfinite = _constant(np.isfinite)
 
 
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Where |input - other| <= atol + rtol * |other| (equal infinities are close), as a bool
+    tensor; torch takes two tensors of one dtype."""
+    if isinstance(other, Tensor) and other.dtype != input.dtype:
+        raise RuntimeError(f"{dtypes.torch_name(input.dtype)} did not match "
+                           f"{dtypes.torch_name(other.dtype)}")
+    other = other._array if isinstance(other, Tensor) else other
+    return Tensor.wrap(np.isclose(input._array, other, rtol=rtol, atol=atol,
+                                  equal_nan=equal_nan))
+
+
+def equal(input, other):
+    """Whether the two tensors have one shape and equal elements (dtypes promoted)."""
+    return input.shape == other.shape and bool(np.array_equal(input._array, other._array))
+
+
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Whether |input - other| <= atol + rtol * |other| everywhere (broadcasting), a bool."""
     return bool(np.allclose(input._array, other._array if isinstance(other, Tensor) else other,

@@ -280,3 +280,17 @@ def embedding(weight, indices, padding_idx=None, scale=None, sparse=False):
     F.embedding's lookup: see _embedding_gradient for what flows back."""
     return _embedding(weight, indices=indices, padding_idx=padding_idx, scale=scale,
                       sparse=sparse)
+
+
+def nonzero(x, as_tuple=False):
+    """The indices of x's non-zero elements: an int64 (count, x.ndim) tensor, or with
+    `as_tuple` one 1-d tensor per dimension (a 0-d x counts as one element along one)."""
+    array = x._array
+    if as_tuple:
+        return tuple(Tensor.wrap(i.astype(np.int64)) for i in np.nonzero(np.atleast_1d(array)))
+    return Tensor.wrap(np.argwhere(array).astype(np.int64))
+
+
+def argwhere(x):
+    """nonzero(x) as a (count, x.ndim) tensor."""
+    return nonzero(x)

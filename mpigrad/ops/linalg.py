@@ -12,7 +12,7 @@ import string
 
 import numpy as np
 
-from ..dtypes import check_same_dtype
+from ..dtypes import check_same_dtype, torch_name
 from ..tensor import Tensor
 from .arithmetic import matmul
 from .core import Op, named
@@ -194,3 +194,30 @@ def outer(input, vec2):
 
 
 ger = outer
+
+
+def dot(a, b):
+    """The inner product of two 1-d tensors of one dtype and size."""
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                           f"{torch_name(a.dtype)} and {torch_name(b.dtype)}")
+    if a.shape != b.shape:
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.shape[0]}] and src "
+                           f"[{b.shape[0]}] to have the same number of elements, but got "
+                           f"{a.shape[0]} and {b.shape[0]} elements respectively")
+    return named(matmul(a, b), "DotBackward0", a, b)
+
+
+def mv(matrix, vector):
+    """A matrix times a vector."""
+    if matrix.ndim != 2 or vector.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {matrix.ndim}, "
+                           f"{vector.ndim}")
+    if matrix.shape[1] != vector.shape[0]:
+        raise RuntimeError(f"size mismatch, got input ({matrix.shape[0]}), mat "
+                           f"({matrix.shape[0]}x{matrix.shape[1]}), vec ({vector.shape[0]})")
+    check_same_dtype("expected m1 and m2 to have the same dtype, but got: {} != {}", matrix,
+                     vector)
+    return named(matmul(matrix, vector), "MvBackward0", matrix, vector)

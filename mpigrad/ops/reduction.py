@@ -21,7 +21,7 @@ def normalize_dims(dim, ndim):
     out = []
     for d in dims:
         if not -rank <= d < rank:
-            raise IndexError(f"dimension out of range (expected to be in range of "
+            raise IndexError(f"Dimension out of range (expected to be in range of "
                              f"[{-rank}, {rank - 1}], but got {d})")
         out.append(d % rank)
     if len(set(out)) != len(out):
@@ -328,6 +328,19 @@ def sort(x, dim=-1, descending=False, stable=False):
     order = np.argsort(keys, axis=axis, kind="stable")
     indices = Tensor.wrap(order.astype(np.int64))
     return SortResult(named(take_along_dim(x, indices, axis), "SortBackward0", x), indices)
+
+
+def argsort(x, dim=-1, descending=False, stable=False):
+    """The indices that sort x along `dim` (sort's)."""
+    return sort(x, dim, descending, stable).indices
+
+
+def count_nonzero(x, dim=None):
+    """How many elements are not zero, over `dim` (an int, a sequence, or all), as int64."""
+    axis = None if dim is None else normalize_dims(dim, builtins.max(x.ndim, 1))
+    if x.ndim == 0:
+        axis = None
+    return Tensor.wrap(np.asarray(np.count_nonzero(x._array, axis=axis), np.int64))
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):

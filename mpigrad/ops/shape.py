@@ -1,5 +1,6 @@
 """Shape, indexing and joining ops. Most return numpy views that share the input's storage."""
 import functools
+import math
 import warnings
 
 import numpy as np
@@ -387,6 +388,62 @@ def repeat(x, sizes):
     tiled = expand(interleaved, tuple(v for r, s in zip(sizes, shape) for v in (r, s)))
     return named(reshape(tiled, tuple(r * s for r, s in zip(sizes, shape))), "RepeatBackward0",
                  x)
+
+
+def tile(x, dims):
+    """torch.tile: repeat with `dims` padded by leading ones to x's rank."""
+    dims = tuple(dims)
+    return repeat(x, (1,) * (x.ndim - len(dims)) + dims)
+
+
+def movedim(x, source, destination):
+    """x with its dimensions `source` (an int or a sequence) moved to `destination`, the
+    others keeping their order: a permute, as in torch."""
+    source = (source,) if isinstance(source, int) else tuple(source)
+    destination = (destination,) if isinstance(destination, int) else tuple(destination)
+    if len(source) != len(destination):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source "
+                           f"({list(source)} dims) should contain the same number of dims as "
+                           f"destination ({list(destination)} dims)")
+    source = tuple(_dim(d, x.ndim) for d in source)
+    destination = tuple(_dim(d, x.ndim) for d in destination)
+    for name, dims in (("source", source), ("destination", destination)):
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({list(dims)})")
+    order = [None] * x.ndim
+    for s, d in zip(source, destination):
+        order[d] = s
+    rest = iter(d for d in range(x.ndim) if d not in source)
+    return permute(x, tuple(d if d is not None else next(rest) for d in order))
+
+
+def swapaxes(x, axis0, axis1):
+    """torch.swapaxes (and swapdims): transpose."""
+    return transpose(x, axis0, axis1)
+
+
+def unflatten(x, dim, sizes):
+    """Dimension `dim` of x split into `sizes` (one of them may be -1): a view."""
+    axis = _dim(dim, x.ndim)
+    sizes = tuple(int(size) for size in sizes)
+    known = math.prod(size for size in sizes if size != -1)
+    unknown = sizes.count(-1)
+    if unknown > 1 or (unknown == 0 and known != x.shape[axis]) or (
+            unknown == 1 and (known == 0 or x.shape[axis] % known)):
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the "
+                           f"size of dim {dim} ({x.shape[axis]}) in the input tensor")
+    if unknown:
+        sizes = tuple(x.shape[axis] // known if size == -1 else size for size in sizes)
+    return reshape(x, tuple(x.shape[:axis]) + sizes + tuple(x.shape[axis + 1:]))
+
+
+def masked_select(x, mask):
+    """The elements of x where the bool `mask` is True (both broadcast), as a 1-d tensor."""
+    if mask.dtype != np.bool_:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    shape = np.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+    picked = getitem(expand(x, shape), np.broadcast_to(mask._array, shape))
+    return named(picked, "MaskedSelectBackward0", x)
 
 
 def unbind(x, dim=0):

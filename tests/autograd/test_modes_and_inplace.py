@@ -179,5 +179,5 @@ def test_bad_shapes_give_clear_errors():
         mg.ones(2, 3).reshape(4)
     with pytest.raises(RuntimeError, match="expand"):
         mg.ones(3).expand(2, 4)
-    with pytest.raises(IndexError, match="dimension out of range"):
+    with pytest.raises(IndexError, match="Dimension out of range"):
         mg.ones(2, 3).sum(2)
