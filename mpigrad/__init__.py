@@ -31,7 +31,9 @@ from .ops import (add, sub, mul, div, neg, pow, matmul, exp, log, sqrt, sin, cos
                   outer, ger, scatter, scatter_add, index_add, repeat_interleave, roll, flip,
                   rsqrt, lerp, nan_to_num, broadcast_to, meshgrid, allclose, remainder, fmod,
                   isclose, equal, argsort, count_nonzero, tile, movedim, swapaxes, unflatten,
-                  masked_select, dot, mv, nonzero, argwhere)
+                  masked_select, dot, mv, nonzero, argwhere, aminmax, nansum, nanmean,
+                  tensor_split, hsplit, vsplit, take, trace, logical_and, logical_or,
+                  logical_not)
 from .ops import safe_softmax as _safe_softmax  # noqa: F401  (torch._safe_softmax)
 from .ops import rnn_tanh_cell, rnn_relu_cell, gru_cell, lstm_cell  # noqa: F401
 from .serialization import save, load  # noqa: F401

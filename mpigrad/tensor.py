@@ -661,6 +661,58 @@ class Tensor:
     def mv(self, vec):
         return ops.mv(self, vec)
 
+    def tensor_split(self, indices_or_sections, dim=0):
+        return ops.tensor_split(self, indices_or_sections, dim)
+
+    def hsplit(self, indices_or_sections):
+        return ops.hsplit(self, indices_or_sections)
+
+    def vsplit(self, indices_or_sections):
+        return ops.vsplit(self, indices_or_sections)
+
+    def split_with_sizes(self, split_sizes, dim=0):
+        return ops.split(self, list(split_sizes), dim)
+
+    def take(self, index):
+        return ops.take(self, index)
+
+    def trace(self):
+        return ops.trace(self)
+
+    def aminmax(self, *, dim=None, keepdim=False):
+        return ops.aminmax(self, dim, keepdim)
+
+    def nansum(self, dim=None, keepdim=False, *, dtype=None):
+        return ops.nansum(self, dim, keepdim, dtype)
+
+    def nanmean(self, dim=None, keepdim=False):
+        return ops.nanmean(self, dim, keepdim)
+
+    def is_complex(self):
+        return False  # mpigrad has no complex dtypes
+
+    def is_signed(self):
+        return self._array.dtype.kind in "if" or self._array.dtype == dtypes.bfloat16
+
+    @property
+    def nbytes(self):
+        return self._array.nbytes
+
+    @property
+    def itemsize(self):
+        return self._array.itemsize
+
+    def data_ptr(self):
+        """The address of the first element."""
+        return self._array.ctypes.data
+
+    def storage_offset(self):
+        """Where the first element lies in the storage, in elements."""
+        root = self._array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return (self._array.ctypes.data - root.ctypes.data) // self._array.itemsize
+
     def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         return ops.isclose(self, other, rtol, atol, equal_nan)
 

@@ -8,11 +8,12 @@ from .elementwise import (exp, log, sqrt, sin, cos, tanh, abs, sign, sigmoid, re
                           ceil, round, rsqrt, tril, triu, nan_to_num)
 from .reduction import (sum, mean, var, std, norm, amax, amin, max, min, argmax, argmin,  # noqa: F401
                         softmax, log_softmax, logsumexp, take_along_dim, cumsum, prod, sort,
-                        argsort, topk, count_nonzero)
+                        argsort, topk, count_nonzero, aminmax, nansum, nanmean)
 from .shape import (reshape, flatten, permute, transpose, squeeze, unsqueeze, expand,  # noqa: F401
                     getitem, setitem_, index_put, copy_from, fill_with, cat, concat, stack,
                     split, chunk, pad, index_select, gather, repeat, tile, unbind, broadcast_to,
-                    meshgrid, movedim, swapaxes, unflatten, masked_select)
+                    meshgrid, movedim, swapaxes, unflatten, masked_select, tensor_split, hsplit,
+                    vsplit, take, trace)
 from .reduction import safe_softmax, masked_softmax  # noqa: F401
 from .loss import binary_cross_entropy, cross_entropy, mse_loss  # noqa: F401
 from .normalization import batch_norm, layer_norm, rms_norm  # noqa: F401

@@ -163,6 +163,35 @@ def amin(x, dim=None, keepdim=False):
     return _amin(x, dim=_axis(dim, x.ndim), keepdim=keepdim)
 
 
+AminmaxResult = collections.namedtuple("AminmaxResult", ["min", "max"])
+
+
+def aminmax(x, dim=None, keepdim=False):
+    """(amin, amax) over `dim` (all by default)."""
+    if x._array.size == 0 or (dim is not None and x.ndim and x.shape[dim] == 0):
+        raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the "
+                           "operation has no identity.")
+    return AminmaxResult(named(amin(x, dim, keepdim), "AminmaxBackward0", x),
+                         named(amax(x, dim, keepdim), "AminmaxBackward0", x))
+
+
+def nansum(x, dim=None, keepdim=False, dtype=None):
+    """sum with nan counted as zero (and no gradient reaching a nan)."""
+    if not dtypes.is_floating_point(x.dtype):
+        return sum(x, dim, keepdim, dtype)
+    finite = where(x != x, Tensor.wrap(np.zeros((), x.dtype)), x)
+    return named(sum(finite, dim, keepdim, dtype), "NansumBackward0", x)
+
+
+def nanmean(x, dim=None, keepdim=False):
+    """mean over the elements that are not nan."""
+    if not dtypes.is_floating_point(x.dtype):
+        raise RuntimeError(f"nanmean(): expected input to have floating point or complex "
+                           f"dtype but got {dtypes.torch_name(x.dtype)}")
+    counted = Tensor.wrap((~np.isnan(x._array)).astype(x.dtype))  # x's dtype, as torch's
+    return nansum(x, dim, keepdim) / sum(counted, dim, keepdim)
+
+
 def _check_nonempty(x, what):
     if x._array.size == 0:
         raise RuntimeError(f"{what}(): expected a non-empty tensor")

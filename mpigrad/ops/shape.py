@@ -390,6 +390,72 @@ def repeat(x, sizes):
                  x)
 
 
+def tensor_split(x, indices_or_sections, dim=0):
+    """x cut along `dim` into `sections` nearly equal pieces (the first ones one longer), or
+    at the given indices; each piece a slice."""
+    axis = _dim(dim, x.ndim)
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, int):
+        sections = indices_or_sections
+        if sections <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {sections}")
+        sizes = [n // sections + (1 if k < n % sections else 0) for k in range(sections)]
+        bounds = [0]
+        for size in sizes:
+            bounds.append(bounds[-1] + size)
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    lead = (slice(None),) * axis
+    return tuple(_getitem(x, index=lead + (slice(start, stop),))
+                 for start, stop in zip(bounds[:-1], bounds[1:]))
+
+
+def _split_along(name, x, dim, indices_or_sections):
+    """hsplit's and vsplit's checks, then tensor_split."""
+    if isinstance(indices_or_sections, int) and (
+            indices_or_sections == 0 or x.shape[dim] % indices_or_sections):
+        raise RuntimeError(f"torch.{name} attempted to split along dimension {dim}, but the size "
+                           f"of the dimension {x.shape[dim]} is not divisible by the split_size "
+                           f"{indices_or_sections}!")
+    return tensor_split(x, indices_or_sections, dim)
+
+
+def hsplit(x, indices_or_sections):
+    """tensor_split along dimension 1 (0 for a 1-d x), into equal pieces when given a count."""
+    if x.ndim == 0:
+        raise RuntimeError("torch.hsplit requires a tensor with at least 1 dimension, but got "
+                           "a tensor with 0 dimensions!")
+    return _split_along("hsplit", x, 1 if x.ndim > 1 else 0, indices_or_sections)
+
+
+def vsplit(x, indices_or_sections):
+    """tensor_split along dimension 0 of an x of two dimensions or more."""
+    if x.ndim < 2:
+        raise RuntimeError(f"torch.vsplit requires a tensor with at least 2 dimension, but got "
+                           f"a tensor with {x.ndim} dimensions!")
+    return _split_along("vsplit", x, 0, indices_or_sections)
+
+
+def take(x, index):
+    """The elements of x at `index` into its flattened self (negative indices count back)."""
+    flat = reshape(x, (-1,))
+    positions = index._array.astype(np.int64, copy=False)
+    size = flat.shape[0]
+    out_of_range = (positions >= size) | (positions < -size)
+    if out_of_range.any():
+        raise IndexError(f"out of range: tried to access index {positions[out_of_range][0]} on "
+                         f"a tensor of {size} elements.")
+    return named(getitem(flat, positions), "TakeBackward0", x)
+
+
+def trace(x):
+    """The sum of a matrix's main diagonal."""
+    if x.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    diagonal = np.arange(min(x.shape))
+    return named(getitem(x, (diagonal, diagonal)).sum(), "TraceBackward0", x)
+
+
 def tile(x, dims):
     """torch.tile: repeat with `dims` padded by leading ones to x's rank."""
     dims = tuple(dims)

@@ -1,7 +1,9 @@
 """torch functions programs call that mpigrad lacked until 2026-11-29: argsort, nonzero,
 argwhere, count_nonzero, masked_select, tile, movedim/moveaxis, swapaxes/swapdims, unflatten,
-dot, mv, isclose, equal. Each against torch: values and dtype, the gradient, the node's name
-and the tangent where one flows, and the errors torch raises for bad input."""
+dot, mv, isclose, equal; tensor_split, hsplit, vsplit, split_with_sizes, take, trace, aminmax,
+nansum, nanmean; and the layout queries storage_offset, data_ptr, nbytes, itemsize. Each
+against torch: values and dtype, the gradient, the node's name and the tangent where one
+flows, and the errors torch raises for bad input."""
 import numpy as np
 import pytest
 
@@ -137,3 +139,68 @@ def test_tangents_match_torch(function):
             dual = forward_ad.make_dual(lib.tensor(DATA), lib.tensor(tangent))
             results.append(forward_ad.unpack_dual(function(lib, dual)).tangent.numpy())
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=1e-12)
+
+
+NANS = np.array([[np.nan, 1.5, -2.0], [3.0, np.nan, np.nan]])
+
+
+@pytest.mark.parametrize("name,function,data", [
+    ("tensor_split-sections", lambda L, x: L.tensor_split(x, 3, dim=1)[0], DATA),
+    ("tensor_split-last", lambda L, x: x.tensor_split(3, dim=1)[2], DATA),
+    ("tensor_split-indices", lambda L, x: L.tensor_split(x, [1, 3], dim=1)[1], DATA),
+    ("hsplit", lambda L, x: L.hsplit(x, 2)[1], DATA),
+    ("hsplit-indices", lambda L, x: x.hsplit([3])[0], DATA),
+    ("vsplit", lambda L, x: L.vsplit(x, [1])[1], DATA),
+    ("split_with_sizes", lambda L, x: x.split_with_sizes([1, 3], 1)[1], DATA),
+    ("take", lambda L, x: L.take(x, L.tensor([[0, 5], [-1, 6]])), DATA),
+    ("trace", lambda L, x: L.trace(x), DATA),
+    ("aminmax-min", lambda L, x: L.aminmax(x).min, DATA),
+    ("aminmax-max-dim", lambda L, x: x.aminmax(dim=1, keepdim=True).max, DATA),
+    ("nansum", lambda L, x: L.nansum(x), NANS),
+    ("nansum-dim", lambda L, x: x.nansum(dim=0, keepdim=True), NANS),
+    ("nanmean", lambda L, x: L.nanmean(x, dim=1), NANS),
+])
+def test_splits_and_reductions_match_torch(name, function, data):
+    (ours, ours_grad), (theirs, theirs_grad) = _both(function, data)
+    _same(ours, theirs)
+    np.testing.assert_allclose(ours_grad, theirs_grad, rtol=1e-15, atol=1e-15)
+    assert type(ours.grad_fn).__name__ == type(theirs.grad_fn).__name__
+
+
+def test_reductions_keep_torch_s_dtypes():
+    for data in (NANS.astype(np.float32), np.arange(6, dtype=np.int32).reshape(2, 3)):
+        for name in ("nansum", "trace"):
+            ours = getattr(mg, name)(mg.tensor(data))
+            theirs = getattr(torch, name)(torch.tensor(data))
+            _same(ours, theirs)
+    _same(mg.nanmean(mg.tensor(NANS.astype(np.float32))),
+          torch.nanmean(torch.tensor(NANS.astype(np.float32))))
+
+
+def test_layout_queries_match_torch():
+    base = np.arange(24.0, dtype=np.float32).reshape(4, 6)
+    for view in (lambda t: t, lambda t: t[1:, 2:], lambda t: t.t()[3], lambda t: t[::2, 1]):
+        ours, theirs = view(mg.tensor(base)), view(torch.tensor(base))
+        assert ours.storage_offset() == theirs.storage_offset()
+        assert (ours.nbytes, ours.itemsize) == (theirs.nbytes, theirs.itemsize)
+    ours = mg.tensor(base)
+    assert ours[1:].data_ptr() - ours.data_ptr() == 6 * 4
+    for dtype in (np.float32, np.int64, np.uint8, np.bool_):
+        zeros = np.zeros(2, dtype)
+        assert mg.tensor(zeros).is_signed() == torch.tensor(zeros).is_signed()
+    assert not mg.tensor(base).is_complex()
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda L: L.tensor_split(L.ones(4), 0), RuntimeError, "number of sections must be larger"),
+    (lambda L: L.hsplit(L.ones(2, 5), 2), RuntimeError, "not divisible by the split_size 2"),
+    (lambda L: L.vsplit(L.ones(3), 1), RuntimeError, "at least 2 dimension"),
+    (lambda L: L.take(L.ones(2, 5), L.tensor([10])), IndexError, "tried to access index 10"),
+    (lambda L: L.trace(L.ones(3)), RuntimeError, "expected a matrix"),
+    (lambda L: L.nanmean(L.tensor([1, 2])), RuntimeError, "floating point or complex dtype"),
+    (lambda L: L.aminmax(L.ones(0)), RuntimeError, "cannot compute aminmax over an empty"),
+])
+def test_bad_splits_and_reductions_raise_torch_s_error(call, error, message):
+    for lib in (mg, torch):
+        with pytest.raises(error, match=message):
+            call(lib)
