@@ -66,6 +66,65 @@ def is_floating_point(dtype):
     return dtype.kind == "f" or dtype == bfloat16
 
 
+def promote_types(type1, type2):
+    """torch.promote_types: the smaller dtype both fit in, by torch's table. Unlike numpy's,
+    an integer (or bool) with a float is that float (int64 and float32: float32), and float16
+    with bfloat16 is float32."""
+    type1, type2 = np.dtype(type1), np.dtype(type2)
+    if type1 == type2:
+        return type1
+    floating1, floating2 = is_floating_point(type1), is_floating_point(type2)
+    if floating1 != floating2:
+        return type1 if floating1 else type2
+    if floating1:
+        if {type1, type2} == HALF_PRECISION:
+            return np.dtype(np.float32)
+        return type1 if type1.itemsize > type2.itemsize else type2
+    if type1 == np.bool_ or type2 == np.bool_:
+        return type2 if type1 == np.bool_ else type1
+    return np.promote_types(type1, type2)  # integers: numpy's table is torch's
+
+
+def _widened(higher, lower):
+    """torch's combination of two priority groups' dtypes: the higher group's dtype, unless
+    the lower one is of a higher category (bool < integer < float)."""
+    if higher is None:
+        return lower
+    if lower is None or is_floating_point(higher):
+        return higher
+    if higher == np.bool_ or is_floating_point(lower):
+        return promote_types(higher, lower)
+    return higher
+
+
+def operands_result_type(*operands):
+    """The dtype torch computes a binary op of these operands in (ndarrays, from tensors, and
+    Python numbers), or None for an operand it does not type: tensors with dimensions decide
+    first, then 0-d ones, then numbers (an int counts as int64, a float as the default dtype),
+    and a later group only lifts the category (a float32 tensor times a float64 0-d tensor
+    or an int64 one stays float32)."""
+    shaped = scalar = number = None
+    for operand in operands:
+        if isinstance(operand, np.ndarray):
+            if operand.ndim:
+                shaped = operand.dtype if shaped is None else promote_types(shaped,
+                                                                             operand.dtype)
+            else:
+                scalar = operand.dtype if scalar is None else promote_types(scalar,
+                                                                            operand.dtype)
+            continue
+        if isinstance(operand, (builtins.bool, np.bool_)):  # this module's bool is a dtype
+            kind = np.dtype(np.bool_)
+        elif isinstance(operand, (builtins.int, np.integer)):
+            kind = np.dtype(np.int64)
+        elif isinstance(operand, (builtins.float, np.floating)):
+            kind = get_default_dtype()
+        else:
+            return None
+        number = kind if number is None else promote_types(number, kind)
+    return _widened(shaped, _widened(scalar, number))
+
+
 def _dtype_argument(where, dtype):
     if not isinstance(dtype, np.dtype):
         raise TypeError(f"{where}(): argument 'type' (position 1) must be torch.dtype, not "

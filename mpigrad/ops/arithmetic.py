@@ -8,7 +8,7 @@ from ..kernels import threads
 from ..kernels.numpy.linalg import addmm, as_matrix, linear_on_onednn
 from ..tensor import Tensor
 from .core import Op, named
-from .elementwise import log, where
+from .elementwise import log, torch_promoted, where
 from .reduction import sum
 
 
@@ -18,12 +18,35 @@ def _inplace_ufunc(ufunc):
     return run
 
 
-add = Op("add", np.add,
+add = Op("add", torch_promoted(np.add),
          (lambda g, ans, a, b: g,
           lambda g, ans, a, b: g),
          elementwise=True, inplace_fast=_inplace_ufunc(np.add))
 
-sub = Op("sub", np.subtract,
+
+def _is_bool(x):
+    return isinstance(x, (bool, np.bool_)) or getattr(x, "dtype", None) == np.bool_
+
+
+_subtract = torch_promoted(np.subtract)
+
+
+def _bool_free_subtract(a, b):
+    """torch refuses a bool operand in a subtraction, as numpy refuses two."""
+    if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
+            and a.dtype != np.bool_):
+        return _subtract(a, b)
+    if _is_bool(a) and _is_bool(b):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if _is_bool(a) or _is_bool(b):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                           "operator instead.")
+    return _subtract(a, b)
+
+
+sub = Op("sub", _bool_free_subtract,
          (lambda g, ans, a, b: g,
           lambda g, ans, a, b: -g),
          elementwise=True, inplace_fast=_inplace_ufunc(np.subtract))
@@ -40,13 +63,13 @@ def _div_backward(needs, g, ans, a, b):
             np.true_divide(-g * a, b * b) if needs[1] else None)
 
 
-mul = Op("mul", np.multiply,
+mul = Op("mul", torch_promoted(np.multiply),
          (lambda g, ans, a, b: g * b,
           lambda g, ans, a, b: g * a),
          saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.multiply),
          backward=_mul_backward)
 
-div = Op("div", np.true_divide,
+div = Op("div", torch_promoted(np.true_divide, to_float=True),
          (lambda g, ans, a, b: g / b,
           lambda g, ans, a, b: -g * a / (b * b)),
          saves="a b", elementwise=True, inplace_fast=_inplace_ufunc(np.true_divide),
@@ -58,10 +81,12 @@ neg = Op("neg", np.negative,
 
 def _integer_division_checked(ufunc):
     """torch refuses an integer modulo by zero (numpy would answer 0 with a warning)."""
+    promoted = torch_promoted(ufunc)
+
     def forward(a, b):
         if (np.result_type(a, b).kind in "iub" and not np.all(b)):
             raise RuntimeError("ZeroDivisionError")
-        return ufunc(a, b)
+        return promoted(a, b)
     return forward
 
 
@@ -84,7 +109,7 @@ def _pow_exponent_grad(g, ans, a, b):
     return where(positive, g * ans * log(where(positive, a, 1.0)), 0.0)
 
 
-pow = Op("pow", np.power,
+pow = Op("pow", torch_promoted(np.power),
          (lambda g, ans, a, b: g * b * a ** (b - 1),
           _pow_exponent_grad),
          saves="a b ans", elementwise=True)

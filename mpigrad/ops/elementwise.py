@@ -8,8 +8,27 @@ import math
 
 import numpy as np
 
-from ..dtypes import is_floating_point
+from ..dtypes import get_default_dtype, is_floating_point, operands_result_type
 from .core import Op
+
+
+def torch_promoted(ufunc, to_float=False):
+    """A binary ufunc computed in torch's result dtype (dtypes.operands_result_type), not
+    numpy's: a float32 tensor with an int64 one, a float64 0-d one or an integer tensor with
+    a Python float stays float32 (numpy answered float64). `to_float`: an integer result
+    is the default float dtype (true division). Operands of one dtype skip the lookup."""
+    def forward(a, b):
+        if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
+                and (not to_float or is_floating_point(a.dtype))):
+            return ufunc(a, b)
+        dtype = operands_result_type(a, b)
+        if dtype is None:
+            return ufunc(a, b)
+        if to_float and not is_floating_point(dtype):
+            dtype = get_default_dtype()
+        return ufunc(a, b, dtype=dtype)
+    forward.__name__ = ufunc.__name__
+    return forward
 
 exp = Op("exp", np.exp, (lambda g, ans, x: g * ans,), saves="ans", elementwise=True)
 log = Op("log", np.log, (lambda g, ans, x: g / x,), saves="x", elementwise=True)
@@ -107,12 +126,12 @@ def _tie_split(g, ans, a, b, mine_wins):
     return where(a == b, g * 0.5, where(mine_wins, g, 0.0))
 
 
-maximum = Op("maximum", np.maximum,
+maximum = Op("maximum", torch_promoted(np.maximum),
              (lambda g, ans, a, b: _tie_split(g, ans, a, b, a > b),
               lambda g, ans, a, b: _tie_split(g, ans, a, b, b > a)),
              saves="a b", elementwise=True)
 
-minimum = Op("minimum", np.minimum,
+minimum = Op("minimum", torch_promoted(np.minimum),
              (lambda g, ans, a, b: _tie_split(g, ans, a, b, a < b),
               lambda g, ans, a, b: _tie_split(g, ans, a, b, b < a)),
              saves="a b", elementwise=True)

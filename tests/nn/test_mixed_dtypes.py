@@ -79,3 +79,53 @@ def test_a_float64_batch_into_a_float32_model_is_an_error():
         model(mg.tensor(batch))
     assert model(mg.tensor(batch.astype(np.float32))).dtype == np.float32
     assert model.double()(mg.tensor(batch)).dtype == np.float64
+
+
+# torch's promotion, where numpy's differs: an integer with a float is that float, tensors
+# with dimensions decide before 0-d ones and those before Python numbers, and true division
+# of integers gives the default float dtype.
+CATEGORIES = [
+    ("float32 tensor, int64 tensor", lambda L: L.tensor([1.5, 2.0]), lambda L: L.tensor([2, 3])),
+    ("float32 tensor, float64 0-d", lambda L: L.tensor([1.5, 2.0]),
+     lambda L: L.tensor(2.5, dtype=L.float64)),
+    ("float32 tensor, int64 0-d", lambda L: L.tensor([1.5, 2.0]), lambda L: L.tensor(3)),
+    ("int64 tensor, Python float", lambda L: L.tensor([1, 2]), lambda L: 2.5),
+    ("bool tensor, Python float", lambda L: L.tensor([True, False]), lambda L: 2.5),
+    ("int32 tensor, int64 0-d", lambda L: L.tensor([1, 2], dtype=L.int32), lambda L: L.tensor(3)),
+    ("int32 tensor, float64 0-d", lambda L: L.tensor([1, 2], dtype=L.int32),
+     lambda L: L.tensor(0.5, dtype=L.float64)),
+    ("uint8 tensor, int8 tensor", lambda L: L.tensor([1, 2], dtype=L.uint8),
+     lambda L: L.tensor([3, 4], dtype=L.int8)),
+    ("int64 tensors", lambda L: L.tensor([4, 9]), lambda L: L.tensor([2, 3])),
+]
+BINARY = {"add": lambda L, a, b: a + b, "sub": lambda L, a, b: a - b,
+          "mul": lambda L, a, b: a * b, "div": lambda L, a, b: a / b,
+          "pow": lambda L, a, b: a ** b, "remainder": lambda L, a, b: a % b,
+          "maximum": lambda L, a, b: L.maximum(a, b) if isinstance(b, L.Tensor) else None,
+          "reversed add": lambda L, a, b: b + a}
+
+
+@pytest.mark.parametrize("operands", CATEGORIES, ids=[c[0] for c in CATEGORIES])
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_ops_promote_by_torch_s_rules(op, operands, monkeypatch):
+    monkeypatch.setattr(mg.dtypes, "_default", [np.dtype(np.float32)])  # torch's default
+    _, first, second = operands
+    try:
+        expected = BINARY[op](torch, first(torch), second(torch))
+    except RuntimeError as refusal:  # a bool in a subtraction
+        with pytest.raises(RuntimeError, match=str(refusal).split(".")[0]):
+            BINARY[op](mg, first(mg), second(mg))
+        return
+    got = BINARY[op](mg, first(mg), second(mg))
+    if expected is None:
+        return
+    assert str(got.dtype) == str(expected.dtype).replace("torch.", "")
+    np.testing.assert_allclose(got.numpy().astype(np.float64),
+                               expected.numpy().astype(np.float64), rtol=1e-6)
+
+
+def test_a_promoted_product_s_gradient_keeps_the_input_s_dtype():
+    weight = mg.tensor(np.array([1.5, -2.0], np.float32), requires_grad=True)
+    (weight * mg.tensor([2, 3])).sum().backward()
+    assert weight.grad.dtype == np.float32
+    np.testing.assert_array_equal(weight.grad.numpy(), [2.0, 3.0])
