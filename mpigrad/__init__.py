@@ -9,7 +9,8 @@ from . import _blas_wait  # noqa: F401  (before numpy loads its BLAS, which read
 from .dtypes import (float16, half, bfloat16, float32, float, float64, double, int8,  # noqa: F401
                      uint8, int16, short, int32, int, int64, long, bool, complex64, cfloat,
                      complex128, cdouble, get_default_dtype, set_default_dtype,
-                     is_floating_point, finfo, iinfo, layout, strided, sparse_coo)
+                     is_floating_point, finfo, iinfo, layout, strided, sparse_coo,
+                     promote_types, result_type)
 from .tensor import Tensor, is_tensor, numel  # noqa: F401
 from ._tensor_str import set_printoptions  # noqa: F401
 from .creation import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,  # noqa: F401

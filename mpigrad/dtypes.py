@@ -125,6 +125,11 @@ def operands_result_type(*operands):
     return _widened(shaped, _widened(scalar, number))
 
 
+def result_type(tensor1, tensor2):
+    """torch.result_type: the dtype an arithmetic op of the two (tensors or numbers) gives."""
+    return operands_result_type(*(getattr(x, "_array", x) for x in (tensor1, tensor2)))
+
+
 def _dtype_argument(where, dtype):
     if not isinstance(dtype, np.dtype):
         raise TypeError(f"{where}(): argument 'type' (position 1) must be torch.dtype, not "

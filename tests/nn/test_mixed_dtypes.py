@@ -129,3 +129,26 @@ def test_a_promoted_product_s_gradient_keeps_the_input_s_dtype():
     (weight * mg.tensor([2, 3])).sum().backward()
     assert weight.grad.dtype == np.float32
     np.testing.assert_array_equal(weight.grad.numpy(), [2.0, 3.0])
+
+
+def test_promote_types_and_result_type_are_torch_s():
+    names = ["bool", "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32",
+             "float64"]
+    for first in names:
+        for second in names:
+            expected = torch.promote_types(getattr(torch, first), getattr(torch, second))
+            got = mg.promote_types(getattr(mg, first), getattr(mg, second))
+            assert str(got) == str(expected).replace("torch.", ""), (first, second)
+    cases = [(lambda L: L.tensor([1, 2]), lambda L: 2.5),
+             (lambda L: L.tensor([1.0], dtype=L.float16),
+              lambda L: L.tensor(2.0, dtype=L.float64)),
+             (lambda L: L.tensor(True), lambda L: L.tensor([3], dtype=L.int8)),
+             (lambda L: 3, lambda L: L.tensor([True]))]
+    before = mg.get_default_dtype()
+    mg.set_default_dtype(np.float32)  # torch's, for the Python float
+    try:
+        for first, second in cases:
+            expected = str(torch.result_type(first(torch), second(torch)))
+            assert str(mg.result_type(first(mg), second(mg))) == expected.replace("torch.", "")
+    finally:
+        mg.set_default_dtype(before)
