@@ -207,7 +207,7 @@ def dot(a, b):
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.shape[0]}] and src "
                            f"[{b.shape[0]}] to have the same number of elements, but got "
                            f"{a.shape[0]} and {b.shape[0]} elements respectively")
-    return named(matmul(a, b), "DotBackward0", a, b)
+    return matmul(a, b)  # named DotBackward0 there
 
 
 def mv(matrix, vector):
@@ -220,4 +220,4 @@ def mv(matrix, vector):
                            f"({matrix.shape[0]}x{matrix.shape[1]}), vec ({vector.shape[0]})")
     check_same_dtype("expected m1 and m2 to have the same dtype, but got: {} != {}", matrix,
                      vector)
-    return named(matmul(matrix, vector), "MvBackward0", matrix, vector)
+    return matmul(matrix, vector)  # named MvBackward0 there

@@ -376,22 +376,15 @@ def pool_max(x, kernel_size, stride, padding, dilation, lowest, out, index):
         first[j] = (sw - 1 - offset) // sw if offset < 0 else 0
         stop[j] = max(first[j], min(out_w, (width - 1 - offset) // sw + 1))
     # Each window's first tap column inside the image (-1: none), where its maximum starts.
-    first_tap = np.full(out_w, -1, np.int64)
+    first_tap = np.empty(out_w, np.int64)
     for s in range(out_w):
-        for j in range(kw):
-            if 0 <= s * sw - pw + j * dw < width:
-                first_tap[s] = j
-                break
+        first_tap[s] = _first_inside(s * sw - pw, dw, kw, width)
     for n in range(x.shape[0]):
         for c in range(x.shape[1]):
             plane, maxima, winners = x[n, c], out[n, c], index[n, c]
             for r in range(out_h):
                 top = r * sh - ph
-                i0 = -1
-                for i in range(kh):
-                    if 0 <= top + i * dh < height:
-                        i0 = i
-                        break
+                i0 = _first_inside(top, dh, kh, height)
                 best, won = maxima[r], winners[r]
                 for s in range(out_w):
                     if i0 < 0 or first_tap[s] < 0:
@@ -478,9 +471,9 @@ def pool_scatter(g, index, kernel_size, stride, padding, dilation, out):
     # outside it; the others skip the test per window (a third of the pass).
     outside = False
     for r in range(g.shape[2]):
-        outside |= not _any_inside(r * sh - ph, dh, kh, height)
+        outside |= _first_inside(r * sh - ph, dh, kh, height) < 0
     for s in range(g.shape[3]):
-        outside |= not _any_inside(s * sw - pw, dw, kw, width)
+        outside |= _first_inside(s * sw - pw, dw, kw, width) < 0
     zero = out.dtype.type(0)
     for n in range(g.shape[0]):
         for c in range(g.shape[1]):
@@ -500,9 +493,10 @@ def pool_scatter(g, index, kernel_size, stride, padding, dilation, out):
 
 
 @jit
-def _any_inside(start, step, taps, size):
-    """Whether any of `taps` places start, start + step, ... lies in [0, size)."""
+def _first_inside(start, step, taps, size):
+    """The first of `taps` places start, start + step, ... that lies in [0, size) (its
+    number), or -1 where none does."""
     for t in range(taps):
         if 0 <= start + t * step < size:
-            return True
-    return False
+            return t
+    return -1
