@@ -8,6 +8,7 @@ import numpy as np
 from ._compiled import COMPILED_FROM, loops
 from .clip import total_norm
 
+
 def _rows_pay(x, dtypes):
     """Whether the compiled rows take x: a C-contiguous array of one of `dtypes`, big enough
     to pay for the call."""
